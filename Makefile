@@ -1,0 +1,36 @@
+# make run: set up .venv if needed and start the app on http://localhost:8501
+# make test: set up .venv with the dev tools and run the linter and every test
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PORT ?= 8501
+
+.PHONY: run test lint bench train
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.runtime: $(PY) requirements.txt scripts/install_torch.sh
+	sh scripts/install_torch.sh $(PY)
+	$(PY) -m pip install -r requirements.txt
+	touch $@
+
+$(VENV)/.dev: $(VENV)/.runtime requirements-dev.txt
+	$(PY) -m pip install -r requirements-dev.txt
+	touch $@
+
+run: $(VENV)/.runtime
+	$(PY) -m streamlit run app.py --server.address localhost --server.port $(PORT) --browser.gatherUsageStats false
+
+test: $(VENV)/.dev lint
+	$(PY) -m pytest
+
+lint: $(VENV)/.dev
+	$(PY) -m ruff check .
+
+bench: $(VENV)/.runtime
+	$(PY) -m bench.capture
+
+# Retrain every shipped toy model (about 5 minutes each on a 2-core CPU).
+train: $(VENV)/.runtime
+	for task in copy reverse date gpt-reverse; do $(PY) -m model.train --task $$task || exit 1; done

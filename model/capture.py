@@ -1,0 +1,120 @@
+"""Run a model once and collect the values at chosen hook points.
+
+Two kinds of site: the from-scratch model's HookPoints, which report to the recorder the current
+thread switched on (model/hooks.py), and any other module (a Hugging Face layer), on which a PyTorch
+forward hook is registered for the one pass and removed in `finally`. Both are safe on a model
+shared by several sessions: recorders belong to a thread, and forward hooks are registered under a
+per-model lock and record only calls from the thread that registered them, so a forward pass
+running elsewhere at the same time never writes into this capture.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import threading
+import weakref
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import numpy as np
+import torch
+from torch import nn
+
+from model.hooks import HookPoint, recording
+
+T = TypeVar("T")
+HookSelection = str | Iterable[str] | Callable[[str], bool] | None  # None = every hook point
+Reader = Callable[[tuple[Any, ...], dict[str, Any], Any], torch.Tensor]
+
+
+def _read_output(args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> torch.Tensor:
+    return output
+
+
+@dataclass(frozen=True)
+class HookSite:
+    """A module to hook and how to read the captured tensor from its (args, kwargs, output)."""
+
+    module: nn.Module
+    read: Reader = _read_output
+
+
+_locks: weakref.WeakKeyDictionary[nn.Module, threading.RLock] = weakref.WeakKeyDictionary()
+_locks_guard = threading.Lock()
+
+
+def model_lock(model: nn.Module) -> threading.RLock:
+    """The lock that serialises forward-hook captures on `model`."""
+    with _locks_guard:
+        lock = _locks.get(model)
+        if lock is None:
+            lock = _locks[model] = threading.RLock()
+        return lock
+
+
+def select_hook_names(available: Iterable[str], selection: HookSelection) -> list[str]:
+    """The available names chosen by glob patterns ('*.hook_pattern'), exact names or a predicate."""
+    names = list(available)
+    if selection is None:
+        return names
+    if callable(selection):
+        return [n for n in names if selection(n)]
+    patterns = [selection] if isinstance(selection, str) else list(selection)
+    return [n for n in names if any(fnmatch.fnmatchcase(n, p) for p in patterns)]
+
+
+def to_numpy(tensor: torch.Tensor) -> np.ndarray:
+    """A detached CPU numpy array (bfloat16 and other types numpy lacks become float32)."""
+    tensor = tensor.detach()
+    if tensor.dtype in (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2):
+        tensor = tensor.float()
+    return tensor.cpu().numpy()
+
+
+def capture(
+    model: nn.Module,
+    sites: Mapping[str, HookPoint | nn.Module | HookSite],
+    selection: HookSelection,
+    run: Callable[[], T],
+) -> tuple[T, dict[str, np.ndarray]]:
+    """Call `run()` (one forward pass of `model`) under `torch.inference_mode()`, recording the
+    selected sites. Returns run's result and {hook name: value as CPU numpy, batch dim kept}."""
+    names = select_hook_names(sites, selection)
+    wanted_points = {name for name in names if isinstance(sites[name], HookPoint)}
+    module_sites: dict[str, HookSite] = {}
+    for name in names:
+        site = sites[name]
+        if not isinstance(site, HookPoint):
+            module_sites[name] = site if isinstance(site, HookSite) else HookSite(site)
+    store: dict[str, torch.Tensor] = {}
+
+    def record(name: str, value: torch.Tensor) -> None:
+        if name in wanted_points:
+            store[name] = value.detach()
+
+    lock = model_lock(model) if module_sites else contextlib.nullcontext()
+    with lock:
+        handles = []
+        try:
+            for name, site in module_sites.items():
+                hook = _thread_hook(name, site.read, store)
+                handles.append(site.module.register_forward_hook(hook, with_kwargs=True))
+            with recording(record), torch.inference_mode():
+                result = run()
+        finally:
+            for handle in handles:
+                handle.remove()
+    return result, {name: to_numpy(store[name]) for name in names if name in store}
+
+
+def _thread_hook(name: str, read: Reader, store: dict[str, torch.Tensor]):
+    """A forward hook that stores `read(...)` under `name`, for calls from the registering thread only."""
+    owner = threading.get_ident()
+
+    def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
+        if threading.get_ident() == owner:
+            store[name] = read(args, kwargs, output).detach()
+
+    return hook

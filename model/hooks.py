@@ -1,0 +1,70 @@
+"""Identity modules that mark the places whose values can be captured.
+
+A HookPoint hands its value to the recorder that the current thread has switched on with
+`recording(...)` (see model/capture.py) and returns it unchanged. Because the recorder belongs to
+the thread, two sessions running one shared model at the same time never see each other's values,
+and the check costs a fraction of a microsecond, far less than registering and dispatching a
+PyTorch forward hook on every point (bench/capture.py). Ordinary `register_forward_hook` works on
+HookPoints too, for anyone who wants to intervene.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+
+Recorder = Callable[[str, torch.Tensor], None]
+_active = threading.local()  # .recorder: the current thread's Recorder, or absent/None
+
+
+class HookPoint(nn.Module):
+    """Returns its input unchanged, after showing it to the thread's active recorder.
+
+    `name` is the model-wide hook name (e.g. ``encoder.0.attn.hook_pattern``), set by
+    `name_hook_points` once the model is built.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.name = ""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        recorder = getattr(_active, "recorder", None)
+        if recorder is not None:
+            recorder(self.name, x)
+        return x
+
+
+@contextmanager
+def recording(recorder: Recorder) -> Iterator[None]:
+    """While inside, every HookPoint run by this thread calls `recorder(name, value)`."""
+    previous = getattr(_active, "recorder", None)
+    _active.recorder = recorder
+    try:
+        yield
+    finally:
+        _active.recorder = previous
+
+
+def active_recorder() -> Recorder | None:
+    """This thread's recorder (None outside `recording`)."""
+    return getattr(_active, "recorder", None)
+
+
+def hook_name(module_path: str) -> str:
+    """Module path -> hook name: layer lists are numbered directly (``encoder.layers.0`` -> ``encoder.0``)."""
+    return module_path.replace("layers.", "")
+
+
+def name_hook_points(model: nn.Module) -> dict[str, HookPoint]:
+    """Give every HookPoint in `model` its hook name and return them by name."""
+    points: dict[str, HookPoint] = {}
+    for path, module in model.named_modules():
+        if isinstance(module, HookPoint):
+            module.name = hook_name(path)
+            points[module.name] = module
+    return points

@@ -1,0 +1,45 @@
+"""Checks on the text a person types, with messages that say what is wrong and what is allowed."""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Collection
+
+_ALLOWED_CONTROLS = {"\t", "\n", "\r"}
+
+
+def describe_char(char: str) -> str:
+    """'a' -> "'a'"; control or invisible characters -> 'U+0000 (NULL)'."""
+    if (char.isprintable() and not char.isspace()) or char == " ":
+        return repr(char)
+    name = unicodedata.name(char, "")
+    return f"U+{ord(char):04X}" + (f" ({name})" if name else "")
+
+
+def validate_text(text: str, max_chars: int, allowed: Collection[str] | None = None, what: str = "text") -> str:
+    """Return `text` if a model can take it, else raise ValueError naming the problem.
+
+    Refused: empty or blank text, control characters other than tab/newline, lone surrogates,
+    more than `max_chars` characters, and (when `allowed` is given) characters outside it.
+    """
+    if not text or not text.strip():
+        raise ValueError(f"The {what} is empty: type at least one character.")
+    bad_controls = sorted(
+        {c for c in text if (unicodedata.category(c) in ("Cc", "Cs")) and c not in _ALLOWED_CONTROLS}
+    )
+    if bad_controls:
+        shown = ", ".join(describe_char(c) for c in bad_controls)
+        raise ValueError(f"The {what} contains control characters that cannot be tokenised: {shown}. Remove them.")
+    if len(text) > max_chars:
+        raise ValueError(f"The {what} has {len(text):,} characters; this model accepts at most {max_chars:,}.")
+    if allowed is not None:
+        outside = sorted(set(text) - set(allowed))
+        if outside:
+            shown = ", ".join(describe_char(c) for c in outside)
+            allowed_shown = "".join(sorted(allowed)).replace(" ", "")
+            space = " and space" if " " in allowed else ""
+            raise ValueError(
+                f"The {what} contains characters this model does not know: {shown}. "
+                f"Allowed: {allowed_shown}{space}."
+            )
+    return text

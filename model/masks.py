@@ -1,0 +1,60 @@
+"""Attention masks.
+
+Convention, everywhere in this project: a mask is a bool tensor broadcastable to
+(batch, heads, q_len, k_len) and **True means the query may attend to the key**. A False entry gets
+score -inf before the softmax, so its probability is exactly 0. Every query must keep at least one
+visible key (`check_every_query_sees_a_key`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+
+
+def padding_mask(ids: torch.Tensor, pad_id: int) -> torch.Tensor:
+    """Hide padding keys. ids: (batch, len) -> (batch, 1, 1, len)."""
+    return (ids != pad_id)[:, None, None, :]
+
+
+def causal_mask(length: int, device: torch.device | str | None = None) -> torch.Tensor:
+    """The "subsequent" mask: query i sees keys 0..i. -> (1, 1, length, length), lower triangle True."""
+    return torch.ones(length, length, dtype=torch.bool, device=device).tril()[None, None]
+
+
+def blocked_mask(
+    length: int, blocked: Iterable[tuple[int, int]], device: torch.device | str | None = None
+) -> torch.Tensor:
+    """All visible except the given (query, key) pairs. -> (1, 1, length, length)."""
+    mask = torch.ones(length, length, dtype=torch.bool, device=device)
+    for query, key in blocked:
+        if not (0 <= query < length and 0 <= key < length):
+            raise ValueError(
+                f"blocked position (query {query}, key {key}) is outside the {length} x {length} attention matrix"
+            )
+        mask[query, key] = False
+    return mask[None, None]
+
+
+def combine(*masks: torch.Tensor | None) -> torch.Tensor | None:
+    """A key is visible only if every given mask lets it through (logical AND, broadcasting)."""
+    present = [m for m in masks if m is not None]
+    if not present:
+        return None
+    result = present[0]
+    for mask in present[1:]:
+        result = result & mask
+    return result
+
+
+def check_every_query_sees_a_key(mask: torch.Tensor | None) -> None:
+    """Raise ValueError if some query row has no visible key (its softmax would be undefined)."""
+    if mask is None:
+        return
+    empty_rows = ~mask.any(dim=-1)  # (..., q_len)
+    if bool(empty_rows.any()):
+        queries = sorted({int(i) for i in empty_rows.nonzero()[:, -1]})
+        raise ValueError(
+            f"the mask hides every key from query position(s) {queries}: each query must see at least one key"
+        )

@@ -1,0 +1,84 @@
+"""The toy tasks the shipped models are trained on: random examples from a seed."""
+
+from __future__ import annotations
+
+import random
+import string
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from model.config import ModelKind
+
+LETTERS = string.ascii_lowercase
+MONTHS = (
+    "january", "february", "march", "april", "may", "june",
+    "july", "august", "september", "october", "november", "december",
+)
+DAYS_IN_MONTH = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
+
+
+@dataclass(frozen=True)
+class Task:
+    """A source -> target string task and the model kind trained on it."""
+
+    name: str
+    description: str
+    kind: ModelKind
+    chars: str  # every character that can appear in a source or a target
+    max_source_chars: int  # longest source in training
+    sample: Callable[[random.Random], tuple[str, str]]
+    examples: tuple[str, ...]  # sources to show a person first
+    separator: str = ""  # decoder-only: the character between source and target
+
+
+def _random_letters(rng: random.Random, max_chars: int) -> str:
+    """Lowercase letters with occasional single spaces between them, 1..max_chars long."""
+    length = rng.randint(1, max_chars)
+    chars = [rng.choice(LETTERS)]
+    while len(chars) < length:
+        space = chars[-1] != " " and rng.random() < 0.15 and len(chars) < length - 1
+        chars.append(" " if space else rng.choice(LETTERS))
+    return "".join(chars)
+
+
+def _copy(rng: random.Random) -> tuple[str, str]:
+    text = _random_letters(rng, 20)
+    return text, text
+
+
+def _reverse(rng: random.Random) -> tuple[str, str]:
+    text = _random_letters(rng, 20)
+    return text, text[::-1]
+
+
+def _date(rng: random.Random) -> tuple[str, str]:
+    """A date in words ('march 3 2021', '3 mar 2021', 'march 3, 2021') -> ISO 8601 ('2021-03-03')."""
+    month = rng.randrange(12)
+    day = rng.randint(1, DAYS_IN_MONTH[month])
+    year = rng.randint(1900, 2099)
+    name = MONTHS[month] if rng.random() < 0.6 else MONTHS[month][:3]
+    style = rng.randrange(3)
+    source = (f"{name} {day} {year}", f"{day} {name} {year}", f"{name} {day}, {year}")[style]
+    return source, f"{year:04d}-{month + 1:02d}-{day:02d}"
+
+
+TASKS: dict[str, Task] = {
+    task.name: task
+    for task in (
+        Task("copy", "copies lowercase text", "encoder-decoder", LETTERS + " ", 20, _copy,
+             ("hello world", "attention", "the cat sat")),
+        Task("reverse", "reverses lowercase text", "encoder-decoder", LETTERS + " ", 20, _reverse,
+             ("hello world", "attention", "stressed")),
+        Task("date", "rewrites a date in words as YYYY-MM-DD", "encoder-decoder",
+             LETTERS + string.digits + " ,-", 20, _date,
+             ("march 3 2021", "14 feb 1999", "december 25, 2024")),
+        Task("gpt-reverse", "a decoder-only model that continues 'text>' with the text reversed", "decoder",
+             LETTERS + " >", 20, _reverse, ("hello world", "attention", "stressed"), separator=">"),
+    )
+}
+
+
+def make_examples(task: Task, count: int, seed: int) -> list[tuple[str, str]]:
+    """`count` (source, target) pairs drawn with their own random generator."""
+    rng = random.Random(seed)
+    return [task.sample(rng) for _ in range(count)]

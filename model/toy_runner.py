@@ -1,0 +1,168 @@
+"""Running a shipped toy model on a person's text, with masks as asked, into a Trace."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+import torch
+
+from model.capture import capture
+from model.masks import blocked_mask, causal_mask, check_every_query_sees_a_key, combine, padding_mask
+from model.runner import RunOptions
+from model.toy import ToyModel
+from model.tracing import DecodeStep, ModelFacts, Trace
+from model.transformer import EncoderDecoder
+
+DECODER_PATTERNS = ("decoder.*attn.hook_pattern",)  # captured at every generation step
+
+
+class ToyRunner:
+    """Runs a trained from-scratch model. Encoder-decoder: source -> encoder, <s> + output -> decoder.
+    Decoder-only: <s> + source + separator + output in one causal stack."""
+
+    def __init__(self, model_id: str, toy: ToyModel) -> None:
+        self.toy = toy
+        self.examples = toy.task.examples
+        cfg, model = toy.model.cfg, toy.model
+        encoder_decoder = isinstance(model, EncoderDecoder)
+        self.facts = ModelFacts(
+            model_id=model_id,
+            family="from-scratch transformer (Vaswani et al. 2017)",
+            kind=cfg.kind,
+            n_encoder_layers=cfg.n_encoder_layers if encoder_decoder else 0,
+            n_decoder_layers=cfg.n_decoder_layers,
+            n_heads=cfg.n_heads,
+            n_kv_heads=cfg.n_heads,
+            d_model=cfg.d_model,
+            d_ff=cfg.d_ff,
+            vocab_size=cfg.vocab_size,
+            max_len=cfg.max_len,
+            positional="sinusoidal",
+            norm=f"{cfg.norm}-norm",
+            n_params=sum(p.numel() for p in model.parameters()),
+            device=str(model.device),
+            notes={
+                "task": toy.task.description,
+                "allowed characters": toy.source_chars,
+                "trained on sources of": f"1-{toy.task.max_source_chars} characters",
+                **toy.training,
+            },
+        )
+
+    def run(self, text: str, target: str | None = None, options: RunOptions = RunOptions()) -> Trace:
+        if isinstance(self.toy.model, EncoderDecoder):
+            return self._run_encoder_decoder(text, target, options)
+        return self._run_decoder_only(text, target, options)
+
+    # -- masks ---------------------------------------------------------------------------------
+    def _self_mask(self, ids: torch.Tensor, causal: bool, blocked: tuple[tuple[int, int], ...]) -> torch.Tensor:
+        """(1, 1, len, len): padding keys hidden, causal if asked, custom blocked pairs hidden."""
+        length, device = ids.size(1), ids.device
+        mask = combine(
+            padding_mask(ids, self.toy.tokenizer.pad_id),
+            causal_mask(length, device) if causal else None,
+            blocked_mask(length, blocked, device) if blocked else None,
+        ).expand(-1, -1, length, length)
+        check_every_query_sees_a_key(mask)
+        return mask
+
+    def _tensor(self, ids: list[int]) -> torch.Tensor:
+        return torch.tensor([ids], dtype=torch.long, device=self.toy.model.device)
+
+    def _padded(self, ids: list[int], pad_to: int) -> list[int]:
+        return ids + [self.toy.tokenizer.pad_id] * max(0, min(pad_to, self.toy.model.cfg.max_len) - len(ids))
+
+    # -- encoder-decoder -----------------------------------------------------------------------
+    def _run_encoder_decoder(self, text: str, target: str | None, options: RunOptions) -> Trace:
+        toy, model = self.toy, self.toy.model
+        tok = toy.tokenizer
+        src = self._tensor(self._padded(toy.encode_source(text), options.pad_to))
+        enc_mask = self._self_mask(src, options.causal == "on", options.blocked)
+        cross_mask = padding_mask(src, tok.pad_id)  # (1, 1, 1, src_len)
+
+        def forward(tgt: torch.Tensor) -> torch.Tensor:
+            dec_mask = self._self_mask(tgt, options.causal != "off", ())
+            return model(src, tgt, enc_mask, dec_mask, cross_mask)
+
+        steps: list[DecodeStep] = []
+        if target is None:
+            steps = self._generate([tok.bos_id], forward, model.cfg.max_len - 1)
+            tgt_ids = [tok.bos_id, *(s.token_id for s in steps)][: len(steps)]
+        else:
+            tgt_ids = [tok.bos_id, *toy.encode_target(target)[:-1]]
+        tgt = self._tensor(tgt_ids)
+        log_probs, captured = capture(model, model.hook_points, options.hooks, lambda: forward(tgt))
+        masks = {
+            "encoder.attn": enc_mask[0, 0],
+            "decoder.attn": self._self_mask(tgt, options.causal != "off", ())[0, 0],
+            "decoder.cross_attn": cross_mask.expand(-1, -1, tgt.size(1), -1)[0, 0],
+        }
+        return self._trace(src, tgt_ids, masks, captured, log_probs[0], 0, options, steps)
+
+    # -- decoder-only --------------------------------------------------------------------------
+    def _run_decoder_only(self, text: str, target: str | None, options: RunOptions) -> Trace:
+        toy, model = self.toy, self.toy.model
+        prompt = toy.encode_source(text)
+
+        def forward(seq: torch.Tensor) -> torch.Tensor:
+            """A generation step: blocked pairs apply once both positions exist."""
+            blocked = tuple(pair for pair in options.blocked if max(pair) < seq.size(1))
+            return model(seq, self._self_mask(seq, options.causal != "off", blocked))
+
+        steps: list[DecodeStep] = []
+        if target is None:
+            steps = self._generate(prompt, forward, model.cfg.max_len - len(prompt))
+            answer = [s.token_id for s in steps][:-1]
+        else:
+            answer = toy.encode_target(target)[:-1]
+        seq_ids = self._padded(prompt + answer, options.pad_to)
+        seq = self._tensor(seq_ids)
+        mask = self._self_mask(seq, options.causal != "off", options.blocked)
+        log_probs, captured = capture(model, model.hook_points, options.hooks, lambda: model(seq, mask))
+        masks = {"decoder.attn": mask[0, 0]}
+        return self._trace(seq, [], masks, captured, log_probs[0], len(prompt) - 1, options, steps)
+
+    # -- shared --------------------------------------------------------------------------------
+    def _generate(self, prefix: list[int], forward, max_new: int) -> list[DecodeStep]:
+        """Greedy decoding one token at a time, capturing the new token's attention at each step."""
+        model, eos = self.toy.model, self.toy.tokenizer.eos_id
+        ids, steps = list(prefix), []
+        for _ in range(max_new):
+            seq = self._tensor(ids)
+            log_probs, captured = capture(model, model.hook_points, DECODER_PATTERNS, partial(forward, seq))
+            next_id = int(log_probs[0, -1].argmax())
+            steps.append(DecodeStep(next_id, {k: v[0, :, -1] for k, v in captured.items()}))  # (heads, k_len)
+            ids.append(next_id)
+            if next_id == eos:
+                break
+        return steps
+
+    def _trace(
+        self,
+        source: torch.Tensor,
+        target_ids: list[int],
+        masks: dict[str, torch.Tensor],
+        captured: dict[str, np.ndarray],
+        log_probs: torch.Tensor,
+        first_answer_position: int,
+        options: RunOptions,
+        steps: list[DecodeStep],
+    ) -> Trace:
+        """Assemble the Trace; the output text is what the model predicts from `first_answer_position` on."""
+        tok = self.toy.tokenizer
+        predicted = log_probs.argmax(dim=-1)  # (len,)
+        source_ids = source[0].tolist()
+        return Trace(
+            facts=self.facts,
+            tokens=tok.tokens(source_ids),
+            ids=source_ids,
+            target_tokens=tok.tokens(target_ids),
+            target_ids=target_ids,
+            masks={k: v.cpu().numpy() for k, v in masks.items()},
+            captured={k: v[0] for k, v in captured.items()},
+            outputs={"log_probs": log_probs.float().cpu().numpy(), "predicted_ids": predicted.cpu().numpy()},
+            output_text=tok.decode(predicted[first_answer_position:].tolist()),
+            options={"causal": options.causal, "pad_to": options.pad_to, "blocked": [list(b) for b in options.blocked]},
+            steps=steps,
+        )

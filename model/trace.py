@@ -1,0 +1,48 @@
+"""Run a model on text and save the Trace: `python -m model.trace --model toy-reverse --text "hello" --out t.npz`.
+
+Prints a JSON summary (model id, tokens, output text, hook names with shapes). The .npz layout is
+documented in model/tracing.py; read it back with `model.tracing.load_trace`.
+`python -m model.trace --list` prints the model ids, one a line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from model.registry import list_model_ids, load_runner
+from model.runner import RunOptions
+from model.tracing import save_trace
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--list", action="store_true", help="print the model ids and exit")
+    parser.add_argument("--model", help="model id (see --list)")
+    parser.add_argument("--text", help="the source text (decoder-only: the prompt)")
+    parser.add_argument("--target", help="trace the model reading this target instead of generating one")
+    parser.add_argument("--causal", choices=["auto", "on", "off"], default="auto",
+                        help="auto: as trained; on: every self-attention causal; off: no causal mask")
+    parser.add_argument("--hooks", nargs="*", default=["*"], help="glob patterns of hook names to keep (default: all)")
+    parser.add_argument("--out", help="write the trace to this .npz file")
+    args = parser.parse_args(argv)
+    if args.list:
+        print("\n".join(list_model_ids()))
+        return 0
+    if not args.model or args.text is None:
+        parser.error("--model and --text are required (or --list)")
+    try:
+        runner = load_runner(args.model)
+        trace = runner.run(args.text, args.target, RunOptions(hooks=tuple(args.hooks), causal=args.causal))
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if args.out:
+        save_trace(trace, args.out)
+    print(json.dumps(trace.summary(), ensure_ascii=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,141 @@
+"""The Trace: everything one run of a model produced, as plain CPU numpy data, and its .npz file.
+
+File layout (`save_trace` / `load_trace`), one numpy array per key:
+- `tokens`, `ids`: the source tokens (decoder-only: the whole sequence) and their ids;
+- `target_tokens`, `target_ids`: the decoder's input tokens of an encoder-decoder model (else empty);
+- `facts`, `options`, `output_text`: JSON strings (model facts, run options, the decoded output);
+- `mask:<site>`: (q_len, k_len) bool, True = may attend; sites `encoder.attn`, `decoder.attn`, `decoder.cross_attn`;
+- `<hook name>`: every captured hook, batch dimension removed, e.g. `encoder.0.attn.hook_pattern`
+  (heads, q_len, k_len) or `decoder.1.hook_resid_post` (len, d_model);
+- `output:<name>`: model outputs, e.g. `output:log_probs` (len, vocab);
+- `step:<i>:<hook name>`: generation step i's attention row (heads, k_len), with `step_ids`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+PATTERN_SUFFIX = "hook_pattern"
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What a person should know about the model that produced a trace."""
+
+    model_id: str
+    family: str  # e.g. "from-scratch transformer (Vaswani et al. 2017)"
+    kind: str  # "encoder", "decoder" or "encoder-decoder"
+    n_encoder_layers: int
+    n_decoder_layers: int
+    n_heads: int
+    n_kv_heads: int  # = n_heads unless key/value heads are shared (GQA)
+    d_model: int
+    d_ff: int
+    vocab_size: int
+    max_len: int  # longest sequence in tokens
+    positional: str  # "sinusoidal", "learned", "rotary", ...
+    norm: str  # "post-norm" or "pre-norm"
+    n_params: int
+    device: str
+    notes: dict[str, Any] = field(default_factory=dict)  # e.g. the toy task and its accuracy
+
+
+@dataclass
+class DecodeStep:
+    """One greedy step: the token chosen and the new query row of each attention site."""
+
+    token_id: int
+    attention: dict[str, np.ndarray]  # hook name -> (heads, k_len)
+
+
+@dataclass
+class Trace:
+    """One forward pass, captured."""
+
+    facts: ModelFacts
+    tokens: list[str]
+    ids: list[int]
+    target_tokens: list[str]
+    target_ids: list[int]
+    masks: dict[str, np.ndarray]  # site -> (q_len, k_len) bool, True = may attend
+    captured: dict[str, np.ndarray]  # hook name -> value, batch dim removed
+    outputs: dict[str, np.ndarray]  # e.g. "log_probs": (len, vocab)
+    output_text: str
+    options: dict[str, Any]
+    steps: list[DecodeStep] = field(default_factory=list)
+
+    @property
+    def attention(self) -> dict[str, np.ndarray]:
+        """Attention probabilities by hook name, each (heads, q_len, k_len)."""
+        return {k: v for k, v in self.captured.items() if k.endswith(PATTERN_SUFFIX)}
+
+    def summary(self) -> dict[str, Any]:
+        """A short JSON-able description: model, tokens, output, hook names with shapes."""
+        return {
+            "model_id": self.facts.model_id,
+            "tokens": self.tokens,
+            "target_tokens": self.target_tokens,
+            "output_text": self.output_text,
+            "masks": {k: list(v.shape) for k, v in self.masks.items()},
+            "hooks": {k: list(v.shape) for k, v in self.captured.items()},
+        }
+
+
+def save_trace(trace: Trace, path: str | Path) -> None:
+    """Write `trace` to an .npz file (layout in the module docstring)."""
+    arrays: dict[str, np.ndarray] = {
+        "tokens": np.array(trace.tokens, dtype=str),
+        "ids": np.array(trace.ids, dtype=np.int64),
+        "target_tokens": np.array(trace.target_tokens, dtype=str),
+        "target_ids": np.array(trace.target_ids, dtype=np.int64),
+        "facts": np.array(json.dumps(dataclasses.asdict(trace.facts))),
+        "options": np.array(json.dumps(trace.options)),
+        "output_text": np.array(trace.output_text),
+        "step_ids": np.array([s.token_id for s in trace.steps], dtype=np.int64),
+    }
+    arrays.update({f"mask:{k}": v for k, v in trace.masks.items()})
+    arrays.update(trace.captured)
+    arrays.update({f"output:{k}": v for k, v in trace.outputs.items()})
+    for i, step in enumerate(trace.steps):
+        arrays.update({f"step:{i}:{k}": v for k, v in step.attention.items()})
+    with open(path, "wb") as f:
+        np.savez_compressed(f, **arrays)
+
+
+def load_trace(path: str | Path) -> Trace:
+    """Read a Trace written by `save_trace` (no pickles: object arrays are refused)."""
+    with np.load(path, allow_pickle=False) as data:
+        arrays = {k: data[k] for k in data.files}
+    prefixed = {"mask:": {}, "output:": {}, "step:": {}}
+    captured: dict[str, np.ndarray] = {}
+    plain = {"tokens", "ids", "target_tokens", "target_ids", "facts", "options", "output_text", "step_ids"}
+    for key, value in arrays.items():
+        prefix = next((p for p in prefixed if key.startswith(p)), None)
+        if prefix:
+            prefixed[prefix][key[len(prefix):]] = value
+        elif key not in plain:
+            captured[key] = value
+    step_arrays = prefixed["step:"]  # "<i>:<hook name>" -> (heads, k_len)
+    steps = [
+        DecodeStep(int(token_id), {k.split(":", 1)[1]: v for k, v in step_arrays.items() if k.startswith(f"{i}:")})
+        for i, token_id in enumerate(arrays["step_ids"].tolist())
+    ]
+    return Trace(
+        facts=ModelFacts(**json.loads(str(arrays["facts"]))),
+        tokens=arrays["tokens"].tolist(),
+        ids=arrays["ids"].tolist(),
+        target_tokens=arrays["target_tokens"].tolist(),
+        target_ids=arrays["target_ids"].tolist(),
+        masks=prefixed["mask:"],
+        captured=captured,
+        outputs=prefixed["output:"],
+        output_text=str(arrays["output_text"]),
+        options=json.loads(str(arrays["options"])),
+        steps=steps,
+    )

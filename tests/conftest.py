@@ -1,0 +1,13 @@
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest
+import torch
+
+torch.backends.mha.set_fastpath_enabled(False)  # compare against the plain PyTorch reference path
+
+
+@pytest.fixture(autouse=True)
+def _seed() -> None:
+    torch.manual_seed(0)

@@ -1,0 +1,48 @@
+"""The app as a person uses it, without a browser (streamlit.testing.v1.AppTest)."""
+
+import json
+
+from streamlit.testing.v1 import AppTest
+
+APP = "../app.py"
+
+
+def _app() -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    assert not at.exception
+    return at
+
+
+def _heatmap_title(at: AppTest) -> str:
+    [chart] = at.get("plotly_chart")
+    return json.loads(chart.proto.spec)["layout"]["title"]["text"]
+
+
+def test_opens_on_a_model_with_output_and_heatmap() -> None:
+    at = _app()
+    assert at.sidebar.selectbox(key="model_id").value == "toy-copy"
+    assert at.metric[0].value == "hello world"
+    assert _heatmap_title(at) == "encoder.attn · layer 0 · head 0"
+
+
+def test_switching_model_layer_head_and_site() -> None:
+    at = _app()
+    at.sidebar.selectbox(key="model_id").set_value("toy-reverse").run()
+    assert not at.exception
+    assert at.metric[0].value == "dlrow olleh"
+    at.radio(key="overview_site").set_value("decoder.cross_attn").run()
+    at.selectbox(key="overview_layer").set_value(1).run()
+    at.selectbox(key="overview_head").set_value(3).run()
+    assert not at.exception
+    assert _heatmap_title(at) == "decoder.cross_attn · layer 1 · head 3"
+
+
+def test_bad_text_shows_a_message_and_the_app_keeps_working() -> None:
+    at = _app()
+    at.sidebar.text_input(key="text_toy-copy").set_value("<img src=x onerror=alert(1)>").run()
+    assert not at.exception
+    assert "does not know" in at.error[0].value
+    assert "Type some text" in at.info[0].value
+    at.sidebar.text_input(key="text_toy-copy").set_value("abc").run()
+    assert at.metric[0].value == "abc"

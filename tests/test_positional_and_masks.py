@@ -1,0 +1,55 @@
+"""The sinusoidal table equals the paper's formula; the masks follow the documented convention."""
+
+import math
+
+import pytest
+import torch
+
+from model.layers import sinusoidal_table
+from model.masks import (
+    blocked_mask,
+    causal_mask,
+    check_every_query_sees_a_key,
+    combine,
+    padding_mask,
+)
+
+
+@pytest.mark.parametrize("d_model", [8, 64, 512])
+def test_positional_encoding_equals_formula(d_model: int) -> None:
+    table = sinusoidal_table(600, d_model)
+    for pos in (0, 1, 7, 100, 599):
+        for i in (0, 1, d_model // 4, d_model // 2 - 1):
+            angle = pos / 10000 ** (2 * i / d_model)
+            assert table[pos, 2 * i].item() == pytest.approx(math.sin(angle), abs=1e-6)
+            assert table[pos, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-6)
+
+
+def test_positional_encoding_first_row_alternates_zero_one() -> None:
+    assert torch.equal(sinusoidal_table(1, 6)[0], torch.tensor([0.0, 1, 0, 1, 0, 1]))
+
+
+def test_padding_mask_hides_pad_keys() -> None:
+    mask = padding_mask(torch.tensor([[5, 6, 0], [5, 0, 0]]), pad_id=0)
+    assert mask.shape == (2, 1, 1, 3)
+    assert mask[:, 0, 0].tolist() == [[True, True, False], [True, False, False]]
+
+
+def test_causal_mask_is_lower_triangle() -> None:
+    mask = causal_mask(4)[0, 0]
+    assert mask.tolist() == [[i >= j for j in range(4)] for i in range(4)]
+
+
+def test_blocked_mask_and_combination() -> None:
+    mask = combine(causal_mask(3), blocked_mask(3, [(2, 0)]))[0, 0]
+    assert mask.tolist() == [[True, False, False], [True, True, False], [False, True, True]]
+    with pytest.raises(ValueError, match="outside the 3 x 3"):
+        blocked_mask(3, [(3, 0)])
+    assert combine(None, None) is None
+
+
+def test_a_query_with_no_visible_key_is_refused() -> None:
+    mask = blocked_mask(2, [(1, 0), (1, 1)])
+    with pytest.raises(ValueError, match=r"query position\(s\) \[1\]"):
+        check_every_query_sees_a_key(mask)
+    check_every_query_sees_a_key(causal_mask(5))

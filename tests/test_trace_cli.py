@@ -1,0 +1,60 @@
+"""`python -m model.trace`: lists models, writes a Trace file that loads back, refuses bad input clearly."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from model.registry import list_model_ids
+from model.tracing import load_trace
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "model.trace", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_list_prints_one_model_id_a_line() -> None:
+    result = _cli("--list")
+    assert result.returncode == 0
+    assert result.stdout.splitlines() == list_model_ids()
+
+
+def test_trace_file_round_trip(tmp_path: Path) -> None:
+    out = tmp_path / "trace.npz"
+    result = _cli("--model", "toy-reverse", "--text", "hello world", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["model_id"] == "toy-reverse"
+    assert summary["output_text"] == "dlrow olleh"
+    assert summary["tokens"] == [*"hello world", "</s>"]
+    assert summary["hooks"]["encoder.0.attn.hook_pattern"] == [4, 12, 12]
+    trace = load_trace(out)
+    assert trace.output_text == "dlrow olleh"
+    assert trace.facts.model_id == "toy-reverse"
+    assert trace.facts.n_heads == 4
+    assert len(trace.steps) == 12 and trace.steps[-1].token_id == 2
+    assert trace.masks["decoder.attn"].dtype == bool
+    assert set(trace.captured) == set(summary["hooks"])
+    np.testing.assert_allclose(trace.attention["decoder.0.cross_attn.hook_pattern"].sum(-1), 1.0, atol=1e-5)
+
+
+def test_target_causal_and_hook_filter(tmp_path: Path) -> None:
+    result = _cli("--model", "toy-date", "--text", "may 1 2000", "--target", "2000-05-01", "--causal", "on",
+                  "--hooks", "*.hook_pattern")
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["target_tokens"] == ["<s>", *"2000-05-01"]
+    assert all(name.endswith("hook_pattern") for name in summary["hooks"])
+    assert len(summary["hooks"]) == 2 + 2 * 2
+
+
+def test_bad_text_exits_with_a_message() -> None:
+    result = _cli("--model", "toy-reverse", "--text", "Hello")
+    assert result.returncode == 2
+    assert "error: The text contains characters this model does not know: 'H'" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -1,0 +1,17 @@
+"""How tokens are written on axes and in tables."""
+
+from __future__ import annotations
+
+import html
+
+VISIBLE_WHITESPACE = {" ": "␣", "\t": "⇥", "\n": "⏎"}
+
+
+def visible_token(token: str) -> str:
+    """A token as a person should read it in a table: whitespace made visible, empty shown as ∅."""
+    return "".join(VISIBLE_WHITESPACE.get(c, c) for c in token) or "∅"
+
+
+def plotly_label(token: str) -> str:
+    """A token for plotly text, which understands some HTML: escaped so that it shows literally."""
+    return html.escape(visible_token(token))
