@@ -46,7 +46,7 @@ def sidebar() -> Trace | None:
 def main() -> None:
     st.set_page_config(page_title="Attention Atlas", page_icon="🔍", layout="wide")
     st.session_state["trace"] = sidebar()
-    st.navigation([st.Page("pages/overview.py", title="Overview", icon="🔍", default=True)]).run()
+    st.navigation([st.Page("app_pages/overview.py", title="Overview", icon="🔍", default=True)]).run()
 
 
 main()

@@ -61,15 +61,17 @@ class TransformerConfig:
 
     @classmethod
     def toy(cls, vocab_size: int, kind: ModelKind = "encoder-decoder") -> TransformerConfig:
-        """A small model that trains on a laptop CPU in minutes (the shipped toy models)."""
+        """A small model that trains on a laptop CPU in minutes (the shipped toy models).
+        Encoder-decoder: 2 + 2 layers; decoder-only: 4 layers, about the same size."""
+        decoder_only = kind == "decoder"
         return cls(
             vocab_size=vocab_size,
             kind=kind,
             d_model=64,
             n_heads=4,
             d_ff=256,
-            n_encoder_layers=2,
-            n_decoder_layers=2,
+            n_encoder_layers=0 if decoder_only else 2,
+            n_decoder_layers=4 if decoder_only else 2,
             dropout=0.1,
             max_len=64,
         )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import unicodedata
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 
 _ALLOWED_CONTROLS = {"\t", "\n", "\r"}
 
@@ -16,6 +16,11 @@ def describe_char(char: str) -> str:
     return f"U+{ord(char):04X}" + (f" ({name})" if name else "")
 
 
+def _unique(chars: Iterable[str]) -> list[str]:
+    """Distinct characters in order of first appearance."""
+    return list(dict.fromkeys(chars))
+
+
 def validate_text(text: str, max_chars: int, allowed: Collection[str] | None = None, what: str = "text") -> str:
     """Return `text` if a model can take it, else raise ValueError naming the problem.
 
@@ -24,20 +29,19 @@ def validate_text(text: str, max_chars: int, allowed: Collection[str] | None = N
     """
     if not text or not text.strip():
         raise ValueError(f"The {what} is empty: type at least one character.")
-    bad_controls = sorted(
-        {c for c in text if (unicodedata.category(c) in ("Cc", "Cs")) and c not in _ALLOWED_CONTROLS}
-    )
+    bad_controls = _unique(c for c in text if unicodedata.category(c) in ("Cc", "Cs") and c not in _ALLOWED_CONTROLS)
     if bad_controls:
         shown = ", ".join(describe_char(c) for c in bad_controls)
         raise ValueError(f"The {what} contains control characters that cannot be tokenised: {shown}. Remove them.")
     if len(text) > max_chars:
         raise ValueError(f"The {what} has {len(text):,} characters; this model accepts at most {max_chars:,}.")
     if allowed is not None:
-        outside = sorted(set(text) - set(allowed))
+        allowed_set = set(allowed)
+        outside = _unique(c for c in text if c not in allowed_set)
         if outside:
             shown = ", ".join(describe_char(c) for c in outside)
-            allowed_shown = "".join(sorted(allowed)).replace(" ", "")
-            space = " and space" if " " in allowed else ""
+            allowed_shown = "".join(sorted(allowed_set)).replace(" ", "")
+            space = " and space" if " " in allowed_set else ""
             raise ValueError(
                 f"The {what} contains characters this model does not know: {shown}. "
                 f"Allowed: {allowed_shown}{space}."

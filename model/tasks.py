@@ -72,8 +72,9 @@ TASKS: dict[str, Task] = {
         Task("date", "rewrites a date in words as YYYY-MM-DD", "encoder-decoder",
              LETTERS + string.digits + " ,-", 20, _date,
              ("march 3 2021", "14 feb 1999", "december 25, 2024")),
-        Task("gpt-reverse", "a decoder-only model that continues 'text>' with the text reversed", "decoder",
-             LETTERS + " >", 20, _reverse, ("hello world", "attention", "stressed"), separator=">"),
+        Task("gpt-date", "a decoder-only model that continues 'date in words=' with YYYY-MM-DD", "decoder",
+             LETTERS + string.digits + " ,-=", 20, _date, ("march 3 2021", "14 feb 1999", "december 25, 2024"),
+             separator="="),
     )
 }
 

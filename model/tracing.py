@@ -75,6 +75,27 @@ class Trace:
         """Attention probabilities by hook name, each (heads, q_len, k_len)."""
         return {k: v for k, v in self.captured.items() if k.endswith(PATTERN_SUFFIX)}
 
+    def sites(self) -> list[str]:
+        """Attention sites with captured patterns, in model order ("encoder.attn", "decoder.attn", ...)."""
+        return [site for site in self.masks if self.pattern_name(site, 0) in self.captured]
+
+    @staticmethod
+    def pattern_name(site: str, layer: int) -> str:
+        """("decoder.cross_attn", 1) -> "decoder.1.cross_attn.hook_pattern"."""
+        stack, kind = site.split(".")
+        return f"{stack}.{layer}.{kind}.{PATTERN_SUFFIX}"
+
+    def n_layers(self, site: str) -> int:
+        return self.facts.n_encoder_layers if site.startswith("encoder") else self.facts.n_decoder_layers
+
+    def query_tokens(self, site: str) -> list[str]:
+        """Row labels of the site's attention: the decoder's input for decoder sites of an encoder-decoder."""
+        return self.target_tokens if site.startswith("decoder") and self.target_tokens else self.tokens
+
+    def key_tokens(self, site: str) -> list[str]:
+        """Column labels: cross-attention looks at the source."""
+        return self.tokens if site.endswith("cross_attn") else self.query_tokens(site)
+
     def summary(self) -> dict[str, Any]:
         """A short JSON-able description: model, tokens, output, hook names with shapes."""
         return {

@@ -42,7 +42,10 @@ def test_bad_text_shows_a_message_and_the_app_keeps_working() -> None:
     at = _app()
     at.sidebar.text_input(key="text_toy-copy").set_value("<img src=x onerror=alert(1)>").run()
     assert not at.exception
-    assert "does not know" in at.error[0].value
-    assert "Type some text" in at.info[0].value
+    assert "does not know: '<', '=', '(', '1', ')', '>'" in at.error[0].value
+    assert not at.get("plotly_chart")
+    at.sidebar.text_input(key="text_toy-copy").set_value("").run()
+    assert "The text is empty" in at.error[0].value
     at.sidebar.text_input(key="text_toy-copy").set_value("abc").run()
     assert at.metric[0].value == "abc"
+    assert not at.error

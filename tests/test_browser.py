@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from playwright.sync_api import expect, sync_playwright
 
 from tests.browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, require_chromium, serve_app
 
 pytestmark = pytest.mark.browser
+expect.set_options(timeout=30_000)  # reruns on a loaded 2-core CI machine take seconds
 IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
 
 
@@ -22,7 +24,7 @@ def app_url() -> Iterator[str]:
 @pytest.fixture(scope="module")
 def browser():
     require_chromium()
-    from playwright.sync_api import sync_playwright
+
 
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -52,20 +54,47 @@ def _set_text(page, text: str) -> None:
     page.wait_for_selector(IDLE, timeout=60_000)
 
 
+def _texts(page, selector: str) -> list[str]:
+    """Text of SVG elements (plotly draws labels as SVG <text>, which has no innerText)."""
+    return page.locator(selector).evaluate_all("els => els.map(e => e.textContent)")
+
+
+def _choose(page, label: str, option: str) -> None:
+    page.get_by_label(label, exact=True).click()
+    page.get_by_role("option", name=option, exact=True).click()
+    page.wait_for_timeout(300)
+    page.wait_for_selector(IDLE, timeout=60_000)
+
+
 def test_type_a_sentence_and_see_the_heatmap(page) -> None:
     _set_text(page, "attention")
+    expect(page.get_by_test_id("stMetricValue")).to_have_text("attention")
     page.wait_for_selector(".js-plotly-plot .heatmaplayer", timeout=30_000)
-    assert page.get_by_test_id("stMetricValue").inner_text() == "attention"
-    ticks = page.locator(".js-plotly-plot .xtick text").all_inner_texts()
+    ticks = _texts(page, ".js-plotly-plot .xtick text")
     assert ticks == [*"attention", "</s>"]
-    page.screenshot(path=str(ARTIFACTS / "overview.png"), full_page=True)
+    page.screenshot(path=str(ARTIFACTS / "overview.png"))
+    page.locator(".js-plotly-plot").screenshot(path=str(ARTIFACTS / "heatmap.png"))
+    assert page.console_errors == []
+
+
+def test_switch_model_site_layer_and_head(page) -> None:
+    _choose(page, "Model", "toy-date")
+    expect(page.get_by_role("heading", name="toy-date")).to_be_visible()
+    _set_text(page, "march 3 2021")
+    expect(page.get_by_test_id("stMetricValue")).to_have_text("2021-03-03")
+    page.get_by_text("decoder.cross_attn", exact=True).click()
+    page.wait_for_selector(IDLE, timeout=60_000)
+    _choose(page, "Layer", "1")
+    _choose(page, "Head", "2")
+    expect(page.locator(".js-plotly-plot .gtitle")).to_have_text("decoder.cross_attn · layer 1 · head 2")
+    assert _texts(page, ".js-plotly-plot .ytick text") == ["<s>", *"2021-03-03"]
+    page.locator(".js-plotly-plot").screenshot(path=str(ARTIFACTS / "cross-attention.png"))
     assert page.console_errors == []
 
 
 def test_script_in_text_is_shown_literally_and_never_runs(page) -> None:
     _set_text(page, "<img src=x onerror=alert(1)>")
-    alert = page.get_by_test_id("stAlert").first
-    assert "does not know" in alert.inner_text()
-    page.screenshot(path=str(ARTIFACTS / "bad-input.png"), full_page=True)
+    expect(page.get_by_test_id("stAlert").first).to_contain_text("does not know: '<', '='")
+    page.screenshot(path=str(ARTIFACTS / "bad-input.png"))
     assert page.dialogs == []
     assert page.locator("img[src='x']").count() == 0

@@ -36,7 +36,7 @@ def test_encoder_decoder_hook_names() -> None:
 
 def test_decoder_only_hook_names() -> None:
     model = build_model(TransformerConfig.toy(vocab_size=10, kind="decoder"))
-    expected = [*_layer("decoder.0", cross=False), *_layer("decoder.1", cross=False),
+    expected = [*(name for i in range(4) for name in _layer(f"decoder.{i}", cross=False)),
                 *[f"decoder.{h}" for h in STACK]]
     assert list(model.hook_points) == expected
     assert not any(name.startswith("encoder") for name in model.hook_points)

@@ -30,7 +30,7 @@ def test_exact_match_on_held_out_examples(task: str) -> None:
 @pytest.mark.parametrize(
     ("model_id", "text", "expected"),
     [("toy-copy", "hello world", "hello world"), ("toy-reverse", "attention", "noitnetta"),
-     ("toy-date", "march 3 2021", "2021-03-03"), ("toy-gpt-reverse", "stressed", "desserts")],
+     ("toy-date", "march 3 2021", "2021-03-03"), ("toy-gpt-date", "14 feb 1999", "1999-02-14")],
 )
 def test_generated_output(model_id: str, text: str, expected: str) -> None:
     trace = load_runner(model_id).run(text)
@@ -52,10 +52,10 @@ def test_encoder_decoder_trace_has_every_site() -> None:
         np.testing.assert_allclose(pattern.sum(-1), 1.0, atol=1e-5)
 
 
-@pytest.mark.parametrize("model_id", ["toy-date", "toy-gpt-reverse"])
+@pytest.mark.parametrize("model_id", ["toy-date", "toy-gpt-date"])
 def test_each_generation_step_matches_the_full_trace(model_id: str) -> None:
     """The attention captured while decoding step by step equals the rows of the final causal pass."""
-    trace = load_runner(model_id).run("june 5 1990" if model_id == "toy-date" else "abc")
+    trace = load_runner(model_id).run("june 5 1990")
     first_query = len(trace.tokens) - len(trace.steps) if not trace.target_tokens else 0
     for step_index, step in enumerate(trace.steps):
         for name, row in step.attention.items():
@@ -74,7 +74,7 @@ def test_causal_on_zeroes_the_encoder_upper_triangle() -> None:
 
 
 def test_causal_off_lets_the_decoder_look_ahead() -> None:
-    trace = load_runner("toy-gpt-reverse").run("abc", options=RunOptions(causal="off"))
+    trace = load_runner("toy-gpt-date").run("may 1 2000", options=RunOptions(causal="off"))
     assert trace.masks["decoder.attn"].all()
     assert trace.attention["decoder.0.attn.hook_pattern"][:, 0, 1:].sum() > 0
 

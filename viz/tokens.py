@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import html
 
-VISIBLE_WHITESPACE = {" ": "␣", "\t": "⇥", "\n": "⏎"}
+VISIBLE_WHITESPACE = {" ": "·", "\t": "\\t", "\n": "\\n", "\r": "\\r"}  # glyphs every font has
 
 
 def visible_token(token: str) -> str:
