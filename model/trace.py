@@ -1,5 +1,7 @@
 """Run a model on text and save the Trace: `python -m model.trace --model toy-reverse --text "hello" --out t.npz`.
 
+--model takes an id from --list (toy-<task>, minilm, smollm2) or any Hugging Face model folder or hub id.
+
 Prints a JSON summary (model id, tokens, output text, hook names with shapes). The .npz layout is
 documented in model/tracing.py; read it back with `model.tracing.load_trace`.
 `python -m model.trace --list` prints the model ids, one a line.
@@ -11,6 +13,7 @@ import argparse
 import json
 import sys
 
+from model.devices import DEVICE_CHOICES, pick_device
 from model.registry import list_model_ids, load_runner
 from model.runner import RunOptions
 from model.tracing import save_trace
@@ -25,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--causal", choices=["auto", "on", "off"], default="auto",
                         help="auto: as trained; on: every self-attention causal; off: no causal mask")
     parser.add_argument("--hooks", nargs="*", default=["*"], help="glob patterns of hook names to keep (default: all)")
+    parser.add_argument("--device", choices=DEVICE_CHOICES, default="auto", help="auto: CUDA, then MPS, then CPU")
     parser.add_argument("--out", help="write the trace to this .npz file")
     args = parser.parse_args(argv)
     if args.list:
@@ -33,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.model or args.text is None:
         parser.error("--model and --text are required (or --list)")
     try:
-        runner = load_runner(args.model)
+        runner = load_runner(args.model, device=pick_device(args.device))
         trace = runner.run(args.text, args.target, RunOptions(hooks=tuple(args.hooks), causal=args.causal))
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -4,7 +4,10 @@ import json
 
 from streamlit.testing.v1 import AppTest
 
+from tests.tiny_hf import build
+
 APP = "../app.py"
+CUSTOM = "a Hugging Face folder or id…"  # the model picker's last choice
 
 
 def _app() -> AppTest:
@@ -49,3 +52,25 @@ def test_bad_text_shows_a_message_and_the_app_keeps_working() -> None:
     at.sidebar.text_input(key="text_toy-copy").set_value("abc").run()
     assert at.metric[0].value == "abc"
     assert not at.error
+
+
+def test_a_hugging_face_folder_typed_in_the_sidebar(tmp_path) -> None:
+    folder = build("bert", tmp_path / "bert")
+    at = _app()
+    at.sidebar.selectbox(key="model_id").set_value(CUSTOM).run()
+    assert "Type the path" in at.info[0].value
+    at.sidebar.text_input(key="custom_model").set_value(str(folder)).run()
+    assert not at.exception
+    assert at.sidebar.text_input(key=f"text_{folder}").value == "The cat sat on the mat because it was tired."
+    assert _heatmap_title(at) == "encoder.attn · layer 0 · head 0"
+    assert not at.sidebar.get("radio")  # an encoder has no output to generate
+
+
+def test_a_model_that_cannot_be_loaded_gives_a_message(tmp_path) -> None:
+    at = _app()
+    at.sidebar.selectbox(key="model_id").set_value(CUSTOM).run()
+    at.sidebar.text_input(key="custom_model").set_value(str(tmp_path)).run()
+    assert not at.exception
+    assert "has no config.json" in at.error[0].value
+    at.sidebar.text_input(key="custom_model").set_value("nobody/nothing").run()
+    assert "cannot be reached" in at.error[0].value

@@ -16,7 +16,7 @@ assert HELD_OUT_SEED not in (TRAIN_SEED, VALIDATION_SEED)
 
 def test_every_task_ships_a_trained_model() -> None:
     assert available_toys() == list(TASKS)
-    assert list_model_ids() == [f"toy-{name}" for name in TASKS]
+    assert list_model_ids()[: len(TASKS)] == [f"toy-{name}" for name in TASKS]
 
 
 @pytest.mark.parametrize("task", list(TASKS))

@@ -9,6 +9,7 @@ import numpy as np
 
 from model.registry import list_model_ids
 from model.tracing import load_trace
+from tests.tiny_hf import build
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,6 +52,19 @@ def test_target_causal_and_hook_filter(tmp_path: Path) -> None:
     assert summary["target_tokens"] == ["<s>", *"2000-05-01"]
     assert all(name.endswith("hook_pattern") for name in summary["hooks"])
     assert len(summary["hooks"]) == 2 + 2 * 2
+
+
+def test_a_hugging_face_folder(tmp_path: Path) -> None:
+    folder = build("llama", tmp_path / "llama")
+    out = tmp_path / "llama.npz"
+    result = _cli("--model", str(folder), "--text", "the quick brown fox", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["tokens"] == ["<s>", "the", "quick", "brown", "fox"]
+    assert summary["hooks"]["decoder.1.attn.hook_pattern"] == [4, 5, 5]
+    trace = load_trace(out)
+    assert trace.facts.n_kv_heads == 2
+    assert trace.attention["decoder.0.attn.hook_pattern"].dtype == np.float16
 
 
 def test_bad_text_exits_with_a_message() -> None:

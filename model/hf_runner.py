@@ -1,0 +1,305 @@
+"""Running a Hugging Face model on a person's text under capture, into the same Trace as the toy models.
+
+Masks are built here as one (q_len, k_len) bool matrix per self-attention site (True = may attend)
+and handed to the model as a 4D additive mask, so that a causal mask can be switched on for an
+encoder or off for a decoder without touching the shared model. Attention probabilities are stored
+as float16 (half the memory; drawn as float32).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from model.capture import HookSite, capture, select_hook_names
+from model.devices import free_accelerator_memory, is_out_of_memory
+from model.hf_sites import Family
+from model.inputs import validate_text
+from model.masks import blocked_mask, causal_mask, check_every_query_sees_a_key, combine
+from model.runner import RunOptions
+from model.tracing import PATTERN_SUFFIX, ModelFacts, Trace
+
+MAX_TEXT_CHARS = 50_000  # before tokenising; the token limit below is the real one
+MAX_TOKENS = 2048  # longest input traced, whatever the model allows (memory grows with its square)
+CONTINUATION_TOKENS = 8  # a causal LM's greedy continuation shown as its output
+MAX_GENERATED = 64  # longest output an encoder-decoder model writes
+TOP_K = 10
+READABLE_MARKERS = ("Ġ", "▁", "Ċ", "ĉ")  # byte-level BPE and SentencePiece spell spaces with these
+
+
+def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """bool (batch, 1, q, k), True = may attend -> 0 where allowed, the dtype's minimum elsewhere."""
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(
+        ~allowed, torch.finfo(dtype).min
+    )
+
+
+def self_attention_mask(length: int, real: int, causal: bool, blocked: tuple[tuple[int, int], ...]) -> torch.Tensor:
+    """(1, 1, length, length) bool: padding keys (positions >= real) hidden, causal if asked, blocked pairs hidden."""
+    keys = (torch.arange(length) < real)[None, None, None, :]
+    causal_part = causal_mask(length) if causal else None
+    mask = combine(keys, causal_part, blocked_mask(length, blocked) if blocked else None)
+    mask = mask.expand(1, 1, length, length)
+    check_every_query_sees_a_key(mask)
+    return mask
+
+
+def _float16_weights(site: HookSite) -> HookSite:
+    """Store attention probabilities as float16 as soon as they are seen."""
+    return HookSite(site.module, lambda a, k, o: site.read(a, k, o).to(torch.float16))
+
+
+class HFRunner:
+    """A loaded Hugging Face model (eager attention) with the hook sites of its family."""
+
+    def __init__(
+        self,
+        model_id: str,
+        model: nn.Module,
+        tokenizer: Any,
+        family: Family,
+        notes: dict[str, Any],
+        cpu_loader: Callable[[], nn.Module] | None = None,
+    ) -> None:
+        """cpu_loader loads the same model on the CPU, for runs a GPU cannot hold."""
+        self.model, self.tokenizer, self.family = model, tokenizer, family
+        self._cpu_loader = cpu_loader
+        self.sites = {
+            name: _float16_weights(site) if name.endswith(PATTERN_SUFFIX) else site
+            for name, site in family.sites(model).items()
+        }
+        self.examples = EXAMPLES[family.kind]
+        self.facts = _facts(model_id, model, family, notes)
+        self._cpu_copy: nn.Module | None = None
+        self._cpu_copy_lock = threading.Lock()
+
+    @property
+    def max_tokens(self) -> int:
+        return self.facts.max_len
+
+    # -- entry point ---------------------------------------------------------------------------
+    def run(self, text: str, target: str | None = None, options: RunOptions = RunOptions()) -> Trace:
+        validate_text(text, MAX_TEXT_CHARS)
+        if target is not None:
+            validate_text(target, MAX_TEXT_CHARS, what="target")
+        try:
+            return self._run(self.model, text, target, options)
+        except (torch.OutOfMemoryError, RuntimeError) as error:
+            if self.facts.device == "cpu" or self._cpu_loader is None or not is_out_of_memory(error):
+                raise
+        free_accelerator_memory()
+        trace = self._run(self._cpu_model(), text, target, options)
+        message = f"The {self.facts.device.split(':')[0].upper()} ran out of memory; this run used the CPU instead."
+        trace.facts = replace(trace.facts, device="cpu", notes={**trace.facts.notes, "fallback": message})
+        return trace
+
+    def _cpu_model(self) -> nn.Module:
+        """A CPU copy of the model, made once, for runs the GPU cannot hold."""
+        with self._cpu_copy_lock:
+            if self._cpu_copy is None:
+                assert self._cpu_loader is not None
+                self._cpu_copy = self._cpu_loader()
+            return self._cpu_copy
+
+    def _run(self, model: nn.Module, text: str, target: str | None, options: RunOptions) -> Trace:
+        if self.family.kind == "encoder-decoder":
+            return self._run_encoder_decoder(model, text, target, options)
+        return self._run_single_stack(model, text, options)
+
+    # -- tokens --------------------------------------------------------------------------------
+    def _encode(self, text: str, what: str = "text") -> list[int]:
+        ids = self.tokenizer(text, add_special_tokens=True)["input_ids"]
+        if len(ids) > self.max_tokens:
+            raise ValueError(
+                f"The {what} is {len(ids):,} tokens long; {self.facts.model_id} accepts at most "
+                f"{self.max_tokens:,} here. Shorten it."
+            )
+        return ids
+
+    def _tokens(self, ids: list[int]) -> list[str]:
+        """Token strings a person can read: byte-level and SentencePiece markers turned back into spaces."""
+        special = set(self.tokenizer.all_special_ids)
+        out = []
+        for i, raw in zip(ids, self.tokenizer.convert_ids_to_tokens(ids), strict=True):
+            readable = raw
+            if i not in special and any(m in raw for m in READABLE_MARKERS):
+                readable = self.tokenizer.convert_tokens_to_string([raw]) or raw
+            out.append(readable)
+        return out
+
+    def _pad_id(self) -> int:
+        pad = self.tokenizer.pad_token_id
+        return pad if pad is not None else self.tokenizer.eos_token_id or 0
+
+    # -- encoder-only and decoder-only ---------------------------------------------------------
+    def _run_single_stack(self, model: nn.Module, text: str, options: RunOptions) -> Trace:
+        ids = self._encode(text)
+        padded = ids + [self._pad_id()] * max(0, min(options.pad_to, self.max_tokens) - len(ids))
+        is_decoder = self.family.kind == "decoder"
+        causal = options.causal == "on" or (is_decoder and options.causal != "off")
+        allowed = self_attention_mask(len(padded), len(ids), causal, options.blocked)
+        device = model.device
+        input_ids = torch.tensor([padded], device=device)
+        attention_mask = additive_mask(allowed.to(device), model.dtype)
+        out, captured = capture(
+            model, self._sites_of(model), options.hooks,
+            lambda: model(input_ids=input_ids, attention_mask=attention_mask),
+        )
+        stack = "decoder" if is_decoder else "encoder"
+        if is_decoder:
+            outputs, output_text = self._next_tokens(model, out.logits[0, len(ids) - 1], ids)
+        else:
+            outputs, output_text = {"token_similarity": _cosine_similarity(out.last_hidden_state[0])}, ""
+        return self._trace(padded, [], {f"{stack}.attn": allowed[0, 0]}, captured, outputs, output_text, options)
+
+    def _next_tokens(self, model: nn.Module, logits: torch.Tensor, ids: list[int]) -> tuple[dict, str]:
+        """Top next tokens from the traced pass, and the model's own greedy continuation."""
+        probs = logits.float().softmax(-1)
+        top = probs.topk(TOP_K)
+        top_ids = top.indices.tolist()
+        with torch.inference_mode():
+            generated = model.generate(
+                torch.tensor([ids], device=model.device), attention_mask=torch.ones(1, len(ids), device=model.device),
+                max_new_tokens=CONTINUATION_TOKENS, do_sample=False, pad_token_id=self._pad_id(),
+            )
+        outputs = {
+            "top_next_ids": np.array(top_ids),
+            "top_next_probs": top.values.cpu().numpy(),
+            "top_next_tokens": np.array(self._tokens(top_ids), dtype=str),
+        }
+        return outputs, self.tokenizer.decode(generated[0, len(ids):], skip_special_tokens=True)
+
+    # -- encoder-decoder -----------------------------------------------------------------------
+    def _run_encoder_decoder(self, model: nn.Module, text: str, target: str | None, options: RunOptions) -> Trace:
+        device = model.device
+        ids = self._encode(text)
+        padded = ids + [self._pad_id()] * max(0, min(options.pad_to, self.max_tokens) - len(ids))
+        src = torch.tensor([padded], device=device)
+        real_keys = (torch.arange(len(padded), device=device) < len(ids)).long()[None]  # (1, src_len)
+        start = model.config.decoder_start_token_id
+        if target is None:
+            with torch.inference_mode():
+                generated = model.generate(
+                    src[:, : len(ids)], max_new_tokens=min(MAX_GENERATED, self.max_tokens), do_sample=False, num_beams=1
+                )[0].tolist()
+            labels = generated[1:]
+        else:
+            labels = self._encode(target, what="target")
+        tgt_ids = [start, *labels[:-1]]
+        tgt = torch.tensor([tgt_ids], device=device)
+        enc_allowed = self_attention_mask(len(padded), len(ids), options.causal == "on", options.blocked)
+        dec_allowed = self_attention_mask(len(tgt_ids), len(tgt_ids), options.causal != "off", ())
+
+        def forward() -> Any:
+            enc_mask = additive_mask(enc_allowed.to(device), model.dtype)
+            encoder_out = model.get_encoder()(input_ids=src, attention_mask=enc_mask)
+            return model(
+                encoder_outputs=encoder_out, attention_mask=real_keys, decoder_input_ids=tgt,
+                decoder_attention_mask=additive_mask(dec_allowed.to(device), model.dtype),
+            )
+
+        out, captured = capture(model, self._sites_of(model), options.hooks, forward)
+        predicted = out.logits[0].argmax(-1).tolist()
+        masks = {
+            "encoder.attn": enc_allowed[0, 0],
+            "decoder.attn": dec_allowed[0, 0],
+            "decoder.cross_attn": real_keys.bool().cpu().expand(len(tgt_ids), -1),
+        }
+        outputs = {
+            "predicted_ids": np.array(predicted),
+            "predicted_tokens": np.array(self._tokens(predicted), dtype=str),
+        }
+        output_text = self.tokenizer.decode(labels if target is None else predicted, skip_special_tokens=True)
+        return self._trace(padded, tgt_ids, masks, captured, outputs, output_text, options)
+
+    # -- shared --------------------------------------------------------------------------------
+    def _sites_of(self, model: nn.Module) -> dict[str, HookSite]:
+        """The hook sites of `model`: this runner's own, or those of its CPU copy."""
+        if model is self.model:
+            return self.sites
+        return {name: _float16_weights(s) if name.endswith(PATTERN_SUFFIX) else s
+                for name, s in self.family.sites(model).items()}
+
+    def _trace(
+        self,
+        ids: list[int],
+        target_ids: list[int],
+        masks: dict[str, torch.Tensor],
+        captured: dict[str, np.ndarray],
+        outputs: dict[str, np.ndarray],
+        output_text: str,
+        options: RunOptions,
+    ) -> Trace:
+        return Trace(
+            facts=self.facts,
+            tokens=self._tokens(ids),
+            ids=ids,
+            target_tokens=self._tokens(target_ids),
+            target_ids=target_ids,
+            masks={k: v.cpu().numpy() for k, v in masks.items()},
+            captured={k: v[0] for k, v in captured.items()},
+            outputs=outputs,
+            output_text=output_text,
+            options={"causal": options.causal, "pad_to": options.pad_to, "blocked": [list(b) for b in options.blocked]},
+        )
+
+    def hook_names(self, selection: Any = None) -> list[str]:
+        """The hook names this model offers (optionally filtered like RunOptions.hooks)."""
+        return select_hook_names(self.sites, selection)
+
+
+EXAMPLES = {
+    "encoder": ("The cat sat on the mat because it was tired.", "The quick brown fox", "Paris is in France."),
+    "decoder": ("The capital of France is", "Once upon a time, there was a", "def fibonacci(n):"),
+    "encoder-decoder": ("The house is wonderful.", "translate English to German: Thank you.", "Hello world"),
+}
+
+
+def _config_value(config: Any, *names: str, default: int = 0) -> int:
+    for name in names:
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return default
+
+
+def _facts(model_id: str, model: nn.Module, family: Family, notes: dict[str, Any]) -> ModelFacts:
+    c = model.config
+    n_heads = _config_value(c, "num_attention_heads", "n_head", "encoder_attention_heads", "num_heads")
+    n_kv = _config_value(c, "num_key_value_heads", default=n_heads)
+    d_model = _config_value(c, "hidden_size", "n_embd", "d_model")
+    limit = _config_value(c, "max_position_embeddings", "n_positions", default=MAX_TOKENS)
+    layers = {stack: count(c) for stack, count in family.layer_counts.items()}
+    if n_kv != n_heads:
+        notes = {**notes, "key/value heads": f"query head h reads key/value head h // {n_heads // n_kv} (GQA)"}
+    return ModelFacts(
+        model_id=model_id,
+        family=f"{family.name} ({c.model_type}, Hugging Face)",
+        kind=family.kind,
+        n_encoder_layers=layers.get("encoder", 0),
+        n_decoder_layers=layers.get("decoder", 0),
+        n_heads=n_heads,
+        n_kv_heads=n_kv,
+        d_model=d_model,
+        d_ff=_config_value(c, "intermediate_size", "n_inner", "d_ff", "encoder_ffn_dim", default=4 * d_model),
+        vocab_size=c.vocab_size,
+        max_len=min(limit, MAX_TOKENS),
+        positional=family.positional,
+        norm=family.norm,
+        n_params=sum(p.numel() for p in model.parameters()),
+        device=str(model.device),
+        notes=notes,
+    )
+
+
+def _cosine_similarity(hidden: torch.Tensor) -> np.ndarray:
+    """(len, d) token vectors -> (len, len) cosine similarities."""
+    unit = torch.nn.functional.normalize(hidden.float(), dim=-1)
+    return (unit @ unit.T).cpu().numpy()
+

@@ -1,0 +1,233 @@
+"""Where the hook names live in Hugging Face models: one table per architecture family.
+
+Each family maps the project's hook names (DESIGN §2, the same as the from-scratch model's) onto
+module paths under `model.base_model`, with a reader that picks the tensor from the module's
+(args, kwargs, output). Only what these tables list can be captured from a Hugging Face model; the
+per-head q/k/v and pre-softmax scores are the from-scratch model's alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from model.capture import HookSite
+
+Reader = Callable[[tuple[Any, ...], dict[str, Any], Any], torch.Tensor]
+
+
+def output(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> torch.Tensor:
+    """The module's output tensor."""
+    return out
+
+
+def first_output(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> torch.Tensor:
+    """The hidden states of a module that returns a tensor or a tuple starting with one."""
+    return out if isinstance(out, torch.Tensor) else out[0]
+
+
+def attention_weights(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> torch.Tensor:
+    """(batch, heads, q_len, k_len): eager attention modules return their probabilities last."""
+    weights = out[-1]
+    if not isinstance(weights, torch.Tensor):
+        raise RuntimeError("the attention module returned no probabilities: load the model with eager attention")
+    return weights
+
+
+def first_input(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> torch.Tensor:
+    """The hidden states going in (positional, or the keyword `hidden_states`)."""
+    return args[0] if args else kwargs["hidden_states"]
+
+
+def batched_output(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> torch.Tensor:
+    """A position table returned without a batch dimension gets one: (len, d) -> (1, len, d)."""
+    return out.unsqueeze(0) if out.dim() == 2 else out
+
+
+SiteTable = dict[str, tuple[str, Reader]]  # hook name -> (module path, reader); "{i}" is the layer index
+
+
+@dataclass(frozen=True)
+class Family:
+    """One architecture family: its kind, positions, norm placement and hook tables."""
+
+    name: str
+    kind: str  # "encoder", "decoder" or "encoder-decoder"
+    positional: str
+    norm: str
+    stack_sites: dict[str, SiteTable]  # stack ("encoder"/"decoder") -> sites once per stack
+    layer_sites: dict[str, SiteTable]  # stack -> sites once per layer ("{i}" in paths and names)
+    layer_counts: dict[str, Callable[[Any], int]]  # stack -> config -> number of layers
+
+    def sites(self, model: nn.Module) -> dict[str, HookSite]:
+        """Every hook name of this model, mapped to its module and reader."""
+        modules = dict(model.base_model.named_modules())
+        sites: dict[str, HookSite] = {}
+        for stack, count in self.layer_counts.items():
+            for i in range(count(model.config)):
+                for name, (path, read) in self.layer_sites[stack].items():
+                    sites[f"{stack}.{i}.{name}"] = HookSite(modules[path.format(i=i)], read)
+            for name, (path, read) in self.stack_sites.get(stack, {}).items():
+                sites[f"{stack}.{name}"] = HookSite(modules[path], read)
+        return sites
+
+
+BERT = Family(
+    name="BERT",
+    kind="encoder",
+    positional="learned absolute",
+    norm="post-norm",
+    stack_sites={"encoder": {
+        "hook_embed": ("embeddings.word_embeddings", output),
+        "hook_pos_embed": ("embeddings.position_embeddings", output),
+    }},
+    layer_sites={"encoder": {
+        "hook_resid_pre": ("encoder.layer.{i}", first_input),
+        "attn.hook_pattern": ("encoder.layer.{i}.attention.self", attention_weights),
+        "hook_attn_out": ("encoder.layer.{i}.attention.output.dense", output),
+        "hook_resid_mid": ("encoder.layer.{i}.attention.output", first_output),
+        "mlp.hook_post": ("encoder.layer.{i}.intermediate", output),
+        "hook_mlp_out": ("encoder.layer.{i}.output.dense", output),
+        "hook_resid_post": ("encoder.layer.{i}", first_output),
+    }},
+    layer_counts={"encoder": lambda c: c.num_hidden_layers},
+)
+
+GPT2 = Family(
+    name="GPT-2",
+    kind="decoder",
+    positional="learned absolute",
+    norm="pre-norm",
+    stack_sites={"decoder": {
+        "hook_embed": ("wte", output),
+        "hook_pos_embed": ("wpe", output),
+        "hook_resid_final": ("ln_f", output),
+    }},
+    layer_sites={"decoder": {
+        "hook_resid_pre": ("h.{i}", first_input),
+        "attn.hook_pattern": ("h.{i}.attn", attention_weights),
+        "hook_attn_out": ("h.{i}.attn", first_output),
+        "hook_resid_mid": ("h.{i}.ln_2", first_input),
+        "mlp.hook_post": ("h.{i}.mlp.act", output),
+        "hook_mlp_out": ("h.{i}.mlp", output),
+        "hook_resid_post": ("h.{i}", first_output),
+    }},
+    layer_counts={"decoder": lambda c: c.n_layer},
+)
+
+LLAMA = Family(
+    name="Llama",
+    kind="decoder",
+    positional="rotary",
+    norm="pre-norm (RMSNorm)",
+    stack_sites={"decoder": {
+        "hook_embed": ("embed_tokens", output),
+        "hook_resid_final": ("norm", output),
+    }},
+    layer_sites={"decoder": {
+        "hook_resid_pre": ("layers.{i}", first_input),
+        "attn.hook_pattern": ("layers.{i}.self_attn", attention_weights),
+        "hook_attn_out": ("layers.{i}.self_attn", first_output),
+        "hook_resid_mid": ("layers.{i}.post_attention_layernorm", first_input),
+        "mlp.hook_post": ("layers.{i}.mlp.down_proj", first_input),  # act(gate) * up
+        "hook_mlp_out": ("layers.{i}.mlp", output),
+        "hook_resid_post": ("layers.{i}", first_output),
+    }},
+    layer_counts={"decoder": lambda c: c.num_hidden_layers},
+)
+
+
+def _t5_layer(stack: str) -> SiteTable:
+    block = f"{stack}.block.{{i}}"
+    ffn = f"{block}.layer.{2 if stack == 'decoder' else 1}.DenseReluDense"
+    table: SiteTable = {
+        "hook_resid_pre": (block, first_input),
+        "attn.hook_pattern": (f"{block}.layer.0.SelfAttention", attention_weights),
+        "hook_attn_out": (f"{block}.layer.0.SelfAttention", first_output),
+        "hook_resid_mid": (f"{block}.layer.0", first_output),
+    }
+    if stack == "decoder":
+        table |= {
+            "cross_attn.hook_pattern": (f"{block}.layer.1.EncDecAttention", attention_weights),
+            "hook_cross_attn_out": (f"{block}.layer.1.EncDecAttention", first_output),
+            "hook_resid_mid_cross": (f"{block}.layer.1", first_output),
+        }
+    return table | {
+        "mlp.hook_post": (f"{ffn}.act", output),
+        "hook_mlp_out": (ffn, output),
+        "hook_resid_post": (block, first_output),
+    }
+
+
+T5 = Family(
+    name="T5",
+    kind="encoder-decoder",
+    positional="relative position buckets",
+    norm="pre-norm (RMSNorm)",
+    stack_sites={stack: {
+        "hook_embed": (f"{stack}.embed_tokens", output),
+        "hook_resid_final": (f"{stack}.final_layer_norm", output),
+    } for stack in ("encoder", "decoder")},
+    layer_sites={stack: _t5_layer(stack) for stack in ("encoder", "decoder")},
+    layer_counts={"encoder": lambda c: c.num_layers, "decoder": lambda c: c.num_decoder_layers},
+)
+
+
+def _bart_layer(stack: str) -> SiteTable:
+    layer = f"{stack}.layers.{{i}}"
+    table: SiteTable = {
+        "hook_resid_pre": (layer, first_input),
+        "attn.hook_pattern": (f"{layer}.self_attn", attention_weights),
+        "hook_attn_out": (f"{layer}.self_attn", first_output),
+        "hook_resid_mid": (f"{layer}.self_attn_layer_norm", output),
+    }
+    if stack == "decoder":
+        table |= {
+            "cross_attn.hook_pattern": (f"{layer}.encoder_attn", attention_weights),
+            "hook_cross_attn_out": (f"{layer}.encoder_attn", first_output),
+            "hook_resid_mid_cross": (f"{layer}.encoder_attn_layer_norm", output),
+        }
+    return table | {
+        "mlp.hook_post": (f"{layer}.activation_fn", output),
+        "hook_mlp_out": (f"{layer}.fc2", output),
+        "hook_resid_post": (layer, first_output),
+    }
+
+
+BART = Family(
+    name="BART / Marian",
+    kind="encoder-decoder",
+    positional="learned or sinusoidal absolute",
+    norm="post-norm",
+    stack_sites={stack: {
+        "hook_embed": (f"{stack}.embed_tokens", output),
+        "hook_pos_embed": (f"{stack}.embed_positions", batched_output),
+    } for stack in ("encoder", "decoder")},
+    layer_sites={stack: _bart_layer(stack) for stack in ("encoder", "decoder")},
+    layer_counts={"encoder": lambda c: c.encoder_layers, "decoder": lambda c: c.decoder_layers},
+)
+
+FAMILIES: dict[str, Family] = {
+    "bert": BERT,
+    "gpt2": GPT2,
+    "llama": LLAMA,
+    "mistral": LLAMA,
+    "qwen2": LLAMA,
+    "t5": T5,
+    "bart": BART,
+    "marian": BART,
+}
+
+
+def family_for(model_type: str) -> Family:
+    """The family of a config's model_type; ValueError naming the supported types otherwise."""
+    try:
+        return FAMILIES[model_type]
+    except KeyError:
+        raise ValueError(
+            f"model type {model_type!r} is not supported yet; supported: {', '.join(sorted(FAMILIES))}"
+        ) from None

@@ -1,0 +1,227 @@
+"""Hugging Face models through the same capture: tiny random models of every supported family."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from model.capture import capture
+from model.hf_loading import load_hf_runner
+from model.runner import RunOptions
+from tests.tiny_hf import FAMILIES, build
+
+TEXT = "the quick brown fox jumps over the lazy dog"
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("tiny")
+    return {family: build(family, root / family) for family in FAMILIES}
+
+
+@pytest.fixture(scope="module")
+def runners(folders):
+    return {family: load_hf_runner(str(folder)) for family, folder in folders.items()}
+
+
+def _reference(runner, trace) -> dict[str, torch.Tensor]:
+    """Attention from output_attentions for the trace's own inputs (same masks, no hooks)."""
+    model = runner.model
+    ids = torch.tensor([trace.ids])
+    with torch.inference_mode():
+        if runner.family.kind == "encoder-decoder":
+            out = model(input_ids=ids, decoder_input_ids=torch.tensor([trace.target_ids]), output_attentions=True)
+            return {
+                **{f"encoder.{i}.attn.hook_pattern": a for i, a in enumerate(out.encoder_attentions)},
+                **{f"decoder.{i}.attn.hook_pattern": a for i, a in enumerate(out.decoder_attentions)},
+                **{f"decoder.{i}.cross_attn.hook_pattern": a for i, a in enumerate(out.cross_attentions)},
+            }
+        out = model(input_ids=ids, output_attentions=True)
+    stack = "decoder" if runner.family.kind == "decoder" else "encoder"
+    return {f"{stack}.{i}.attn.hook_pattern": a for i, a in enumerate(out.attentions)}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_captured_attention_equals_output_attentions(runners, family: str) -> None:
+    runner = runners[family]
+    trace = runner.run(TEXT)
+    expected = _reference(runner, trace)
+    assert sorted(trace.attention) == sorted(expected)
+    for name, reference in expected.items():
+        np.testing.assert_array_equal(trace.attention[name], reference[0].to(torch.float16).numpy(), err_msg=name)
+        assert trace.attention[name].dtype == np.float16
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_capture_does_not_change_logits(runners, family: str) -> None:
+    runner = runners[family]
+    model = runner.model
+    ids = torch.tensor([runner.tokenizer(TEXT)["input_ids"]])
+    kwargs = {"decoder_input_ids": ids[:, :3]} if runner.family.kind == "encoder-decoder" else {}
+    with torch.inference_mode():
+        plain = model(input_ids=ids, **kwargs)
+    captured, values = capture(
+        model, runner.sites, None, lambda: model(input_ids=ids, **kwargs)
+    )
+    key = "last_hidden_state" if runner.family.kind == "encoder" else "logits"
+    assert torch.equal(plain[key], captured[key])
+    assert set(values) == set(runner.sites)
+
+
+def _layer(prefix: str, cross: bool) -> list[str]:
+    names = ["hook_resid_pre", "attn.hook_pattern", "hook_attn_out", "hook_resid_mid"]
+    if cross:
+        names += ["cross_attn.hook_pattern", "hook_cross_attn_out", "hook_resid_mid_cross"]
+    return [f"{prefix}.{n}" for n in [*names, "mlp.hook_post", "hook_mlp_out", "hook_resid_post"]]
+
+
+def _stack(stack: str, cross: bool, extras: list[str]) -> list[str]:
+    return [*_layer(f"{stack}.0", cross), *_layer(f"{stack}.1", cross), *(f"{stack}.{e}" for e in extras)]
+
+
+HOOK_NAMES = {
+    "bert": _stack("encoder", False, ["hook_embed", "hook_pos_embed"]),
+    "gpt2": _stack("decoder", False, ["hook_embed", "hook_pos_embed", "hook_resid_final"]),
+    "llama": _stack("decoder", False, ["hook_embed", "hook_resid_final"]),
+    "t5": [*_stack("encoder", False, ["hook_embed", "hook_resid_final"]),
+           *_stack("decoder", True, ["hook_embed", "hook_resid_final"])],
+    "bart": [*_stack("encoder", False, ["hook_embed", "hook_pos_embed"]),
+             *_stack("decoder", True, ["hook_embed", "hook_pos_embed"])],
+}
+HOOK_NAMES["marian"] = HOOK_NAMES["bart"]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_hook_names_are_pinned(runners, family: str) -> None:
+    assert list(runners[family].sites) == HOOK_NAMES[family]
+
+
+@pytest.mark.parametrize("family", ["bert", "t5", "bart"])
+def test_causal_on_hides_the_future_from_an_encoder(runners, family: str) -> None:
+    runner = runners[family]
+    upper = None
+    for causal in ("auto", "on"):
+        trace = runner.run(TEXT, options=RunOptions(causal=causal))
+        pattern = trace.attention["encoder.1.attn.hook_pattern"]  # (heads, q, k)
+        upper = np.triu(np.ones(pattern.shape[1:], bool), k=1)
+        if causal == "auto":
+            assert pattern[:, upper].min() > 0
+            assert trace.masks["encoder.attn"].all()
+        else:
+            assert (pattern[:, upper] == 0).all()
+            assert not trace.masks["encoder.attn"][upper].any()
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama", "t5", "marian"])
+def test_causal_off_lets_a_decoder_look_ahead(runners, family: str) -> None:
+    runner = runners[family]
+    target = "the cat sat on the mat" if runner.family.kind == "encoder-decoder" else None
+    auto = runner.run(TEXT, target, RunOptions(causal="auto")).attention["decoder.0.attn.hook_pattern"]
+    off = runner.run(TEXT, target, RunOptions(causal="off")).attention["decoder.0.attn.hook_pattern"]
+    upper = np.triu(np.ones(auto.shape[1:], bool), k=1)
+    assert (auto[:, upper] == 0).all()
+    assert (off[:, upper] > 0).all()
+
+
+@pytest.mark.parametrize("family", ["bert", "gpt2", "llama", "bart"])
+def test_padding_hides_pad_keys_and_leaves_real_tokens_unchanged(runners, family: str) -> None:
+    runner = runners[family]
+    plain = runner.run(TEXT)
+    padded = runner.run(TEXT, options=RunOptions(pad_to=len(plain.ids) + 4))
+    n = len(plain.ids)
+    assert len(padded.ids) == n + 4
+    for name, pattern in padded.attention.items():
+        if name.startswith("encoder") or ".cross_attn." in name or runner.family.kind == "decoder":
+            assert (pattern[..., n:] == 0).all(), name
+    stack = "decoder" if runner.family.kind == "decoder" else "encoder"
+    np.testing.assert_allclose(padded.captured[f"{stack}.1.hook_resid_post"][:n],
+                               plain.captured[f"{stack}.1.hook_resid_post"], atol=1e-5)
+    assert not padded.masks[f"{stack}.attn"][:, n:].any()
+
+
+def test_gqa_has_one_map_per_query_head(runners) -> None:
+    runner = runners["llama"]
+    assert (runner.facts.n_heads, runner.facts.n_kv_heads) == (4, 2)
+    assert "h // 2" in runner.facts.notes["key/value heads"]
+    assert runner.run(TEXT).attention["decoder.0.attn.hook_pattern"].shape[0] == 4
+
+
+def test_outputs_per_kind(runners) -> None:
+    lm = runners["gpt2"].run(TEXT)
+    assert lm.outputs["top_next_ids"].shape == (10,)
+    assert lm.outputs["top_next_probs"][0] >= lm.outputs["top_next_probs"][-1]
+    encoder = runners["bert"].run("the cat sat")
+    similarity = encoder.outputs["token_similarity"]
+    assert similarity.shape == (5, 5)
+    np.testing.assert_allclose(np.diag(similarity), 1.0, atol=1e-5)
+    translated = runners["marian"].run("the cat sat", target="the dog")
+    assert translated.target_tokens == ["<pad>", "the", "dog"]
+
+
+def test_hook_selection_keeps_only_what_is_asked(runners) -> None:
+    trace = runners["llama"].run(TEXT, options=RunOptions(hooks=("*.hook_pattern",)))
+    assert sorted(trace.captured) == ["decoder.0.attn.hook_pattern", "decoder.1.attn.hook_pattern"]
+
+
+# -- refusing what cannot or must not be loaded ---------------------------------------------------
+
+def test_unknown_hub_id_fails_fast_with_advice() -> None:
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match=r"not in the local Hugging Face cache.*huggingface-cli download"):
+        load_hf_runner("no-such-org/no-such-model")
+    assert time.perf_counter() - start < 5
+
+
+def test_folder_without_config(tmp_path: Path) -> None:
+    (tmp_path / "weights.safetensors").write_bytes(b"")
+    with pytest.raises(ValueError, match=r"has no config.json"):
+        load_hf_runner(str(tmp_path))
+
+
+def test_pickle_checkpoint_is_refused(tmp_path: Path) -> None:
+    folder = build("bert", tmp_path / "pickled", safe=False)
+    assert (folder / "pytorch_model.bin").is_file()
+    with pytest.raises(ValueError, match=r"no \.safetensors weights \(found pytorch_model.bin\).*Pickle"):
+        load_hf_runner(str(folder))
+
+
+def test_text_longer_than_the_model_allows(runners) -> None:
+    with pytest.raises(ValueError, match=r"tokens long; .* accepts at most 64"):
+        runners["bert"].run("the " * 70)
+
+
+@pytest.mark.parametrize("text", ["", "a\x00b"])
+def test_unusable_text(runners, text: str) -> None:
+    with pytest.raises(ValueError, match=r"empty|control characters"):
+        runners["gpt2"].run(text)
+
+
+def test_out_of_memory_on_a_gpu_retries_on_the_cpu(folders, monkeypatch) -> None:
+    runner = load_hf_runner(str(folders["gpt2"]))
+    runner.facts = dataclasses.replace(runner.facts, device="cuda:0")  # as if loaded on a GPU
+    real_run = runner._run
+
+    def run_out_of_memory(model, *args):
+        if model is runner.model:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real_run(model, *args)
+
+    monkeypatch.setattr(runner, "_run", run_out_of_memory)
+    trace = runner.run(TEXT)
+    assert trace.facts.device == "cpu"
+    assert trace.facts.notes["fallback"] == "The CUDA ran out of memory; this run used the CPU instead."
+    assert runner._cpu_model() is not runner.model
+    assert trace.attention["decoder.0.attn.hook_pattern"].shape == (4, 9, 9)
+
+
+def test_other_errors_are_not_mistaken_for_out_of_memory(folders, monkeypatch) -> None:
+    runner = load_hf_runner(str(folders["gpt2"]))
+    runner.facts = dataclasses.replace(runner.facts, device="cuda:0")
+    monkeypatch.setattr(runner, "_run", lambda *a: (_ for _ in ()).throw(RuntimeError("shape mismatch")))
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        runner.run(TEXT)
