@@ -28,6 +28,6 @@ site = st.radio("Attention", trace.sites(), horizontal=True, key="overview_site"
 col_layer, col_head = st.columns(2)
 layer = col_layer.selectbox("Layer", range(trace.n_layers(site)), key="overview_layer")
 head = col_head.selectbox("Head", range(trace.facts.n_heads), key="overview_head")
-pattern = trace.captured[trace.pattern_name(site, layer)][head]  # (q_len, k_len)
+pattern = trace.attention[trace.pattern_name(site, layer)][head]  # (q_len, k_len)
 title = f"{site} · layer {layer} · head {head}"
 st.plotly_chart(attention_heatmap(pattern, trace.query_tokens(site), trace.key_tokens(site), title))

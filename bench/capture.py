@@ -20,7 +20,7 @@ from model.masks import causal_mask, combine, padding_mask
 from model.toy import ToyModel, available_toys, load_toy
 from model.transformer import EncoderDecoder
 
-RUNS = 20
+RUNS = 50
 
 
 def forward_fn(toy: ToyModel, batch_size: int) -> Callable[[], torch.Tensor]:

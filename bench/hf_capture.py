@@ -13,10 +13,10 @@ import time
 import torch
 
 from model.capture import capture
-from model.hf_runner import HFRunner, additive_mask, self_attention_mask
+from model.hf_runner import PACK_FROM_TOKENS, HFRunner, additive_mask, self_attention_mask
 from model.registry import load_runner
 
-RUNS = 10
+RUNS = 20
 HOOKS = ("*.attn.hook_pattern", "*.hook_resid_post")
 SENTENCE = "The quick brown fox jumps over the lazy dog while the cat sleeps on the warm mat. "
 
@@ -30,6 +30,8 @@ def inputs(runner: HFRunner, length: int) -> dict[str, torch.Tensor]:
 
 def measure(runner: HFRunner, length: int) -> tuple[float, float]:
     model, batch = runner.model, inputs(runner, length)
+    packed = runner.family.kind == "decoder" and length >= PACK_FROM_TOKENS
+    sites = runner.sites_for_run(model, {"decoder"} if packed else set())  # stored as a run stores them
     bare_times, captured_times = [], []
     for i in range(RUNS + 2):
         start = time.perf_counter()
@@ -37,7 +39,7 @@ def measure(runner: HFRunner, length: int) -> tuple[float, float]:
             model(**batch)
         bare = time.perf_counter() - start
         start = time.perf_counter()
-        capture(model, runner.sites, HOOKS, lambda: model(**batch))
+        capture(model, sites, HOOKS, lambda: model(**batch))
         captured = time.perf_counter() - start
         if i >= 2:  # the first two are warm-up
             bare_times.append(bare)

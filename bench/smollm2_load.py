@@ -4,8 +4,8 @@
    (validate the copy, model + tokenizer from it), in one process. Target: cached < 3 s. Then the cached load
    once more in a fresh process, where transformers' first model load also pays its lazy imports.
 2. Peak RSS of one forward pass at 2048 tokens that keeps every layer's attention, each in a fresh subprocess so
-   RSS is isolated: `output_attentions=True` (float32, as returned), and hooks storing each layer's weights as
-   float16. Target: < 3 GB.
+   RSS is isolated: `output_attentions=True` (float32 squares, as transformers returns them), and the app's own
+   run (HFRunner: float16 lower triangles, logits of the last token only). Target: < 3 GB.
 """
 
 from __future__ import annotations
@@ -25,11 +25,13 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging
 
+from model.hf_loading import load_hf_runner
 from model.packaged import smollm2_folder
+from model.runner import RunOptions
 
 TOKENS = 2048
 SENTENCE = "The quick brown fox jumps over the lazy dog while the cat watches from the window. "
-MODES = ("output_attentions", "hooks_fp16")  # child modes for the RSS measurement; "load" times a fresh load
+MODES = ("output_attentions", "runner")  # child modes for the RSS measurement; "load" times a fresh load
 
 
 def load(folder: Path) -> tuple[torch.nn.Module, object]:
@@ -55,23 +57,35 @@ def input_ids(tokenizer: object) -> torch.Tensor:
 
 def forward_rss(folder: Path, mode: str) -> None:
     """(Child) one forward keeping all attention; prints load RSS, peak RSS (GB) and kept attention (GiB)."""
-    model, tokenizer = load(folder)
-    ids = input_ids(tokenizer)
+    if mode == "runner":
+        runner = load_hf_runner(str(folder), "smollm2")
+        text = runner_text(runner.tokenizer)
+    else:
+        model, tokenizer = load(folder)
+        ids = input_ids(tokenizer)
     loaded = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6  # Linux: KiB → GB
-    kept: list[torch.Tensor] = []
     start = time.perf_counter()
     with torch.no_grad():
         if mode == "output_attentions":
             kept = list(model(ids, output_attentions=True, use_cache=False).attentions)
+            shapes = f"{len(kept)} x {tuple(kept[0].shape)} {kept[0].dtype}"
         else:
-            for layer in model.model.layers:
-                layer.self_attn.register_forward_hook(lambda _m, _i, out: kept.append(out[1].to(torch.float16)))
-            model(ids, use_cache=False)
+            trace = runner.run(text, options=RunOptions(hooks=("*.attn.hook_pattern",)))
+            kept = [torch.from_numpy(v) for v in trace.captured.values()]
+            shapes = f"{len(kept)} x {tuple(kept[0].shape)} {kept[0].dtype} (lower triangles of {len(trace.ids)}²)"
     seconds = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
     gib = sum(t.numel() * t.element_size() for t in kept) / 2**30
-    print(f"{mode}: {len(kept)} x {tuple(kept[0].shape)} {kept[0].dtype} = {gib:.2f} GiB kept, forward {seconds:.1f} s,"
-          f" RSS after load {loaded:.2f} GB, peak RSS {peak:.2f} GB")
+    print(f"{mode}: {shapes} = {gib:.2f} GiB kept, {seconds:.1f} s, RSS after load {loaded:.2f} GB, "
+          f"peak RSS {peak:.2f} GB (target < 3 GB: {'OK' if peak < 3 else 'MISSED'})")
+
+
+def runner_text(tokenizer: object) -> str:
+    """Text that the runner tokenises to exactly TOKENS tokens."""
+    text = tokenizer.decode(input_ids(tokenizer)[0])  # type: ignore[attr-defined]
+    while len(tokenizer(text)["input_ids"]) > TOKENS:  # type: ignore[operator]
+        text = text[:-1]
+    return text
 
 
 def child(folder: Path, mode: str, threads: int) -> None:

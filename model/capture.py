@@ -65,12 +65,17 @@ def select_hook_names(available: Iterable[str], selection: HookSelection) -> lis
     return [n for n in names if any(fnmatch.fnmatchcase(n, p) for p in patterns)]
 
 
+_NOT_IN_NUMPY = (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2)
+
+
 def to_numpy(tensor: torch.Tensor) -> np.ndarray:
-    """A detached CPU numpy array (bfloat16 and other types numpy lacks become float32)."""
-    tensor = tensor.detach()
-    if tensor.dtype in (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2):
-        tensor = tensor.float()
-    return tensor.cpu().numpy()
+    """A CPU numpy array, sharing memory where it can (bfloat16 and other types numpy lacks become float32)."""
+    try:
+        return tensor.numpy()  # the common case, a CPU tensor without grad: a view, about 2 µs
+    except (TypeError, RuntimeError):  # on a GPU, needs grad, or a dtype numpy lacks
+        if tensor.dtype in _NOT_IN_NUMPY:
+            tensor = tensor.float()
+        return tensor.detach().cpu().numpy()
 
 
 def capture(
@@ -80,19 +85,21 @@ def capture(
     run: Callable[[], T],
 ) -> tuple[T, dict[str, np.ndarray]]:
     """Call `run()` (one forward pass of `model`) under `torch.inference_mode()`, recording the
-    selected sites. Returns run's result and {hook name: value as CPU numpy, batch dim kept}."""
-    names = select_hook_names(sites, selection)
-    wanted_points = {name for name in names if isinstance(sites[name], HookPoint)}
+    selected sites. Returns run's result and {hook name: value as CPU numpy, batch dim kept}, in the
+    order the forward pass reached them."""
+    wanted_points: set[str] = set()
     module_sites: dict[str, HookSite] = {}
-    for name in names:
+    for name in select_hook_names(sites, selection):
         site = sites[name]
-        if not isinstance(site, HookPoint):
+        if isinstance(site, HookPoint):
+            wanted_points.add(name)
+        else:
             module_sites[name] = site if isinstance(site, HookSite) else HookSite(site)
-    store: dict[str, torch.Tensor] = {}
+    store: dict[str, torch.Tensor] = {}  # filled in the order the forward pass reaches the sites
 
     def record(name: str, value: torch.Tensor) -> None:
         if name in wanted_points:
-            store[name] = value.detach()
+            store[name] = value  # an inference-mode tensor: nothing to detach
 
     lock = model_lock(model) if module_sites else contextlib.nullcontext()
     with lock:
@@ -106,7 +113,7 @@ def capture(
         finally:
             for handle in handles:
                 handle.remove()
-    return result, {name: to_numpy(store[name]) for name in names if name in store}
+    return result, {name: to_numpy(value) for name, value in store.items()}
 
 
 def _thread_hook(name: str, read: Reader, store: dict[str, torch.Tensor]):

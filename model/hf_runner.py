@@ -3,11 +3,12 @@
 Masks are built here as one (q_len, k_len) bool matrix per self-attention site (True = may attend)
 and handed to the model as a 4D additive mask, so that a causal mask can be switched on for an
 encoder or off for a decoder without touching the shared model. Attention probabilities are stored
-as float16 (half the memory; drawn as float32).
+as float16 (half the memory; drawn as float32), and long causal ones as lower triangles.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 from dataclasses import replace
@@ -27,7 +28,9 @@ from model.tracing import PATTERN_SUFFIX, ModelFacts, Trace
 
 MAX_TEXT_CHARS = 50_000  # before tokenising; the token limit below is the real one
 MAX_TOKENS = 2048  # longest input traced, whatever the model allows (memory grows with its square)
+PACK_FROM_TOKENS = 1024  # causal attention at least this long is stored as lower triangles (half the memory)
 CONTINUATION_TOKENS = 8  # a causal LM's greedy continuation shown as its output
+CONTINUATION_MAX_PROMPT = 512  # longer prompts show the next-token choice only (generating re-reads the prompt)
 MAX_GENERATED = 64  # longest output an encoder-decoder model writes
 TOP_K = 10
 READABLE_MARKERS = ("Ġ", "▁", "Ċ", "ĉ")  # byte-level BPE and SentencePiece spell spaces with these
@@ -50,9 +53,29 @@ def self_attention_mask(length: int, real: int, causal: bool, blocked: tuple[tup
     return mask
 
 
-def _float16_weights(site: HookSite) -> HookSite:
-    """Store attention probabilities as float16 as soon as they are seen."""
-    return HookSite(site.module, lambda a, k, o: site.read(a, k, o).to(torch.float16))
+def _stored_pattern(site: HookSite, lower_triangle: bool) -> HookSite:
+    """Attention as a Trace keeps it, converted as soon as the hook sees it: float16, and for a
+    causal site only the lower triangle (tracing.pack_lower_triangle's layout)."""
+
+    def read(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> torch.Tensor:
+        weights = site.read(args, kwargs, out).to(torch.float16)  # (batch, heads, q_len, k_len)
+        if lower_triangle:
+            flat = _tril_flat_indices(weights.size(-1), weights.device)
+            weights = weights.flatten(-2)[..., flat]  # (batch, heads, q_len * (q_len + 1) / 2)
+        return weights
+
+    return HookSite(site.module, read)
+
+
+@functools.lru_cache(maxsize=8)
+def _tril_flat_indices(n: int, device: torch.device) -> torch.Tensor:
+    """Positions of the lower triangle in a flattened n x n matrix, row by row (cached: every layer asks)."""
+    rows, cols = torch.tril_indices(n, n, device=device)
+    return rows * n + cols
+
+
+def _is_self_attention_pattern(name: str) -> bool:
+    return name.endswith(".attn." + PATTERN_SUFFIX)
 
 
 class HFRunner:
@@ -70,10 +93,7 @@ class HFRunner:
         """cpu_loader loads the same model on the CPU, for runs a GPU cannot hold."""
         self.model, self.tokenizer, self.family = model, tokenizer, family
         self._cpu_loader = cpu_loader
-        self.sites = {
-            name: _float16_weights(site) if name.endswith(PATTERN_SUFFIX) else site
-            for name, site in family.sites(model).items()
-        }
+        self.sites = family.sites(model)  # hook name -> module and reader
         self.examples = EXAMPLES[family.kind]
         self.facts = _facts(model_id, model, family, notes)
         self._cpu_copy: nn.Module | None = None
@@ -147,32 +167,39 @@ class HFRunner:
         device = model.device
         input_ids = torch.tensor([padded], device=device)
         attention_mask = additive_mask(allowed.to(device), model.dtype)
-        out, captured = capture(
-            model, self._sites_of(model), options.hooks,
-            lambda: model(input_ids=input_ids, attention_mask=attention_mask),
-        )
         stack = "decoder" if is_decoder else "encoder"
+        causal_stacks = {stack} if causal and len(padded) >= PACK_FROM_TOKENS else set()
+        # a causal LM computes the logits of the last real token only: (len, vocab) of them would be 400 MB at 2k
+        run_kwargs = {"logits_to_keep": torch.tensor([len(ids) - 1], device=device)} if is_decoder else {}
+        out, captured = capture(
+            model, self.sites_for_run(model, causal_stacks), options.hooks,
+            lambda: model(input_ids=input_ids, attention_mask=attention_mask, **run_kwargs),
+        )
         if is_decoder:
-            outputs, output_text = self._next_tokens(model, out.logits[0, len(ids) - 1], ids)
+            outputs, output_text = self._next_tokens(model, out.logits[0, -1], ids)
         else:
             outputs, output_text = {"token_similarity": _cosine_similarity(out.last_hidden_state[0])}, ""
-        return self._trace(padded, [], {f"{stack}.attn": allowed[0, 0]}, captured, outputs, output_text, options)
+        masks = {f"{stack}.attn": allowed[0, 0]}
+        return self._trace(padded, [], masks, captured, outputs, output_text, options, causal_stacks)
 
     def _next_tokens(self, model: nn.Module, logits: torch.Tensor, ids: list[int]) -> tuple[dict, str]:
-        """Top next tokens from the traced pass, and the model's own greedy continuation."""
+        """Top next tokens from the traced pass, and the model's own greedy continuation (for prompts up to
+        CONTINUATION_MAX_PROMPT tokens; beyond, the single most likely next token)."""
         probs = logits.float().softmax(-1)
         top = probs.topk(TOP_K)
         top_ids = top.indices.tolist()
-        with torch.inference_mode():
-            generated = model.generate(
-                torch.tensor([ids], device=model.device), attention_mask=torch.ones(1, len(ids), device=model.device),
-                max_new_tokens=CONTINUATION_TOKENS, do_sample=False, pad_token_id=self._pad_id(),
-            )
         outputs = {
             "top_next_ids": np.array(top_ids),
             "top_next_probs": top.values.cpu().numpy(),
             "top_next_tokens": np.array(self._tokens(top_ids), dtype=str),
         }
+        if len(ids) > CONTINUATION_MAX_PROMPT:
+            return outputs, self.tokenizer.decode(top_ids[:1])
+        with torch.inference_mode():
+            generated = model.generate(
+                torch.tensor([ids], device=model.device), attention_mask=torch.ones(1, len(ids), device=model.device),
+                max_new_tokens=CONTINUATION_TOKENS, do_sample=False, pad_token_id=self._pad_id(),
+            )
         return outputs, self.tokenizer.decode(generated[0, len(ids):], skip_special_tokens=True)
 
     # -- encoder-decoder -----------------------------------------------------------------------
@@ -204,7 +231,9 @@ class HFRunner:
                 decoder_attention_mask=additive_mask(dec_allowed.to(device), model.dtype),
             )
 
-        out, captured = capture(model, self._sites_of(model), options.hooks, forward)
+        causal_stacks = {"encoder"} if options.causal == "on" and len(padded) >= PACK_FROM_TOKENS else set()
+        causal_stacks |= {"decoder"} if options.causal != "off" and len(tgt_ids) >= PACK_FROM_TOKENS else set()
+        out, captured = capture(model, self.sites_for_run(model, causal_stacks), options.hooks, forward)
         predicted = out.logits[0].argmax(-1).tolist()
         masks = {
             "encoder.attn": enc_allowed[0, 0],
@@ -216,15 +245,18 @@ class HFRunner:
             "predicted_tokens": np.array(self._tokens(predicted), dtype=str),
         }
         output_text = self.tokenizer.decode(labels if target is None else predicted, skip_special_tokens=True)
-        return self._trace(padded, tgt_ids, masks, captured, outputs, output_text, options)
+        return self._trace(padded, tgt_ids, masks, captured, outputs, output_text, options, causal_stacks)
 
     # -- shared --------------------------------------------------------------------------------
-    def _sites_of(self, model: nn.Module) -> dict[str, HookSite]:
-        """The hook sites of `model`: this runner's own, or those of its CPU copy."""
-        if model is self.model:
-            return self.sites
-        return {name: _float16_weights(s) if name.endswith(PATTERN_SUFFIX) else s
-                for name, s in self.family.sites(model).items()}
+    def sites_for_run(self, model: nn.Module, causal_stacks: set[str]) -> dict[str, HookSite]:
+        """The sites of `model` (this runner's, or its CPU copy's) with attention stored compactly:
+        self-attention in `causal_stacks` is packed as lower triangles."""
+        sites = self.sites if model is self.model else self.family.sites(model)
+        return {
+            name: _stored_pattern(site, _is_self_attention_pattern(name) and name.split(".")[0] in causal_stacks)
+            if name.endswith(PATTERN_SUFFIX) else site
+            for name, site in sites.items()
+        }
 
     def _trace(
         self,
@@ -235,7 +267,9 @@ class HFRunner:
         outputs: dict[str, np.ndarray],
         output_text: str,
         options: RunOptions,
+        causal_stacks: set[str],
     ) -> Trace:
+        packed = {n for n in captured if _is_self_attention_pattern(n) and n.split(".")[0] in causal_stacks}
         return Trace(
             facts=self.facts,
             tokens=self._tokens(ids),
@@ -247,6 +281,7 @@ class HFRunner:
             outputs=outputs,
             output_text=output_text,
             options={"causal": options.causal, "pad_to": options.pad_to, "blocked": [list(b) for b in options.blocked]},
+            lower_triangle=packed,
         )
 
     def hook_names(self, selection: Any = None) -> list[str]:

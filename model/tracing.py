@@ -8,13 +8,19 @@ File layout (`save_trace` / `load_trace`), one numpy array per key:
 - `<hook name>`: every captured hook, batch dimension removed, e.g. `encoder.0.attn.hook_pattern`
   (heads, q_len, k_len) or `decoder.1.hook_resid_post` (len, d_model);
 - `output:<name>`: model outputs, e.g. `output:log_probs` (len, vocab);
-- `step:<i>:<hook name>`: generation step i's attention row (heads, k_len), with `step_ids`.
+- `step:<i>:<hook name>`: generation step i's attention row (heads, k_len), with `step_ids`;
+- `lower_triangle`: names of attention patterns stored packed (below).
+
+Causal attention is zero above the diagonal, so real models store such a pattern packed as its
+lower triangle, (heads, q_len * (q_len + 1) / 2), row by row: half the memory of the square.
+`Trace.attention[name]` always gives the square (heads, q_len, k_len).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +28,41 @@ from typing import Any
 import numpy as np
 
 PATTERN_SUFFIX = "hook_pattern"
+
+
+def pack_lower_triangle(square: np.ndarray) -> np.ndarray:
+    """(..., n, n) -> (..., n * (n + 1) / 2): the entries on and below the diagonal, row by row."""
+    rows, cols = np.tril_indices(square.shape[-1])
+    return square[..., rows, cols]
+
+
+def unpack_lower_triangle(packed: np.ndarray) -> np.ndarray:
+    """Inverse of `pack_lower_triangle`, with zeros above the diagonal."""
+    n = int((np.sqrt(8 * packed.shape[-1] + 1) - 1) / 2)
+    square = np.zeros((*packed.shape[:-1], n, n), dtype=packed.dtype)
+    rows, cols = np.tril_indices(n)
+    square[..., rows, cols] = packed
+    return square
+
+
+class AttentionView(Mapping[str, np.ndarray]):
+    """Attention patterns by hook name, each (heads, q_len, k_len); packed ones are unpacked on access."""
+
+    def __init__(self, captured: dict[str, np.ndarray], lower_triangle: set[str]) -> None:
+        self._names = [k for k in captured if k.endswith(PATTERN_SUFFIX)]
+        self._captured, self._packed = captured, lower_triangle
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self._names:
+            raise KeyError(name)
+        value = self._captured[name]
+        return unpack_lower_triangle(value) if name in self._packed else value
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
 
 
 @dataclass(frozen=True)
@@ -69,11 +110,20 @@ class Trace:
     output_text: str
     options: dict[str, Any]
     steps: list[DecodeStep] = field(default_factory=list)
+    lower_triangle: set[str] = field(default_factory=set)  # patterns in `captured` stored packed
 
     @property
-    def attention(self) -> dict[str, np.ndarray]:
+    def attention(self) -> AttentionView:
         """Attention probabilities by hook name, each (heads, q_len, k_len)."""
-        return {k: v for k, v in self.captured.items() if k.endswith(PATTERN_SUFFIX)}
+        return AttentionView(self.captured, self.lower_triangle)
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        """The shape of a captured value as a person thinks of it (packed patterns as squares)."""
+        shape = self.captured[name].shape
+        if name in self.lower_triangle:
+            n = int((np.sqrt(8 * shape[-1] + 1) - 1) / 2)
+            return (*shape[:-1], n, n)
+        return shape
 
     def sites(self) -> list[str]:
         """Attention sites with captured patterns, in model order ("encoder.attn", "decoder.attn", ...)."""
@@ -104,7 +154,7 @@ class Trace:
             "target_tokens": self.target_tokens,
             "output_text": self.output_text,
             "masks": {k: list(v.shape) for k, v in self.masks.items()},
-            "hooks": {k: list(v.shape) for k, v in self.captured.items()},
+            "hooks": {k: list(self.shape(k)) for k in self.captured},
         }
 
 
@@ -119,6 +169,7 @@ def save_trace(trace: Trace, path: str | Path) -> None:
         "options": np.array(json.dumps(trace.options)),
         "output_text": np.array(trace.output_text),
         "step_ids": np.array([s.token_id for s in trace.steps], dtype=np.int64),
+        "lower_triangle": np.array(sorted(trace.lower_triangle), dtype=str),
     }
     arrays.update({f"mask:{k}": v for k, v in trace.masks.items()})
     arrays.update(trace.captured)
@@ -135,7 +186,8 @@ def load_trace(path: str | Path) -> Trace:
         arrays = {k: data[k] for k in data.files}
     prefixed = {"mask:": {}, "output:": {}, "step:": {}}
     captured: dict[str, np.ndarray] = {}
-    plain = {"tokens", "ids", "target_tokens", "target_ids", "facts", "options", "output_text", "step_ids"}
+    plain = {"tokens", "ids", "target_tokens", "target_ids", "facts", "options", "output_text", "step_ids",
+             "lower_triangle"}
     for key, value in arrays.items():
         prefix = next((p for p in prefixed if key.startswith(p)), None)
         if prefix:
@@ -159,4 +211,5 @@ def load_trace(path: str | Path) -> Trace:
         output_text=str(arrays["output_text"]),
         options=json.loads(str(arrays["options"])),
         steps=steps,
+        lower_triangle=set(arrays["lower_triangle"].tolist()) if "lower_triangle" in arrays else set(),
     )

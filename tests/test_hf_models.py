@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 import torch
 
+from model import hf_runner
 from model.capture import capture
 from model.hf_loading import load_hf_runner
 from model.runner import RunOptions
+from model.tracing import load_trace, save_trace
 from tests.tiny_hf import FAMILIES, build
 
 TEXT = "the quick brown fox jumps over the lazy dog"
@@ -225,3 +227,22 @@ def test_other_errors_are_not_mistaken_for_out_of_memory(folders, monkeypatch) -
     monkeypatch.setattr(runner, "_run", lambda *a: (_ for _ in ()).throw(RuntimeError("shape mismatch")))
     with pytest.raises(RuntimeError, match="shape mismatch"):
         runner.run(TEXT)
+
+
+def test_long_causal_attention_is_stored_as_a_lower_triangle(runners, tmp_path: Path, monkeypatch) -> None:
+    assert not runners["llama"].run(TEXT).lower_triangle  # short: plain squares
+    monkeypatch.setattr(hf_runner, "PACK_FROM_TOKENS", 4)  # as long texts are stored
+    trace = runners["llama"].run(TEXT)
+    n = len(trace.tokens)
+    name = "decoder.1.attn.hook_pattern"
+    assert name in trace.lower_triangle
+    assert trace.captured[name].shape == (4, n * (n + 1) // 2)  # half the square
+    assert trace.attention[name].shape == trace.shape(name) == (4, n, n)
+    assert trace.summary()["hooks"][name] == [4, n, n]
+    save_trace(trace, tmp_path / "t.npz")
+    again = load_trace(tmp_path / "t.npz")
+    assert again.lower_triangle == trace.lower_triangle
+    np.testing.assert_array_equal(again.attention[name], trace.attention[name])
+    off = runners["llama"].run(TEXT, options=RunOptions(causal="off"))
+    assert not off.lower_triangle and off.captured[name].shape == (4, n, n)
+    assert runners["t5"].run(TEXT).lower_triangle == {"decoder.0.attn.hook_pattern", "decoder.1.attn.hook_pattern"}

@@ -1,7 +1,9 @@
-"""The sinusoidal table equals the paper's formula; the masks follow the documented convention."""
+"""The sinusoidal table equals the paper's formula; the masks follow the documented convention;
+causal patterns pack into their lower triangle and back."""
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -13,6 +15,7 @@ from model.masks import (
     combine,
     padding_mask,
 )
+from model.tracing import pack_lower_triangle, unpack_lower_triangle
 
 
 @pytest.mark.parametrize("d_model", [8, 64, 512])
@@ -53,3 +56,11 @@ def test_a_query_with_no_visible_key_is_refused() -> None:
     with pytest.raises(ValueError, match=r"query position\(s\) \[1\]"):
         check_every_query_sees_a_key(mask)
     check_every_query_sees_a_key(causal_mask(5))
+
+
+def test_lower_triangle_packing_round_trip() -> None:
+    square = np.tril(np.random.default_rng(0).random((3, 5, 5)))
+    packed = pack_lower_triangle(square)
+    assert packed.shape == (3, 15)
+    np.testing.assert_array_equal(unpack_lower_triangle(packed), square)
+    assert packed[0, :3].tolist() == [square[0, 0, 0], square[0, 1, 0], square[0, 1, 1]]  # row by row
