@@ -49,6 +49,7 @@ def sidebar() -> Trace | None:
         if mode == "given target":
             target = st.sidebar.text_input("Target", key=f"target_{model_id}")
     causal = st.sidebar.selectbox("Causal mask", list(CAUSAL_CHOICES), key="causal")
+    st.session_state["trace_key"] = repr((model_id, device, text, target, causal))
     try:
         return get_trace(model_id, device, text, target, CAUSAL_CHOICES[causal])
     except ValueError as error:
@@ -59,7 +60,10 @@ def sidebar() -> Trace | None:
 def main() -> None:
     st.set_page_config(page_title="Attention Atlas", page_icon="🔍", layout="wide")
     st.session_state["trace"] = sidebar()
-    st.navigation([st.Page("app_pages/overview.py", title="Overview", icon="🔍", default=True)]).run()
+    st.navigation([
+        st.Page("app_pages/overview.py", title="Overview", icon=":material/summarize:", default=True),
+        st.Page("app_pages/attention.py", title="Attention", icon=":material/grid_on:"),
+    ]).run()
 
 
 main()

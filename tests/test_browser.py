@@ -54,11 +54,6 @@ def _set_text(page, text: str) -> None:
     page.wait_for_selector(IDLE, timeout=60_000)
 
 
-def _texts(page, selector: str) -> list[str]:
-    """Text of SVG elements (plotly draws labels as SVG <text>, which has no innerText)."""
-    return page.locator(selector).evaluate_all("els => els.map(e => e.textContent)")
-
-
 def _choose(page, label: str, option: str) -> None:
     page.get_by_label(label, exact=True).click()
     page.get_by_role("option", name=option, exact=True).click()
@@ -70,8 +65,7 @@ def test_type_a_sentence_and_see_the_heatmap(page) -> None:
     _set_text(page, "attention")
     expect(page.get_by_test_id("stMetricValue")).to_have_text("attention")
     page.wait_for_selector(".js-plotly-plot .heatmaplayer", timeout=30_000)
-    ticks = _texts(page, ".js-plotly-plot .xtick text")
-    assert ticks == [*"attention", "</s>"]
+    expect(page.locator(".js-plotly-plot .xtick text")).to_have_text([*"attention", "</s>"])  # redrawn
     page.screenshot(path=str(ARTIFACTS / "overview.png"))
     page.locator(".js-plotly-plot").screenshot(path=str(ARTIFACTS / "heatmap.png"))
     assert page.console_errors == []
@@ -87,7 +81,7 @@ def test_switch_model_site_layer_and_head(page) -> None:
     _choose(page, "Layer", "1")
     _choose(page, "Head", "2")
     expect(page.locator(".js-plotly-plot .gtitle")).to_have_text("decoder.cross_attn · layer 1 · head 2")
-    assert _texts(page, ".js-plotly-plot .ytick text") == ["<s>", *"2021-03-03"]
+    expect(page.locator(".js-plotly-plot .ytick text")).to_have_text(["<s>", *"2021-03-03"])
     page.locator(".js-plotly-plot").screenshot(path=str(ARTIFACTS / "cross-attention.png"))
     assert page.console_errors == []
 
@@ -98,3 +92,19 @@ def test_script_in_text_is_shown_literally_and_never_runs(page) -> None:
     page.screenshot(path=str(ARTIFACTS / "bad-input.png"))
     assert page.dialogs == []
     assert page.locator("img[src='x']").count() == 0
+
+
+def test_attention_page_views(page) -> None:
+    page.get_by_test_id("stSidebarNavLink").filter(has_text="Attention").click()
+    expect(page.get_by_role("heading", name="Attention", exact=True)).to_be_visible()
+    page.wait_for_selector(IDLE, timeout=60_000)
+    expect(page.locator(".js-plotly-plot .gtitle").first).to_have_text("encoder self-attention · layer 0 · head 0")
+    _choose(page, "Head", "3")
+    expect(page.locator(".js-plotly-plot .gtitle").first).to_have_text("encoder self-attention · layer 0 · head 3")
+    page.get_by_role("tab", name="Model view").click()
+    model_view = page.locator(".js-plotly-plot").filter(has_text="layers × heads")
+    expect(model_view).to_be_visible()
+    model_view.screenshot(path=str(ARTIFACTS / "model-view.png"))
+    page.get_by_role("tab", name="Head statistics").click()
+    expect(page.get_by_test_id("stDataFrame")).to_be_visible()
+    assert page.console_errors == []

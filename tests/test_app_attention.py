@@ -1,0 +1,63 @@
+"""The Attention page without a browser: every control, every model kind."""
+
+import json
+
+import numpy as np
+from streamlit.testing.v1 import AppTest
+
+PAGE = "app_pages/attention.py"
+
+
+def _attention_page(model_id: str = "toy-date", text: str | None = None) -> AppTest:
+    at = AppTest.from_file("../app.py", default_timeout=60)
+    at.run()
+    at.sidebar.selectbox(key="model_id").set_value(model_id).run()
+    if text is not None:
+        at.sidebar.text_input(key=f"text_{model_id}").set_value(text).run()
+    at.switch_page(PAGE).run()
+    assert not at.exception
+    return at
+
+
+def _titles(at: AppTest) -> list[str]:
+    return [json.loads(el.proto.spec)["layout"]["title"]["text"] for el in at.get("plotly_chart")]
+
+
+def test_every_view_renders_for_an_encoder_decoder() -> None:
+    at = _attention_page()
+    assert at.radio(key="attention_site").options == [
+        "encoder self-attention", "decoder self-attention (masked)", "cross-attention (decoder → encoder)"]
+    assert _titles(at) == [
+        "encoder self-attention · layer 0 · head 0",
+        "layer 0: all 4 heads",
+        "encoder self-attention: layers × heads",
+        "rollout · encoder self-attention",
+    ]
+    stats = at.dataframe[0].value
+    assert list(stats.columns) == ["entropy (bits)", "mean distance", "to first token", "to previous token",
+                                   "to itself"]
+    assert len(stats) == 4
+    assert at.get("download_button")
+
+
+def test_site_layer_and_head_choose_the_matrix() -> None:
+    at = _attention_page()
+    at.radio(key="attention_site").set_value("decoder.cross_attn").run()
+    at.selectbox(key="attention_layer").set_value(1).run()
+    at.selectbox(key="attention_head").set_value(3).run()
+    assert not at.exception
+    assert _titles(at)[0] == "cross-attention (decoder → encoder) · layer 1 · head 3"
+    assert "choose a self-attention site" in at.info[0].value  # no rollout across stacks
+    assert np.isnan(at.dataframe[0].value["mean distance"]).all()
+
+
+def test_decoder_only_and_a_real_encoder() -> None:
+    at = _attention_page("toy-gpt-date", "may 1 2000")
+    assert at.radio(key="attention_site").options == ["decoder self-attention (masked)"]
+    assert _titles(at)[2] == "decoder self-attention (masked): layers × heads"
+    at = _attention_page("minilm", "The quick brown fox")
+    at.selectbox(key="attention_layer").set_value(5).run()
+    at.selectbox(key="attention_head").set_value(11).run()
+    assert not at.exception
+    assert _titles(at)[0] == "encoder self-attention · layer 5 · head 11"
+    assert len(at.dataframe[0].value) == 12

@@ -1,0 +1,62 @@
+"""The pure figure and statistics functions."""
+
+import json
+
+import numpy as np
+import plotly.io as pio
+import pytest
+
+from viz.head_stats import attention_rollout, head_statistics
+from viz.heatmap import attention_heatmap
+from viz.thumbnails import GAP, resample, thumbnail_figure, thumbnail_grid
+from viz.tokens import plotly_label, visible_token
+
+
+def test_statistics_of_known_heads() -> None:
+    n = 4
+    itself = np.eye(n)
+    previous = np.eye(n, k=-1)
+    previous[0, 0] = 1.0
+    uniform = np.full((n, n), 1 / n)
+    stats = head_statistics(np.stack([itself, previous, uniform]))
+    assert stats.loc[0].tolist() == pytest.approx([0.0, 0.0, 0.25, 0.0, 1.0])
+    assert stats.loc[1, "to previous token"] == 1.0
+    assert stats.loc[1, "mean distance"] == pytest.approx(0.75)  # 0 for the first query, 1 for the rest
+    assert stats.loc[2, "entropy (bits)"] == pytest.approx(2.0)
+    cross = head_statistics(np.full((1, 3, 5), 0.2), self_attention=False)
+    assert np.isnan(cross.loc[0, "mean distance"]) and cross.loc[0, "to first token"] == pytest.approx(0.2)
+
+
+def test_rollout() -> None:
+    n = 3
+    assert np.allclose(attention_rollout([np.eye(n)[None]] * 4), np.eye(n))
+    uniform = np.full((2, n, n), 1 / n)
+    one = attention_rollout([uniform])
+    assert np.allclose(one, 0.5 * np.full((n, n), 1 / n) + 0.5 * np.eye(n))
+    assert np.allclose(attention_rollout([uniform, uniform]).sum(-1), 1.0)
+    with pytest.raises(ValueError, match="at least one layer"):
+        attention_rollout([])
+
+
+def test_resample_shrinks_by_block_means_and_grows_by_repeating() -> None:
+    m = np.arange(16, dtype=float).reshape(4, 4)
+    assert resample(m, 2).tolist() == [[2.5, 4.5], [10.5, 12.5]]
+    assert resample(np.array([[1.0, 2.0], [3.0, 4.0]]), 4)[:, 0].tolist() == [1, 1, 3, 3]
+    assert resample(np.ones((700, 5)), 40).shape == (40, 40)
+
+
+def test_thumbnail_grid_is_one_small_image() -> None:
+    layers = [np.random.default_rng(i).dirichlet(np.ones(512), size=(9, 512)) for i in range(30)]
+    image = thumbnail_grid(layers, size=40)
+    assert image.shape == (30 * (40 + GAP), 9 * (40 + GAP)) and image.dtype == np.uint8
+    assert image[:40, :40].max() == 255  # each head scaled to its own maximum
+    payload = len(pio.to_json(thumbnail_figure(image, 40)))
+    assert payload < 1_000_000, payload  # 270 heads at 512 tokens: full heatmaps would be ~250 MB
+
+
+def test_heatmap_labels_are_escaped_and_repeated_tokens_kept_apart() -> None:
+    fig = attention_heatmap(np.eye(3), ["l", "l", "<b>"], ["l", "l", "<b>"])
+    spec = json.loads(pio.to_json(fig))
+    assert spec["layout"]["xaxis"]["ticktext"] == ["l", "l", "&lt;b&gt;"]
+    assert spec["layout"]["xaxis"]["tickvals"] == [0, 1, 2]
+    assert visible_token(" ") == "·" and plotly_label("") == "∅"
