@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from model.capture import HookSite, capture, select_hook_names
+from model.capture import HookSite, capture
 from model.devices import free_accelerator_memory, is_out_of_memory
 from model.hf_sites import Family
 from model.inputs import validate_text
@@ -280,13 +280,10 @@ class HFRunner:
             captured={k: v[0] for k, v in captured.items()},
             outputs=outputs,
             output_text=output_text,
-            options={"causal": options.causal, "pad_to": options.pad_to, "blocked": [list(b) for b in options.blocked]},
+            options=options.record(),
             lower_triangle=packed,
         )
 
-    def hook_names(self, selection: Any = None) -> list[str]:
-        """The hook names this model offers (optionally filtered like RunOptions.hooks)."""
-        return select_hook_names(self.sites, selection)
 
 
 EXAMPLES = {

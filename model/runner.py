@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from model.tracing import ModelFacts, Trace
 
@@ -20,6 +20,10 @@ class RunOptions:
     pad_to: int = 0  # append <pad> tokens to the source up to this many tokens, to show the padding mask
     blocked: tuple[tuple[int, int], ...] = ()  # (query, key) pairs hidden in the first self-attention
     #                                           (the encoder's, or a decoder-only model's)
+
+    def record(self) -> dict[str, Any]:
+        """The mask choices as plain JSON-able values, as a Trace keeps them."""
+        return {"causal": self.causal, "pad_to": self.pad_to, "blocked": [list(pair) for pair in self.blocked]}
 
 
 class Runner(Protocol):

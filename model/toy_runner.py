@@ -173,6 +173,6 @@ class ToyRunner:
             captured={k: v[0] for k, v in captured.items()},
             outputs={"log_probs": log_probs.float().cpu().numpy(), "predicted_ids": predicted.cpu().numpy()},
             output_text=tok.decode(predicted[first_answer_position:].tolist()),
-            options={"causal": options.causal, "pad_to": options.pad_to, "blocked": [list(b) for b in options.blocked]},
+            options=options.record(),
             steps=steps,
         )

@@ -61,3 +61,26 @@ def test_decoder_only_and_a_real_encoder() -> None:
     assert not at.exception
     assert _titles(at)[0] == "encoder self-attention · layer 5 · head 11"
     assert len(at.dataframe[0].value) == 12
+
+
+def test_changing_layer_head_site_or_page_does_not_rerun_the_model(monkeypatch) -> None:
+    from model.toy_runner import ToyRunner
+
+    calls: list[str] = []
+    real_run = ToyRunner.run
+
+    def counting_run(self, text, *args, **kwargs):
+        calls.append(text)
+        return real_run(self, text, *args, **kwargs)
+
+    monkeypatch.setattr(ToyRunner, "run", counting_run)
+    at = _attention_page("toy-reverse", "counted run")
+    assert calls[-1] == "counted run"
+    runs = len(calls)
+    at.selectbox(key="attention_layer").set_value(1).run()
+    at.selectbox(key="attention_head").set_value(2).run()
+    at.radio(key="attention_site").set_value("decoder.attn").run()
+    at.switch_page("app_pages/overview.py").run()
+    at.switch_page(PAGE).run()
+    assert not at.exception
+    assert len(calls) == runs
