@@ -309,7 +309,7 @@ def _facts(model_id: str, model: nn.Module, family: Family, notes: dict[str, Any
     limit = _config_value(c, "max_position_embeddings", "n_positions", default=MAX_TOKENS)
     layers = {stack: count(c) for stack, count in family.layer_counts.items()}
     if n_kv != n_heads:
-        notes = {**notes, "key/value heads": f"query head h reads key/value head h // {n_heads // n_kv} (GQA)"}
+        notes = {**notes, "grouped-query attention": f"query head h reads key/value head h // {n_heads // n_kv}"}
     return ModelFacts(
         model_id=model_id,
         family=f"{family.name} ({c.model_type}, Hugging Face)",

@@ -17,9 +17,13 @@ def _app() -> AppTest:
     return at
 
 
+def _titles(at: AppTest) -> list[str]:
+    return [json.loads(chart.proto.spec)["layout"]["title"]["text"] for chart in at.get("plotly_chart")]
+
+
 def _heatmap_title(at: AppTest) -> str:
-    [chart] = at.get("plotly_chart")
-    return json.loads(chart.proto.spec)["layout"]["title"]["text"]
+    """The attention heatmap is the page's last figure."""
+    return _titles(at)[-1]
 
 
 def test_opens_on_a_model_with_output_and_heatmap() -> None:
@@ -27,6 +31,10 @@ def test_opens_on_a_model_with_output_and_heatmap() -> None:
     assert at.sidebar.selectbox(key="model_id").value == "toy-copy"
     assert at.metric[0].value == "hello world"
     assert _heatmap_title(at) == "encoder.attn · layer 0 · head 0"
+    tokens, card = at.dataframe[0].value, at.dataframe[1].value
+    assert tokens["token"].tolist() == [*"hello·world", "</s>"]
+    assert card.loc["family", "value"] == "from-scratch transformer (Vaswani et al. 2017)"
+    assert card.loc["task", "value"] == "copies lowercase text"
 
 
 def test_switching_model_layer_head_and_site() -> None:
@@ -64,6 +72,25 @@ def test_a_hugging_face_folder_typed_in_the_sidebar(tmp_path) -> None:
     assert at.sidebar.text_input(key=f"text_{folder}").value == "The cat sat on the mat because it was tired."
     assert _heatmap_title(at) == "encoder.attn · layer 0 · head 0"
     assert not at.sidebar.get("radio")  # an encoder has no output to generate
+    assert _titles(at)[0] == "cosine similarity"  # an encoder's output: its token vectors
+    card = at.dataframe[1].value
+    assert card.loc["family", "value"] == "BERT (bert, Hugging Face)"
+    assert card.loc["heads per layer", "value"] == "4"
+
+
+def test_a_causal_lm_shows_its_next_token_choices(tmp_path) -> None:
+    folder = build("llama", tmp_path / "llama")
+    at = _app()
+    at.sidebar.selectbox(key="model_id").set_value(CUSTOM).run()
+    at.sidebar.text_input(key="custom_model").set_value(str(folder)).run()
+    at.sidebar.text_input(key=f"text_{folder}").set_value("the quick brown fox").run()
+    assert not at.exception
+    assert _titles(at)[0] == "next token"
+    bars = json.loads(at.get("plotly_chart")[0].proto.spec)["data"][0]
+    assert len(bars["y"]) == 10
+    card = at.dataframe[1].value
+    assert card.loc["key/value heads", "value"] == "2"
+    assert card.loc["positions", "value"] == "rotary"
 
 
 def test_a_model_that_cannot_be_loaded_gives_a_message(tmp_path) -> None:

@@ -149,7 +149,7 @@ def test_padding_hides_pad_keys_and_leaves_real_tokens_unchanged(runners, family
 def test_gqa_has_one_map_per_query_head(runners) -> None:
     runner = runners["llama"]
     assert (runner.facts.n_heads, runner.facts.n_kv_heads) == (4, 2)
-    assert "h // 2" in runner.facts.notes["key/value heads"]
+    assert "h // 2" in runner.facts.notes["grouped-query attention"]
     assert runner.run(TEXT).attention["decoder.0.attn.hook_pattern"].shape[0] == 4
 
 

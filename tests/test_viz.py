@@ -6,8 +6,10 @@ import numpy as np
 import plotly.io as pio
 import pytest
 
+from model.tracing import ModelFacts
 from viz.head_stats import attention_rollout, head_statistics
-from viz.heatmap import attention_heatmap
+from viz.heatmap import attention_heatmap, similarity_heatmap
+from viz.outputs import model_card, next_token_bars
 from viz.thumbnails import GAP, resample, thumbnail_figure, thumbnail_grid
 from viz.tokens import plotly_label, visible_token
 
@@ -60,3 +62,21 @@ def test_heatmap_labels_are_escaped_and_repeated_tokens_kept_apart() -> None:
     assert spec["layout"]["xaxis"]["ticktext"] == ["l", "l", "&lt;b&gt;"]
     assert spec["layout"]["xaxis"]["tickvals"] == [0, 1, 2]
     assert visible_token(" ") == "·" and plotly_label("") == "∅"
+
+
+def test_next_token_bars_and_similarity() -> None:
+    fig = next_token_bars(["<b>", " Paris"], np.array([0.7, 0.2]))
+    spec = json.loads(pio.to_json(fig))
+    assert spec["layout"]["yaxis"]["ticktext"] == ["&lt;b&gt;", "·Paris"]
+    assert spec["data"][0]["text"] == ["70.0%", "20.0%"]
+    sim = json.loads(pio.to_json(similarity_heatmap(np.eye(2), ["a", "b"])))
+    assert (sim["data"][0]["zmin"], sim["data"][0]["zmax"]) == (-1.0, 1.0)
+
+
+def test_model_card_reads_the_facts() -> None:
+    facts = ModelFacts("m", "fam", "decoder", 0, 30, 9, 3, 576, 1536, 49152, 2048, "rotary", "pre-norm",
+                       134_515_008, "cpu", {"source": "/x"})
+    card = model_card(facts)
+    assert card.loc["encoder layers", "value"] == "—"
+    assert card.loc["parameters", "value"] == "134,515,008"
+    assert card.loc["source", "value"] == "/x"

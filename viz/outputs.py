@@ -1,0 +1,51 @@
+"""A model's output as figures and tables: next-token choices, the model card."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from viz.tokens import plotly_label, visible_token
+
+
+def next_token_bars(tokens: Sequence[str], probabilities: np.ndarray, title: str = "") -> go.Figure:
+    """The most likely next tokens as horizontal bars, most likely on top."""
+    labels = [plotly_label(t) for t in tokens]
+    fig = go.Figure(go.Bar(x=np.asarray(probabilities, dtype=np.float32), y=list(range(len(labels))),
+                           orientation="h", text=[f"{p:.1%}" for p in probabilities], textposition="auto",
+                           hovertemplate="%{x:.3f}<extra></extra>"))
+    fig.update_yaxes(tickvals=list(range(len(labels))), ticktext=labels, autorange="reversed")
+    fig.update_xaxes(title="probability", range=[0, 1])
+    fig.update_layout(title=title, height=60 + 30 * len(labels), margin={"l": 80, "r": 20, "t": 50, "b": 40})
+    return fig
+
+
+def token_table(tokens: Sequence[str], ids: Sequence[int]) -> pd.DataFrame:
+    """One row a token: its position, how it reads, its id."""
+    return pd.DataFrame({"token": [visible_token(t) for t in tokens], "id": list(ids)}).rename_axis("position")
+
+
+def model_card(facts: Any) -> pd.DataFrame:
+    """The facts of a model as a two-column table (field, value) a person can read."""
+    rows = {
+        "family": facts.family,
+        "kind": facts.kind,
+        "encoder layers": facts.n_encoder_layers or "—",
+        "decoder layers": facts.n_decoder_layers or "—",
+        "heads per layer": facts.n_heads,
+        "key/value heads": facts.n_kv_heads,
+        "d_model": facts.d_model,
+        "d_ff (FFN hidden)": facts.d_ff,
+        "vocabulary": f"{facts.vocab_size:,}",
+        "parameters": f"{facts.n_params:,}",
+        "positions": facts.positional,
+        "normalisation": facts.norm,
+        "longest input (tokens)": f"{facts.max_len:,}",
+        "device": facts.device,
+    }
+    rows |= {str(k): v for k, v in facts.notes.items() if str(k) not in rows}
+    return pd.DataFrame({"value": [str(v) for v in rows.values()]}, index=pd.Index(list(rows), name="field"))
