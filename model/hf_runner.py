@@ -160,7 +160,7 @@ class HFRunner:
     # -- encoder-only and decoder-only ---------------------------------------------------------
     def _run_single_stack(self, model: nn.Module, text: str, options: RunOptions) -> Trace:
         ids = self._encode(text)
-        padded = ids + [self._pad_id()] * max(0, min(options.pad_to, self.max_tokens) - len(ids))
+        padded = options.padded(ids, self._pad_id(), self.max_tokens)
         is_decoder = self.family.kind == "decoder"
         causal = options.causal == "on" or (is_decoder and options.causal != "off")
         allowed = self_attention_mask(len(padded), len(ids), causal, options.blocked)
@@ -206,7 +206,7 @@ class HFRunner:
     def _run_encoder_decoder(self, model: nn.Module, text: str, target: str | None, options: RunOptions) -> Trace:
         device = model.device
         ids = self._encode(text)
-        padded = ids + [self._pad_id()] * max(0, min(options.pad_to, self.max_tokens) - len(ids))
+        padded = options.padded(ids, self._pad_id(), self.max_tokens)
         src = torch.tensor([padded], device=device)
         real_keys = (torch.arange(len(padded), device=device) < len(ids)).long()[None]  # (1, src_len)
         start = model.config.decoder_start_token_id

@@ -21,6 +21,10 @@ class RunOptions:
     blocked: tuple[tuple[int, int], ...] = ()  # (query, key) pairs hidden in the first self-attention
     #                                           (the encoder's, or a decoder-only model's)
 
+    def padded(self, ids: list[int], pad_id: int, limit: int) -> list[int]:
+        """`ids` followed by `pad_id` up to pad_to tokens (never beyond `limit`)."""
+        return ids + [pad_id] * max(0, min(self.pad_to, limit) - len(ids))
+
     def record(self) -> dict[str, Any]:
         """The mask choices as plain JSON-able values, as a Trace keeps them."""
         return {"causal": self.causal, "pad_to": self.pad_to, "blocked": [list(pair) for pair in self.blocked]}

@@ -71,14 +71,11 @@ class ToyRunner:
     def _tensor(self, ids: list[int]) -> torch.Tensor:
         return torch.tensor([ids], dtype=torch.long, device=self.toy.model.device)
 
-    def _padded(self, ids: list[int], pad_to: int) -> list[int]:
-        return ids + [self.toy.tokenizer.pad_id] * max(0, min(pad_to, self.toy.model.cfg.max_len) - len(ids))
-
     # -- encoder-decoder -----------------------------------------------------------------------
     def _run_encoder_decoder(self, text: str, target: str | None, options: RunOptions) -> Trace:
         toy, model = self.toy, self.toy.model
         tok = toy.tokenizer
-        src = self._tensor(self._padded(toy.encode_source(text), options.pad_to))
+        src = self._tensor(options.padded(toy.encode_source(text), tok.pad_id, model.cfg.max_len))
         enc_mask = self._self_mask(src, options.causal == "on", options.blocked)
         cross_mask = padding_mask(src, tok.pad_id)  # (1, 1, 1, src_len)
 
@@ -123,7 +120,7 @@ class ToyRunner:
             answer = [s.token_id for s in steps][:-1]
         else:
             answer = toy.encode_target(target)[:-1]
-        seq_ids = self._padded(prompt + answer, options.pad_to)
+        seq_ids = options.padded(prompt + answer, toy.tokenizer.pad_id, model.cfg.max_len)
         seq = self._tensor(seq_ids)
         mask = self._self_mask(seq, options.causal != "off", options.blocked)
         log_probs, captured = capture(model, model.hook_points, options.hooks, lambda: model(seq, mask))

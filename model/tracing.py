@@ -36,9 +36,14 @@ def pack_lower_triangle(square: np.ndarray) -> np.ndarray:
     return square[..., rows, cols]
 
 
+def triangle_side(entries: int) -> int:
+    """n such that a packed lower triangle of `entries` values came from an n x n matrix."""
+    return int((np.sqrt(8 * entries + 1) - 1) / 2)
+
+
 def unpack_lower_triangle(packed: np.ndarray) -> np.ndarray:
     """Inverse of `pack_lower_triangle`, with zeros above the diagonal."""
-    n = int((np.sqrt(8 * packed.shape[-1] + 1) - 1) / 2)
+    n = triangle_side(packed.shape[-1])
     square = np.zeros((*packed.shape[:-1], n, n), dtype=packed.dtype)
     rows, cols = np.tril_indices(n)
     square[..., rows, cols] = packed
@@ -121,7 +126,7 @@ class Trace:
         """The shape of a captured value as a person thinks of it (packed patterns as squares)."""
         shape = self.captured[name].shape
         if name in self.lower_triangle:
-            n = int((np.sqrt(8 * shape[-1] + 1) - 1) / 2)
+            n = triangle_side(shape[-1])
             return (*shape[:-1], n, n)
         return shape
 
