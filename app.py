@@ -6,12 +6,23 @@ from __future__ import annotations
 import streamlit as st
 
 from model.devices import available_devices, pick_device
-from model.registry import list_model_ids, load_runner
+from model.registry import PACKAGED, TOY_PREFIX, list_model_ids, load_runner
 from model.runner import Runner, RunOptions
 from model.tracing import Trace
+from ui import url_state
+from ui.messages import show_error
 
 CAUSAL_CHOICES = {"as trained": "auto", "on everywhere": "on", "off everywhere": "off"}
-CUSTOM = "a Hugging Face folder or id…"
+CUSTOM = "custom"
+
+
+def model_label(model_id: str) -> str:
+    """The picker's groups: toy models trained here, pretrained models, any other model."""
+    if model_id == CUSTOM:
+        return "Custom · a Hugging Face folder or id…"
+    if model_id.startswith(TOY_PREFIX):
+        return f"Toy (trained here) · {model_id}"
+    return f"Pretrained · {model_id}" if model_id in PACKAGED else model_id
 
 
 @st.cache_resource(show_spinner="Loading the model… (SmolLM2's first load converts its weights: about 30 s)")
@@ -29,19 +40,25 @@ def get_trace(model_id: str, device: str, text: str, target: str | None, causal:
 def sidebar() -> Trace | None:
     """The run's inputs; returns the trace, or None after showing what is wrong."""
     st.sidebar.title("Attention Atlas")
-    model_id = st.sidebar.selectbox("Model", [*list_model_ids(), CUSTOM], key="model_id")
+    model_ids = list_model_ids()
+    url_state.restore_once(model_ids, CUSTOM, {v: k for k, v in CAUSAL_CHOICES.items()})
+    model_id = st.sidebar.selectbox("Model", [*model_ids, CUSTOM], key="model_id", format_func=model_label)
     if model_id == CUSTOM:
-        model_id = st.sidebar.text_input("Folder or hub id", key="custom_model", placeholder="/path/to/model")
-        if not model_id.strip():
+        model_id = st.sidebar.text_input("Folder or hub id", key="custom_model", placeholder="/path/to/model").strip()
+        if not model_id:
+            url_state.write(model=None, text=None, target=None)
             st.info("Type the path of a Hugging Face model folder, or a hub id, in the sidebar.")
             return None
     device = st.sidebar.selectbox("Device", ["auto", *available_devices()], key="device")
+    url_state.write(model=model_id)
     try:
-        runner = get_runner(model_id.strip(), device)
+        runner = get_runner(model_id, device)
     except ValueError as error:
-        st.error(str(error))
+        show_error(str(error))
         return None
-    text = st.sidebar.text_input("Text", value=runner.examples[0], key=f"text_{model_id}", max_chars=20_000)
+    text_key = f"text_{model_id}"
+    st.session_state.setdefault(text_key, runner.examples[0])
+    text = st.sidebar.text_input("Text", key=text_key, max_chars=20_000)
     st.sidebar.caption("Examples: " + " · ".join(runner.examples))
     target = None
     if runner.facts.kind != "encoder":
@@ -49,11 +66,12 @@ def sidebar() -> Trace | None:
         if mode == "given target":
             target = st.sidebar.text_input("Target", key=f"target_{model_id}")
     causal = st.sidebar.selectbox("Causal mask", list(CAUSAL_CHOICES), key="causal")
+    url_state.write(text=text, target=target, causal=CAUSAL_CHOICES[causal])
     st.session_state["trace_key"] = repr((model_id, device, text, target, causal))
     try:
         return get_trace(model_id, device, text, target, CAUSAL_CHOICES[causal])
     except ValueError as error:
-        st.error(str(error))
+        show_error(str(error))
         return None
 
 

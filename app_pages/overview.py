@@ -5,6 +5,8 @@ from __future__ import annotations
 import streamlit as st
 
 from model.tracing import Trace
+from ui.downloads import downloads
+from ui.pickers import SITE_LABELS, choose_head
 from viz.heatmap import attention_heatmap, similarity_heatmap
 from viz.outputs import model_card, next_token_bars, token_table
 
@@ -34,19 +36,18 @@ with output_col:
             st.plotly_chart(next_token_bars(outputs["top_next_tokens"], outputs["top_next_probs"], "next token"),
                             key="overview_next_tokens")
     st.subheader("Tokens")
-    st.dataframe(token_table(trace.tokens, trace.ids), height=min(400, 38 + 35 * len(trace.tokens)),
-                 key="overview_tokens")
+    st.caption("Special tokens (start, end, separator, padding) are added by the tokenizer, not typed.")
+    tokens = token_table(trace.tokens, trace.ids, trace.is_special(trace.ids))
+    st.dataframe(tokens, height=min(400, 38 + 35 * len(tokens)), key="overview_tokens")
 with card_col:
     st.subheader("Model")
     card = model_card(facts)
     st.dataframe(card, height=38 + 35 * len(card), key="overview_card")
 
 st.subheader("Attention")
-site = st.radio("Attention", trace.sites(), horizontal=True, key="overview_site")
-col_layer, col_head = st.columns(2)
-layer = col_layer.selectbox("Layer", range(trace.n_layers(site)), key="overview_layer")
-head = col_head.selectbox("Head", range(trace.facts.n_heads), key="overview_head")
+site, layer, head = choose_head(trace, "overview")
 pattern = trace.attention[trace.pattern_name(site, layer)][head]  # (q_len, k_len)
-title = f"{site} · layer {layer} · head {head}"
-st.plotly_chart(attention_heatmap(pattern, trace.query_tokens(site), trace.key_tokens(site), title),
-                key="overview_heatmap")
+figure = attention_heatmap(pattern, trace.query_tokens(site), trace.key_tokens(site),
+                           f"{SITE_LABELS[site]} · layer {layer} · head {head}")
+st.plotly_chart(figure, key="overview_heatmap")
+downloads(figure, f"{facts.model_id}.{site}.{layer}.{head}".replace("/", "_"), "overview_heatmap")

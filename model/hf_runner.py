@@ -95,7 +95,7 @@ class HFRunner:
         self._cpu_loader = cpu_loader
         self.sites = family.sites(model)  # hook name -> module and reader
         self.examples = EXAMPLES[family.kind]
-        self.facts = _facts(model_id, model, family, notes)
+        self.facts = replace(_facts(model_id, model, family, notes), special_ids=sorted(set(tokenizer.all_special_ids)))
         self._cpu_copy: nn.Module | None = None
         self._cpu_copy_lock = threading.Lock()
 

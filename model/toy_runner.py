@@ -43,6 +43,7 @@ class ToyRunner:
             norm=f"{cfg.norm}-norm",
             n_params=sum(p.numel() for p in model.parameters()),
             device=str(model.device),
+            special_ids=[toy.tokenizer.pad_id, toy.tokenizer.bos_id, toy.tokenizer.eos_id],
             notes={
                 "task": toy.task.description,
                 "allowed characters": toy.source_chars,

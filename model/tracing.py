@@ -90,6 +90,7 @@ class ModelFacts:
     n_params: int
     device: str
     notes: dict[str, Any] = field(default_factory=dict)  # e.g. the toy task and its accuracy
+    special_ids: list[int] = field(default_factory=list)  # ids of <s>, </s>, [CLS], [SEP], padding, ...
 
 
 @dataclass
@@ -150,6 +151,18 @@ class Trace:
     def key_tokens(self, site: str) -> list[str]:
         """Column labels: cross-attention looks at the source."""
         return self.tokens if site.endswith("cross_attn") else self.query_tokens(site)
+
+    def query_ids(self, site: str) -> list[int]:
+        """Token ids of the site's rows (as `query_tokens`)."""
+        return self.target_ids if site.startswith("decoder") and self.target_tokens else self.ids
+
+    def key_ids(self, site: str) -> list[int]:
+        """Token ids of the site's columns (as `key_tokens`)."""
+        return self.ids if site.endswith("cross_attn") else self.query_ids(site)
+
+    def is_special(self, ids: list[int]) -> np.ndarray:
+        """(len,) bool: which of these ids are special tokens (<s>, </s>, [CLS], [SEP], padding, ...)."""
+        return np.isin(np.asarray(ids, dtype=np.int64), self.facts.special_ids)
 
     def summary(self) -> dict[str, Any]:
         """A short JSON-able description: model, tokens, output, hook names with shapes."""

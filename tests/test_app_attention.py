@@ -31,6 +31,7 @@ def test_every_view_renders_for_an_encoder_decoder() -> None:
         "encoder self-attention · layer 0 · head 0",
         "layer 0: all 4 heads",
         "encoder self-attention: layers × heads",
+        "encoder self-attention · layer 0 · token lines",
         "rollout · encoder self-attention",
     ]
     stats = at.dataframe[0].value
@@ -84,3 +85,43 @@ def test_changing_layer_head_site_or_page_does_not_rerun_the_model(monkeypatch) 
     at.switch_page(PAGE).run()
     assert not at.exception
     assert len(calls) == runs
+
+
+def _heatmap(at: AppTest, index: int = 0) -> dict:
+    return json.loads(at.get("plotly_chart")[index].proto.spec)["data"][0]
+
+
+def test_display_options_hide_special_tokens_recolour_and_write_values() -> None:
+    at = _attention_page("toy-date", "may 1 2000")
+    assert _heatmap(at)["x"][-1] == "#10 &lt;/s&gt;"
+    at.toggle(key="attention_hide_special").set_value(True).run()
+    at.selectbox(key="attention_colorscale").set_value("Greys").run()
+    at.toggle(key="attention_show_values").set_value(True).run()
+    assert not at.exception
+    one_head = _heatmap(at)
+    assert one_head["x"] == [f"#{i} {c}" for i, c in enumerate("may 1 2000".replace(" ", "·"))]  # no </s>
+    assert one_head["texttemplate"] == "%{z:.2f}"
+    assert one_head["colorscale"][-1][1] == "rgb(0,0,0)"
+    at.radio(key="attention_site").set_value("decoder.attn").run()
+    assert _heatmap(at)["y"][0] == "#1 2"  # the decoder's <s> (position 0) is left out too
+    assert _heatmap(at, -1)["y"][0] == "#1 2"  # and from the rollout
+
+
+def test_token_lines_choose_heads_and_one_token() -> None:
+    at = _attention_page("toy-date", "may 1 2000")
+    lines = next(el for el in at.get("plotly_chart") if "token lines" in el.proto.spec)
+    drawn_heads = {t["legendgroup"] for t in json.loads(lines.proto.spec)["data"] if "legendgroup" in t}
+    assert drawn_heads == {"head 0", "head 1", "head 2", "head 3"}
+    at.multiselect(key="attention_lines_heads").set_value([2]).run()
+    at.selectbox(key="attention_lines_focus").set_value(3).run()
+    assert not at.exception
+    lines = next(el for el in at.get("plotly_chart") if "token lines" in el.proto.spec)
+    assert {t["legendgroup"] for t in json.loads(lines.proto.spec)["data"] if "legendgroup" in t} == {"head 2"}
+    assert at.selectbox(key="attention_lines_focus").format_func(3) == "#3 ·"
+
+
+def test_each_figure_has_its_downloads() -> None:
+    at = _attention_page("toy-date", "may 1 2000")
+    labels = [button.label for button in at.get("download_button")]
+    assert labels.count("PNG") == labels.count("SVG") == labels.count("HTML") == 5
+    assert labels.count("CSV") == 2  # the one-head matrix and the rollout matrix

@@ -10,7 +10,7 @@ from model.tracing import ModelFacts
 from viz.head_stats import attention_rollout, head_statistics
 from viz.heatmap import attention_heatmap, similarity_heatmap
 from viz.outputs import model_card, next_token_bars
-from viz.thumbnails import GAP, resample, thumbnail_figure, thumbnail_grid
+from viz.thumbnails import GAP, head_at, resample, thumbnail_figure, thumbnail_grid
 from viz.tokens import plotly_label, visible_token
 
 
@@ -60,8 +60,36 @@ def test_heatmap_labels_are_escaped_and_repeated_tokens_kept_apart() -> None:
     fig = attention_heatmap(np.eye(3), ["l", "l", "<b>"], ["l", "l", "<b>"])
     spec = json.loads(pio.to_json(fig))
     assert spec["layout"]["xaxis"]["ticktext"] == ["l", "l", "&lt;b&gt;"]
-    assert spec["layout"]["xaxis"]["tickvals"] == [0, 1, 2]
+    assert spec["layout"]["xaxis"]["tickvals"] == ["#0 l", "#1 l", "#2 &lt;b&gt;"]  # one category per position
+    assert spec["data"][0]["y"] == spec["data"][0]["x"]
     assert visible_token(" ") == "·" and plotly_label("") == "∅"
+    shown = attention_heatmap(np.eye(2), ["b", "c"], ["b", "c"], row_positions=[1, 2], col_positions=[1, 2])
+    assert shown.data[0].x == ("#1 b", "#2 c")  # the positions of a matrix with rows left out
+
+
+def test_one_head_at_2048_tokens_is_sent_as_the_matrix_and_two_label_lists() -> None:
+    n = 2048
+    weights = np.tril(np.random.default_rng(0).random((n, n), dtype=np.float32))
+    fig = attention_heatmap(weights, [f"t{i}" for i in range(n)], [f"t{i}" for i in range(n)], show_values=True)
+    payload = len(pio.to_json(fig))
+    assert payload < 1.6 * 4 * n * n, payload  # the float32 matrix in escaped base64; q x k hover strings: ~150 MB
+    assert "tickvals" not in fig.layout.xaxis.to_plotly_json()  # plotly thins 2048 labels itself
+    assert fig.data[0].texttemplate is None  # too many cells to write values in
+
+
+def test_show_values_and_colour_scale() -> None:
+    fig = attention_heatmap(np.full((2, 2), 0.5), ["a", "b"], ["a", "b"], show_values=True, colorscale="Greys")
+    assert fig.data[0].texttemplate == "%{z:.2f}"
+    assert fig.data[0].colorscale[-1][1] == "rgb(0,0,0)"  # black = most attention
+
+
+def test_thumbnail_markers_name_their_head() -> None:
+    image = thumbnail_grid([np.random.default_rng(i).dirichlet(np.ones(5), size=(3, 5)) for i in range(2)], 10)
+    markers = thumbnail_figure(image, 10).data[1]
+    assert len(markers.x) == 2 * 3
+    for index, (layer, head) in enumerate(markers.customdata):
+        assert head_at(index, heads=3) == (layer, head)
+        assert (markers.x[index], markers.y[index]) == (head * (10 + GAP) + 5, layer * (10 + GAP) + 5)
 
 
 def test_next_token_bars_and_similarity() -> None:

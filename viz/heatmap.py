@@ -1,13 +1,35 @@
-"""Token-by-token matrices (attention, similarity) as plotly heatmaps."""
+"""Token-by-token matrices (attention, similarity) as plotly heatmaps.
+
+The axes are categorical, one category per position ("#3 cat"), so repeated tokens stay separate
+cells and the hover can name both tokens without a (q x k) array of hover strings: the payload
+is the matrix plus two label lists, which keeps one head usable at 2048 tokens.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
 
 from viz.tokens import plotly_label
+
+TICK_LABELS_UP_TO = 64  # beyond this many tokens plotly thins the axis labels itself
+VALUES_UP_TO = 40  # "show values" writes numbers in cells only up to this many rows and columns
+COLOR_SCALES = ["Viridis", "Blues", "Magma", "Cividis", "Greys"]
+
+
+def position_labels(tokens: Sequence[str], positions: Sequence[int] | None = None) -> list[str]:
+    """Unique axis categories: "#<position> <token>", the token HTML-escaped for plotly."""
+    positions = range(len(tokens)) if positions is None else positions
+    return [f"#{p} {plotly_label(t)}" for p, t in zip(positions, tokens, strict=True)]
+
+
+def _label_axis(axis: go.layout.XAxis | go.layout.YAxis, categories: list[str], tokens: Sequence[str]) -> None:
+    """Short token labels on the ticks when they fit; the "#i token" categories otherwise."""
+    if len(categories) <= TICK_LABELS_UP_TO:
+        axis.update(tickmode="array", tickvals=categories, ticktext=[plotly_label(t) for t in tokens])
 
 
 def matrix_heatmap(
@@ -16,39 +38,42 @@ def matrix_heatmap(
     col_tokens: Sequence[str],
     title: str = "",
     *,
+    row_positions: Sequence[int] | None = None,
+    col_positions: Sequence[int] | None = None,
     zrange: tuple[float, float] = (0.0, 1.0),
     colorscale: str = "Viridis",
+    show_values: bool = False,
     value_name: str = "weight",
     axis_titles: tuple[str, str] = ("query", "key"),
 ) -> go.Figure:
-    """values: (rows, cols). Rows run top to bottom. Axes are positions labelled with their tokens,
-    so repeated tokens stay separate cells; the hover reads "row -> col: value"."""
-    r_labels = [plotly_label(t) for t in row_tokens]
-    c_labels = [plotly_label(t) for t in col_tokens]
-    hover = np.array([[f"{r} → {c}" for c in c_labels] for r in r_labels], dtype=object)
+    """values: (rows, cols), rows top to bottom. Positions default to 0..n-1 (pass them when rows or
+    columns were left out). The hover reads "#i row → #j col" and the value; `show_values` writes the
+    values in the cells when the matrix is at most VALUES_UP_TO on each side."""
+    rows, cols = position_labels(row_tokens, row_positions), position_labels(col_tokens, col_positions)
+    z = np.asarray(values, dtype=np.float32)  # float16 is not a plotly array type
+    write_values = show_values and max(z.shape) <= VALUES_UP_TO
     fig = go.Figure(
         go.Heatmap(
-            z=np.asarray(values, dtype=np.float32),
-            customdata=hover,
-            hovertemplate="%{customdata}: %{z:.3f}<extra></extra>",
-            colorscale=colorscale,
-            zmin=zrange[0],
-            zmax=zrange[1],
-            colorbar={"title": value_name},
+            z=z, x=cols, y=rows,
+            hovertemplate=f"%{{y}} → %{{x}}<br>{value_name} %{{z:.3f}}<extra></extra>",
+            colorscale=colorscale, zmin=zrange[0], zmax=zrange[1], colorbar={"title": value_name},
+            texttemplate="%{z:.2f}" if write_values else None,
         )
     )
-    fig.update_xaxes(title=axis_titles[1], tickvals=list(range(len(c_labels))), ticktext=c_labels, side="top")
-    fig.update_yaxes(title=axis_titles[0], tickvals=list(range(len(r_labels))), ticktext=r_labels, autorange="reversed")
-    side = max(320, min(900, 40 + 28 * max(len(r_labels), len(c_labels))))
+    fig.update_xaxes(title=axis_titles[1], side="top", type="category")
+    fig.update_yaxes(title=axis_titles[0], autorange="reversed", type="category")
+    _label_axis(fig.layout.xaxis, cols, col_tokens)
+    _label_axis(fig.layout.yaxis, rows, row_tokens)
+    side = max(320, min(900, 40 + 28 * max(len(rows), len(cols))))
     fig.update_layout(title=title, height=side, margin={"l": 60, "r": 20, "t": 80, "b": 20})
     return fig
 
 
 def attention_heatmap(
-    weights: np.ndarray, query_tokens: Sequence[str], key_tokens: Sequence[str], title: str = ""
+    weights: np.ndarray, query_tokens: Sequence[str], key_tokens: Sequence[str], title: str = "", **options: Any
 ) -> go.Figure:
-    """weights: (q_len, k_len) probabilities; rows are queries, columns keys."""
-    return matrix_heatmap(weights, query_tokens, key_tokens, title)
+    """weights: (q_len, k_len) probabilities; rows are queries, columns keys. Options as `matrix_heatmap`."""
+    return matrix_heatmap(weights, query_tokens, key_tokens, title, **options)
 
 
 def similarity_heatmap(similarity: np.ndarray, tokens: Sequence[str], title: str = "") -> go.Figure:

@@ -24,9 +24,11 @@ def next_token_bars(tokens: Sequence[str], probabilities: np.ndarray, title: str
     return fig
 
 
-def token_table(tokens: Sequence[str], ids: Sequence[int]) -> pd.DataFrame:
-    """One row a token: its position, how it reads, its id."""
-    return pd.DataFrame({"token": [visible_token(t) for t in tokens], "id": list(ids)}).rename_axis("position")
+def token_table(tokens: Sequence[str], ids: Sequence[int], special: Sequence[bool]) -> pd.DataFrame:
+    """One row a token: its position, how it reads, its id, and whether it is a special token (<s>, [CLS], ...)."""
+    return pd.DataFrame(
+        {"token": [visible_token(t) for t in tokens], "id": list(ids), "special": [bool(s) for s in special]}
+    ).rename_axis("position")
 
 
 def model_card(facts: Any) -> pd.DataFrame:

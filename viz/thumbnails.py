@@ -44,16 +44,32 @@ def thumbnail_grid(layer_patterns: list[np.ndarray], size: int = 40) -> np.ndarr
     return image
 
 
-def thumbnail_figure(image: np.ndarray, size: int, title: str = "") -> go.Figure:
-    """The grid image as a heatmap with layer and head tick labels (uint8 values: a compact payload)."""
+def thumbnail_figure(image: np.ndarray, size: int, title: str = "", colorscale: str = "Viridis") -> go.Figure:
+    """The grid image as a heatmap with layer and head tick labels (uint8 values: a compact payload).
+
+    Over each thumbnail lies an invisible marker (trace 1, point index = layer * heads + head), so a
+    click on a thumbnail selects a point that names its head; `head_at` reads it back."""
     cell = size + GAP
     layers, heads = image.shape[0] // cell, image.shape[1] // cell
-    fig = go.Figure(go.Heatmap(z=image, colorscale="Viridis", showscale=False, hoverinfo="skip"))
-    fig.update_xaxes(tickvals=[h * cell + size / 2 for h in range(heads)], ticktext=[str(h) for h in range(heads)],
-                     title="head", side="top", showgrid=False)
-    fig.update_yaxes(tickvals=[layer * cell + size / 2 for layer in range(layers)],
-                     ticktext=[str(layer) for layer in range(layers)], title="layer", autorange="reversed",
-                     showgrid=False, scaleanchor="x")
-    fig.update_layout(title=title, height=min(1600, 120 + layers * max(cell, 24)),
+    centres = np.arange(max(layers, heads)) * cell + size / 2
+    layer_of, head_of = np.divmod(np.arange(layers * heads), heads)
+    fig = go.Figure([
+        go.Heatmap(z=image, colorscale=colorscale, showscale=False, hoverinfo="skip"),
+        go.Scatter(x=centres[head_of], y=centres[layer_of], mode="markers", showlegend=False,
+                   marker={"symbol": "square", "size": max(8, size * 0.6), "color": "rgba(0,0,0,0)"},
+                   customdata=np.stack([layer_of, head_of], axis=1),
+                   hovertemplate="layer %{customdata[0]} · head %{customdata[1]}<br>click to open<extra></extra>"),
+    ])
+    fig.update_xaxes(tickvals=centres[:heads].tolist(), ticktext=[str(h) for h in range(heads)],
+                     title="head", side="top", showgrid=False, zeroline=False)
+    fig.update_yaxes(tickvals=centres[:layers].tolist(), ticktext=[str(layer) for layer in range(layers)],
+                     title="layer", autorange="reversed", showgrid=False, zeroline=False, scaleanchor="x")
+    fig.update_layout(title=title, height=min(1600, 120 + layers * max(cell, 24)), clickmode="event+select",
                       margin={"l": 50, "r": 10, "t": 70, "b": 10})
     return fig
+
+
+def head_at(point_index: int, heads: int) -> tuple[int, int]:
+    """The (layer, head) of a clicked marker of `thumbnail_figure`."""
+    layer, head = divmod(point_index, heads)
+    return int(layer), int(head)

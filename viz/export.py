@@ -1,0 +1,47 @@
+"""Figures as files: PNG and SVG drawn by kaleido in the system's Chromium, and standalone HTML.
+
+Kaleido's first image starts a browser (about 6 s here); later ones take about 0.5 s. One server
+per process, started on first use and shared by every session behind a lock.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import threading
+import warnings
+
+import plotly.graph_objects as go
+
+BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
+FORMATS = {"png": "image/png", "svg": "image/svg+xml", "html": "text/html"}
+_kaleido_lock = threading.Lock()
+_kaleido_started = False
+
+
+def _start_kaleido() -> None:
+    global _kaleido_started
+    if not _kaleido_started:
+        import kaleido  # imported late: only exports need it
+
+        kaleido.start_sync_server(silence_warnings=True)
+        _kaleido_started = True
+
+
+def available_formats() -> list[str]:
+    """HTML always; PNG and SVG where kaleido and a Chromium or Chrome are installed."""
+    images = importlib.util.find_spec("kaleido") is not None and any(shutil.which(b) for b in BROWSERS)
+    return ["png", "svg", "html"] if images else ["html"]
+
+
+def figure_bytes(fig: go.Figure, fmt: str, width: int = 1000) -> bytes:
+    """The figure as a `fmt` file ("png", "svg" or "html"). HTML embeds plotly.js, so it opens offline."""
+    if fmt == "html":
+        return fig.to_html(include_plotlyjs=True, full_html=True).encode()
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    height = int(fig.layout.height or 600)
+    with _kaleido_lock, warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # plotly warns that a running server ignores its options
+        _start_kaleido()
+        return fig.to_image(format=fmt, width=width, height=height, scale=2 if fmt == "png" else 1)
