@@ -109,8 +109,9 @@ with lines:
     heads_col, focus_col = st.columns([2, 1])
     chosen_heads = heads_col.multiselect("Heads", range(n_heads), default=list(range(n_heads)),
                                          key="attention_lines_heads")
-    focus = focus_col.selectbox("Only the lines of", [None, *range(len(rows))], key="attention_lines_focus",
-                                format_func=lambda i: "every token" if i is None else f"#{rows[i]} {visible_token(queries[i])}")
+    focus = focus_col.selectbox(
+        "Only the lines of", [None, *range(len(rows))], key="attention_lines_focus",
+        format_func=lambda i: "every token" if i is None else f"#{rows[i]} {visible_token(queries[i])}")
     figure = head_lines_figure(layer_pattern, queries, keys, chosen_heads, focus, f"{where} · token lines")
     st.plotly_chart(figure, key="attention_lines")
     downloads(figure, f"{name}.{site}.{layer}.lines", "attention_lines")

@@ -1,4 +1,5 @@
-"""Starting the app and the system Chromium for browser tests (shared by the browser test modules)."""
+"""Starting the app and the system Chromium for browser tests, and the fixtures and helpers the browser
+test modules share (import the fixtures by name into a test module)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import expect, sync_playwright
 
+IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
+expect.set_options(timeout=30_000)  # reruns on a loaded 2-core CI machine take seconds
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "test-artifacts"
 CHROMIUM = "/usr/bin/chromium"
@@ -68,3 +72,85 @@ def serve_app() -> Iterator[str]:
         except subprocess.TimeoutExpired:
             process.kill()
         log.close()
+
+
+@pytest.fixture(scope="module")
+def app_url() -> Iterator[str]:
+    require_chromium()
+    ARTIFACTS.mkdir(exist_ok=True)
+    yield from serve_app()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    require_chromium()
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser, app_url):
+    """A fresh tab on the app, recording console errors and any dialog (which would mean a script ran)."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+    page = context.new_page()
+    page.console_errors = []
+    page.dialogs = []
+    page.on("console", lambda msg: msg.type == "error" and not _base_path_probe(msg) and page.console_errors.append(
+        f"{msg.text} ({msg.location.get('url')})"))
+    page.on("dialog", lambda dialog: (page.dialogs.append(dialog.message), dialog.dismiss()))
+    page.goto(app_url)
+    wait_idle(page)
+    yield page
+    context.close()
+
+
+def _base_path_probe(msg) -> bool:
+    """Opened at a page's path (/attention), Streamlit first looks for its server under that path
+    (/attention/_stcore/health: 404), then under /. Those two 404s are expected."""
+    url = msg.location.get("url", "")
+    return "404" in msg.text and url.endswith(("/_stcore/health", "/_stcore/host-config")) and "//" in url and \
+        url.split("//", 1)[1].count("/") > 2
+
+
+def wait_idle(page) -> None:
+    page.wait_for_timeout(300)  # let a rerun start before waiting for it to end
+    page.wait_for_selector(IDLE, timeout=60_000)
+
+
+def set_text(page, text: str) -> None:
+    box = page.get_by_test_id("stSidebar").get_by_label("Text", exact=True)
+    expect(box).to_have_count(1)  # after a model change the old model's box lingers until the rerun ends
+    box.fill(text)
+    box.press("Enter")
+    wait_idle(page)
+
+
+def choose(page, label: str, option: str, in_sidebar: bool = False) -> None:
+    """Pick `option` in the selectbox labelled `label` (on the page, or in the sidebar)."""
+    scope = page.get_by_test_id("stSidebar") if in_sidebar else page.get_by_test_id("stMain")
+    scope.get_by_label(label, exact=True).click()
+    page.get_by_role("option", name=option, exact=True).click()
+    wait_idle(page)
+
+
+def choose_model(page, model_id: str) -> None:
+    label = f"Toy (trained here) · {model_id}" if model_id.startswith("toy-") else f"Pretrained · {model_id}"
+    choose(page, "Model", label, in_sidebar=True)
+    expect(page.get_by_role("heading", name=model_id)).to_be_visible()
+
+
+def open_page(page, title: str) -> None:
+    page.get_by_test_id("stSidebarNavLink").filter(has_text=title).click()
+    wait_idle(page)
+
+
+def figure(page, title_part: str):
+    """The plotly figure whose title contains `title_part`."""
+    return page.locator(".js-plotly-plot").filter(has=page.locator(".gtitle", has_text=title_part))
+
+
+def heatmap_values(page, title_part: str) -> list[list[float]]:
+    """The z values plotly drew in that figure (its first trace), read back from the page."""
+    return figure(page, title_part).first.evaluate("gd => Array.from(gd._fullData[0].z, row => Array.from(row))")

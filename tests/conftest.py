@@ -11,3 +11,5 @@ torch.backends.mha.set_fastpath_enabled(False)  # compare against the plain PyTo
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     torch.manual_seed(0)
+
+from tests.browser import app_url, browser, page  # noqa: E402, F401 (the browser tests' fixtures)

@@ -34,13 +34,14 @@ def available_formats() -> list[str]:
     return ["png", "svg", "html"] if images else ["html"]
 
 
-def figure_bytes(fig: go.Figure, fmt: str, width: int = 1000) -> bytes:
+def figure_bytes(fig: go.Figure, fmt: str) -> bytes:
     """The figure as a `fmt` file ("png", "svg" or "html"). HTML embeds plotly.js, so it opens offline."""
     if fmt == "html":
         return fig.to_html(include_plotlyjs=True, full_html=True).encode()
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
     height = int(fig.layout.height or 600)
+    width = int(fig.layout.width or max(700, 1.25 * height))  # roughly square plots for square matrices
     with _kaleido_lock, warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # plotly warns that a running server ignores its options
         _start_kaleido()

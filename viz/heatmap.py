@@ -65,7 +65,8 @@ def matrix_heatmap(
     _label_axis(fig.layout.xaxis, cols, col_tokens)
     _label_axis(fig.layout.yaxis, rows, row_tokens)
     side = max(320, min(900, 40 + 28 * max(len(rows), len(cols))))
-    fig.update_layout(title=title, height=side, margin={"l": 60, "r": 20, "t": 80, "b": 20})
+    fig.update_layout(title={"text": title, "x": 0, "xanchor": "left"},  # clear of the key axis title
+                      height=side, margin={"l": 60, "r": 20, "t": 80, "b": 20})
     return fig
 
 

@@ -64,7 +64,8 @@ def thumbnail_figure(image: np.ndarray, size: int, title: str = "", colorscale: 
                      title="head", side="top", showgrid=False, zeroline=False)
     fig.update_yaxes(tickvals=centres[:layers].tolist(), ticktext=[str(layer) for layer in range(layers)],
                      title="layer", autorange="reversed", showgrid=False, zeroline=False, scaleanchor="x")
-    fig.update_layout(title=title, height=min(1600, 120 + layers * max(cell, 24)), clickmode="event+select",
+    fig.update_layout(title={"text": title, "x": 0, "xanchor": "left"}, clickmode="event+select",
+                      height=min(1600, 120 + layers * max(cell, 24)),
                       margin={"l": 50, "r": 10, "t": 70, "b": 10})
     return fig
 

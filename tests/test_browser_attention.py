@@ -1,0 +1,76 @@
+"""The Attention page in a real browser: every view draws, a thumbnail opens its head, the causal
+mask switch zeroes the upper triangle, and a figure downloads as a PNG."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from playwright.sync_api import expect
+
+from tests.browser import (
+    ARTIFACTS,
+    choose,
+    figure,
+    heatmap_values,
+    open_page,
+    set_text,
+)
+
+pytestmark = pytest.mark.browser
+ONE_HEAD = "encoder self-attention · layer"
+
+
+def test_attention_page_views(page) -> None:
+    open_page(page, "Attention")
+    expect(page.get_by_role("heading", name="Attention", exact=True)).to_be_visible()
+    expect(figure(page, ONE_HEAD).first.locator(".gtitle")).to_have_text("encoder self-attention · layer 0 · head 0")
+    choose(page, "Head", "3")
+    expect(figure(page, ONE_HEAD).first.locator(".gtitle")).to_have_text("encoder self-attention · layer 0 · head 3")
+    page.screenshot(path=str(ARTIFACTS / "attention.png"), full_page=True)
+    for tab, title in [("All heads of this layer", "all 4 heads"), ("Model view", "layers × heads"),
+                       ("Token lines", "token lines"), ("Rollout", "rollout")]:
+        page.get_by_role("tab", name=tab).click()
+        expect(figure(page, title)).to_be_visible()
+        figure(page, title).screenshot(path=str(ARTIFACTS / f"{tab.lower().replace(' ', '-')}.png"))
+    page.get_by_role("tab", name="Head statistics").click()
+    expect(page.get_by_test_id("stDataFrame")).to_be_visible()
+    assert page.console_errors == []
+
+
+def test_clicking_a_thumbnail_opens_that_head(page) -> None:
+    choose(page, "Model", "Toy (trained here) · toy-reverse", in_sidebar=True)
+    open_page(page, "Attention")
+    page.get_by_role("tab", name="Model view").click()
+    grid = figure(page, "layers × heads")
+    expect(grid).to_be_visible()
+    grid.locator(".scatterlayer .point").nth(6).click(force=True)  # layer 1, head 2; plotly's drag layer takes it
+    expect(page.get_by_test_id("stMain").get_by_label("Layer", exact=True)).to_have_value("1")
+    expect(figure(page, ONE_HEAD).first.locator(".gtitle")).to_have_text("encoder self-attention · layer 1 · head 2")
+    page.get_by_role("tab", name="All heads of this layer").click()
+    figure(page, "all 4 heads").locator(".scatterlayer .point").nth(1).click(force=True)
+    expect(figure(page, ONE_HEAD).first.locator(".gtitle")).to_have_text("encoder self-attention · layer 1 · head 1")
+    assert page.console_errors == []
+
+
+def test_the_causal_mask_switch_zeroes_the_upper_triangle(page) -> None:
+    set_text(page, "abcdef")
+    open_page(page, "Attention")
+    before = np.array(heatmap_values(page, ONE_HEAD))  # (q, k): an encoder sees both ways
+    assert np.triu(before, 1).sum() > 0.1
+    choose(page, "Causal mask", "on everywhere", in_sidebar=True)
+    after = np.array(heatmap_values(page, ONE_HEAD))
+    assert np.triu(after, 1).max() == 0.0
+    assert np.allclose(after.sum(1), 1.0, atol=1e-4)
+    figure(page, ONE_HEAD).first.screenshot(path=str(ARTIFACTS / "causal-on.png"))
+    assert page.console_errors == []
+
+
+def test_a_figure_downloads_as_png(page) -> None:
+    open_page(page, "Attention")
+    with page.expect_download(timeout=60_000) as download:  # the first PNG starts kaleido's Chromium
+        page.get_by_test_id("stMain").get_by_role("button", name="PNG").first.click()
+    path = ARTIFACTS / "download.png"
+    download.value.save_as(path)
+    assert download.value.suggested_filename == "toy-copy.encoder.attn.0.0.png"
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
+    assert page.console_errors == []
