@@ -1,7 +1,9 @@
 """Attention: one head, every head of a layer, the whole model at a glance, the token line view, head
-statistics and rollout, with display options and downloads."""
+statistics and rollout, with display options and downloads. Only the open tab is computed and sent."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -16,20 +18,49 @@ from viz.heatmap import COLOR_SCALES, VALUES_UP_TO, attention_heatmap
 from viz.thumbnails import thumbnail_figure, thumbnail_grid
 from viz.tokens import visible_token
 
+VIEWS = ["One head", "All heads of this layer", "Model view", "Token lines", "Head statistics", "Rollout"]
 LAYER_THUMBNAIL = 96  # pixels per head when showing one layer
 
 
-def thumbnail_size(layers: int, heads: int) -> int:
-    """Pixels per head in the model view: large for small models, at least 24 for SmolLM2's 30 x 9."""
-    return max(24, min(96, 720 // max(layers, heads)))
+@dataclass(frozen=True)
+class Choice:
+    """What the person chose above the tabs, and the chosen layer's attention as drawn."""
 
+    trace: Trace
+    site: str
+    layer: int
+    head: int
+    rows: np.ndarray  # (q_shown,) query positions drawn
+    cols: np.ndarray  # (k_shown,) key positions drawn
+    pattern: np.ndarray  # (heads, q_shown, k_shown) float32, the chosen layer
+    hide_special: bool
+    colorscale: str
+    show_values: bool
 
-@st.cache_resource(max_entries=32, show_spinner=False)
-def model_view(trace_key: str, site: str, size: int, hide_special: bool, _trace: Trace) -> np.ndarray:
-    """The thumbnail grid of a site, computed once per trace (keyed by the run's plain inputs)."""
-    rows, cols = shown_positions(_trace, site, hide_special)
-    layers = [_trace.attention[_trace.pattern_name(site, i)] for i in range(_trace.n_layers(site))]
-    return thumbnail_grid([pattern[:, rows][:, :, cols] for pattern in layers], size)
+    @property
+    def queries(self) -> list[str]:
+        return [self.trace.query_tokens(self.site)[i] for i in self.rows]
+
+    @property
+    def keys(self) -> list[str]:
+        return [self.trace.key_tokens(self.site)[i] for i in self.cols]
+
+    @property
+    def name(self) -> str:
+        """A file name stem: model, site, layer."""
+        return f"{self.trace.facts.model_id.replace('/', '_')}.{self.site}.{self.layer}"
+
+    @property
+    def where(self) -> str:
+        return f"{SITE_LABELS[self.site]} · layer {self.layer}"
+
+    def heatmap(self, matrix: np.ndarray, title: str):
+        """A (q_shown, k_shown) matrix with the chosen options. Hidden special tokens take weight with them,
+        so the colours then stretch over what is shown."""
+        top = (float(matrix.max()) or 1.0) if self.hide_special else 1.0
+        return attention_heatmap(matrix, self.queries, self.keys, title, row_positions=self.rows,
+                                 col_positions=self.cols, colorscale=self.colorscale, show_values=self.show_values,
+                                 zrange=(0.0, top))
 
 
 def shown_positions(trace: Trace, site: str, hide_special: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -43,97 +74,115 @@ def shown_positions(trace: Trace, site: str, hide_special: bool) -> tuple[np.nda
     return rows, cols
 
 
-trace: Trace | None = st.session_state.get("trace")
-if trace is None:  # the frame has already said why
-    st.stop()
-n_heads = trace.facts.n_heads
-name = trace.facts.model_id.replace("/", "_")
-
-st.header("Attention")
-open_clicked_head("attention_model_view", "attention", n_heads)
-open_clicked_head("attention_layer_heads", "attention", n_heads, set_layer=False)
-site, layer, head = choose_head(trace, "attention")
-hide_col, scale_col, values_col = st.columns(3)
-hide_special = hide_col.toggle("Hide special tokens", key="attention_hide_special",
-                               help="Leave out <s>, </s>, [CLS], [SEP]… Rows then sum to less than 1.")
-colorscale = scale_col.selectbox("Colour scale", COLOR_SCALES, key="attention_colorscale")
-show_values = values_col.toggle("Show values", key="attention_show_values",
-                                help=f"Write the weights in the cells (up to {VALUES_UP_TO} tokens).")
-
-rows, cols = shown_positions(trace, site, hide_special)
-layer_pattern = trace.attention[trace.pattern_name(site, layer)][:, rows][:, :, cols]  # (heads, q_shown, k_shown)
-layer_pattern = layer_pattern.astype(np.float32)
-queries = [trace.query_tokens(site)[i] for i in rows]
-keys = [trace.key_tokens(site)[i] for i in cols]
-style = {"row_positions": rows, "col_positions": cols, "colorscale": colorscale, "show_values": show_values}
+def thumbnail_size(layers: int, heads: int) -> int:
+    """Pixels per head in the model view: large for small models, at least 24 for SmolLM2's 30 x 9."""
+    return max(24, min(96, 720 // max(layers, heads)))
 
 
-def colour_range(matrix: np.ndarray) -> tuple[float, float]:
-    """0 to 1; with special tokens hidden the shown weights may not reach 1, so stretch over them."""
-    return (0.0, float(matrix.max()) or 1.0) if hide_special else (0.0, 1.0)
+@st.cache_resource(max_entries=32, show_spinner=False)
+def model_view_image(trace_key: str, site: str, size: int, hide_special: bool, _trace: Trace) -> np.ndarray:
+    """The thumbnail grid of a site, computed once per trace (keyed by the run's plain inputs)."""
+    rows, cols = shown_positions(_trace, site, hide_special)
+    layers = [_trace.attention[_trace.pattern_name(site, i)] for i in range(_trace.n_layers(site))]
+    return thumbnail_grid([pattern[:, rows][:, :, cols] for pattern in layers], size)
 
 
-where = f"{SITE_LABELS[site]} · layer {layer}"
-
-one_head, one_layer, whole_model, lines, statistics, rollout = st.tabs(
-    ["One head", "All heads of this layer", "Model view", "Token lines", "Head statistics", "Rollout"]
-)
-with one_head:
+def one_head(c: Choice) -> None:
     st.latex(r"\mathrm{Attention}(Q,K,V)=\mathrm{softmax}\!\left(\frac{QK^\top}{\sqrt{d_k}}+M\right)V")
     st.caption("Row = a query token, column = a key token; each row sums to 1. "
                "M is 0 where the mask lets a query see a key and −∞ where it does not.")
-    if show_values and max(len(rows), len(cols)) > VALUES_UP_TO:
+    if c.show_values and max(len(c.rows), len(c.cols)) > VALUES_UP_TO:
         st.caption(f"Values are written in the cells only up to {VALUES_UP_TO} tokens; hover for the rest.")
-    figure = attention_heatmap(layer_pattern[head], queries, keys, f"{where} · head {head}",
-                               zrange=colour_range(layer_pattern[head]), **style)
+    figure = c.heatmap(c.pattern[c.head], f"{c.where} · head {c.head}")
     st.plotly_chart(figure, key="attention_one_head")
-    matrix = pd.DataFrame(layer_pattern[head], index=queries, columns=keys)
-    downloads(figure, f"{name}.{site}.{layer}.{head}", "attention_one_head", matrix)
-with one_layer:
+    matrix = pd.DataFrame(c.pattern[c.head], index=c.queries, columns=c.keys)
+    downloads(figure, f"{c.name}.{c.head}", "attention_one_head", matrix)
+
+
+def layer_heads(c: Choice) -> None:
     st.caption("Every head of the chosen layer, each scaled to its own maximum. Heads learn different patterns. "
                "Click a head to open it.")
-    grid = thumbnail_grid([layer_pattern], LAYER_THUMBNAIL)
-    figure = thumbnail_figure(grid, LAYER_THUMBNAIL, f"layer {layer}: all {n_heads} heads", colorscale)
+    grid = thumbnail_grid([c.pattern], LAYER_THUMBNAIL)
+    heads = c.trace.facts.n_heads
+    figure = thumbnail_figure(grid, LAYER_THUMBNAIL, f"layer {c.layer}: all {heads} heads", c.colorscale)
     st.plotly_chart(figure, key="attention_layer_heads", on_select="rerun", selection_mode="points")
-    downloads(figure, f"{name}.{site}.{layer}.heads", "attention_layer_heads")
-with whole_model:
+    downloads(figure, f"{c.name}.heads", "attention_layer_heads")
+
+
+def model_view(c: Choice) -> None:
     st.caption("Every layer (rows) × head (columns), each shrunk to a thumbnail. Click one to open it.")
-    size = thumbnail_size(trace.n_layers(site), n_heads)
-    image = model_view(st.session_state["trace_key"], site, size, hide_special, trace)
-    figure = thumbnail_figure(image, size, f"{SITE_LABELS[site]}: layers × heads", colorscale)
+    size = thumbnail_size(c.trace.n_layers(c.site), c.trace.facts.n_heads)
+    image = model_view_image(st.session_state["trace_key"], c.site, size, c.hide_special, c.trace)
+    figure = thumbnail_figure(image, size, f"{SITE_LABELS[c.site]}: layers × heads", c.colorscale)
     st.plotly_chart(figure, key="attention_model_view", on_select="rerun", selection_mode="points")
-    downloads(figure, f"{name}.{site}.model-view", "attention_model_view")
-with lines:
+    downloads(figure, f"{c.name.rsplit('.', 1)[0]}.model-view", "attention_model_view")
+
+
+def token_lines(c: Choice) -> None:
     st.caption("Each line joins a query token (left) to a key token (right); thicker = more attention. "
                "One colour per head: click a head in the legend to hide or show it.")
     heads_col, focus_col = st.columns([2, 1])
-    chosen_heads = heads_col.multiselect("Heads", range(n_heads), default=list(range(n_heads)),
-                                         key="attention_lines_heads")
+    heads = range(c.trace.facts.n_heads)
+    chosen = heads_col.multiselect("Heads", heads, default=list(heads), key="attention_lines_heads")
+    queries = c.queries
     focus = focus_col.selectbox(
-        "Only the lines of", [None, *range(len(rows))], key="attention_lines_focus",
-        format_func=lambda i: "every token" if i is None else f"#{rows[i]} {visible_token(queries[i])}")
-    figure = head_lines_figure(layer_pattern, queries, keys, chosen_heads, focus, f"{where} · token lines")
+        "Only the lines of", [None, *range(len(c.rows))], key="attention_lines_focus",
+        format_func=lambda i: "every token" if i is None else f"#{c.rows[i]} {visible_token(queries[i])}")
+    figure = head_lines_figure(c.pattern, queries, c.keys, chosen, focus, f"{c.where} · token lines")
     st.plotly_chart(figure, key="attention_lines")
-    downloads(figure, f"{name}.{site}.{layer}.lines", "attention_lines")
-with statistics:
+    downloads(figure, f"{c.name}.lines", "attention_lines")
+
+
+def statistics(c: Choice) -> None:
     st.caption("Entropy: how spread a head's attention is (0 = one key). Mean distance: how far it looks. "
                "The last three: the average share of attention on the first token, the previous one, itself. "
                "Computed on every token, special ones included.")
-    full_layer = trace.attention[trace.pattern_name(site, layer)]  # (heads, q_len, k_len)
-    self_attention = not site.endswith("cross_attn")
+    full_layer = c.trace.attention[c.trace.pattern_name(c.site, c.layer)]  # (heads, q_len, k_len)
+    self_attention = not c.site.endswith("cross_attn")
     st.dataframe(head_statistics(full_layer, self_attention).style.format("{:.3f}"), key="attention_stats")
-with rollout:
-    if site.endswith("cross_attn"):
+
+
+def rollout(c: Choice) -> None:
+    if c.site.endswith("cross_attn"):
         st.info("Rollout follows attention through a stack of self-attention layers; choose a self-attention site.")
-    else:
-        st.latex(r"\tilde A_\ell=\tfrac12\,\overline{A_\ell}+\tfrac12 I,\qquad "
-                 r"R=\tilde A_L\tilde A_{L-1}\cdots\tilde A_1")
-        st.caption("Attention rollout (Abnar & Zuidema, 2020): heads averaged, the residual connection added, "
-                   "layers multiplied. Row i: how much output position i draws on each input token.")
-        patterns = [trace.attention[trace.pattern_name(site, i)] for i in range(trace.n_layers(site))]
-        rolled = attention_rollout(patterns)[np.ix_(rows, cols)]  # (q_shown, k_shown)
-        figure = attention_heatmap(rolled, queries, keys, f"rollout · {SITE_LABELS[site]}",
-                                   zrange=colour_range(rolled), **style)
-        st.plotly_chart(figure, key="attention_rollout")
-        downloads(figure, f"{name}.{site}.rollout", "attention_rollout", pd.DataFrame(rolled, index=queries,
-                                                                                       columns=keys))
+        return
+    st.latex(r"\tilde A_\ell=\tfrac12\,\overline{A_\ell}+\tfrac12 I,\qquad R=\tilde A_L\tilde A_{L-1}\cdots\tilde A_1")
+    st.caption("Attention rollout (Abnar & Zuidema, 2020): heads averaged, the residual connection added, "
+               "layers multiplied. Row i: how much output position i draws on each input token.")
+    trace = c.trace
+    patterns = [trace.attention[trace.pattern_name(c.site, i)] for i in range(trace.n_layers(c.site))]
+    rolled = attention_rollout(patterns)[np.ix_(c.rows, c.cols)]  # (q_shown, k_shown)
+    figure = c.heatmap(rolled, f"rollout · {SITE_LABELS[c.site]}")
+    st.plotly_chart(figure, key="attention_rollout")
+    downloads(figure, f"{c.name.rsplit('.', 1)[0]}.rollout", "attention_rollout",
+              pd.DataFrame(rolled, index=c.queries, columns=c.keys))
+
+
+def choose(trace: Trace) -> Choice:
+    """The pickers and options above the tabs (a clicked thumbnail first moves the pickers to its head)."""
+    n_heads = trace.facts.n_heads
+    if open_clicked_head("attention_model_view", "attention", n_heads) or open_clicked_head(
+            "attention_layer_heads", "attention", n_heads, set_layer=False):
+        st.session_state["view"] = VIEWS[0]
+    site, layer, head = choose_head(trace, "attention")
+    hide_col, scale_col, values_col = st.columns(3)
+    hide_special = hide_col.toggle("Hide special tokens", key="attention_hide_special",
+                                   help="Leave out <s>, </s>, [CLS], [SEP]… Rows then sum to less than 1.")
+    colorscale = scale_col.selectbox("Colour scale", COLOR_SCALES, key="attention_colorscale")
+    show_values = values_col.toggle("Show values", key="attention_show_values",
+                                    help=f"Write the weights in the cells (up to {VALUES_UP_TO} tokens).")
+    rows, cols = shown_positions(trace, site, hide_special)
+    pattern = trace.attention[trace.pattern_name(site, layer)][:, rows][:, :, cols].astype(np.float32)
+    return Choice(trace, site, layer, head, rows, cols, pattern, hide_special, colorscale, show_values)
+
+
+trace: Trace | None = st.session_state.get("trace")
+if trace is None:  # the frame has already said why
+    st.stop()
+st.header("Attention")
+choice = choose(trace)
+shows = [one_head, layer_heads, model_view, token_lines, statistics, rollout]  # in the order of VIEWS
+for tab, show in zip(st.tabs(VIEWS, key="view", bind="query-params"), shows, strict=True):
+    if tab.open:  # the other tabs cost nothing
+        with tab:
+            show(choice)

@@ -23,22 +23,34 @@ def _titles(at: AppTest) -> list[str]:
     return [json.loads(el.proto.spec)["layout"]["title"]["text"] for el in at.get("plotly_chart")]
 
 
+def _view(at: AppTest, label: str) -> AppTest:
+    """Open a tab (only the open tab is computed)."""
+    at.session_state["view"] = label
+    at.run()
+    assert not at.exception
+    return at
+
+
+VIEWS = ["One head", "All heads of this layer", "Model view", "Token lines", "Head statistics", "Rollout"]
+
+
 def test_every_view_renders_for_an_encoder_decoder() -> None:
     at = _attention_page()
     assert at.radio(key="attention_site").options == [
         "encoder self-attention", "decoder self-attention (masked)", "cross-attention (decoder → encoder)"]
-    assert _titles(at) == [
+    assert _titles(at) == ["encoder self-attention · layer 0 · head 0"]  # only the open tab is drawn
+    assert [title for view in VIEWS for title in _titles(_view(at, view))] == [
         "encoder self-attention · layer 0 · head 0",
         "layer 0: all 4 heads",
         "encoder self-attention: layers × heads",
         "encoder self-attention · layer 0 · token lines",
         "rollout · encoder self-attention",
     ]
-    stats = at.dataframe[0].value
+    stats = _view(at, "Head statistics").dataframe[0].value
     assert list(stats.columns) == ["entropy (bits)", "mean distance", "to first token", "to previous token",
                                    "to itself"]
     assert len(stats) == 4
-    assert at.get("download_button")
+    assert not at.get("download_button")  # none under the table: its own toolbar downloads it
 
 
 def test_site_layer_and_head_choose_the_matrix() -> None:
@@ -48,20 +60,20 @@ def test_site_layer_and_head_choose_the_matrix() -> None:
     at.selectbox(key="attention_head").set_value(3).run()
     assert not at.exception
     assert _titles(at)[0] == "cross-attention (decoder → encoder) · layer 1 · head 3"
-    assert "choose a self-attention site" in at.info[0].value  # no rollout across stacks
-    assert np.isnan(at.dataframe[0].value["mean distance"]).all()
+    assert "choose a self-attention site" in _view(at, "Rollout").info[0].value  # no rollout across stacks
+    assert np.isnan(_view(at, "Head statistics").dataframe[0].value["mean distance"]).all()
 
 
 def test_decoder_only_and_a_real_encoder() -> None:
     at = _attention_page("toy-gpt-date", "may 1 2000")
     assert at.radio(key="attention_site").options == ["decoder self-attention (masked)"]
-    assert _titles(at)[2] == "decoder self-attention (masked): layers × heads"
+    assert _titles(_view(at, "Model view")) == ["decoder self-attention (masked): layers × heads"]
     at = _attention_page("minilm", "The quick brown fox")
     at.selectbox(key="attention_layer").set_value(5).run()
     at.selectbox(key="attention_head").set_value(11).run()
     assert not at.exception
     assert _titles(at)[0] == "encoder self-attention · layer 5 · head 11"
-    assert len(at.dataframe[0].value) == 12
+    assert len(_view(at, "Head statistics").dataframe[0].value) == 12
 
 
 def test_changing_layer_head_site_or_page_does_not_rerun_the_model(monkeypatch) -> None:
@@ -104,11 +116,11 @@ def test_display_options_hide_special_tokens_recolour_and_write_values() -> None
     assert one_head["colorscale"][-1][1] == "rgb(0,0,0)"
     at.radio(key="attention_site").set_value("decoder.attn").run()
     assert _heatmap(at)["y"][0] == "#1 2"  # the decoder's <s> (position 0) is left out too
-    assert _heatmap(at, -1)["y"][0] == "#1 2"  # and from the rollout
+    assert _heatmap(_view(at, "Rollout"))["y"][0] == "#1 2"  # and from the rollout
 
 
 def test_token_lines_choose_heads_and_one_token() -> None:
-    at = _attention_page("toy-date", "may 1 2000")
+    at = _view(_attention_page("toy-date", "may 1 2000"), "Token lines")
     lines = next(el for el in at.get("plotly_chart") if "token lines" in el.proto.spec)
     drawn_heads = {t["legendgroup"] for t in json.loads(lines.proto.spec)["data"] if "legendgroup" in t}
     assert drawn_heads == {"head 0", "head 1", "head 2", "head 3"}
@@ -122,6 +134,6 @@ def test_token_lines_choose_heads_and_one_token() -> None:
 
 def test_each_figure_has_its_downloads() -> None:
     at = _attention_page("toy-date", "may 1 2000")
-    labels = [button.label for button in at.get("download_button")]
+    labels = [button.label for view in VIEWS for button in _view(at, view).get("download_button")]
     assert labels.count("PNG") == labels.count("SVG") == labels.count("HTML") == 5
     assert labels.count("CSV") == 2  # the one-head matrix and the rollout matrix

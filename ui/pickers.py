@@ -39,17 +39,19 @@ def choose_head(trace: Trace, page: str) -> tuple[str, int, int]:
     return site, layer, head
 
 
-def open_clicked_head(chart_key: str, page: str, heads: int, *, set_layer: bool = True) -> None:
+def open_clicked_head(chart_key: str, page: str, heads: int, *, set_layer: bool = True) -> bool:
     """If a thumbnail of the chart `chart_key` was clicked since the last run, make its head the chosen
-    one. Call before `choose_head` (a widget's state cannot change once it is drawn in a run)."""
+    one and say so. Call before `choose_head` (a widget's state cannot change once it is drawn in a run)."""
     event = st.session_state.get(chart_key)
     points = [p for p in event.selection.points if p.get("curve_number") == 1] if event else []  # the markers
     seen_key = f"{chart_key}_seen"
     if points == st.session_state.get(seen_key, []):
-        return  # nothing new: the pickers may have moved on since
+        return False  # nothing new: the pickers may have moved on since
     st.session_state[seen_key] = points
-    if points:
-        layer, head = head_at(points[0]["point_index"], heads)
-        if set_layer:
-            st.session_state[f"{page}_layer"] = layer
-        st.session_state[f"{page}_head"] = head
+    if not points:
+        return False
+    layer, head = head_at(points[0]["point_index"], heads)
+    if set_layer:
+        st.session_state[f"{page}_layer"] = layer
+    st.session_state[f"{page}_head"] = head
+    return True

@@ -26,10 +26,12 @@ def position_labels(tokens: Sequence[str], positions: Sequence[int] | None = Non
     return [f"#{p} {plotly_label(t)}" for p, t in zip(positions, tokens, strict=True)]
 
 
-def _label_axis(axis: go.layout.XAxis | go.layout.YAxis, categories: list[str], tokens: Sequence[str]) -> None:
-    """Short token labels on the ticks when they fit; the "#i token" categories otherwise."""
+def _axis(title: str, categories: list[str], tokens: Sequence[str], **extra: Any) -> dict[str, Any]:
+    """A categorical axis; short token labels on the ticks when they fit, plotly's own thinning otherwise."""
+    axis = {"title": {"text": title}, "type": "category", **extra}
     if len(categories) <= TICK_LABELS_UP_TO:
-        axis.update(tickmode="array", tickvals=categories, ticktext=[plotly_label(t) for t in tokens])
+        axis |= {"tickmode": "array", "tickvals": categories, "ticktext": [plotly_label(t) for t in tokens]}
+    return axis
 
 
 def matrix_heatmap(
@@ -52,22 +54,23 @@ def matrix_heatmap(
     rows, cols = position_labels(row_tokens, row_positions), position_labels(col_tokens, col_positions)
     z = np.asarray(values, dtype=np.float32)  # float16 is not a plotly array type
     write_values = show_values and max(z.shape) <= VALUES_UP_TO
-    fig = go.Figure(
-        go.Heatmap(
-            z=z, x=cols, y=rows,
-            hovertemplate=f"%{{y}} → %{{x}}<br>{value_name} %{{z:.3f}}<extra></extra>",
-            colorscale=colorscale, zmin=zrange[0], zmax=zrange[1], colorbar={"title": value_name},
-            texttemplate="%{z:.2f}" if write_values else None,
-        )
-    )
-    fig.update_xaxes(title=axis_titles[1], side="top", type="category")
-    fig.update_yaxes(title=axis_titles[0], autorange="reversed", type="category")
-    _label_axis(fig.layout.xaxis, cols, col_tokens)
-    _label_axis(fig.layout.yaxis, rows, row_tokens)
+    heatmap = {
+        "type": "heatmap", "z": z, "x": cols, "y": rows, "colorscale": colorscale, "zmin": zrange[0],
+        "zmax": zrange[1], "colorbar": {"title": {"text": value_name}},
+        "hovertemplate": f"%{{y}} → %{{x}}<br>{value_name} %{{z:.3f}}<extra></extra>",
+    }
+    if write_values:
+        heatmap["texttemplate"] = "%{z:.2f}"
     side = max(320, min(900, 40 + 28 * max(len(rows), len(cols))))
-    fig.update_layout(title={"text": title, "x": 0, "xanchor": "left"},  # clear of the key axis title
-                      height=side, margin={"l": 60, "r": 20, "t": 80, "b": 20})
-    return fig
+    return go.Figure({  # one dict, validated once: several times faster than update_* calls
+        "data": [heatmap],
+        "layout": {
+            "title": {"text": title, "x": 0, "xanchor": "left"},  # left: clear of the key axis title
+            "xaxis": _axis(axis_titles[1], cols, col_tokens, side="top"),
+            "yaxis": _axis(axis_titles[0], rows, row_tokens, autorange="reversed"),
+            "height": side, "margin": {"l": 60, "r": 20, "t": 80, "b": 20},
+        },
+    })
 
 
 def attention_heatmap(

@@ -53,21 +53,25 @@ def thumbnail_figure(image: np.ndarray, size: int, title: str = "", colorscale: 
     layers, heads = image.shape[0] // cell, image.shape[1] // cell
     centres = np.arange(max(layers, heads)) * cell + size / 2
     layer_of, head_of = np.divmod(np.arange(layers * heads), heads)
-    fig = go.Figure([
-        go.Heatmap(z=image, colorscale=colorscale, showscale=False, hoverinfo="skip"),
-        go.Scatter(x=centres[head_of], y=centres[layer_of], mode="markers", showlegend=False,
-                   marker={"symbol": "square", "size": max(8, size * 0.6), "color": "rgba(0,0,0,0)"},
-                   customdata=np.stack([layer_of, head_of], axis=1),
-                   hovertemplate="layer %{customdata[0]} · head %{customdata[1]}<br>click to open<extra></extra>"),
-    ])
-    fig.update_xaxes(tickvals=centres[:heads].tolist(), ticktext=[str(h) for h in range(heads)],
-                     title="head", side="top", showgrid=False, zeroline=False)
-    fig.update_yaxes(tickvals=centres[:layers].tolist(), ticktext=[str(layer) for layer in range(layers)],
-                     title="layer", autorange="reversed", showgrid=False, zeroline=False, scaleanchor="x")
-    fig.update_layout(title={"text": title, "x": 0, "xanchor": "left"}, clickmode="event+select",
-                      height=min(1600, 120 + layers * max(cell, 24)),
-                      margin={"l": 50, "r": 10, "t": 70, "b": 10})
-    return fig
+    return go.Figure({  # one dict, validated once: several times faster than update_* calls
+        "data": [
+            {"type": "heatmap", "z": image, "colorscale": colorscale, "showscale": False, "hoverinfo": "skip"},
+            {"type": "scatter", "x": centres[head_of], "y": centres[layer_of], "mode": "markers", "showlegend": False,
+             "marker": {"symbol": "square", "size": max(8, size * 0.6), "color": "rgba(0,0,0,0)"},
+             "customdata": np.stack([layer_of, head_of], axis=1),
+             "hovertemplate": "layer %{customdata[0]} · head %{customdata[1]}<br>click to open<extra></extra>"},
+        ],
+        "layout": {
+            "title": {"text": title, "x": 0, "xanchor": "left"},
+            "xaxis": {"tickvals": centres[:heads], "ticktext": [str(h) for h in range(heads)],
+                      "title": {"text": "head"}, "side": "top", "showgrid": False, "zeroline": False},
+            "yaxis": {"tickvals": centres[:layers], "ticktext": [str(layer) for layer in range(layers)],
+                      "title": {"text": "layer"}, "autorange": "reversed", "showgrid": False, "zeroline": False,
+                      "scaleanchor": "x"},
+            "height": min(1600, 120 + layers * max(cell, 24)), "clickmode": "event+select",
+            "margin": {"l": 50, "r": 10, "t": 70, "b": 10},
+        },
+    })
 
 
 def head_at(point_index: int, heads: int) -> tuple[int, int]:
