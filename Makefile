@@ -29,10 +29,12 @@ test: $(VENV)/.dev lint
 lint: $(VENV)/.dev
 	$(PY) -m ruff check .
 
-bench: $(VENV)/.runtime
+bench: $(VENV)/.dev
 	$(PY) -m bench.capture
 	$(PY) -m bench.hf_capture
 	$(PY) -m bench.smollm2_load
+	$(PY) -m bench.app_rerun
+	$(PY) -m bench.browser_attention
 
 # Retrain every shipped toy model (about 5 minutes each on a 2-core CPU).
 train: $(VENV)/.runtime

@@ -4,6 +4,7 @@ statistics and rollout, with display options and downloads. Only the open tab is
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import pandas as pd
@@ -32,10 +33,25 @@ class Choice:
     head: int
     rows: np.ndarray  # (q_shown,) query positions drawn
     cols: np.ndarray  # (k_shown,) key positions drawn
-    pattern: np.ndarray  # (heads, q_shown, k_shown) float32, the chosen layer
     hide_special: bool
     colorscale: str
     show_values: bool
+
+    def shown(self, matrix: np.ndarray) -> np.ndarray:
+        """(..., q_len, k_len) -> (..., q_shown, k_shown) float32 (a copy only where something is left out)."""
+        if len(self.rows) < matrix.shape[-2] or len(self.cols) < matrix.shape[-1]:
+            matrix = matrix[..., self.rows, :][..., self.cols]
+        return matrix.astype(np.float32, copy=False)
+
+    @cached_property
+    def pattern(self) -> np.ndarray:
+        """(heads, q_shown, k_shown): the chosen layer as drawn."""
+        return self.shown(self.trace.attention[self.trace.pattern_name(self.site, self.layer)])
+
+    @property
+    def head_pattern(self) -> np.ndarray:
+        """(q_shown, k_shown): the chosen head as drawn, without converting the other heads."""
+        return self.shown(self.trace.attention[self.trace.pattern_name(self.site, self.layer)][self.head])
 
     @property
     def queries(self) -> list[str]:
@@ -84,7 +100,13 @@ def model_view_image(trace_key: str, site: str, size: int, hide_special: bool, _
     """The thumbnail grid of a site, computed once per trace (keyed by the run's plain inputs)."""
     rows, cols = shown_positions(_trace, site, hide_special)
     layers = [_trace.attention[_trace.pattern_name(site, i)] for i in range(_trace.n_layers(site))]
-    return thumbnail_grid([pattern[:, rows][:, :, cols] for pattern in layers], size)
+    return thumbnail_grid([pattern[:, rows][:, :, cols] for pattern in layers], size)  # (layers*cell, heads*cell)
+
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def rollout_matrix(trace_key: str, site: str, _trace: Trace) -> np.ndarray:
+    """(q_len, k_len) attention rollout of a site, computed once per trace (1 s for SmolLM2 at 512 tokens)."""
+    return attention_rollout([_trace.attention[_trace.pattern_name(site, i)] for i in range(_trace.n_layers(site))])
 
 
 def one_head(c: Choice) -> None:
@@ -93,9 +115,10 @@ def one_head(c: Choice) -> None:
                "M is 0 where the mask lets a query see a key and −∞ where it does not.")
     if c.show_values and max(len(c.rows), len(c.cols)) > VALUES_UP_TO:
         st.caption(f"Values are written in the cells only up to {VALUES_UP_TO} tokens; hover for the rest.")
-    figure = c.heatmap(c.pattern[c.head], f"{c.where} · head {c.head}")
+    weights = c.head_pattern
+    figure = c.heatmap(weights, f"{c.where} · head {c.head}")
     st.plotly_chart(figure, key="attention_one_head")
-    matrix = pd.DataFrame(c.pattern[c.head], index=c.queries, columns=c.keys)
+    matrix = pd.DataFrame(weights, index=c.queries, columns=c.keys)
     downloads(figure, f"{c.name}.{c.head}", "attention_one_head", matrix)
 
 
@@ -149,9 +172,7 @@ def rollout(c: Choice) -> None:
     st.latex(r"\tilde A_\ell=\tfrac12\,\overline{A_\ell}+\tfrac12 I,\qquad R=\tilde A_L\tilde A_{L-1}\cdots\tilde A_1")
     st.caption("Attention rollout (Abnar & Zuidema, 2020): heads averaged, the residual connection added, "
                "layers multiplied. Row i: how much output position i draws on each input token.")
-    trace = c.trace
-    patterns = [trace.attention[trace.pattern_name(c.site, i)] for i in range(trace.n_layers(c.site))]
-    rolled = attention_rollout(patterns)[np.ix_(c.rows, c.cols)]  # (q_shown, k_shown)
+    rolled = c.shown(rollout_matrix(st.session_state["trace_key"], c.site, c.trace))  # (q_shown, k_shown)
     figure = c.heatmap(rolled, f"rollout · {SITE_LABELS[c.site]}")
     st.plotly_chart(figure, key="attention_rollout")
     downloads(figure, f"{c.name.rsplit('.', 1)[0]}.rollout", "attention_rollout",
@@ -172,8 +193,7 @@ def choose(trace: Trace) -> Choice:
     show_values = values_col.toggle("Show values", key="attention_show_values",
                                     help=f"Write the weights in the cells (up to {VALUES_UP_TO} tokens).")
     rows, cols = shown_positions(trace, site, hide_special)
-    pattern = trace.attention[trace.pattern_name(site, layer)][:, rows][:, :, cols].astype(np.float32)
-    return Choice(trace, site, layer, head, rows, cols, pattern, hide_special, colorscale, show_values)
+    return Choice(trace, site, layer, head, rows, cols, hide_special, colorscale, show_values)
 
 
 trace: Trace | None = st.session_state.get("trace")

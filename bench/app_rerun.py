@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -29,7 +30,7 @@ from model.hf_runner import HFRunner
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = "app_pages/attention.py"
 MODEL = "minilm"
-TOKENS = int(__import__("os").environ.get("BENCH_TOKENS", 128))
+TOKENS = int(os.environ.get("BENCH_TOKENS", 128))  # e.g. BENCH_TOKENS=512
 RUNS = 20  # timed reruns with a change (half layer, half head), and as many plain ones
 WARMUP = 4
 TARGET_MS = 50.0

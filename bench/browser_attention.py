@@ -41,7 +41,7 @@ from transformers.utils import logging as transformers_logging
 from model import packaged
 from tests import browser
 
-MODELS = ("minilm", "smollm2")
+MODELS = tuple(os.environ.get("BENCH_MODELS", "minilm,smollm2").split(","))  # e.g. BENCH_MODELS=minilm
 TOKENS = 512
 VISITS = 3
 TARGET_S, TARGET_MB = 3.0, 10.0

@@ -57,6 +57,8 @@ def test_a_copied_link_reopens_the_same_view(page, app_url) -> None:
     expect(figure(page, "· head").first.locator(".gtitle")).to_have_text(
         "cross-attention (decoder → encoder) · layer 1 · head 3")
     expect(page.get_by_test_id("stSidebar").get_by_label("Text", exact=True)).to_have_value("may 1 2000")
+    page.goto(f"{app_url}/attention?{query}&view=Model+view")  # the open tab is part of the link too
+    expect(figure(page, "layers × heads")).to_be_visible()
     assert page.console_errors == []
 
 
