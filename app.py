@@ -37,6 +37,13 @@ def get_trace(model_id: str, device: str, text: str, target: str | None, causal:
     return get_runner(model_id, device).run(text, target, RunOptions(causal=causal))
 
 
+def use_example(pills_key: str, text_key: str) -> None:
+    """Put the example clicked into the text box, and let go of the pill so it can be clicked again."""
+    if st.session_state[pills_key] is not None:
+        st.session_state[text_key] = st.session_state[pills_key]
+        st.session_state[pills_key] = None
+
+
 def sidebar() -> Trace | None:
     """The run's inputs; returns the trace, or None after showing what is wrong."""
     st.sidebar.title("Attention Atlas")
@@ -59,7 +66,8 @@ def sidebar() -> Trace | None:
     text_key = f"text_{model_id}"
     st.session_state.setdefault(text_key, runner.examples[0])
     text = st.sidebar.text_input("Text", key=text_key, max_chars=20_000)
-    st.sidebar.caption("Examples: " + " · ".join(runner.examples))
+    st.sidebar.pills("Examples", runner.examples, key=f"examples_{model_id}", on_change=use_example,
+                     args=(f"examples_{model_id}", text_key))
     target = None
     if runner.facts.kind != "encoder":
         mode = st.sidebar.radio("Output", ["generate", "given target"], key="decoder_mode", horizontal=True)

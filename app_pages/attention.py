@@ -13,9 +13,9 @@ import streamlit as st
 from model.tracing import Trace
 from ui.downloads import downloads
 from ui.pickers import SITE_LABELS, choose_head, open_clicked_head
-from viz.head_lines import head_lines_figure
+from viz.head_lines import DEFAULT_THRESHOLD, head_lines_figure
 from viz.head_stats import attention_rollout, head_statistics
-from viz.heatmap import COLOR_SCALES, VALUES_UP_TO, attention_heatmap
+from viz.heatmap import COLOR_SCALES, VALUES_UP_TO, attention_heatmap, layer_head_heatmap
 from viz.thumbnails import thumbnail_figure, thumbnail_grid
 from viz.tokens import visible_token
 
@@ -123,6 +123,7 @@ def one_head(c: Choice) -> None:
 
 
 def layer_heads(c: Choice) -> None:
+    st.latex(r"\hat A^{(h)}=A^{(h)}\,/\,\max_{ij}A^{(h)}_{ij}")
     st.caption("Every head of the chosen layer, each scaled to its own maximum. Heads learn different patterns. "
                "Click a head to open it.")
     grid = thumbnail_grid([c.pattern], LAYER_THUMBNAIL)
@@ -133,7 +134,9 @@ def layer_heads(c: Choice) -> None:
 
 
 def model_view(c: Choice) -> None:
-    st.caption("Every layer (rows) × head (columns), each shrunk to a thumbnail. Click one to open it.")
+    st.latex(r"\hat A^{(\ell,h)}=\mathrm{shrink}\big(A^{(\ell,h)}\big)\,/\,\max\,\mathrm{shrink}\big(A^{(\ell,h)}\big)")
+    st.caption("Every layer (rows) × head (columns), each shrunk to a thumbnail by averaging blocks of cells and "
+               "scaled to its own maximum. Click one to open it.")
     size = thumbnail_size(c.trace.n_layers(c.site), c.trace.facts.n_heads)
     image = model_view_image(st.session_state["trace_key"], c.site, size, c.hide_special, c.trace)
     figure = thumbnail_figure(image, size, f"{SITE_LABELS[c.site]}: layers × heads", c.colorscale)
@@ -142,6 +145,8 @@ def model_view(c: Choice) -> None:
 
 
 def token_lines(c: Choice) -> None:
+    st.latex(r"\text{line } i\to j:\ \text{width}\propto A^{(h)}_{ij},\quad\text{drawn when }A^{(h)}_{ij}\ge "
+             + f"{DEFAULT_THRESHOLD:g}")
     st.caption("Each line joins a query token (left) to a key token (right); thicker = more attention. "
                "One colour per head: click a head in the legend to hide or show it.")
     heads_col, focus_col = st.columns([2, 1])
@@ -156,13 +161,30 @@ def token_lines(c: Choice) -> None:
     downloads(figure, f"{c.name}.lines", "attention_lines")
 
 
+@st.cache_resource(max_entries=16, show_spinner=False)
+def site_statistics(trace_key: str, site: str, _trace: Trace) -> pd.DataFrame:
+    """Every head's statistics, indexed by (layer, head), computed once per trace and site."""
+    self_attention = not site.endswith("cross_attn")
+    tables = [head_statistics(_trace.attention[_trace.pattern_name(site, i)], self_attention)
+              for i in range(_trace.n_layers(site))]
+    return pd.concat(tables, keys=range(len(tables)), names=["layer"])
+
+
 def statistics(c: Choice) -> None:
-    st.caption("Entropy: how spread a head's attention is (0 = one key). Mean distance: how far it looks. "
+    st.latex(r"H=-\frac1{n_q}\sum_i\sum_j A_{ij}\log_2 A_{ij},\qquad "
+             r"d=\frac1{n_q}\sum_i\sum_j A_{ij}\,|i-j|")
+    st.caption("Entropy H: how spread a head's attention is (0 = one key). Mean distance d: how far it looks. "
                "The last three: the average share of attention on the first token, the previous one, itself. "
                "Computed on every token, special ones included.")
-    full_layer = c.trace.attention[c.trace.pattern_name(c.site, c.layer)]  # (heads, q_len, k_len)
-    self_attention = not c.site.endswith("cross_attn")
-    st.dataframe(head_statistics(full_layer, self_attention).style.format("{:.3f}"), key="attention_stats")
+    table = site_statistics(st.session_state["trace_key"], c.site, c.trace)  # (layers * heads) rows
+    st.dataframe(table.loc[c.layer].style.format("{:.3f}"), key="attention_stats")
+    measures = [name for name in table.columns if table[name].notna().any()]
+    measure = st.selectbox("Every head of every layer by", measures, key="attention_stats_measure")
+    values = table[measure].unstack("head").to_numpy()  # (layers, heads)
+    figure = layer_head_heatmap(values, measure, f"{SITE_LABELS[c.site]}: {measure}", c.colorscale)
+    st.plotly_chart(figure, key="attention_stats_heatmap")
+    downloads(figure, f"{c.name.rsplit('.', 1)[0]}.{measure.split(' (')[0].replace(' ', '-')}",
+              "attention_stats_heatmap", table[measure].unstack("head"))
 
 
 def rollout(c: Choice) -> None:

@@ -42,7 +42,7 @@ from model import packaged
 from tests import browser
 
 MODELS = tuple(os.environ.get("BENCH_MODELS", "minilm,smollm2").split(","))  # e.g. BENCH_MODELS=minilm
-TOKENS = 512
+TOKENS = int(os.environ.get("BENCH_TOKENS", 512))  # e.g. BENCH_MODELS=smollm2 BENCH_TOKENS=2048
 VISITS = 3
 TARGET_S, TARGET_MB = 3.0, 10.0
 LOAD_TIMEOUT_MS = 300_000  # SmolLM2's first load converts its weights; a 512-token run generates 8 tokens on CPU

@@ -56,6 +56,19 @@ def test_switching_model_layer_head_and_site() -> None:
     assert _heatmap_title(at) == "cross-attention (decoder → encoder) · layer 1 · head 3"
 
 
+def test_an_example_fills_the_text_and_the_device_can_be_chosen() -> None:
+    at = _app()
+    pills = at.sidebar.button_group(key="examples_toy-copy")
+    assert pills.options[1] == "attention"
+    pills.set_value("attention").run()
+    assert at.sidebar.text_input(key="text_toy-copy").value == "attention"
+    assert at.metric[0].value == "attention"
+    assert at.sidebar.button_group(key="examples_toy-copy").value is None  # ready to be clicked again
+    at.sidebar.selectbox(key="device").set_value("cpu").run()
+    assert not at.exception
+    assert at.dataframe[1].value.loc["device", "value"] == "cpu"
+
+
 def test_bad_text_shows_a_message_and_the_app_keeps_working() -> None:
     at = _app()
     at.sidebar.text_input(key="text_toy-copy").set_value("<img src=x onerror=alert(1)>").run()

@@ -44,13 +44,19 @@ def test_every_view_renders_for_an_encoder_decoder() -> None:
         "layer 0: all 4 heads",
         "encoder self-attention: layers × heads",
         "encoder self-attention · layer 0 · token lines",
+        "encoder self-attention: entropy (bits)",
         "rollout · encoder self-attention",
     ]
-    stats = _view(at, "Head statistics").dataframe[0].value
+    at = _view(at, "Head statistics")
+    assert _titles(at) == ["encoder self-attention: entropy (bits)"]  # every layer's heads
+    at.selectbox(key="attention_stats_measure").set_value("to itself").run()
+    assert _titles(at) == ["encoder self-attention: to itself"]
+    assert len(json.loads(at.get("plotly_chart")[0].proto.spec)["data"][0]["z"]["shape"].split(",")) == 2
+    stats = at.dataframe[0].value
     assert list(stats.columns) == ["entropy (bits)", "mean distance", "to first token", "to previous token",
                                    "to itself"]
     assert len(stats) == 4
-    assert not at.get("download_button")  # none under the table: its own toolbar downloads it
+    assert [b.key for b in at.get("download_button")][-1] == "attention_stats_heatmap_csv"
 
 
 def test_site_layer_and_head_choose_the_matrix() -> None:
@@ -135,5 +141,5 @@ def test_token_lines_choose_heads_and_one_token() -> None:
 def test_each_figure_has_its_downloads() -> None:
     at = _attention_page("toy-date", "may 1 2000")
     labels = [button.label for view in VIEWS for button in _view(at, view).get("download_button")]
-    assert labels.count("PNG") == labels.count("SVG") == labels.count("HTML") == 5
-    assert labels.count("CSV") == 2  # the one-head matrix and the rollout matrix
+    assert labels.count("PNG") == labels.count("SVG") == labels.count("HTML") == 6
+    assert labels.count("CSV") == 3  # the one-head matrix, the rollout matrix, a statistic per head

@@ -8,7 +8,7 @@ import pytest
 
 from model.tracing import ModelFacts
 from viz.head_stats import attention_rollout, head_statistics
-from viz.heatmap import attention_heatmap, similarity_heatmap
+from viz.heatmap import attention_heatmap, layer_head_heatmap, similarity_heatmap
 from viz.outputs import model_card, next_token_bars
 from viz.thumbnails import GAP, head_at, resample, thumbnail_figure, thumbnail_grid
 from viz.tokens import plotly_label, visible_token
@@ -108,3 +108,10 @@ def test_model_card_reads_the_facts() -> None:
     assert card.loc["encoder layers", "value"] == "—"
     assert card.loc["parameters", "value"] == "134,515,008"
     assert card.loc["source", "value"] == "/x"
+
+
+def test_layer_head_heatmap_spans_the_values_and_skips_missing_ones() -> None:
+    values = np.array([[0.5, 2.0], [np.nan, 1.0]])
+    spec = json.loads(pio.to_json(layer_head_heatmap(values, "entropy (bits)", "t")))["data"][0]
+    assert (spec["zmin"], spec["zmax"]) == (0.5, 2.0)
+    assert "layer %{y} · head %{x}" in spec["hovertemplate"]

@@ -6,6 +6,7 @@ per process, started on first use and shared by every session behind a lock.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import shutil
 import threading
@@ -28,8 +29,9 @@ def _start_kaleido() -> None:
         _kaleido_started = True
 
 
+@functools.cache
 def available_formats() -> list[str]:
-    """HTML always; PNG and SVG where kaleido and a Chromium or Chrome are installed."""
+    """HTML always; PNG and SVG where kaleido and a Chromium or Chrome are installed (looked up once)."""
     images = importlib.util.find_spec("kaleido") is not None and any(shutil.which(b) for b in BROWSERS)
     return ["png", "svg", "html"] if images else ["html"]
 

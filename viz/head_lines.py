@@ -23,6 +23,7 @@ BIN_WIDTHS = (0.6, 1.2, 2.2, 3.5)  # px
 BIN_OPACITIES = (0.25, 0.45, 0.7, 0.95)
 ROW_PX, MIN_HEIGHT, MAX_HEIGHT = 18, 320, 2400  # beyond MAX_HEIGHT the rows get tighter
 X_QUERY, X_KEY = 0.0, 1.0
+DEFAULT_THRESHOLD = 0.02  # weights below this draw no line
 
 
 class Lines(NamedTuple):
@@ -44,7 +45,7 @@ def select_lines(
     heads: Sequence[int],
     focus: int | None = None,
     *,
-    threshold: float = 0.02,
+    threshold: float = DEFAULT_THRESHOLD,
     max_lines: int = 4000,
 ) -> Lines:
     """pattern: (heads, q_len, k_len). Weights >= threshold of the listed heads (of query `focus` alone if given);
@@ -94,7 +95,7 @@ def head_lines_figure(
     focus: int | None = None,
     title: str = "",
     *,
-    threshold: float = 0.02,
+    threshold: float = DEFAULT_THRESHOLD,
     max_lines: int = 4000,
 ) -> go.Figure:
     """pattern: (heads, q_len, k_len) attention probabilities. Lines from query i (left) to key j (right) for the

@@ -84,3 +84,21 @@ def similarity_heatmap(similarity: np.ndarray, tokens: Sequence[str], title: str
     """(len, len) cosine similarities of token vectors, from -1 (opposite) to 1 (same direction)."""
     return matrix_heatmap(similarity, tokens, tokens, title, zrange=(-1.0, 1.0), colorscale="RdBu_r",
                           value_name="cosine", axis_titles=("token", "token"))
+
+
+def layer_head_heatmap(values: np.ndarray, value_name: str, title: str = "", colorscale: str = "Viridis") -> go.Figure:
+    """values: (layers, heads), one number per head (e.g. its entropy); layer 0 on top, colours over the range."""
+    z = np.asarray(values, dtype=np.float32)
+    finite = z[np.isfinite(z)]
+    low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+    return go.Figure({
+        "data": [{"type": "heatmap", "z": z, "colorscale": colorscale, "zmin": low, "zmax": max(high, low + 1e-6),
+                  "colorbar": {"title": {"text": value_name}},
+                  "hovertemplate": f"layer %{{y}} · head %{{x}}<br>{value_name} %{{z:.3f}}<extra></extra>"}],
+        "layout": {
+            "title": {"text": title, "x": 0, "xanchor": "left"},
+            "xaxis": {"title": {"text": "head"}, "side": "top", "dtick": 1},
+            "yaxis": {"title": {"text": "layer"}, "autorange": "reversed", "dtick": 1},
+            "height": max(260, min(900, 120 + 24 * z.shape[0])), "margin": {"l": 60, "r": 20, "t": 80, "b": 20},
+        },
+    })
