@@ -3,7 +3,7 @@ statistics and rollout, with display options and downloads. Only the open tab is
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import numpy as np
@@ -15,7 +15,7 @@ from ui.downloads import downloads
 from ui.pickers import SITE_LABELS, choose_head, open_clicked_head
 from viz.head_lines import DEFAULT_THRESHOLD, head_lines_figure
 from viz.head_stats import attention_rollout, head_statistics
-from viz.heatmap import COLOR_SCALES, VALUES_UP_TO, attention_heatmap, layer_head_heatmap
+from viz.heatmap import COLOR_SCALES, VALUES_UP_TO, WINDOW, attention_heatmap, layer_head_heatmap
 from viz.thumbnails import thumbnail_figure, thumbnail_grid
 from viz.tokens import visible_token
 
@@ -109,16 +109,43 @@ def rollout_matrix(trace_key: str, site: str, _trace: Trace) -> np.ndarray:
     return attention_rollout([_trace.attention[_trace.pattern_name(site, i)] for i in range(_trace.n_layers(site))])
 
 
+def _range(label: str, n: int, default: tuple[int, int], key: str) -> tuple[int, int]:
+    """A range slider over 0..n whose remembered value is dropped when it no longer fits (a shorter text)."""
+    remembered = st.session_state.get(key)
+    if remembered is not None and not 0 <= remembered[0] <= remembered[1] <= n:
+        del st.session_state[key]
+    start, stop = st.slider(label, 0, n, default, key=key)
+    return start, min(stop, start + WINDOW)
+
+
+def window(c: Choice) -> Choice:
+    """Long texts: up to WINDOW x WINDOW cells at full resolution, chosen with two sliders (by default the
+    last WINDOW queries and, for self-attention, the same keys: the band around the diagonal)."""
+    n_q, n_k = len(c.rows), len(c.cols)
+    if max(n_q, n_k) <= WINDOW:
+        return c
+    st.info(f"{n_q:,} × {n_k:,} cells are too many to draw one by one: choose a window of up to "
+            f"{WINDOW} × {WINDOW}. The other tabs show the whole matrix shrunk; the CSV holds all of it.")
+    q_col, k_col = st.columns(2)
+    with q_col:
+        q_start, q_stop = _range("Query rows", n_q, (max(0, n_q - WINDOW), n_q), "attention_window_rows")
+    same = n_q == n_k
+    with k_col:
+        k_start, k_stop = _range("Key columns", n_k, (q_start, q_stop) if same else (0, min(n_k, WINDOW)),
+                                 "attention_window_cols")
+    return replace(c, rows=c.rows[q_start:q_stop], cols=c.cols[k_start:k_stop])
+
+
 def one_head(c: Choice) -> None:
     st.latex(r"\mathrm{Attention}(Q,K,V)=\mathrm{softmax}\!\left(\frac{QK^\top}{\sqrt{d_k}}+M\right)V")
     st.caption("Row = a query token, column = a key token; each row sums to 1. "
                "M is 0 where the mask lets a query see a key and −∞ where it does not.")
-    if c.show_values and max(len(c.rows), len(c.cols)) > VALUES_UP_TO:
+    shown = window(c)
+    if c.show_values and max(len(shown.rows), len(shown.cols)) > VALUES_UP_TO:
         st.caption(f"Values are written in the cells only up to {VALUES_UP_TO} tokens; hover for the rest.")
-    weights = c.head_pattern
-    figure = c.heatmap(weights, f"{c.where} · head {c.head}")
+    figure = shown.heatmap(shown.head_pattern, f"{c.where} · head {c.head}")
     st.plotly_chart(figure, key="attention_one_head")
-    matrix = pd.DataFrame(weights, index=c.queries, columns=c.keys)
+    matrix = pd.DataFrame(c.head_pattern, index=c.queries, columns=c.keys)  # the whole head, made on click
     downloads(figure, f"{c.name}.{c.head}", "attention_one_head", matrix)
 
 

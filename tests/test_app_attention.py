@@ -143,3 +143,17 @@ def test_each_figure_has_its_downloads() -> None:
     labels = [button.label for view in VIEWS for button in _view(at, view).get("download_button")]
     assert labels.count("PNG") == labels.count("SVG") == labels.count("HTML") == 6
     assert labels.count("CSV") == 3  # the one-head matrix, the rollout matrix, a statistic per head
+
+
+def test_a_long_text_is_drawn_through_a_window(monkeypatch) -> None:
+    monkeypatch.setattr("viz.heatmap.WINDOW", 5)  # toy-copy's 12 tokens stand in for 2,048
+    at = _attention_page("toy-copy", "hello world")
+    assert "choose a window of up to 5 × 5" in at.info[0].value
+    assert _heatmap(at)["y"] == ["#7 o", "#8 r", "#9 l", "#10 d", "#11 &lt;/s&gt;"]  # the last rows, by default
+    assert _heatmap(at)["x"] == _heatmap(at)["y"]  # and the same keys: the diagonal band
+    at.slider(key="attention_window_rows").set_value((0, 9)).run()  # wider than 5: cut to 5
+    at.slider(key="attention_window_cols").set_value((2, 4)).run()
+    assert not at.exception
+    assert (len(_heatmap(at)["y"]), _heatmap(at)["x"]) == (5, ["#2 l", "#3 l"])
+    at.sidebar.text_input(key="text_toy-copy").set_value("abc").run()  # shorter than the window: no sliders
+    assert not at.exception and not at.info and len(_heatmap(at)["y"]) == 4

@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 from viz.tokens import plotly_label
 
 TICK_LABELS_UP_TO = 64  # beyond this many tokens plotly thins the axis labels itself
+WINDOW = 512  # the most rows and columns a page should draw cell by cell (2048 x 2048 is 25 MB and 15 s)
 VALUES_UP_TO = 40  # "show values" writes numbers in cells only up to this many rows and columns
 COLOR_SCALES = ["Viridis", "Blues", "Magma", "Cividis", "Greys"]
 
