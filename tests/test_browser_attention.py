@@ -68,7 +68,7 @@ def test_the_causal_mask_switch_zeroes_the_upper_triangle(page) -> None:
 def test_a_figure_downloads_as_png(page) -> None:
     open_page(page, "Attention")
     with page.expect_download(timeout=60_000) as download:  # the first PNG starts kaleido's Chromium
-        page.get_by_test_id("stMain").get_by_role("button", name="PNG").first.click()
+        page.get_by_test_id("stMain").get_by_role("button", name="PNG", exact=True).first.click()
     path = ARTIFACTS / "download.png"
     download.value.save_as(path)
     assert download.value.suggested_filename == "toy-copy.encoder.attn.0.0.png"
