@@ -60,7 +60,8 @@ SETTLED_JS = """([tabs, title]) => {
   if (main.querySelector('[data-stale="true"]')) return false;
   const plots = [...main.querySelectorAll('.js-plotly-plot')];
   const drawn = (p) => p.querySelector('.main-svg')
-    && [...p.querySelectorAll('.heatmaplayer')].every((layer) => layer.querySelector('image'));
+    && [...p.querySelectorAll('.heatmaplayer, .imagelayer')]  // every trace layer in use holds its image
+      .every((layer) => !layer.children.length || layer.querySelector('image'));
   if (title && !plots.some((p) => (p.querySelector('.gtitle')?.textContent || '').includes(title))) return false;
   return plots.length > 0 && plots.every(drawn) ? plots.length : false;
 }"""
