@@ -1,5 +1,6 @@
-"""Attention: one head, every head of a layer, the whole model at a glance, the token line view, head
-statistics and rollout, with display options and downloads. Only the open tab is computed and sent."""
+"""Attention: the whole model at a glance (the view it opens on: click a head to open it), one head, every
+head of a layer, the token line view, head statistics and rollout, with display options and downloads.
+Only the open tab is computed and sent."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from viz.heatmap import COLOR_SCALES, VALUES_UP_TO, WINDOW, attention_heatmap, l
 from viz.thumbnails import thumbnail_figure, thumbnail_grid
 from viz.tokens import visible_token
 
-VIEWS = ["One head", "All heads of this layer", "Model view", "Token lines", "Head statistics", "Rollout"]
+VIEWS = ["Model view", "One head", "All heads of this layer", "Token lines", "Head statistics", "Rollout"]
 LAYER_THUMBNAIL = 96  # pixels per head when showing one layer
 
 
@@ -233,7 +234,7 @@ def choose(trace: Trace) -> Choice:
     n_heads = trace.facts.n_heads
     if open_clicked_head("attention_model_view", "attention", n_heads) or open_clicked_head(
             "attention_layer_heads", "attention", n_heads, set_layer=False):
-        st.session_state["view"] = VIEWS[0]
+        st.session_state["view"] = "One head"
     site, layer, head = choose_head(trace, "attention")
     hide_col, scale_col, values_col = st.columns(3)
     hide_special = hide_col.toggle("Hide special tokens", key="attention_hide_special",
@@ -250,7 +251,7 @@ if trace is None:  # the frame has already said why
     st.stop()
 st.header("Attention")
 choice = choose(trace)
-shows = [one_head, layer_heads, model_view, token_lines, statistics, rollout]  # in the order of VIEWS
+shows = [model_view, one_head, layer_heads, token_lines, statistics, rollout]  # in the order of VIEWS
 for tab, show in zip(st.tabs(VIEWS, key="view", bind="query-params"), shows, strict=True):
     if tab.open:  # the other tabs cost nothing
         with tab:

@@ -1,8 +1,9 @@
 """Rerun cost of the Attention page when a person changes the layer or the head: `python -m bench.app_rerun`.
 
-Drives the app headless with Streamlit's AppTest: MiniLM on a text of about 128 tokens, Attention page open.
-Then RUNS reruns that each change the layer or the head (alternately), each followed by a rerun with nothing
-changed; both are timed around `AppTest.run()` (script run + AppTest's own parsing of the elements, no browser).
+Drives the app headless with Streamlit's AppTest: MiniLM on a text of about 128 tokens, Attention page open on
+its One head tab. Then RUNS reruns that each change the layer or the head (alternately), each followed by a
+rerun with nothing changed; both are timed around `AppTest.run()` (script run + AppTest's own parsing of the
+elements, no browser).
 
 Output: one row per kind of rerun, with its median and p90 in ms; the target is median <= 50 ms for a change.
 "ratio" is median(change) / median(plain): what changing a layer or head costs beyond the frame's rerun.
@@ -86,6 +87,8 @@ def main() -> None:
     at.sidebar.selectbox(key="model_id").set_value(MODEL).run()
     at.sidebar.text_input(key=f"text_{MODEL}").set_value(text).run()
     at.switch_page(PAGE).run()
+    at.session_state["view"] = "One head"  # the page opens on the model view
+    at.run()
     assert not at.exception, at.exception
     trace = at.session_state["trace"]
     runs_before = len(calls)

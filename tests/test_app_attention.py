@@ -8,7 +8,8 @@ from streamlit.testing.v1 import AppTest
 PAGE = "app_pages/attention.py"
 
 
-def _attention_page(model_id: str = "toy-date", text: str | None = None) -> AppTest:
+def _attention_page(model_id: str = "toy-date", text: str | None = None, view: str | None = "One head") -> AppTest:
+    """The Attention page on `model_id`, with the `view` tab open (None: the tab it opens on)."""
     at = AppTest.from_file("../app.py", default_timeout=60)
     at.run()
     at.sidebar.selectbox(key="model_id").set_value(model_id).run()
@@ -16,7 +17,7 @@ def _attention_page(model_id: str = "toy-date", text: str | None = None) -> AppT
         at.sidebar.text_input(key=f"text_{model_id}").set_value(text).run()
     at.switch_page(PAGE).run()
     assert not at.exception
-    return at
+    return at if view is None else _view(at, view)
 
 
 def _titles(at: AppTest) -> list[str]:
@@ -31,18 +32,18 @@ def _view(at: AppTest, label: str) -> AppTest:
     return at
 
 
-VIEWS = ["One head", "All heads of this layer", "Model view", "Token lines", "Head statistics", "Rollout"]
+VIEWS = ["Model view", "One head", "All heads of this layer", "Token lines", "Head statistics", "Rollout"]
 
 
 def test_every_view_renders_for_an_encoder_decoder() -> None:
-    at = _attention_page()
+    at = _attention_page(view=None)
     assert at.radio(key="attention_site").options == [
         "encoder self-attention", "decoder self-attention (masked)", "cross-attention (decoder → encoder)"]
-    assert _titles(at) == ["encoder self-attention · layer 0 · head 0"]  # only the open tab is drawn
+    assert _titles(at) == ["encoder self-attention: layers × heads"]  # only the open tab is drawn
     assert [title for view in VIEWS for title in _titles(_view(at, view))] == [
+        "encoder self-attention: layers × heads",
         "encoder self-attention · layer 0 · head 0",
         "layer 0: all 4 heads",
-        "encoder self-attention: layers × heads",
         "encoder self-attention · layer 0 · token lines",
         "encoder self-attention: entropy (bits)",
         "rollout · encoder self-attention",

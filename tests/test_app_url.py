@@ -30,7 +30,7 @@ def test_a_link_reopens_the_same_view_and_follows_changes() -> None:
     at.switch_page(ATTENTION).run()
     assert (at.radio(key="attention_site").value, at.selectbox(key="attention_layer").value,
             at.selectbox(key="attention_head").value) == ("decoder.cross_attn", 1, 2)
-    assert _title(at, 0) == "cross-attention (decoder → encoder) · layer 1 · head 2"
+    assert _title(at, 0) == "cross-attention (decoder → encoder): layers × heads"  # it opens on the model view
     at.selectbox(key="attention_head").set_value(3).run()
     at.sidebar.text_input(key="text_toy-date").set_value("may 1 2000").run()
     assert {k: at.query_params[k] for k in ("model", "text", "site", "layer", "head", "causal")} == {

@@ -23,12 +23,14 @@ ONE_HEAD = "encoder self-attention · layer"
 def test_attention_page_views(page) -> None:
     open_page(page, "Attention")
     expect(page.get_by_role("heading", name="Attention", exact=True)).to_be_visible()
+    expect(figure(page, "layers × heads")).to_be_visible()  # it opens on the model view
+    page.get_by_role("tab", name="One head").click()
     expect(figure(page, ONE_HEAD).first.locator(".gtitle")).to_have_text("encoder self-attention · layer 0 · head 0")
     choose(page, "Head", "3")
     expect(figure(page, ONE_HEAD).first.locator(".gtitle")).to_have_text("encoder self-attention · layer 0 · head 3")
     page.screenshot(path=str(ARTIFACTS / "attention.png"), full_page=True)
-    for tab, title in [("All heads of this layer", "all 4 heads"), ("Model view", "layers × heads"),
-                       ("Token lines", "token lines"), ("Rollout", "rollout")]:
+    for tab, title in [("All heads of this layer", "all 4 heads"), ("Token lines", "token lines"),
+                       ("Model view", "layers × heads"), ("Rollout", "rollout")]:
         page.get_by_role("tab", name=tab).click()
         expect(figure(page, title)).to_be_visible()
         figure(page, title).screenshot(path=str(ARTIFACTS / f"{tab.lower().replace(' ', '-')}.png"))
@@ -40,7 +42,6 @@ def test_attention_page_views(page) -> None:
 def test_clicking_a_thumbnail_opens_that_head(page) -> None:
     choose(page, "Model", "Toy (trained here) · toy-reverse", in_sidebar=True)
     open_page(page, "Attention")
-    page.get_by_role("tab", name="Model view").click()
     grid = figure(page, "layers × heads")
     expect(grid).to_be_visible()
     grid.locator(".scatterlayer .point").nth(6).click(force=True)  # layer 1, head 2; plotly's drag layer takes it
@@ -55,6 +56,7 @@ def test_clicking_a_thumbnail_opens_that_head(page) -> None:
 def test_the_causal_mask_switch_zeroes_the_upper_triangle(page) -> None:
     set_text(page, "abcdef")
     open_page(page, "Attention")
+    page.get_by_role("tab", name="One head").click()
     before = np.array(heatmap_values(page, ONE_HEAD))  # (q, k): an encoder sees both ways
     assert np.triu(before, 1).sum() > 0.1
     choose(page, "Causal mask", "on everywhere", in_sidebar=True)
@@ -67,6 +69,8 @@ def test_the_causal_mask_switch_zeroes_the_upper_triangle(page) -> None:
 
 def test_a_figure_downloads_as_png(page) -> None:
     open_page(page, "Attention")
+    page.get_by_role("tab", name="One head").click()
+    expect(figure(page, ONE_HEAD)).to_be_visible()
     with page.expect_download(timeout=60_000) as download:  # the first PNG starts kaleido's Chromium
         page.get_by_test_id("stMain").get_by_role("button", name="PNG", exact=True).first.click()
     path = ARTIFACTS / "download.png"
