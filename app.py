@@ -1,19 +1,38 @@
 """Attention Atlas: the frame. Page config, the shared sidebar (model, text, masks), running the
-model (cached), and navigation. Pages read the current Trace from `st.session_state["trace"]`."""
+model (cached), and navigation. Pages read the current Trace with `ui.page.current_trace()`."""
 
 from __future__ import annotations
 
 import streamlit as st
 
 from model.devices import available_devices, pick_device
-from model.registry import PACKAGED, TOY_PREFIX, list_model_ids, load_runner
+from model.registry import PACKAGED, TOY_PREFIX, default_model, examples_for, list_model_ids, load_runner
 from model.runner import Runner, RunOptions
 from model.tracing import Trace
 from ui import url_state
 from ui.messages import show_error
+from ui.page import TRACE, keep_page_choices
+from ui.pickers import forget_head
 
 CAUSAL_CHOICES = {"as trained": "auto", "on everywhere": "on", "off everywhere": "off"}
 CUSTOM = "custom"
+FALLBACK_TEXT = "The cat sat on the mat because it was tired."  # before a typed-in model is loaded
+PAGES = [  # (file, title, icon); the first is where the app opens
+    ("app_pages/overview.py", "Overview", ":material/summarize:"),
+    ("app_pages/attention.py", "Attention", ":material/grid_on:"),
+]
+HELP = {
+    "model": "Toy models are small transformers written and trained in this project on one task each; "
+             "pretrained models are real ones shipped with the app; Custom opens a Hugging Face model folder.",
+    "text": "What the model reads. Every page shows this text's run.",
+    "output": "generate: the model writes its own output (greedy), under the masks chosen below. "
+              "given target: you type the output, and the model reads it (teacher forcing): each target token "
+              "is shown with the probability the model gave it.",
+    "causal": "The causal mask hides later tokens from earlier ones. As trained: where the model was trained "
+              "with it (decoders). On everywhere: encoders too. Off everywhere: decoders may look ahead — a what-if "
+              "the model never saw in training.",
+    "device": "Where the model runs. auto: a GPU when there is one, else the CPU.",
+}
 
 
 def model_label(model_id: str) -> str:
@@ -25,10 +44,18 @@ def model_label(model_id: str) -> str:
     return f"Pretrained · {model_id}" if model_id in PACKAGED else model_id
 
 
+@st.cache_resource
+def loaded_models() -> set[tuple[str, str]]:
+    """The (model id, device) pairs `get_runner` has loaded in this server."""
+    return set()
+
+
 @st.cache_resource(show_spinner="Loading the model… (SmolLM2's first load converts its weights: about 30 s)")
 def get_runner(model_id: str, device: str) -> Runner:
     """One loaded model per id and device, shared by every session (never mutated)."""
-    return load_runner(model_id, device=pick_device(device))
+    runner = load_runner(model_id, device=pick_device(device))
+    loaded_models().add((model_id, device))
+    return runner
 
 
 @st.cache_resource(max_entries=64, show_spinner="Running the model…")
@@ -37,59 +64,105 @@ def get_trace(model_id: str, device: str, text: str, target: str | None, causal:
     return get_runner(model_id, device).run(text, target, RunOptions(causal=causal))
 
 
-def use_example(pills_key: str, text_key: str) -> None:
+def use_example(pills_key: str) -> None:
     """Put the example clicked into the text box, and let go of the pill so it can be clicked again."""
     if st.session_state[pills_key] is not None:
-        st.session_state[text_key] = st.session_state[pills_key]
+        st.session_state["text"] = st.session_state[pills_key]
         st.session_state[pills_key] = None
+
+
+def choose_model() -> str | None:
+    """The model picker (and the folder box for a custom model); None until a custom folder is typed."""
+    model_ids = list_model_ids()
+    url_state.restore_once(model_ids, CUSTOM, {v: k for k, v in CAUSAL_CHOICES.items()})
+    st.session_state.setdefault("model_id", default_model(model_ids))
+    model_id = st.sidebar.selectbox("Model", [*model_ids, CUSTOM], key="model_id", format_func=model_label,
+                                    help=HELP["model"])
+    if model_id != CUSTOM:
+        return model_id
+    folder = st.sidebar.text_input("Folder or hub id", key="custom_model", placeholder="/path/to/model").strip()
+    return folder or None
+
+
+def choose_text(model_id: str) -> str:
+    """The text box, drawn before the model loads so that typing during a load is kept. One text for every
+    model: a model that cannot read it falls back to its own example (see `run`)."""
+    if "pending_text" in st.session_state:  # set by `run` before a rerun: a widget's value cannot change once drawn
+        st.session_state["text"] = st.session_state.pop("pending_text")
+    st.session_state.setdefault("text", (examples_for(model_id) or (FALLBACK_TEXT,))[0])
+    return st.sidebar.text_input("Text", key="text", max_chars=20_000, help=HELP["text"])
+
+
+def show_loading(model_id: str, device: str) -> None:
+    """A model not loaded yet takes seconds: say so in place of the previous page. This message takes the
+    place of the page's container (an element replacing a block drops its content), so the previous model's
+    figures do not linger greyed out under it."""
+    if (model_id, device) not in loaded_models():
+        st.info(f"Loading {model_id}…", icon=":material/hourglass_top:")
 
 
 def sidebar() -> Trace | None:
     """The run's inputs; returns the trace, or None after showing what is wrong."""
     st.sidebar.title("Attention Atlas")
-    model_ids = list_model_ids()
-    url_state.restore_once(model_ids, CUSTOM, {v: k for k, v in CAUSAL_CHOICES.items()})
-    model_id = st.sidebar.selectbox("Model", [*model_ids, CUSTOM], key="model_id", format_func=model_label)
-    if model_id == CUSTOM:
-        model_id = st.sidebar.text_input("Folder or hub id", key="custom_model", placeholder="/path/to/model").strip()
-        if not model_id:
-            url_state.write(model=None, text=None, target=None)
-            st.info("Type the path of a Hugging Face model folder, or a hub id, in the sidebar.")
-            return None
-    device = st.sidebar.selectbox("Device", ["auto", *available_devices()], key="device")
+    model_id = choose_model()
+    if model_id is None:
+        url_state.write(model=None, text=None, tz=None, target=None)
+        st.info("Type the path of a Hugging Face model folder, or a hub id, in the sidebar.")
+        return None
+    text = choose_text(model_id)
+    device = st.sidebar.selectbox("Device", ["auto", *available_devices()], key="device", help=HELP["device"])
     url_state.write(model=model_id)
+    show_loading(model_id, device)
     try:
         runner = get_runner(model_id, device)
     except ValueError as error:
         show_error(str(error))
         return None
-    text_key = f"text_{model_id}"
-    st.session_state.setdefault(text_key, runner.examples[0])
-    text = st.sidebar.text_input("Text", key=text_key, max_chars=20_000)
     st.sidebar.pills("Examples", runner.examples, key=f"examples_{model_id}", on_change=use_example,
-                     args=(f"examples_{model_id}", text_key))
+                     args=(f"examples_{model_id}",))
+    for caution in runner.cautions(text):
+        st.sidebar.warning(caution, icon=":material/warning:")
     target = None
     if runner.facts.kind != "encoder":
-        mode = st.sidebar.radio("Output", ["generate", "given target"], key="decoder_mode", horizontal=True)
+        mode = st.sidebar.radio("Output", ["generate", "given target"], key="decoder_mode", horizontal=True,
+                                help=HELP["output"])
         if mode == "given target":
-            target = st.sidebar.text_input("Target", key=f"target_{model_id}")
-    causal = st.sidebar.selectbox("Causal mask", list(CAUSAL_CHOICES), key="causal")
-    url_state.write(text=text, target=target, causal=CAUSAL_CHOICES[causal])
-    st.session_state["trace_key"] = repr((model_id, device, text, target, causal))
+            target = st.sidebar.text_input("Target", key="target", help="The output the model should read.")
+    causal = st.sidebar.selectbox("Causal mask", list(CAUSAL_CHOICES), key="causal", help=HELP["causal"])
+    url_state.write(**url_state.pack_text(text), target=target, causal=CAUSAL_CHOICES[causal])
+    return run(runner, model_id, device, text, target, CAUSAL_CHOICES[causal])
+
+
+def run(runner: Runner, model_id: str, device: str, text: str, target: str | None, causal: str) -> Trace | None:
+    """The trace of this input. Right after a switch of model, a text the new model cannot read is replaced by
+    its first example, and the person is told."""
+    switched = st.session_state.get("model_shown") != model_id
+    if switched and st.session_state.get("model_shown") is not None:
+        forget_head()  # another model's layer and head mean nothing here
     try:
-        return get_trace(model_id, device, text, target, CAUSAL_CHOICES[causal])
+        trace = get_trace(model_id, device, text, target, causal)
     except ValueError as error:
+        if switched and text != runner.examples[0]:
+            st.session_state["pending_text"] = runner.examples[0]
+            st.session_state["text_note"] = f"{model_id} cannot read the text you had ({error}) It shows its own " \
+                                            "example instead; the text box is yours to change."
+            st.session_state["model_shown"] = model_id
+            st.rerun()
         show_error(str(error))
         return None
+    st.session_state["model_shown"] = model_id
+    if "text_note" in st.session_state:
+        st.info(st.session_state.pop("text_note"), icon=":material/info:")
+    return trace
 
 
 def main() -> None:
     st.set_page_config(page_title="Attention Atlas", page_icon="🔍", layout="wide")
-    st.session_state["trace"] = sidebar()
-    st.navigation([
-        st.Page("app_pages/overview.py", title="Overview", icon=":material/summarize:", default=True),
-        st.Page("app_pages/attention.py", title="Attention", icon=":material/grid_on:"),
-    ]).run()
+    keep_page_choices()
+    navigation = st.navigation([st.Page(path, title=title, icon=icon) for path, title, icon in PAGES])
+    st.session_state[TRACE] = sidebar()
+    with st.container():  # one block for the whole page (see `show_loading`)
+        navigation.run()
 
 
 main()

@@ -12,8 +12,10 @@ import pandas as pd
 import streamlit as st
 
 from model.tracing import Trace
-from ui.downloads import downloads
-from ui.pickers import SITE_LABELS, choose_head, open_clicked_head
+from ui import url_state
+from ui.downloads import downloads, matrix_table
+from ui.page import current_trace, trace_key
+from ui.pickers import choose_head, keep_valid, open_clicked_head, site_label
 from viz.head_lines import DEFAULT_THRESHOLD, head_lines_figure
 from viz.head_stats import attention_rollout, head_statistics
 from viz.heatmap import COLOR_SCALES, VALUES_UP_TO, WINDOW, attention_heatmap, layer_head_heatmap
@@ -22,6 +24,7 @@ from viz.tokens import visible_token
 
 VIEWS = ["Model view", "One head", "All heads of this layer", "Token lines", "Head statistics", "Rollout"]
 LAYER_THUMBNAIL = 96  # pixels per head when showing one layer
+MODEL_VIEW_WIDTH = 900  # pixels the model view's thumbnails share across a row of heads
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,11 @@ class Choice:
         return self.shown(self.trace.attention[self.trace.pattern_name(self.site, self.layer)][self.head])
 
     @property
+    def masked(self) -> np.ndarray:
+        """(q_shown, k_shown) bool: True where this run's mask hid the key from the query."""
+        return ~self.trace.masks[self.site][np.ix_(self.rows, self.cols)]
+
+    @property
     def queries(self) -> list[str]:
         return [self.trace.query_tokens(self.site)[i] for i in self.rows]
 
@@ -68,16 +76,32 @@ class Choice:
         return f"{self.trace.facts.model_id.replace('/', '_')}.{self.site}.{self.layer}"
 
     @property
-    def where(self) -> str:
-        return f"{SITE_LABELS[self.site]} · layer {self.layer}"
+    def label(self) -> str:
+        return site_label(self.trace, self.site)
 
-    def heatmap(self, matrix: np.ndarray, title: str):
-        """A (q_shown, k_shown) matrix with the chosen options. Hidden special tokens take weight with them,
-        so the colours then stretch over what is shown."""
-        top = (float(matrix.max()) or 1.0) if self.hide_special else 1.0
+    @property
+    def where(self) -> str:
+        return f"{self.label} · layer {self.layer}"
+
+    def heatmap(self, matrix: np.ndarray, title: str, masked: np.ndarray):
+        """A (q_shown, k_shown) matrix with the chosen options, `masked` cells hatched. Hidden special tokens
+        take weight with them, so the colours then stretch over what is shown."""
+        top = (float(np.nanmax(matrix)) or 1.0) if self.hide_special else 1.0
         return attention_heatmap(matrix, self.queries, self.keys, title, row_positions=self.rows,
                                  col_positions=self.cols, colorscale=self.colorscale, show_values=self.show_values,
-                                 zrange=(0.0, top))
+                                 zrange=(0.0, top), masked=masked)
+
+    def table(self, matrix: np.ndarray) -> pd.DataFrame:
+        """A (q_shown, k_shown) matrix with position-qualified headers, for the CSV."""
+        return matrix_table(matrix, self.queries, self.keys, self.rows, self.cols)
+
+    @property
+    def rows_note(self) -> str:
+        """What a row of the drawn matrix sums to."""
+        if self.hide_special:
+            return ("Each row sums to 1 over all keys; with special tokens hidden, the rows drawn sum to less and "
+                    "the colours stretch up to the largest weight shown.")
+        return "Each row sums to 1."
 
 
 def shown_positions(trace: Trace, site: str, hide_special: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -91,70 +115,77 @@ def shown_positions(trace: Trace, site: str, hide_special: bool) -> tuple[np.nda
     return rows, cols
 
 
-def thumbnail_size(layers: int, heads: int) -> int:
-    """Pixels per head in the model view: large for small models, at least 24 for SmolLM2's 30 x 9."""
-    return max(24, min(96, 720 // max(layers, heads)))
+def thumbnail_size(heads: int) -> int:
+    """Pixels per head in the model view: the heads of a layer share MODEL_VIEW_WIDTH (SmolLM2's 9: 64 px)."""
+    return max(32, min(64, MODEL_VIEW_WIDTH // heads))
 
 
 @st.cache_resource(max_entries=32, show_spinner=False)
-def model_view_image(trace_key: str, site: str, size: int, hide_special: bool, _trace: Trace) -> np.ndarray:
+def model_view_image(key: str, site: str, size: int, hide_special: bool, _trace: Trace) -> np.ndarray:
     """The thumbnail grid of a site, computed once per trace (keyed by the run's plain inputs)."""
     rows, cols = shown_positions(_trace, site, hide_special)
     layers = [_trace.attention[_trace.pattern_name(site, i)] for i in range(_trace.n_layers(site))]
-    return thumbnail_grid([pattern[:, rows][:, :, cols] for pattern in layers], size)  # (layers*cell, heads*cell)
+    visible = _trace.masks[site][np.ix_(rows, cols)]
+    return thumbnail_grid([pattern[:, rows][:, :, cols] for pattern in layers], size, visible)
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)
-def rollout_matrix(trace_key: str, site: str, _trace: Trace) -> np.ndarray:
+def rollout_matrix(key: str, site: str, _trace: Trace) -> np.ndarray:
     """(q_len, k_len) attention rollout of a site, computed once per trace (1 s for SmolLM2 at 512 tokens)."""
     return attention_rollout([_trace.attention[_trace.pattern_name(site, i)] for i in range(_trace.n_layers(site))])
 
 
-def _range(label: str, n: int, default: tuple[int, int], key: str) -> tuple[int, int]:
-    """A range slider over 0..n whose remembered value is dropped when it no longer fits (a shorter text)."""
-    remembered = st.session_state.get(key)
-    if remembered is not None and not 0 <= remembered[0] <= remembered[1] <= n:
-        del st.session_state[key]
-    start, stop = st.slider(label, 0, n, default, key=key)
-    return start, min(stop, start + WINDOW)
+def _window_start(label: str, last: int, default: int, key: str) -> int:
+    """A slider over the first position of a window (0..last); a remembered value that no longer fits (a
+    shorter text) is brought back into range."""
+    st.session_state[key] = min(max(0, st.session_state.get(key, default)), last)
+    return st.slider(label, 0, last, key=key)
 
 
 def window(c: Choice) -> Choice:
-    """Long texts: up to WINDOW x WINDOW cells at full resolution, chosen with two sliders (by default the
-    last WINDOW queries and, for self-attention, the same keys: the band around the diagonal)."""
+    """Long texts: a window of up to WINDOW x WINDOW cells at full resolution. The rows are chosen with a
+    slider; for self-attention the keys follow them (the block on the diagonal, where a causal mask leaves
+    something to see) unless the person unties them."""
     n_q, n_k = len(c.rows), len(c.cols)
     if max(n_q, n_k) <= WINDOW:
         return c
-    st.info(f"{n_q:,} × {n_k:,} cells are too many to draw one by one: choose a window of up to "
-            f"{WINDOW} × {WINDOW}. The other tabs show the whole matrix shrunk; the CSV holds all of it.")
+    w_q, w_k = min(WINDOW, n_q), min(WINDOW, n_k)
     q_col, k_col = st.columns(2)
     with q_col:
-        q_start, q_stop = _range("Query rows", n_q, (max(0, n_q - WINDOW), n_q), "attention_window_rows")
-    same = n_q == n_k
+        row = _window_start("First query row", n_q - w_q, n_q - w_q, "attention_window_row")
     with k_col:
-        k_start, k_stop = _range("Key columns", n_k, (q_start, q_stop) if same else (0, min(n_k, WINDOW)),
-                                 "attention_window_cols")
-    return replace(c, rows=c.rows[q_start:q_stop], cols=c.cols[k_start:k_stop])
+        square = n_q == n_k
+        follow = square and st.toggle("Keys follow the rows (the diagonal block)", value=True,
+                                      key="attention_window_diagonal")
+        col = row if follow else _window_start("First key column", n_k - w_k, 0, "attention_window_col")
+    url_state.write(row=row, col=col, diagonal=follow if square else None)
+    shown = replace(c, rows=c.rows[row:row + w_q], cols=c.cols[col:col + w_k])
+    st.caption(f"Drawn: query rows #{shown.rows[0]}–#{shown.rows[-1]} × key columns #{shown.cols[0]}–"
+               f"#{shown.cols[-1]}, {w_q} × {w_k} of {n_q:,} × {n_k:,} cells (more would be too slow to draw). "
+               "The other tabs show the whole matrix shrunk; the CSV holds all of it.")
+    if shown.masked.all():
+        st.warning("Every cell of this window is masked: its keys all come after its queries. Move the key columns "
+                   "left, or let the keys follow the rows.", icon=":material/visibility_off:")
+    return shown
 
 
 def one_head(c: Choice) -> None:
     st.latex(r"\mathrm{Attention}(Q,K,V)=\mathrm{softmax}\!\left(\frac{QK^\top}{\sqrt{d_k}}+M\right)V")
-    st.caption("Row = a query token, column = a key token; each row sums to 1. "
-               "M is 0 where the mask lets a query see a key and −∞ where it does not.")
+    st.caption(f"Row = a query token, column = a key token. {c.rows_note} "
+               "M is 0 where the mask lets a query see a key and −∞ where it does not (hatched cells).")
     shown = window(c)
     if c.show_values and max(len(shown.rows), len(shown.cols)) > VALUES_UP_TO:
         st.caption(f"Values are written in the cells only up to {VALUES_UP_TO} tokens; hover for the rest.")
-    figure = shown.heatmap(shown.head_pattern, f"{c.where} · head {c.head}")
+    figure = shown.heatmap(shown.head_pattern, f"{c.where} · head {c.head}", shown.masked)
     st.plotly_chart(figure, key="attention_one_head")
-    matrix = pd.DataFrame(c.head_pattern, index=c.queries, columns=c.keys)  # the whole head, made on click
-    downloads(figure, f"{c.name}.{c.head}", "attention_one_head", matrix)
+    downloads(figure, f"{c.name}.{c.head}", "attention_one_head", lambda: c.table(c.head_pattern))
 
 
 def layer_heads(c: Choice) -> None:
     st.latex(r"\hat A^{(h)}=A^{(h)}\,/\,\max_{ij}A^{(h)}_{ij}")
     st.caption("Every head of the chosen layer, each scaled to its own maximum. Heads learn different patterns. "
                "Click a head to open it.")
-    grid = thumbnail_grid([c.pattern], LAYER_THUMBNAIL)
+    grid = thumbnail_grid([c.pattern], LAYER_THUMBNAIL, ~c.masked)
     heads = c.trace.facts.n_heads
     figure = thumbnail_figure(grid, LAYER_THUMBNAIL, f"layer {c.layer}: all {heads} heads", c.colorscale)
     st.plotly_chart(figure, key="attention_layer_heads", on_select="rerun", selection_mode="points")
@@ -165,9 +196,9 @@ def model_view(c: Choice) -> None:
     st.latex(r"\hat A^{(\ell,h)}=\mathrm{shrink}\big(A^{(\ell,h)}\big)\,/\,\max\,\mathrm{shrink}\big(A^{(\ell,h)}\big)")
     st.caption("Every layer (rows) × head (columns), each shrunk to a thumbnail by averaging blocks of cells and "
                "scaled to its own maximum. Click one to open it.")
-    size = thumbnail_size(c.trace.n_layers(c.site), c.trace.facts.n_heads)
-    image = model_view_image(st.session_state["trace_key"], c.site, size, c.hide_special, c.trace)
-    figure = thumbnail_figure(image, size, f"{SITE_LABELS[c.site]}: layers × heads", c.colorscale)
+    size = thumbnail_size(c.trace.facts.n_heads)
+    image = model_view_image(trace_key(c.trace), c.site, size, c.hide_special, c.trace)
+    figure = thumbnail_figure(image, size, f"{c.label}: layers × heads", c.colorscale)
     st.plotly_chart(figure, key="attention_model_view", on_select="rerun", selection_mode="points")
     downloads(figure, f"{c.name.rsplit('.', 1)[0]}.model-view", "attention_model_view")
 
@@ -190,7 +221,7 @@ def token_lines(c: Choice) -> None:
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)
-def site_statistics(trace_key: str, site: str, _trace: Trace) -> pd.DataFrame:
+def site_statistics(key: str, site: str, _trace: Trace) -> pd.DataFrame:
     """Every head's statistics, indexed by (layer, head), computed once per trace and site."""
     self_attention = not site.endswith("cross_attn")
     tables = [head_statistics(_trace.attention[_trace.pattern_name(site, i)], self_attention)
@@ -201,18 +232,25 @@ def site_statistics(trace_key: str, site: str, _trace: Trace) -> pd.DataFrame:
 def statistics(c: Choice) -> None:
     st.latex(r"H=-\frac1{n_q}\sum_i\sum_j A_{ij}\log_2 A_{ij},\qquad "
              r"d=\frac1{n_q}\sum_i\sum_j A_{ij}\,|i-j|")
-    st.caption("Entropy H: how spread a head's attention is (0 = one key). Mean distance d: how far it looks. "
-               "The last three: the average share of attention on the first token, the previous one, itself. "
-               "Computed on every token, special ones included.")
-    table = site_statistics(st.session_state["trace_key"], c.site, c.trace)  # (layers * heads) rows
-    st.dataframe(table.loc[c.layer].style.format("{:.3f}"), key="attention_stats")
+    table = site_statistics(trace_key(c.trace), c.site, c.trace)  # (layers * heads) rows
     measures = [name for name in table.columns if table[name].notna().any()]
+    if len(measures) < len(table.columns):
+        st.caption("Entropy H: how spread a head's attention is (0 = one key). To first token: the average share "
+                   "of attention on the first key. Mean distance and the shares to the previous token and to itself "
+                   "compare query and key positions in one sequence; cross-attention's queries (the output) and "
+                   "keys (the source) are two sequences, so those are left out.")
+    else:
+        st.caption("Entropy H: how spread a head's attention is (0 = one key). Mean distance d: how far it looks. "
+                   "The last three: the average share of attention on the first token, the previous one, itself. "
+                   "Computed on every token, special ones included.")
+    st.dataframe(table.loc[c.layer, measures].style.format("{:.3f}"), key="attention_stats")
+    keep_valid("attention_stats_measure", measures)
     measure = st.selectbox("Every head of every layer by", measures, key="attention_stats_measure")
-    values = table[measure].unstack("head").to_numpy()  # (layers, heads)
-    figure = layer_head_heatmap(values, measure, f"{SITE_LABELS[c.site]}: {measure}", c.colorscale)
+    values = table[measure].unstack("head")  # (layers, heads)
+    figure = layer_head_heatmap(values.to_numpy(), measure, f"{c.label}: {measure}", c.colorscale)
     st.plotly_chart(figure, key="attention_stats_heatmap")
     downloads(figure, f"{c.name.rsplit('.', 1)[0]}.{measure.split(' (')[0].replace(' ', '-')}",
-              "attention_stats_heatmap", table[measure].unstack("head"))
+              "attention_stats_heatmap", lambda: values)
 
 
 def rollout(c: Choice) -> None:
@@ -222,35 +260,34 @@ def rollout(c: Choice) -> None:
     st.latex(r"\tilde A_\ell=\tfrac12\,\overline{A_\ell}+\tfrac12 I,\qquad R=\tilde A_L\tilde A_{L-1}\cdots\tilde A_1")
     st.caption("Attention rollout (Abnar & Zuidema, 2020): heads averaged, the residual connection added, "
                "layers multiplied. Row i: how much output position i draws on each input token.")
-    rolled = c.shown(rollout_matrix(st.session_state["trace_key"], c.site, c.trace))  # (q_shown, k_shown)
-    figure = c.heatmap(rolled, f"rollout · {SITE_LABELS[c.site]}")
+    rolled = c.shown(rollout_matrix(trace_key(c.trace), c.site, c.trace))  # (q_shown, k_shown)
+    unreachable = c.masked & (rolled == 0)  # a mask cut every path from the query to the key
+    figure = c.heatmap(rolled, f"rollout · {c.label}", unreachable)
     st.plotly_chart(figure, key="attention_rollout")
-    downloads(figure, f"{c.name.rsplit('.', 1)[0]}.rollout", "attention_rollout",
-              pd.DataFrame(rolled, index=c.queries, columns=c.keys))
+    downloads(figure, f"{c.name.rsplit('.', 1)[0]}.rollout", "attention_rollout", lambda: c.table(rolled))
 
 
 def choose(trace: Trace) -> Choice:
     """The pickers and options above the tabs (a clicked thumbnail first moves the pickers to its head)."""
     n_heads = trace.facts.n_heads
-    if open_clicked_head("attention_model_view", "attention", n_heads) or open_clicked_head(
-            "attention_layer_heads", "attention", n_heads, set_layer=False):
+    if open_clicked_head("attention_model_view", n_heads) or open_clicked_head(
+            "attention_layer_heads", n_heads, set_layer=False):
         st.session_state["view"] = "One head"
-    site, layer, head = choose_head(trace, "attention")
+    site, layer, head = choose_head(trace)
     hide_col, scale_col, values_col = st.columns(3)
     hide_special = hide_col.toggle("Hide special tokens", key="attention_hide_special",
                                    help="Leave out <s>, </s>, [CLS], [SEP]… Rows then sum to less than 1.")
+    keep_valid("attention_colorscale", COLOR_SCALES)
     colorscale = scale_col.selectbox("Colour scale", COLOR_SCALES, key="attention_colorscale")
     show_values = values_col.toggle("Show values", key="attention_show_values",
                                     help=f"Write the weights in the cells (up to {VALUES_UP_TO} tokens).")
+    url_state.write(hide_special=hide_special, colorscale=colorscale, values=show_values)
     rows, cols = shown_positions(trace, site, hide_special)
     return Choice(trace, site, layer, head, rows, cols, hide_special, colorscale, show_values)
 
 
-trace: Trace | None = st.session_state.get("trace")
-if trace is None:  # the frame has already said why
-    st.stop()
 st.header("Attention")
-choice = choose(trace)
+choice = choose(current_trace())
 shows = [model_view, one_head, layer_heads, token_lines, statistics, rollout]  # in the order of VIEWS
 for tab, show in zip(st.tabs(VIEWS, key="view", bind="query-params"), shows, strict=True):
     if tab.open:  # the other tabs cost nothing

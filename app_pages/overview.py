@@ -1,53 +1,122 @@
-"""Overview: what the model said, the tokens it saw, the model itself, and one attention head."""
+"""Overview, where the app opens: what the app is, one attention head of the text, what the model made of
+the text, the tokens it saw, and the model itself."""
 
 from __future__ import annotations
 
+import numpy as np
 import streamlit as st
 
 from model.tracing import Trace
-from ui.downloads import downloads
-from ui.pickers import SITE_LABELS, choose_head
-from viz.heatmap import attention_heatmap, similarity_heatmap
-from viz.outputs import model_card, next_token_bars, token_table
+from ui.downloads import downloads, matrix_table
+from ui.page import current_trace
+from ui.pickers import choose_head, opening_head, site_label
+from viz.heatmap import WINDOW, attention_heatmap, similarity_heatmap
+from viz.outputs import forced_table, model_card, next_token_bars, token_table
 
-trace: Trace | None = st.session_state.get("trace")
-if trace is None:  # the frame has already said why
-    st.stop()
-facts, outputs = trace.facts, trace.outputs
+HEAD_HEIGHT = 440  # px: the head and the lines above it fit a 1280 x 720 projector without scrolling
 
-st.header(facts.model_id)
-st.caption(facts.family + (f" · {facts.notes['task']}" if "task" in facts.notes else ""))
-if "fallback" in facts.notes:
-    st.warning(facts.notes["fallback"])
 
-output_col, card_col = st.columns([3, 2])
-with output_col:
-    if facts.kind == "encoder":
+def head_section(trace: Trace) -> None:
+    """One head, with its CSV; texts longer than WINDOW tokens show their last WINDOW x WINDOW cells."""
+    site_of_note, layer_of_note, head_of_note, share = opening_head(trace)
+    site, layer, head = choose_head(trace)
+    if (site, layer, head) == (site_of_note, layer_of_note, head_of_note):
+        st.caption(f"Layer {layer} · head {head} puts {share:.1%} of each token's attention on the token just "
+                   "before it (on average over the tokens): a *previous-token head*, the clearest pattern in this "
+                   "run. Try other heads, or open **Attention** for all of them.")
+    pattern = trace.attention[trace.pattern_name(site, layer)][head]  # (q_len, k_len)
+    masked = ~trace.masks[site]  # (q_len, k_len)
+    rows, cols = np.arange(pattern.shape[0]), np.arange(pattern.shape[1])
+    if max(len(rows), len(cols)) > WINDOW:
+        rows, cols = rows[-WINDOW:], cols[-WINDOW:] if len(cols) == len(rows) else cols[:WINDOW]
+        st.caption(f"Drawn: query rows {rows[0]}–{rows[-1]} and key columns {cols[0]}–{cols[-1]} of "
+                   f"{pattern.shape[0]:,} × {pattern.shape[1]:,}. The Attention page's *One head* moves this window; "
+                   "the CSV holds the whole matrix.")
+    queries, keys = trace.query_tokens(site), trace.key_tokens(site)
+    figure = attention_heatmap(pattern[np.ix_(rows, cols)], [queries[i] for i in rows], [keys[i] for i in cols],
+                               f"{site_label(trace, site)} · layer {layer} · head {head}", row_positions=rows,
+                               col_positions=cols, masked=masked[np.ix_(rows, cols)], height=HEAD_HEIGHT)
+    st.plotly_chart(figure, key="overview_heatmap")
+    name = f"{trace.facts.model_id}.{site}.{layer}.{head}".replace("/", "_")
+    downloads(figure, name, "overview_heatmap", lambda: matrix_table(pattern, queries, keys))
+
+
+def output_section(trace: Trace) -> None:
+    """What the model made of the text, said as what it is (generated, next token, a given target, vectors)."""
+    facts, outputs = trace.facts, trace.outputs
+    for caution in trace.cautions:
+        st.warning(caution, icon=":material/warning:")
+    outside = " (outside the training range)" if trace.cautions else ""
+    if trace.output_kind == "embeddings":
         st.subheader("Token similarity")
         st.caption("An encoder's output is one vector per token. Cosine similarity of the last layer's vectors: "
                    "tokens the model sees alike are red.")
         st.plotly_chart(similarity_heatmap(outputs["token_similarity"], trace.tokens, "cosine similarity"),
                         key="overview_similarity")
+        return
+    if trace.output_kind == "teacher-forced":
+        forced_section(trace, outside)
     else:
-        st.subheader("Output")
+        st.subheader("Output" + outside)
         st.metric("Output", trace.output_text or "∅", label_visibility="collapsed")
-        if "top_next_tokens" in outputs:
-            st.caption("The ten most likely next tokens after the text, with the masks chosen in the sidebar.")
-            st.plotly_chart(next_token_bars(outputs["top_next_tokens"], outputs["top_next_probs"], "next token"),
-                            key="overview_next_tokens")
+        st.caption(output_caption(trace))
+    if "top_next_tokens" in outputs:
+        after = "the text and the target" if trace.output_kind == "teacher-forced" else "the text"
+        st.caption(f"The ten most likely next tokens after {after}, with the masks chosen in the sidebar.")
+        st.plotly_chart(next_token_bars(outputs["top_next_tokens"], outputs["top_next_probs"], "next token"),
+                        key="overview_next_tokens")
+    if facts.kind == "encoder-decoder" and trace.options["causal"] == "off":
+        st.caption("With the causal mask off, every decoder position sees the whole output, so the traced pass's "
+                   "rows can predict other tokens than the ones generated step by step.")
+
+
+def output_caption(trace: Trace) -> str:
+    causal = trace.options["causal"]
+    masks = "the masks the model was trained with" if causal == "auto" and not trace.options["blocked"] else \
+        "the masks chosen in the sidebar (re-reading the whole sequence at every step)"
+    if trace.output_kind == "next token":
+        return "The most likely next token only: longer continuations are computed for prompts up to 512 tokens."
+    if trace.facts.kind == "decoder":
+        return f"The model's greedy continuation of the text, under {masks}; its first token is the top bar below."
+    return f"The model's greedy output, one token at a time, under {masks}."
+
+
+def forced_section(trace: Trace, outside: str) -> None:
+    """A given target: each of its tokens with the probability and rank the model gave it."""
+    table = forced_table(trace.outputs)
+    right = int(table["right"].sum())
+    st.subheader("Given target" + outside)
+    st.metric("Given target", trace.output_text, label_visibility="collapsed")
+    st.caption(f"The model reads the target (teacher forcing). Its own top choice matches {right} of "
+               f"{len(table)} target tokens. Rank 1 = the model's choice.")
+    st.dataframe(table.style.format({"probability": "{:.1%}", "its probability": "{:.1%}"}),
+                 height=min(400, 38 + 35 * len(table)), key="overview_forced")
+
+
+def tokens_section(trace: Trace) -> None:
     st.subheader("Tokens")
     st.caption("Special tokens (start, end, separator, padding) are added by the tokenizer, not typed.")
     tokens = token_table(trace.tokens, trace.ids, trace.is_special(trace.ids))
     st.dataframe(tokens, height=min(400, 38 + 35 * len(tokens)), key="overview_tokens")
+
+
+trace = current_trace()
+st.markdown("**Attention Atlas** runs a real transformer on the text in the sidebar and shows what happens "
+            "inside it: the tokens, every attention head, the masks.  \n"
+            f"Below: one head of **{trace.facts.model_id}** reading your text, and what the model made of it. "
+            "Hover a cell for its weight; pick another layer or head.")
+if trace.facts.notes.get("fallback"):
+    st.warning(trace.facts.notes["fallback"])
+head_col, output_col = st.columns([3, 2])
+with head_col:
+    head_section(trace)
+with output_col:
+    output_section(trace)
+tokens_col, card_col = st.columns([3, 2])
+with tokens_col:
+    tokens_section(trace)
 with card_col:
     st.subheader("Model")
-    card = model_card(facts)
+    st.caption(trace.facts.family + (f" · {trace.facts.notes['task']}" if "task" in trace.facts.notes else ""))
+    card = model_card(trace.facts)
     st.dataframe(card, height=38 + 35 * len(card), key="overview_card")
-
-st.subheader("Attention")
-site, layer, head = choose_head(trace, "overview")
-pattern = trace.attention[trace.pattern_name(site, layer)][head]  # (q_len, k_len)
-figure = attention_heatmap(pattern, trace.query_tokens(site), trace.key_tokens(site),
-                           f"{SITE_LABELS[site]} · layer {layer} · head {head}")
-st.plotly_chart(figure, key="overview_heatmap")
-downloads(figure, f"{facts.model_id}.{site}.{layer}.{head}".replace("/", "_"), "overview_heatmap")

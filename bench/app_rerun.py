@@ -102,10 +102,10 @@ def main() -> None:
     for i in range(WARMUP + RUNS):
         if i % 2 == 0:
             layer, kind = (layer + 1) % n_layers, "layer"
-            change = at.selectbox(key="attention_layer").set_value(layer)
+            change = at.selectbox(key="layer").set_value(layer)
         else:
             head, kind = (head + 1) % n_heads, "head"
-            change = at.selectbox(key="attention_head").set_value(head)
+            change = at.selectbox(key="head").set_value(head)
         change_ms, at = timed(change.run)
         assert not at.exception, at.exception
         assert first_title(at).endswith(f"layer {layer} · head {head}"), first_title(at)

@@ -68,8 +68,10 @@ def load_hf_runner(
     model_id: str | None = None,
     device: torch.device | str = "cpu",
     load_kwargs: dict[str, Any] | None = None,
+    origin: str | None = None,
 ) -> HFRunner:
-    """Load the model at `source` (a folder, or a hub id) on `device` and wrap it in an HFRunner."""
+    """Load the model at `source` (a folder, or a hub id) on `device` and wrap it in an HFRunner.
+    origin: where it comes from, as the model card says it (default: "a local folder" or the hub id)."""
     import transformers
 
     transformers.utils.logging.disable_progress_bar()
@@ -95,7 +97,8 @@ def load_hf_runner(
         tokenizer = transformers.AutoTokenizer.from_pretrained(where, **common)
     except OSError as error:
         raise ValueError(_explain_load_failure(source, local, common["local_files_only"], error)) from error
-    notes = {"source": where, "load seconds": round(time.perf_counter() - start, 2)}
+    origin = origin or ("a local folder" if local else f"the Hugging Face Hub ({source})")
+    notes = {"comes from": origin, "load time": f"{time.perf_counter() - start:.1f} s"}
     return HFRunner(model_id or source, model, tokenizer, family, notes, cpu_loader=lambda: load_model("cpu"))
 
 

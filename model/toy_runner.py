@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 import numpy as np
 import torch
 
 from model.capture import capture
+from model.forcing import score_target
 from model.masks import blocked_mask, causal_mask, check_every_query_sees_a_key, combine, padding_mask
 from model.runner import RunOptions
 from model.toy import ToyModel
@@ -46,11 +48,24 @@ class ToyRunner:
             special_ids=[toy.tokenizer.pad_id, toy.tokenizer.bos_id, toy.tokenizer.eos_id],
             notes={
                 "task": toy.task.description,
-                "allowed characters": toy.source_chars,
-                "trained on sources of": f"1-{toy.task.max_source_chars} characters",
-                **toy.training,
+                "characters it knows": toy.source_chars,
+                "trained on": f"sources of 1–{toy.task.max_source_chars} characters (longer ones run, but are "
+                              "outside what it learned)",
+                **training_notes(toy.training),
             },
         )
+
+    def cautions(self, text: str) -> tuple[str, ...]:
+        """A text longer than the training examples (one the model cannot read at all gets an error instead)."""
+        trained, length = self.toy.task.max_source_chars, len(self.toy.source_text(text))
+        if length <= trained:
+            return ()
+        try:
+            self.toy.encode_source(text)
+        except ValueError:
+            return ()
+        return (f"{self.facts.model_id} was trained on texts of 1–{trained} characters; this one has {length}. "
+                "Its output is outside what it learned and may well be wrong.",)
 
     def run(self, text: str, target: str | None = None, options: RunOptions = RunOptions()) -> Trace:
         if isinstance(self.toy.model, EncoderDecoder):
@@ -90,7 +105,7 @@ class ToyRunner:
                 return model.generator(model.decode(memory, tgt, dec_mask, cross_mask))
 
             steps = self._generate([tok.bos_id], decode_step, model.cfg.max_len - 1)
-            tgt_ids = [tok.bos_id, *(s.token_id for s in steps)][: len(steps)]
+            tgt_ids = [tok.bos_id, *self._answer(steps)]
         else:
             tgt_ids = [tok.bos_id, *toy.encode_target(target)[:-1]]
         tgt = self._tensor(tgt_ids)
@@ -103,7 +118,7 @@ class ToyRunner:
             "decoder.attn": dec_mask[0, 0],
             "decoder.cross_attn": cross_mask.expand(-1, -1, tgt.size(1), -1)[0, 0],
         }
-        return self._trace(src, tgt_ids, masks, captured, log_probs[0], 0, options, steps)
+        return self._trace(text, src, tgt_ids, masks, captured, log_probs[0], target, 0, options, steps)
 
     # -- decoder-only --------------------------------------------------------------------------
     def _run_decoder_only(self, text: str, target: str | None, options: RunOptions) -> Trace:
@@ -118,7 +133,7 @@ class ToyRunner:
         steps: list[DecodeStep] = []
         if target is None:
             steps = self._generate(prompt, forward, model.cfg.max_len - len(prompt))
-            answer = [s.token_id for s in steps][:-1]
+            answer = self._answer(steps)
         else:
             answer = toy.encode_target(target)[:-1]
         seq_ids = options.padded(prompt + answer, toy.tokenizer.pad_id, model.cfg.max_len)
@@ -126,9 +141,14 @@ class ToyRunner:
         mask = self._self_mask(seq, options.causal != "off", options.blocked)
         log_probs, captured = capture(model, model.hook_points, options.hooks, lambda: model(seq, mask))
         masks = {"decoder.attn": mask[0, 0]}
-        return self._trace(seq, [], masks, captured, log_probs[0], len(prompt) - 1, options, steps)
+        return self._trace(text, seq, [], masks, captured, log_probs[0], target, len(prompt) - 1, options, steps)
 
     # -- shared --------------------------------------------------------------------------------
+    def _answer(self, steps: list[DecodeStep]) -> list[int]:
+        """The generated ids the traced pass reads: all of them but a final </s>."""
+        ids = [step.token_id for step in steps]
+        return ids[:-1] if ids and ids[-1] == self.toy.tokenizer.eos_id else ids
+
     def _generate(
         self, prefix: list[int], forward: Callable[[torch.Tensor], torch.Tensor], max_new: int
     ) -> list[DecodeStep]:
@@ -148,19 +168,30 @@ class ToyRunner:
 
     def _trace(
         self,
+        text: str,
         source: torch.Tensor,
         target_ids: list[int],
         masks: dict[str, torch.Tensor],
         captured: dict[str, np.ndarray],
         log_probs: torch.Tensor,
+        target: str | None,
         first_answer_position: int,
         options: RunOptions,
         steps: list[DecodeStep],
     ) -> Trace:
-        """Assemble the Trace; the output text is what the model predicts from `first_answer_position` on."""
+        """Assemble the Trace. The output is the generated answer (`steps`), or, for a given target, the target
+        with each of its tokens scored by the rows of `log_probs` from `first_answer_position` on."""
         tok = self.toy.tokenizer
         predicted = log_probs.argmax(dim=-1)  # (len,)
         source_ids = source[0].tolist()
+        outputs = {"log_probs": log_probs.float().cpu().numpy(), "predicted_ids": predicted.cpu().numpy()}
+        if target is None:
+            output_text = tok.decode([step.token_id for step in steps])
+        else:
+            expected = self.toy.encode_target(target)  # target + </s>
+            rows = log_probs[first_answer_position : first_answer_position + len(expected)]  # (n, vocab)
+            outputs |= score_target(rows, expected, tok.tokens)
+            output_text = target
         return Trace(
             facts=self.facts,
             tokens=tok.tokens(source_ids),
@@ -169,8 +200,21 @@ class ToyRunner:
             target_ids=target_ids,
             masks={k: v.cpu().numpy() for k, v in masks.items()},
             captured={k: v[0] for k, v in captured.items()},
-            outputs={"log_probs": log_probs.float().cpu().numpy(), "predicted_ids": predicted.cpu().numpy()},
-            output_text=tok.decode(predicted[first_answer_position:].tolist()),
+            outputs=outputs,
+            output_text=output_text,
             options=options.record(),
             steps=steps,
+            output_kind="generated" if target is None else "teacher-forced",
+            cautions=self.cautions(text),
         )
+
+
+def training_notes(training: dict[str, Any]) -> dict[str, str]:
+    """A toy model's training record as a person reads it (the stored keys are the trainer's own)."""
+    if not training:
+        return {}
+    return {
+        "training": f"{training['steps']:,} steps, the best checkpoint at step {training['best_step']:,} "
+                    f"(batch {training['batch_size']}, seed {training['seed']}, {training['seconds']:.0f} s on a CPU)",
+        "exact match on held-out examples": f"{training['validation_exact_match']:.1%}",
+    }

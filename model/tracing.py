@@ -3,11 +3,13 @@
 File layout (`save_trace` / `load_trace`), one numpy array per key:
 - `tokens`, `ids`: the source tokens (decoder-only: the whole sequence) and their ids;
 - `target_tokens`, `target_ids`: the decoder's input tokens of an encoder-decoder model (else empty);
-- `facts`, `options`, `output_text`: JSON strings (model facts, run options, the decoded output);
+- `facts`, `options`, `output_text`, `output_kind`, `cautions`: JSON strings (model facts, run options, the
+  output text, what that text is, warnings to show beside it);
 - `mask:<site>`: (q_len, k_len) bool, True = may attend; sites `encoder.attn`, `decoder.attn`, `decoder.cross_attn`;
 - `<hook name>`: every captured hook, batch dimension removed, e.g. `encoder.0.attn.hook_pattern`
   (heads, q_len, k_len) or `decoder.1.hook_resid_post` (len, d_model);
-- `output:<name>`: model outputs, e.g. `output:log_probs` (len, vocab);
+- `output:<name>`: model outputs, e.g. `output:log_probs` (len, vocab); with a given target the
+  `forced_*` arrays of model/forcing.py (each target token's probability, rank and the model's choice);
 - `step:<i>:<hook name>`: generation step i's attention row (heads, k_len), with `step_ids`;
 - `lower_triangle`: names of attention patterns stored packed (below).
 
@@ -23,11 +25,16 @@ import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 PATTERN_SUFFIX = "hook_pattern"
+OutputKind = Literal["generated", "next token", "teacher-forced", "embeddings"]
+# generated: output_text is the model's own greedy output, computed under the masks of this trace;
+# next token: only the most likely next token (a causal LM's prompt too long to continue);
+# teacher-forced: output_text is the target a person gave, scored token by token in the forced_* outputs;
+# embeddings: an encoder, whose output is one vector per token (no text).
 
 
 def pack_lower_triangle(square: np.ndarray) -> np.ndarray:
@@ -117,6 +124,8 @@ class Trace:
     options: dict[str, Any]
     steps: list[DecodeStep] = field(default_factory=list)
     lower_triangle: set[str] = field(default_factory=set)  # patterns in `captured` stored packed
+    output_kind: OutputKind = "generated"
+    cautions: tuple[str, ...] = ()  # what a person must know to read the output (e.g. outside the training range)
 
     @property
     def attention(self) -> AttentionView:
@@ -186,6 +195,8 @@ def save_trace(trace: Trace, path: str | Path) -> None:
         "facts": np.array(json.dumps(dataclasses.asdict(trace.facts))),
         "options": np.array(json.dumps(trace.options)),
         "output_text": np.array(trace.output_text),
+        "output_kind": np.array(trace.output_kind),
+        "cautions": np.array(json.dumps(list(trace.cautions))),
         "step_ids": np.array([s.token_id for s in trace.steps], dtype=np.int64),
         "lower_triangle": np.array(sorted(trace.lower_triangle), dtype=str),
     }
@@ -204,8 +215,8 @@ def load_trace(path: str | Path) -> Trace:
         arrays = {k: data[k] for k in data.files}
     prefixed = {"mask:": {}, "output:": {}, "step:": {}}
     captured: dict[str, np.ndarray] = {}
-    plain = {"tokens", "ids", "target_tokens", "target_ids", "facts", "options", "output_text", "step_ids",
-             "lower_triangle"}
+    plain = {"tokens", "ids", "target_tokens", "target_ids", "facts", "options", "output_text", "output_kind",
+             "cautions", "step_ids", "lower_triangle"}
     for key, value in arrays.items():
         prefix = next((p for p in prefixed if key.startswith(p)), None)
         if prefix:
@@ -230,4 +241,6 @@ def load_trace(path: str | Path) -> Trace:
         options=json.loads(str(arrays["options"])),
         steps=steps,
         lower_triangle=set(arrays["lower_triangle"].tolist()) if "lower_triangle" in arrays else set(),
+        output_kind=str(arrays["output_kind"]) if "output_kind" in arrays else "generated",
+        cautions=tuple(json.loads(str(arrays["cautions"]))) if "cautions" in arrays else (),
     )

@@ -3,9 +3,11 @@
 import json
 import re
 
+import numpy as np
 from streamlit.testing.v1 import AppTest
 
 from tests.tiny_hf import build
+from viz.head_stats import previous_token_share
 
 APP = "../app.py"
 CUSTOM = "custom"  # the model picker's last choice: a folder or hub id typed in
@@ -28,40 +30,60 @@ def _titles(at: AppTest) -> list[str]:
 
 
 def _heatmap_title(at: AppTest) -> str:
-    """The attention heatmap is the page's last figure."""
-    return _titles(at)[-1]
+    """The attention heatmap is the page's first figure."""
+    return _titles(at)[0]
 
 
-def test_opens_on_a_model_with_output_and_heatmap() -> None:
+def test_opens_on_a_real_model_with_a_head_that_shows_structure() -> None:
     at = _app()
-    assert at.sidebar.selectbox(key="model_id").value == "toy-copy"
+    assert at.sidebar.selectbox(key="model_id").value == "minilm"
+    assert at.markdown[0].value.startswith("**Attention Atlas** runs a real transformer")
+    trace = at.session_state["trace"]
+    layer, head = at.selectbox(key="layer").value, at.selectbox(key="head").value
+    share = previous_token_share(trace.attention[f"encoder.{layer}.attn.hook_pattern"])  # (heads,)
+    assert share[head] > 0.9 and share[head] == max(  # the clearest previous-token head of the model
+        previous_token_share(trace.attention[f"encoder.{i}.attn.hook_pattern"]).max() for i in range(6))
+    assert _heatmap_title(at) == f"encoder self-attention · layer {layer} · head {head}"
+    assert at.caption[0].value.startswith(f"Layer {layer} · head {head} puts {share[head]:.1%} of each token's")
+    at.selectbox(key="head").set_value((head + 1) % 12).run()
+    assert "previous-token head" not in at.caption[0].value  # said only of the head it is true of
+
+
+def test_a_toy_model_with_output_tokens_and_card() -> None:
+    at = _app()
+    at.sidebar.selectbox(key="model_id").set_value("toy-copy").run()
+    assert at.sidebar.text_input(key="text").value == "hello world"  # MiniLM's sentence has capitals: not readable
+    assert "toy-copy cannot read the text you had" in at.info[0].value
     assert at.metric[0].value == "hello world"
-    assert _heatmap_title(at) == "encoder self-attention · layer 0 · head 0"
     tokens, card = at.dataframe[0].value, at.dataframe[1].value
     assert tokens["token"].tolist() == [*"hello·world", "</s>"]
     assert tokens["special"].tolist() == [False] * 11 + [True]
     assert card.loc["family", "value"] == "from-scratch transformer (Vaswani et al. 2017)"
     assert card.loc["task", "value"] == "copies lowercase text"
+    assert card.loc["exact match on held-out examples", "value"] == "100.0%"
+    assert not any("/" in value for value in card["value"])  # no server path, no raw training keys
 
 
 def test_switching_model_layer_head_and_site() -> None:
     at = _app()
     at.sidebar.selectbox(key="model_id").set_value("toy-reverse").run()
+    at.sidebar.text_input(key="text").set_value("hello world").run()
     assert not at.exception
     assert at.metric[0].value == "dlrow olleh"
-    at.radio(key="overview_site").set_value("decoder.cross_attn").run()
-    at.selectbox(key="overview_layer").set_value(1).run()
-    at.selectbox(key="overview_head").set_value(3).run()
+    at.radio(key="site").set_value("decoder.cross_attn").run()
+    at.selectbox(key="layer").set_value(1).run()
+    at.selectbox(key="head").set_value(3).run()
     assert not at.exception
     assert _heatmap_title(at) == "cross-attention (decoder → encoder) · layer 1 · head 3"
 
 
 def test_an_example_fills_the_text_and_the_device_can_be_chosen() -> None:
     at = _app()
+    at.sidebar.selectbox(key="model_id").set_value("toy-copy").run()
     pills = at.sidebar.button_group(key="examples_toy-copy")
     assert pills.options[1] == "attention"
     pills.set_value("attention").run()
-    assert at.sidebar.text_input(key="text_toy-copy").value == "attention"
+    assert at.sidebar.text_input(key="text").value == "attention"
     assert at.metric[0].value == "attention"
     assert at.sidebar.button_group(key="examples_toy-copy").value is None  # ready to be clicked again
     at.sidebar.selectbox(key="device").set_value("cpu").run()
@@ -71,14 +93,15 @@ def test_an_example_fills_the_text_and_the_device_can_be_chosen() -> None:
 
 def test_bad_text_shows_a_message_and_the_app_keeps_working() -> None:
     at = _app()
-    at.sidebar.text_input(key="text_toy-copy").set_value("<img src=x onerror=alert(1)>").run()
+    at.sidebar.selectbox(key="model_id").set_value("toy-copy").run()
+    at.sidebar.text_input(key="text").set_value("<img src=x onerror=alert(1)>").run()
     assert not at.exception
     assert "does not know: '<', '=', '(', '1', ')', '>'" in _error(at)
     assert "\\<" in at.error[0].value  # escaped: Markdown shows it literally
     assert not at.get("plotly_chart")
-    at.sidebar.text_input(key="text_toy-copy").set_value("").run()
+    at.sidebar.text_input(key="text").set_value("").run()
     assert "The text is empty" in _error(at)
-    at.sidebar.text_input(key="text_toy-copy").set_value("abc").run()
+    at.sidebar.text_input(key="text").set_value("abc").run()
     assert at.metric[0].value == "abc"
     assert not at.error
 
@@ -90,10 +113,11 @@ def test_a_hugging_face_folder_typed_in_the_sidebar(tmp_path) -> None:
     assert "Type the path" in at.info[0].value
     at.sidebar.text_input(key="custom_model").set_value(str(folder)).run()
     assert not at.exception
-    assert at.sidebar.text_input(key=f"text_{folder}").value == "The cat sat on the mat because it was tired."
-    assert _heatmap_title(at) == "encoder self-attention · layer 0 · head 0"
+    assert at.sidebar.text_input(key="text").value == "The cat sat on the mat because it was tired."
+    layer, head = at.selectbox(key="layer").value, at.selectbox(key="head").value  # the new model's opening head
+    assert _heatmap_title(at) == f"encoder self-attention · layer {layer} · head {head}"
     assert not at.sidebar.get("radio")  # an encoder has no output to generate
-    assert _titles(at)[0] == "cosine similarity"  # an encoder's output: its token vectors
+    assert _titles(at)[1] == "cosine similarity"  # an encoder's output: its token vectors
     card = at.dataframe[1].value
     assert card.loc["family", "value"] == "BERT (bert, Hugging Face)"
     assert card.loc["heads per layer", "value"] == "4"
@@ -104,10 +128,10 @@ def test_a_causal_lm_shows_its_next_token_choices(tmp_path) -> None:
     at = _app()
     at.sidebar.selectbox(key="model_id").set_value(CUSTOM).run()
     at.sidebar.text_input(key="custom_model").set_value(str(folder)).run()
-    at.sidebar.text_input(key=f"text_{folder}").set_value("the quick brown fox").run()
+    at.sidebar.text_input(key="text").set_value("the quick brown fox").run()
     assert not at.exception
-    assert _titles(at)[0] == "next token"
-    bars = json.loads(at.get("plotly_chart")[0].proto.spec)["data"][0]
+    assert _titles(at)[1] == "next token"
+    bars = json.loads(at.get("plotly_chart")[1].proto.spec)["data"][0]
     assert len(bars["y"]) == 10
     card = at.dataframe[1].value
     assert card.loc["key/value heads", "value"] == "2"
@@ -122,3 +146,42 @@ def test_a_model_that_cannot_be_loaded_gives_a_message(tmp_path) -> None:
     assert "has no config.json" in _error(at)
     at.sidebar.text_input(key="custom_model").set_value("nobody/nothing").run()
     assert "cannot be reached" in _error(at)
+
+
+def test_every_sidebar_control_says_what_it_does() -> None:
+    at = _app()
+    at.sidebar.selectbox(key="model_id").set_value("toy-date").run()
+    controls = [*at.sidebar.selectbox, *at.sidebar.text_input, *at.sidebar.radio]
+    assert {c.key for c in controls} >= {"model_id", "text", "device", "decoder_mode", "causal"}
+    assert all(c.help for c in controls), [c.key for c in controls if not c.help]
+
+
+def test_the_chosen_head_and_options_survive_a_visit_to_another_page() -> None:
+    at = _app()
+    at.switch_page("app_pages/attention.py").run()
+    at.selectbox(key="layer").set_value(3).run()
+    at.selectbox(key="head").set_value(7).run()
+    at.selectbox(key="attention_colorscale").set_value("Magma").run()
+    at.switch_page("app_pages/overview.py").run()
+    assert (at.selectbox(key="layer").value, at.selectbox(key="head").value) == (3, 7)
+    at.switch_page("app_pages/attention.py").run()
+    assert not at.exception
+    assert (at.selectbox(key="layer").value, at.selectbox(key="head").value) == (3, 7)
+    assert at.selectbox(key="attention_colorscale").value == "Magma"
+
+
+def test_switching_model_keeps_a_text_the_new_model_can_read() -> None:
+    at = _app()
+    at.sidebar.text_input(key="text").set_value("Attention is all you need").run()
+    at.sidebar.selectbox(key="model_id").set_value("smollm2").run()
+    assert at.sidebar.text_input(key="text").value == "Attention is all you need"
+    assert not any("cannot read" in message.value for message in at.info)
+
+
+def test_the_overview_head_downloads_as_a_csv_with_positions_in_the_headers() -> None:
+    from ui.downloads import matrix_table
+
+    at = _app()
+    assert "overview_heatmap_csv" in [b.key for b in at.get("download_button")]
+    table = matrix_table(np.eye(3), ["o", "o", "k"], ["o", "o", "k"])
+    assert list(table.columns) == ["#0 o", "#1 o", "#2 k"] and list(table.index) == list(table.columns)

@@ -2,7 +2,6 @@
 
 import json
 
-import numpy as np
 from streamlit.testing.v1 import AppTest
 
 PAGE = "app_pages/attention.py"
@@ -14,8 +13,10 @@ def _attention_page(model_id: str = "toy-date", text: str | None = None, view: s
     at.run()
     at.sidebar.selectbox(key="model_id").set_value(model_id).run()
     if text is not None:
-        at.sidebar.text_input(key=f"text_{model_id}").set_value(text).run()
+        at.sidebar.text_input(key="text").set_value(text).run()
     at.switch_page(PAGE).run()
+    at.selectbox(key="layer").set_value(0)  # the tests below start from the first head (the app opens elsewhere)
+    at.selectbox(key="head").set_value(0).run()
     assert not at.exception
     return at if view is None else _view(at, view)
 
@@ -37,7 +38,7 @@ VIEWS = ["Model view", "One head", "All heads of this layer", "Token lines", "He
 
 def test_every_view_renders_for_an_encoder_decoder() -> None:
     at = _attention_page(view=None)
-    assert at.radio(key="attention_site").options == [
+    assert at.radio(key="site").options == [
         "encoder self-attention", "decoder self-attention (masked)", "cross-attention (decoder → encoder)"]
     assert _titles(at) == ["encoder self-attention: layers × heads"]  # only the open tab is drawn
     assert [title for view in VIEWS for title in _titles(_view(at, view))] == [
@@ -62,22 +63,25 @@ def test_every_view_renders_for_an_encoder_decoder() -> None:
 
 def test_site_layer_and_head_choose_the_matrix() -> None:
     at = _attention_page()
-    at.radio(key="attention_site").set_value("decoder.cross_attn").run()
-    at.selectbox(key="attention_layer").set_value(1).run()
-    at.selectbox(key="attention_head").set_value(3).run()
+    at.radio(key="site").set_value("decoder.cross_attn").run()
+    at.selectbox(key="layer").set_value(1).run()
+    at.selectbox(key="head").set_value(3).run()
     assert not at.exception
     assert _titles(at)[0] == "cross-attention (decoder → encoder) · layer 1 · head 3"
     assert "choose a self-attention site" in _view(at, "Rollout").info[0].value  # no rollout across stacks
-    assert np.isnan(_view(at, "Head statistics").dataframe[0].value["mean distance"]).all()
+    at = _view(at, "Head statistics")  # position measures mean nothing across two sequences: left out, and said
+    assert list(at.dataframe[0].value.columns) == ["entropy (bits)", "to first token"]
+    assert any("cross-attention's queries (the output) and keys (the source) are two sequences" in caption.value
+               for caption in at.caption)
 
 
 def test_decoder_only_and_a_real_encoder() -> None:
     at = _attention_page("toy-gpt-date", "may 1 2000")
-    assert at.radio(key="attention_site").options == ["decoder self-attention (masked)"]
+    assert at.radio(key="site").options == ["decoder self-attention (masked)"]
     assert _titles(_view(at, "Model view")) == ["decoder self-attention (masked): layers × heads"]
     at = _attention_page("minilm", "The quick brown fox")
-    at.selectbox(key="attention_layer").set_value(5).run()
-    at.selectbox(key="attention_head").set_value(11).run()
+    at.selectbox(key="layer").set_value(5).run()
+    at.selectbox(key="head").set_value(11).run()
     assert not at.exception
     assert _titles(at)[0] == "encoder self-attention · layer 5 · head 11"
     assert len(_view(at, "Head statistics").dataframe[0].value) == 12
@@ -97,9 +101,9 @@ def test_changing_layer_head_site_or_page_does_not_rerun_the_model(monkeypatch) 
     at = _attention_page("toy-reverse", "counted run")
     assert calls[-1] == "counted run"
     runs = len(calls)
-    at.selectbox(key="attention_layer").set_value(1).run()
-    at.selectbox(key="attention_head").set_value(2).run()
-    at.radio(key="attention_site").set_value("decoder.attn").run()
+    at.selectbox(key="layer").set_value(1).run()
+    at.selectbox(key="head").set_value(2).run()
+    at.radio(key="site").set_value("decoder.attn").run()
     at.switch_page("app_pages/overview.py").run()
     at.switch_page(PAGE).run()
     assert not at.exception
@@ -121,7 +125,7 @@ def test_display_options_hide_special_tokens_recolour_and_write_values() -> None
     assert one_head["x"] == [f"#{i} {c}" for i, c in enumerate("may 1 2000".replace(" ", "·"))]  # no </s>
     assert one_head["texttemplate"] == "%{z:.2f}"
     assert one_head["colorscale"][-1][1] == "rgb(0,0,0)"
-    at.radio(key="attention_site").set_value("decoder.attn").run()
+    at.radio(key="site").set_value("decoder.attn").run()
     assert _heatmap(at)["y"][0] == "#1 2"  # the decoder's <s> (position 0) is left out too
     assert _heatmap(_view(at, "Rollout"))["y"][0] == "#1 2"  # and from the rollout
 
@@ -149,12 +153,24 @@ def test_each_figure_has_its_downloads() -> None:
 def test_a_long_text_is_drawn_through_a_window(monkeypatch) -> None:
     monkeypatch.setattr("viz.heatmap.WINDOW", 5)  # toy-copy's 12 tokens stand in for 2,048
     at = _attention_page("toy-copy", "hello world")
-    assert "choose a window of up to 5 × 5" in at.info[0].value
+    assert "Drawn: query rows #7–#11 × key columns #7–#11, 5 × 5 of 12 × 12 cells" in at.caption[1].value
     assert _heatmap(at)["y"] == ["#7 o", "#8 r", "#9 l", "#10 d", "#11 &lt;/s&gt;"]  # the last rows, by default
-    assert _heatmap(at)["x"] == _heatmap(at)["y"]  # and the same keys: the diagonal band
-    at.slider(key="attention_window_rows").set_value((0, 9)).run()  # wider than 5: cut to 5
-    at.slider(key="attention_window_cols").set_value((2, 4)).run()
+    assert _heatmap(at)["x"] == _heatmap(at)["y"]  # and the same keys: the diagonal block
+    at.slider(key="attention_window_row").set_value(2).run()
+    assert _heatmap(at)["x"] == _heatmap(at)["y"] == ["#2 l", "#3 l", "#4 o", "#5 ·", "#6 w"]  # keys follow
+    assert at.slider(key="attention_window_row").max == 7  # the window never runs past the end: always 5 rows
+    at.toggle(key="attention_window_diagonal").set_value(False).run()
+    at.slider(key="attention_window_col").set_value(7).run()
     assert not at.exception
-    assert (len(_heatmap(at)["y"]), _heatmap(at)["x"]) == (5, ["#2 l", "#3 l"])
-    at.sidebar.text_input(key="text_toy-copy").set_value("abc").run()  # shorter than the window: no sliders
-    assert not at.exception and not at.info and len(_heatmap(at)["y"]) == 4
+    assert (_heatmap(at)["y"][0], _heatmap(at)["x"]) == ("#2 l", ["#7 o", "#8 r", "#9 l", "#10 d", "#11 &lt;/s&gt;"])
+    at.sidebar.text_input(key="text").set_value("abc").run()  # shorter than the window: no sliders
+    assert not at.exception and not at.get("slider") and len(_heatmap(at)["y"]) == 4
+
+
+def test_a_window_of_masked_cells_only_says_so(monkeypatch) -> None:
+    monkeypatch.setattr("viz.heatmap.WINDOW", 4)
+    at = _attention_page("toy-gpt-date", "may 1 2000")  # causal: keys after every query are masked
+    at.toggle(key="attention_window_diagonal").set_value(False).run()
+    at.slider(key="attention_window_row").set_value(0).run()
+    at.slider(key="attention_window_col").set_value(8).run()
+    assert "Every cell of this window is masked" in at.warning[0].value

@@ -24,15 +24,15 @@ def _title(at: AppTest, index: int) -> str:
 def test_a_link_reopens_the_same_view_and_follows_changes() -> None:
     at = _open(model="toy-date", text="march 3 2021", site="decoder.cross_attn", layer="1", head="2", causal="off")
     assert at.sidebar.selectbox(key="model_id").value == "toy-date"
-    assert at.sidebar.text_input(key="text_toy-date").value == "march 3 2021"
+    assert at.sidebar.text_input(key="text").value == "march 3 2021"
     assert at.sidebar.selectbox(key="causal").value == "off everywhere"
-    assert _title(at, -1) == "cross-attention (decoder → encoder) · layer 1 · head 2"
+    assert _title(at, 0) == "cross-attention (decoder → encoder) · layer 1 · head 2"
     at.switch_page(ATTENTION).run()
-    assert (at.radio(key="attention_site").value, at.selectbox(key="attention_layer").value,
-            at.selectbox(key="attention_head").value) == ("decoder.cross_attn", 1, 2)
+    assert (at.radio(key="site").value, at.selectbox(key="layer").value,
+            at.selectbox(key="head").value) == ("decoder.cross_attn", 1, 2)
     assert _title(at, 0) == "cross-attention (decoder → encoder): layers × heads"  # it opens on the model view
-    at.selectbox(key="attention_head").set_value(3).run()
-    at.sidebar.text_input(key="text_toy-date").set_value("may 1 2000").run()
+    at.selectbox(key="head").set_value(3).run()
+    at.sidebar.text_input(key="text").set_value("may 1 2000").run()
     assert {k: at.query_params[k] for k in ("model", "text", "site", "layer", "head", "causal")} == {
         "model": "toy-date", "text": "may 1 2000", "site": "decoder.cross_attn", "layer": "1", "head": "3",
         "causal": "off"}
@@ -41,7 +41,7 @@ def test_a_link_reopens_the_same_view_and_follows_changes() -> None:
 def test_a_target_in_the_link_selects_the_given_target_mode() -> None:
     at = _open(model="toy-date", text="march 3 2021", target="2021-03-04")
     assert at.sidebar.radio(key="decoder_mode").value == "given target"
-    assert at.sidebar.text_input(key="target_toy-date").value == "2021-03-04"
+    assert at.sidebar.text_input(key="target").value == "2021-03-04"
     assert at.query_params["target"] == "2021-03-04"
     at.sidebar.radio(key="decoder_mode").set_value("generate").run()
     assert "target" not in at.query_params
@@ -50,9 +50,9 @@ def test_a_target_in_the_link_selects_the_given_target_mode() -> None:
 def test_bad_values_in_a_link_fall_back_without_an_error() -> None:
     at = _open(model="toy-copy", site="nowhere", layer="99", head="-1", causal="sideways")
     assert not at.error
-    assert at.radio(key="overview_site").value == "encoder.attn"
-    assert at.selectbox(key="overview_layer").value == 0
-    assert at.selectbox(key="overview_head").value == 0
+    assert at.radio(key="site").value == "encoder.attn"
+    assert at.selectbox(key="layer").value == 0
+    assert at.selectbox(key="head").value == 0
     assert at.sidebar.selectbox(key="causal").value == "as trained"
 
 
@@ -61,7 +61,42 @@ def test_a_folder_in_the_link_opens_as_a_custom_model(tmp_path) -> None:
     at = _open(model=str(folder), text="hello world", layer="1")
     assert at.sidebar.selectbox(key="model_id").value == "custom"
     assert at.sidebar.text_input(key="custom_model").value == str(folder)
-    assert at.sidebar.text_input(key=f"text_{folder}").value == "hello world"
-    assert _title(at, -1) == "encoder self-attention · layer 1 · head 0"
+    assert at.sidebar.text_input(key="text").value == "hello world"
+    assert _title(at, 0) == "encoder self-attention · layer 1 · head 0"
     missing = _open(model=str(tmp_path / "nothing"))
     assert "is not in the local Hugging Face cache" in missing.error[0].value.replace("\\", "")
+
+
+def test_display_options_and_the_window_are_in_the_link(monkeypatch) -> None:
+    monkeypatch.setattr("viz.heatmap.WINDOW", 5)
+    at = _open(model="toy-copy", text="hello world", view="One head", layer="1", head="2", colorscale="Greys",
+               hide_special="1", values="1", diagonal="0", row="2", col="4")
+    at.switch_page(ATTENTION).run()
+    assert not at.exception
+    assert (at.selectbox(key="attention_colorscale").value, at.toggle(key="attention_hide_special").value,
+            at.toggle(key="attention_show_values").value) == ("Greys", True, True)
+    assert (at.slider(key="attention_window_row").value, at.slider(key="attention_window_col").value) == (2, 4)
+    assert not at.toggle(key="attention_window_diagonal").value
+    at.selectbox(key="attention_colorscale").set_value("Magma").run()
+    at.slider(key="attention_window_row").set_value(3).run()
+    assert {k: at.query_params[k] for k in ("colorscale", "hide_special", "values", "row", "col", "diagonal")} == {
+        "colorscale": "Magma", "hide_special": "1", "values": "1", "row": "3", "col": "4", "diagonal": "0"}
+
+
+def test_bad_display_options_in_a_link_fall_back() -> None:
+    at = _open(model="toy-copy", text="hello world", colorscale="<script>", hide_special="yes", row="-3")
+    at.switch_page(ATTENTION).run()
+    assert not at.exception and not at.error
+    assert at.selectbox(key="attention_colorscale").value == "Viridis"
+    assert not at.toggle(key="attention_hide_special").value
+
+
+def test_a_long_text_travels_compressed_and_comes_back_whole() -> None:
+    text = "The cat sat on the mat. " * 60  # 1,440 characters
+    at = _open(model="minilm")
+    at.sidebar.text_input(key="text").set_value(text).run()
+    assert "text" not in at.query_params and len(at.query_params["tz"]) < len(text) / 3
+    again = _open(model="minilm", tz=at.query_params["tz"])
+    assert again.sidebar.text_input(key="text").value == text
+    broken = _open(model="minilm", tz="not*base64")
+    assert not broken.exception and broken.sidebar.text_input(key="text").value  # falls back to the example

@@ -246,3 +246,31 @@ def test_long_causal_attention_is_stored_as_a_lower_triangle(runners, tmp_path: 
     off = runners["llama"].run(TEXT, options=RunOptions(causal="off"))
     assert not off.lower_triangle and off.captured[name].shape == (4, n, n)
     assert runners["t5"].run(TEXT).lower_triangle == {"decoder.0.attn.hook_pattern", "decoder.1.attn.hook_pattern"}
+
+
+@pytest.mark.parametrize("family", ["t5", "bart", "marian"])
+def test_the_generated_output_is_what_the_traced_decoder_reads(runners, family: str) -> None:
+    """With the trained masks, reading its own greedy output back predicts that output at every position."""
+    trace = runners[family].run("the cat sat on the mat")
+    generated = trace.target_ids[1:]  # the decoder's input after its start token
+    assert trace.outputs["predicted_ids"][: len(generated)].tolist() == generated
+    assert trace.output_kind == "generated"
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+@pytest.mark.parametrize("causal", ["auto", "off"])
+def test_a_continuation_starts_with_the_top_next_token_under_the_same_masks(runners, family, causal) -> None:
+    runner = runners[family]
+    trace = runner.run("the quick brown fox", options=RunOptions(causal=causal, blocked=((3, 1),)))
+    first = runner.tokenizer.decode([int(trace.outputs["top_next_ids"][0])])
+    assert trace.output_text.startswith(first) and trace.output_kind == "generated"
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama", "t5", "bart"])
+def test_a_given_target_is_scored_token_by_token(runners, family: str) -> None:
+    trace = runners[family].run("the cat sat on the", "mat is quick")
+    assert trace.output_kind == "teacher-forced" and trace.output_text == "mat is quick"
+    assert [t for t in trace.outputs["forced_tokens"] if t not in ("<s>", "</s>")] == ["mat", "is", "quick"]
+    probs, ranks = trace.outputs["forced_probs"], trace.outputs["forced_ranks"]
+    assert ((probs > 0) & (probs <= 1)).all() and (ranks >= 1).all()
+    assert ((ranks == 1) == (trace.outputs["forced_choice_tokens"] == trace.outputs["forced_tokens"])).all()

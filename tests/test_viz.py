@@ -10,7 +10,7 @@ from model.tracing import ModelFacts
 from viz.head_stats import attention_rollout, head_statistics
 from viz.heatmap import attention_heatmap, layer_head_heatmap, similarity_heatmap
 from viz.outputs import model_card, next_token_bars
-from viz.thumbnails import GAP, head_at, resample, thumbnail_figure, thumbnail_grid
+from viz.thumbnails import GAP, TOP, head_at, resample, thumbnail_figure, thumbnail_grid
 from viz.tokens import plotly_label, visible_token
 
 
@@ -49,11 +49,11 @@ def test_resample_shrinks_by_block_means_and_grows_by_repeating() -> None:
 
 def test_thumbnail_grid_is_one_small_image() -> None:
     layers = [np.random.default_rng(i).dirichlet(np.ones(512), size=(9, 512)) for i in range(30)]
-    image = thumbnail_grid(layers, size=40)
-    assert image.shape == (30 * (40 + GAP), 9 * (40 + GAP)) and image.dtype == np.uint8
-    assert image[:40, :40].max() == 255  # each head scaled to its own maximum
-    payload = len(pio.to_json(thumbnail_figure(image, 40)))
-    assert payload < 1_000_000, payload  # 270 heads at 512 tokens: full heatmaps would be ~250 MB
+    image = thumbnail_grid(layers, size=64)  # SmolLM2's size in the model view
+    assert image.shape == (30 * (64 + GAP), 9 * (64 + GAP)) and image.dtype == np.uint8
+    assert image[:64, :64].max() == TOP  # each head scaled to its own maximum
+    payload = len(pio.to_json(thumbnail_figure(image, 64)))
+    assert payload < 1_500_000, payload  # 270 heads at 512 tokens: full heatmaps would be ~250 MB
 
 
 def test_heatmap_labels_are_escaped_and_repeated_tokens_kept_apart() -> None:

@@ -2,22 +2,38 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
 from viz.export import FORMATS, available_formats, figure_bytes
+from viz.tokens import position_label
 
 
-def downloads(fig: go.Figure, name: str, key: str, table: pd.DataFrame | None = None) -> None:
-    """A row of buttons; files are made only when a button is clicked (PNG/SVG take about 0.5 s)."""
+def matrix_table(
+    matrix: np.ndarray, row_tokens: Sequence[str], col_tokens: Sequence[str],
+    row_positions: Sequence[int] | None = None, col_positions: Sequence[int] | None = None,
+) -> pd.DataFrame:
+    """(rows, cols) -> a table whose headers name position and token ("#3 o"), so repeated tokens stay apart."""
+    rows = range(len(row_tokens)) if row_positions is None else row_positions
+    cols = range(len(col_tokens)) if col_positions is None else col_positions
+    return pd.DataFrame(np.asarray(matrix, dtype=np.float32),
+                        index=[position_label(p, t) for p, t in zip(rows, row_tokens, strict=True)],
+                        columns=[position_label(p, t) for p, t in zip(cols, col_tokens, strict=True)])
+
+
+def downloads(fig: go.Figure, name: str, key: str, table: Callable[[], pd.DataFrame] | None = None) -> None:
+    """A row of buttons; files (and the table) are made only when a button is clicked (PNG/SVG take about 0.5 s)."""
     formats = available_formats()
     with st.container(horizontal=True, key=f"{key}_downloads"):
         for fmt in formats:
             st.download_button(fmt.upper(), data=lambda fmt=fmt: figure_bytes(fig, fmt), file_name=f"{name}.{fmt}",
                                mime=FORMATS[fmt], key=f"{key}_{fmt}", on_click="ignore", icon=":material/download:")
         if table is not None:
-            st.download_button("CSV", data=lambda: table.to_csv().encode(), file_name=f"{name}.csv", mime="text/csv",
-                               key=f"{key}_csv", on_click="ignore", icon=":material/download:")
+            st.download_button("CSV", data=lambda: table().to_csv().encode(), file_name=f"{name}.csv",
+                               mime="text/csv", key=f"{key}_csv", on_click="ignore", icon=":material/download:")
     if "png" not in formats:
         st.caption("PNG and SVG downloads need Chromium or Chrome installed on the server.")

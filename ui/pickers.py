@@ -1,4 +1,8 @@
-"""The site / layer / head pickers shared by the pages, and opening a head from a clicked thumbnail."""
+"""The site / layer / head pickers shared by the pages, and opening a head from a clicked thumbnail.
+
+The chosen site, layer and head are one choice for the whole app (keys `site`, `layer`, `head`), so a
+head chosen on one page is the head the next page opens on.
+"""
 
 from __future__ import annotations
 
@@ -9,37 +13,63 @@ import streamlit as st
 
 from model.tracing import Trace
 from ui import url_state
+from viz.head_stats import previous_token_head
 from viz.thumbnails import head_at
 
 SITE_LABELS = {
     "encoder.attn": "encoder self-attention",
-    "decoder.attn": "decoder self-attention (masked)",
+    "decoder.attn": "decoder self-attention",
     "decoder.cross_attn": "cross-attention (decoder → encoder)",
 }
+HEAD_KEYS = ("site", "layer", "head")
 
 
-def _keep_valid(key: str, options: Sequence[Any]) -> None:
+def site_label(trace: Trace, site: str) -> str:
+    """The site's name, with "(masked)" when a mask of this run hides some key from some query."""
+    return SITE_LABELS[site] + (" (masked)" if not trace.masks[site].all() else "")
+
+
+def keep_valid(key: str, options: Sequence[Any]) -> None:
     """A value from the URL or from another model may not fit this one: fall back to the first choice."""
     if key in st.session_state and st.session_state[key] not in options:
         st.session_state[key] = options[0]
 
 
-def choose_head(trace: Trace, page: str) -> tuple[str, int, int]:
-    """Site, layer and head pickers keyed `<page>_site` etc.; the choice goes into the URL."""
+def opening_head(trace: Trace) -> tuple[str, int, int, float]:
+    """Where to open: the first self-attention site's clearest previous-token head, and its share."""
+    site = next(s for s in trace.sites() if not s.endswith("cross_attn"))
+    layer, head, share = previous_token_head([trace.attention[trace.pattern_name(site, i)]
+                                              for i in range(trace.n_layers(site))])
+    return site, layer, head, share
+
+
+def forget_head() -> None:
+    """A new model: the next `choose_head` opens on that model's own opening head."""
+    for key in HEAD_KEYS:
+        st.session_state.pop(key, None)
+
+
+def choose_head(trace: Trace) -> tuple[str, int, int]:
+    """Site, layer and head pickers; the choice goes into the URL. Where nothing is chosen yet (by the person,
+    or by a link), they open on `opening_head`."""
+    if not any(key in st.session_state for key in HEAD_KEYS):
+        st.session_state.update(dict(zip(HEAD_KEYS, opening_head(trace)[:3], strict=True)))
     sites = trace.sites()
-    _keep_valid(f"{page}_site", sites)
-    site = st.radio("Attention", sites, key=f"{page}_site", horizontal=True, format_func=SITE_LABELS.get)
+    keep_valid("site", sites)
+    site = st.radio("Attention", sites, key="site", horizontal=True, format_func=lambda s: site_label(trace, s),
+                    help="Which attention to look at: a stack's self-attention, or the decoder's cross-attention "
+                         "to the encoder's output.")
     layers, heads = list(range(trace.n_layers(site))), list(range(trace.facts.n_heads))
-    _keep_valid(f"{page}_layer", layers)
-    _keep_valid(f"{page}_head", heads)
+    keep_valid("layer", layers)
+    keep_valid("head", heads)
     col_layer, col_head = st.columns(2)
-    layer = col_layer.selectbox("Layer", layers, key=f"{page}_layer")
-    head = col_head.selectbox("Head", heads, key=f"{page}_head")
+    layer = col_layer.selectbox("Layer", layers, key="layer")
+    head = col_head.selectbox("Head", heads, key="head")
     url_state.write(site=site, layer=layer, head=head)
     return site, layer, head
 
 
-def open_clicked_head(chart_key: str, page: str, heads: int, *, set_layer: bool = True) -> bool:
+def open_clicked_head(chart_key: str, heads: int, *, set_layer: bool = True) -> bool:
     """If a thumbnail of the chart `chart_key` was clicked since the last run, make its head the chosen
     one and say so. Call before `choose_head` (a widget's state cannot change once it is drawn in a run)."""
     event = st.session_state.get(chart_key)
@@ -52,6 +82,6 @@ def open_clicked_head(chart_key: str, page: str, heads: int, *, set_layer: bool 
         return False
     layer, head = head_at(points[0]["point_index"], heads)
     if set_layer:
-        st.session_state[f"{page}_layer"] = layer
-    st.session_state[f"{page}_head"] = head
+        st.session_state["layer"] = layer
+    st.session_state["head"] = head
     return True

@@ -1,19 +1,50 @@
 """The view in the URL, so that a copied link reopens it: `?model=…&text=…&site=…&layer=…&head=…`.
 
-A session's first run seeds the widgets' state from `st.query_params`; every run writes the
-current choices back. The page itself is the URL's path (`/attention`), set by `st.navigation`.
+A session's first run seeds the widgets' state from `st.query_params`; every run writes the current
+choices back. The page itself is the URL's path (`/attention`), set by `st.navigation`; the Attention
+page's tab is `view`, bound by `st.tabs` itself.
+
+Texts up to PLAIN_TEXT_UP_TO characters travel as `text` (readable, editable in the address bar);
+longer ones as `tz`, zlib-compressed and base64url-encoded, so that a link to a long text keeps working
+on any server (no server-side store to lose) at about a third of the length.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import zlib
+
 import streamlit as st
 
 RESTORED = "_url_restored"
-HEAD_PICKERS = ("overview", "attention")  # the pages whose site/layer/head pickers the URL sets
+PLAIN_TEXT_UP_TO = 1_000
+FLAGS = {"hide_special": "attention_hide_special", "values": "attention_show_values",
+         "diagonal": "attention_window_diagonal"}  # URL name -> widget key, "1" / "0"
+NUMBERS = {"layer": "layer", "head": "head", "row": "attention_window_row", "col": "attention_window_col"}
+TEXTS = {"site": "site", "colorscale": "attention_colorscale"}  # checked against the choices by the widgets
 
 
 def _as_int(value: str | None) -> int | None:
     return int(value) if value is not None and value.isdigit() else None
+
+
+def pack_text(text: str) -> dict[str, str | None]:
+    """The URL parameters for a text: plain when short, compressed when long (the other one removed)."""
+    if len(text) <= PLAIN_TEXT_UP_TO:
+        return {"text": text, "tz": None}
+    packed = base64.urlsafe_b64encode(zlib.compress(text.encode("utf-8", "surrogatepass"), 9)).decode()
+    return {"text": None, "tz": packed}
+
+
+def unpack_text(params: dict[str, str]) -> str | None:
+    """The text of a link, or None when it has none (or a compressed one that does not decode)."""
+    if "tz" in params:
+        try:
+            return zlib.decompress(base64.urlsafe_b64decode(params["tz"].encode())).decode("utf-8", "surrogatepass")
+        except (binascii.Error, zlib.error, UnicodeDecodeError, ValueError):
+            return None
+    return params.get("text")
 
 
 def restore_once(model_ids: list[str], custom_choice: str, causal_labels: dict[str, str]) -> None:
@@ -24,35 +55,38 @@ def restore_once(model_ids: list[str], custom_choice: str, causal_labels: dict[s
     if st.session_state.get(RESTORED):
         return
     st.session_state[RESTORED] = True
-    params = st.query_params
+    params = st.query_params.to_dict()
     model = params.get("model", "").strip()
     if model:
         known = model in model_ids
         st.session_state["model_id"] = model if known else custom_choice
         if not known:
             st.session_state["custom_model"] = model
-        if "text" in params:
-            st.session_state[f"text_{model}"] = params["text"]
-        if "target" in params:
-            st.session_state["decoder_mode"] = "given target"
-            st.session_state[f"target_{model}"] = params["target"]
+    text = unpack_text(params)
+    if text is not None:
+        st.session_state["text"] = text
+    if "target" in params:
+        st.session_state["decoder_mode"] = "given target"
+        st.session_state["target"] = params["target"]
     if params.get("causal") in causal_labels:
         st.session_state["causal"] = causal_labels[params["causal"]]
-    layer, head = _as_int(params.get("layer")), _as_int(params.get("head"))
-    for page in HEAD_PICKERS:
-        if "site" in params:
-            st.session_state[f"{page}_site"] = params["site"]
-        if layer is not None:
-            st.session_state[f"{page}_layer"] = layer
-        if head is not None:
-            st.session_state[f"{page}_head"] = head
+    for name, key in TEXTS.items():
+        if name in params:
+            st.session_state[key] = params[name]
+    for name, key in NUMBERS.items():
+        if _as_int(params.get(name)) is not None:
+            st.session_state[key] = _as_int(params[name])
+    for name, key in FLAGS.items():
+        if params.get(name) in ("0", "1"):
+            st.session_state[key] = params[name] == "1"
 
 
-def write(**values: str | int | None) -> None:
-    """Set these URL parameters (None removes one); unchanged ones are left alone."""
+def write(**values: str | int | bool | None) -> None:
+    """Set these URL parameters (None removes one; True/False are written 1/0); unchanged ones are left alone."""
     params = st.query_params
     for name, value in values.items():
-        if value is None:
+        text = None if value is None else str(int(value)) if isinstance(value, bool) else str(value)
+        if text is None:
             params.pop(name, None)
-        elif params.get(name) != str(value):
-            params[name] = str(value)
+        elif params.get(name) != text:
+            params[name] = text

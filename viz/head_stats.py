@@ -43,3 +43,20 @@ def attention_rollout(layer_patterns: list[np.ndarray]) -> np.ndarray:
     if rollout is None:
         raise ValueError("attention rollout needs at least one layer")
     return rollout
+
+
+def previous_token_share(pattern: np.ndarray) -> np.ndarray:
+    """(heads, n, n) self-attention -> (heads,): the mean weight each query (but the first) puts on the one before."""
+    n = pattern.shape[-1]
+    if n < 2:
+        return np.zeros(pattern.shape[0])
+    rows = np.arange(1, n)
+    return np.asarray(pattern[:, rows, rows - 1], dtype=np.float64).mean(-1)
+
+
+def previous_token_head(layer_patterns: list[np.ndarray]) -> tuple[int, int, float]:
+    """The (layer, head) of a self-attention stack that attends most to the previous token, and that share:
+    the clearest structure to open an app on."""
+    shares = np.stack([previous_token_share(p) for p in layer_patterns])  # (layers, heads)
+    layer, head = np.unravel_index(int(shares.argmax()), shares.shape)
+    return int(layer), int(head), float(shares[layer, head])

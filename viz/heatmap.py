@@ -7,13 +7,16 @@ is the matrix plus two label lists, which keeps one head usable at 2048 tokens.
 
 from __future__ import annotations
 
+import html
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
 
-from viz.tokens import plotly_label
+from viz.masked import LEGEND_LAYOUT, hatch_image
+from viz.masked import legend_entry as masked_legend_entry
+from viz.tokens import plotly_label, position_label
 
 TICK_LABELS_UP_TO = 64  # beyond this many tokens plotly thins the axis labels itself
 WINDOW = 512  # the most rows and columns a page should draw cell by cell (2048 x 2048 is 25 MB and 15 s)
@@ -24,7 +27,7 @@ COLOR_SCALES = ["Viridis", "Blues", "Magma", "Cividis", "Greys"]
 def position_labels(tokens: Sequence[str], positions: Sequence[int] | None = None) -> list[str]:
     """Unique axis categories: "#<position> <token>", the token HTML-escaped for plotly."""
     positions = range(len(tokens)) if positions is None else positions
-    return [f"#{p} {plotly_label(t)}" for p, t in zip(positions, tokens, strict=True)]
+    return [html.escape(position_label(p, t)) for p, t in zip(positions, tokens, strict=True)]
 
 
 def _axis(title: str, categories: list[str], tokens: Sequence[str], **extra: Any) -> dict[str, Any]:
@@ -48,30 +51,41 @@ def matrix_heatmap(
     show_values: bool = False,
     value_name: str = "weight",
     axis_titles: tuple[str, str] = ("query", "key"),
+    masked: np.ndarray | None = None,
+    height: int | None = None,
 ) -> go.Figure:
     """values: (rows, cols), rows top to bottom. Positions default to 0..n-1 (pass them when rows or
     columns were left out). The hover reads "#i row → #j col" and the value; `show_values` writes the
-    values in the cells when the matrix is at most VALUES_UP_TO on each side."""
+    values in the cells when the matrix is at most VALUES_UP_TO on each side. masked: (rows, cols) bool,
+    True where a mask hid the key from the query: drawn hatched grey, with a legend entry (viz/masked.py).
+    height: pixels (default: grows with the number of tokens)."""
     rows, cols = position_labels(row_tokens, row_positions), position_labels(col_tokens, col_positions)
     z = np.asarray(values, dtype=np.float32)  # float16 is not a plotly array type
+    any_masked = masked is not None and bool(masked.any())
+    if any_masked:
+        z = np.where(masked, np.float32(np.nan), z)  # empty cells: the hatched image shows through
     write_values = show_values and max(z.shape) <= VALUES_UP_TO
     heatmap = {
         "type": "heatmap", "z": z, "x": cols, "y": rows, "colorscale": colorscale, "zmin": zrange[0],
-        "zmax": zrange[1], "colorbar": {"title": {"text": value_name}},
+        "zmax": zrange[1], "colorbar": {"title": {"text": value_name}}, "hoverongaps": False,
         "hovertemplate": f"%{{y}} → %{{x}}<br>{value_name} %{{z:.3f}}<extra></extra>",
     }
     if write_values:
         heatmap["texttemplate"] = "%{z:.2f}"
-    side = max(320, min(900, 40 + 28 * max(len(rows), len(cols))))
-    return go.Figure({  # one dict, validated once: several times faster than update_* calls
-        "data": [heatmap],
-        "layout": {
-            "title": {"text": title, "x": 0, "xanchor": "left"},  # left: clear of the key axis title
-            "xaxis": _axis(axis_titles[1], cols, col_tokens, side="top"),
-            "yaxis": _axis(axis_titles[0], rows, row_tokens, autorange="reversed"),
-            "height": side, "margin": {"l": 60, "r": 20, "t": 80, "b": 20},
-        },
-    })
+    side = height or max(320, min(900, 40 + 28 * max(len(rows), len(cols))))
+    layout = {
+        # at the top of the figure, and the margin grows so that the key axis' tick labels never reach it
+        "title": {"text": title, "x": 0, "xanchor": "left", "y": 1, "yref": "container", "yanchor": "top",
+                  "pad": {"t": 10}, "automargin": True},
+        "xaxis": _axis(axis_titles[1], cols, col_tokens, side="top", automargin=True),
+        "yaxis": _axis(axis_titles[0], rows, row_tokens, autorange="reversed", automargin=True),
+        "height": side, "margin": {"l": 60, "r": 20, "t": 60, "b": 50 if any_masked else 20},
+    }
+    data = [heatmap]
+    if any_masked:
+        data.append(masked_legend_entry())
+        layout |= {"images": [hatch_image()], "legend": LEGEND_LAYOUT, "plot_bgcolor": "rgba(0,0,0,0)"}
+    return go.Figure({"data": data, "layout": layout})  # one dict, validated once: faster than update_* calls
 
 
 def attention_heatmap(

@@ -31,6 +31,19 @@ def token_table(tokens: Sequence[str], ids: Sequence[int], special: Sequence[boo
     ).rename_axis("position")
 
 
+def forced_table(outputs: dict[str, np.ndarray]) -> pd.DataFrame:
+    """A given target, token by token (the forced_* outputs of model/forcing.py): the probability and rank the
+    model gave each target token, the token it would have chosen itself, and whether the two agree."""
+    return pd.DataFrame({
+        "target token": [visible_token(t) for t in outputs["forced_tokens"]],
+        "probability": outputs["forced_probs"].astype(np.float64),
+        "rank": outputs["forced_ranks"].astype(np.int64),
+        "model's choice": [visible_token(t) for t in outputs["forced_choice_tokens"]],
+        "its probability": outputs["forced_choice_probs"].astype(np.float64),
+        "right": outputs["forced_ranks"] == 1,
+    }).rename_axis("position")
+
+
 def model_card(facts: Any) -> pd.DataFrame:
     """The facts of a model as a two-column table (field, value) a person can read."""
     rows = {

@@ -17,7 +17,11 @@ import plotly.colors
 import plotly.graph_objects as go
 from PIL import Image
 
+from viz.masked import LEGEND_LAYOUT, MASKED_RGB
+from viz.masked import legend_entry as masked_legend_entry
+
 GAP = 2  # pixels between thumbnails
+TOP, MASKED = 254, 255  # pixel values: attention scaled to 0..TOP; MASKED where every cell of the pixel is masked
 
 
 def resample(matrix: np.ndarray, size: int) -> np.ndarray:
@@ -34,35 +38,40 @@ def resample(matrix: np.ndarray, size: int) -> np.ndarray:
     return out
 
 
-def thumbnail_grid(layer_patterns: list[np.ndarray], size: int = 40) -> np.ndarray:
+def thumbnail_grid(layer_patterns: list[np.ndarray], size: int = 40, visible: np.ndarray | None = None) -> np.ndarray:
     """layer_patterns[l]: (heads, q, k). -> uint8 image (layers * (size + GAP), heads * (size + GAP)),
-    each head scaled to its own maximum so that faint heads stay visible."""
+    each head scaled to its own maximum (0..TOP) so that faint heads stay visible. visible: (q, k) bool,
+    the mask (True = may attend); pixels whose every cell is masked get the value MASKED."""
     layers, heads = len(layer_patterns), layer_patterns[0].shape[0]
     cell = size + GAP
     image = np.zeros((layers * cell, heads * cell), dtype=np.uint8)
+    hidden = resample(visible, size) == 0 if visible is not None else None  # (size, size) bool
     for layer, pattern in enumerate(layer_patterns):
         for head in range(heads):
             small = resample(pattern[head], size)
             peak = float(small.max()) or 1.0
-            image[layer * cell : layer * cell + size, head * cell : head * cell + size] = np.round(
-                255 * small / peak
-            ).astype(np.uint8)
+            pixels = np.round(TOP * small / peak).astype(np.uint8)
+            if hidden is not None:
+                pixels[hidden] = MASKED
+            image[layer * cell : layer * cell + size, head * cell : head * cell + size] = pixels
     return image
 
 
 def colour_png(image: np.ndarray, colorscale: str) -> str:
-    """uint8 (h, w) -> a data URI of a palette PNG (one byte a pixel) coloured with a plotly colour scale."""
+    """uint8 (h, w) -> a data URI of a palette PNG (one byte a pixel): 0..TOP coloured with a plotly colour
+    scale, MASKED in the masked grey."""
     scale = plotly.colors.get_colorscale(colorscale)
-    palette = np.array(plotly.colors.sample_colorscale(scale, np.linspace(0, 1, 256), colortype="tuple"))  # (256, 3)
+    palette = np.array(plotly.colors.sample_colorscale(scale, np.linspace(0, 1, TOP + 1), colortype="tuple"))
+    palette = np.vstack([np.round(255 * palette), [MASKED_RGB]]).astype(np.uint8)  # (256, 3)
     png = Image.fromarray(image, "P")
-    png.putpalette(np.round(255 * palette).astype(np.uint8).tobytes())
+    png.putpalette(palette.tobytes())
     buffer = io.BytesIO()
     png.save(buffer, format="PNG")
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
 
 
 def thumbnail_figure(image: np.ndarray, size: int, title: str = "", colorscale: str = "Viridis") -> go.Figure:
-    """The grid image as a heatmap with layer and head tick labels (uint8 values: a compact payload).
+    """The grid image with layer and head tick labels, and the "masked" legend entry where pixels are masked.
 
     Over each thumbnail lies an invisible marker (trace 1, point index = layer * heads + head), so a
     click on a thumbnail selects a point that names its head; `head_at` reads it back."""
@@ -77,8 +86,10 @@ def thumbnail_figure(image: np.ndarray, size: int, title: str = "", colorscale: 
              "marker": {"symbol": "square", "size": max(8, size * 0.6), "color": "rgba(0,0,0,0)"},
              "customdata": np.stack([layer_of, head_of], axis=1),
              "hovertemplate": "layer %{customdata[0]} · head %{customdata[1]}<br>click to open<extra></extra>"},
+            *([masked_legend_entry()] if (image == MASKED).any() else []),
         ],
         "layout": {
+            "legend": LEGEND_LAYOUT,
             "title": {"text": title, "x": 0, "xanchor": "left"},
             "xaxis": {"tickvals": centres[:heads], "ticktext": [str(h) for h in range(heads)],
                       "title": {"text": "head"}, "side": "top", "showgrid": False, "zeroline": False},
@@ -86,7 +97,7 @@ def thumbnail_figure(image: np.ndarray, size: int, title: str = "", colorscale: 
                       "title": {"text": "layer"}, "autorange": "reversed", "showgrid": False, "zeroline": False,
                       "scaleanchor": "x"},
             "height": min(1600, 120 + layers * max(cell, 24)), "clickmode": "event+select",
-            "margin": {"l": 50, "r": 10, "t": 70, "b": 10},
+            "margin": {"l": 50, "r": 10, "t": 70, "b": 40 if (image == MASKED).any() else 10},
         },
     })
 

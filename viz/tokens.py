@@ -15,3 +15,8 @@ def visible_token(token: str) -> str:
 def plotly_label(token: str) -> str:
     """A token for plotly text, which understands some HTML: escaped so that it shows literally."""
     return html.escape(visible_token(token))
+
+
+def position_label(position: int, token: str) -> str:
+    """"#3 o": a token named with its position, so that repeated tokens stay apart (CSV headers, pickers)."""
+    return f"#{position} {visible_token(token)}"
