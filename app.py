@@ -4,6 +4,7 @@ model (cached), and navigation. Pages read the current Trace with `ui.page.curre
 from __future__ import annotations
 
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from model.devices import available_devices, pick_device
 from model.registry import PACKAGED, TOY_PREFIX, default_model, examples_for, list_model_ids, load_runner
@@ -16,6 +17,9 @@ from ui.pickers import forget_head
 
 CAUSAL_CHOICES = {"as trained": "auto", "on everywhere": "on", "off everywhere": "off"}
 CUSTOM = "custom"
+# Less empty space above the page (Streamlit's default is 6rem), so that a 1280 x 720 projector shows the
+# Overview's head without scrolling. Static CSS only: nothing a person typed goes into HTML.
+PAGE_STYLE = "<style>[data-testid='stMainBlockContainer'] { padding-top: 2.5rem; }</style>"
 FALLBACK_TEXT = "The cat sat on the mat because it was tired."  # before a typed-in model is loaded
 PAGES = [  # (file, title, icon); the first is where the app opens
     ("app_pages/overview.py", "Overview", ":material/summarize:"),
@@ -93,31 +97,35 @@ def choose_text(model_id: str) -> str:
     return st.sidebar.text_input("Text", key="text", max_chars=20_000, help=HELP["text"])
 
 
-def show_loading(model_id: str, device: str) -> None:
-    """A model not loaded yet takes seconds: say so in place of the previous page. This message takes the
-    place of the page's container (an element replacing a block drops its content), so the previous model's
-    figures do not linger greyed out under it."""
-    if (model_id, device) not in loaded_models():
-        st.info(f"Loading {model_id}…", icon=":material/hourglass_top:")
+def loading_slot(model_id: str, device: str) -> DeltaGenerator | None:
+    """A model not loaded yet takes seconds: say so in place of the previous page. The message takes the
+    place of the page's container (an element replacing a block drops the block's content), so the previous
+    model's figures do not linger greyed out; the page is then drawn in the same place. None: loaded already."""
+    if (model_id, device) in loaded_models():
+        return None
+    slot = st.empty()
+    slot.info(f"Loading {model_id}…", icon=":material/hourglass_top:")
+    return slot
 
 
-def sidebar() -> Trace | None:
-    """The run's inputs; returns the trace, or None after showing what is wrong."""
+def sidebar() -> tuple[Trace | None, DeltaGenerator | None]:
+    """The run's inputs; returns the trace (None after showing what is wrong), and where a model load said
+    it was loading (the page takes its place)."""
     st.sidebar.title("Attention Atlas")
     model_id = choose_model()
     if model_id is None:
         url_state.write(model=None, text=None, tz=None, target=None)
         st.info("Type the path of a Hugging Face model folder, or a hub id, in the sidebar.")
-        return None
+        return None, None
     text = choose_text(model_id)
     device = st.sidebar.selectbox("Device", ["auto", *available_devices()], key="device", help=HELP["device"])
     url_state.write(model=model_id)
-    show_loading(model_id, device)
+    slot = loading_slot(model_id, device)
     try:
         runner = get_runner(model_id, device)
     except ValueError as error:
         show_error(str(error))
-        return None
+        return None, slot
     st.sidebar.pills("Examples", runner.examples, key=f"examples_{model_id}", on_change=use_example,
                      args=(f"examples_{model_id}",))
     for caution in runner.cautions(text):
@@ -130,7 +138,7 @@ def sidebar() -> Trace | None:
             target = st.sidebar.text_input("Target", key="target", help="The output the model should read.")
     causal = st.sidebar.selectbox("Causal mask", list(CAUSAL_CHOICES), key="causal", help=HELP["causal"])
     url_state.write(**url_state.pack_text(text), target=target, causal=CAUSAL_CHOICES[causal])
-    return run(runner, model_id, device, text, target, CAUSAL_CHOICES[causal])
+    return run(runner, model_id, device, text, target, CAUSAL_CHOICES[causal]), slot
 
 
 def run(runner: Runner, model_id: str, device: str, text: str, target: str | None, causal: str) -> Trace | None:
@@ -158,10 +166,11 @@ def run(runner: Runner, model_id: str, device: str, text: str, target: str | Non
 
 def main() -> None:
     st.set_page_config(page_title="Attention Atlas", page_icon="🔍", layout="wide")
+    st.html(PAGE_STYLE)
     keep_page_choices()
     navigation = st.navigation([st.Page(path, title=title, icon=icon) for path, title, icon in PAGES])
-    st.session_state[TRACE] = sidebar()
-    with st.container():  # one block for the whole page (see `show_loading`)
+    st.session_state[TRACE], slot = sidebar()
+    with slot.container() if slot is not None else st.container():  # one block for the page (`loading_slot`)
         navigation.run()
 
 

@@ -11,9 +11,9 @@ from ui.downloads import downloads, matrix_table
 from ui.page import current_trace
 from ui.pickers import choose_head, opening_head, site_label
 from viz.heatmap import WINDOW, attention_heatmap, similarity_heatmap
-from viz.outputs import forced_table, model_card, next_token_bars, token_table
+from viz.outputs import forced_table, model_card, next_token_bars, percent, token_table
 
-HEAD_HEIGHT = 440  # px: the head and the lines above it fit a 1280 x 720 projector without scrolling
+HEAD_HEIGHT = 400  # px: the head and the lines above it fit a 1280 x 720 projector without scrolling
 
 
 def head_section(trace: Trace) -> None:
@@ -21,9 +21,8 @@ def head_section(trace: Trace) -> None:
     site_of_note, layer_of_note, head_of_note, share = opening_head(trace)
     site, layer, head = choose_head(trace)
     if (site, layer, head) == (site_of_note, layer_of_note, head_of_note):
-        st.caption(f"Layer {layer} · head {head} puts {share:.1%} of each token's attention on the token just "
-                   "before it (on average over the tokens): a *previous-token head*, the clearest pattern in this "
-                   "run. Try other heads, or open **Attention** for all of them.")
+        st.caption(f"Layer {layer} · head {head} puts {percent(share)} of each token's attention (on average) on the "
+                   "token before it: a *previous-token head*, the clearest pattern of this run.")
     pattern = trace.attention[trace.pattern_name(site, layer)][head]  # (q_len, k_len)
     masked = ~trace.masks[site]  # (q_len, k_len)
     rows, cols = np.arange(pattern.shape[0]), np.arange(pattern.shape[1])
@@ -101,10 +100,9 @@ def tokens_section(trace: Trace) -> None:
 
 
 trace = current_trace()
-st.markdown("**Attention Atlas** runs a real transformer on the text in the sidebar and shows what happens "
-            "inside it: the tokens, every attention head, the masks.  \n"
-            f"Below: one head of **{trace.facts.model_id}** reading your text, and what the model made of it. "
-            "Hover a cell for its weight; pick another layer or head.")
+st.subheader(f"Attention Atlas · {trace.facts.model_id}", anchor=False)
+st.markdown("Attention Atlas runs a real transformer on the text in the sidebar and shows what happens inside it.  \n"
+            "Below: one attention head reading your text (hover a cell for its weight), and what the model made of it.")
 if trace.facts.notes.get("fallback"):
     st.warning(trace.facts.notes["fallback"])
 head_col, output_col = st.columns([3, 2])

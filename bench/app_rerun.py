@@ -85,7 +85,7 @@ def main() -> None:
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
     at.run()
     at.sidebar.selectbox(key="model_id").set_value(MODEL).run()
-    at.sidebar.text_input(key=f"text_{MODEL}").set_value(text).run()
+    at.sidebar.text_input(key="text").set_value(text).run()
     at.switch_page(PAGE).run()
     at.session_state["view"] = "One head"  # the page opens on the model view
     at.run()

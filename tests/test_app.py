@@ -8,6 +8,7 @@ from streamlit.testing.v1 import AppTest
 
 from tests.tiny_hf import build
 from viz.head_stats import previous_token_share
+from viz.outputs import percent
 
 APP = "../app.py"
 CUSTOM = "custom"  # the model picker's last choice: a folder or hub id typed in
@@ -37,14 +38,15 @@ def _heatmap_title(at: AppTest) -> str:
 def test_opens_on_a_real_model_with_a_head_that_shows_structure() -> None:
     at = _app()
     assert at.sidebar.selectbox(key="model_id").value == "minilm"
-    assert at.markdown[0].value.startswith("**Attention Atlas** runs a real transformer")
+    assert at.subheader[0].value == "Attention Atlas · minilm"
+    assert at.markdown[0].value.startswith("Attention Atlas runs a real transformer")
     trace = at.session_state["trace"]
     layer, head = at.selectbox(key="layer").value, at.selectbox(key="head").value
     share = previous_token_share(trace.attention[f"encoder.{layer}.attn.hook_pattern"])  # (heads,)
     assert share[head] > 0.9 and share[head] == max(  # the clearest previous-token head of the model
         previous_token_share(trace.attention[f"encoder.{i}.attn.hook_pattern"]).max() for i in range(6))
     assert _heatmap_title(at) == f"encoder self-attention · layer {layer} · head {head}"
-    assert at.caption[0].value.startswith(f"Layer {layer} · head {head} puts {share[head]:.1%} of each token's")
+    assert at.caption[0].value.startswith(f"Layer {layer} · head {head} puts {percent(share[head])} of each token's")
     at.selectbox(key="head").set_value((head + 1) % 12).run()
     assert "previous-token head" not in at.caption[0].value  # said only of the head it is true of
 

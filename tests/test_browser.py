@@ -21,10 +21,12 @@ pytestmark = pytest.mark.browser
 
 
 def test_type_a_sentence_and_see_the_heatmap(page) -> None:
+    choose_model(page, "toy-copy")
     set_text(page, "attention")
     expect(page.get_by_test_id("stMetricValue")).to_have_text("attention")
     page.wait_for_selector(".js-plotly-plot .heatmaplayer", timeout=30_000)
-    expect(page.locator(".js-plotly-plot .xtick text")).to_have_text([*"attention", "</s>"])  # redrawn
+    expect(page.locator(".js-plotly-plot .xtick text").first).to_have_text("a")  # redrawn for the new text
+    expect(page.locator(".js-plotly-plot").first.locator(".xtick text")).to_have_text([*"attention", "</s>"])
     page.screenshot(path=str(ARTIFACTS / "overview.png"), full_page=True)
     page.locator(".js-plotly-plot").screenshot(path=str(ARTIFACTS / "heatmap.png"))
     assert page.console_errors == []
@@ -38,10 +40,10 @@ def test_switch_model_site_layer_and_head(page) -> None:
     wait_idle(page)
     choose(page, "Layer", "1")
     choose(page, "Head", "2")
-    expect(page.locator(".js-plotly-plot .gtitle")).to_have_text(
+    expect(page.locator(".js-plotly-plot .gtitle").first).to_have_text(
         "cross-attention (decoder → encoder) · layer 1 · head 2")
-    expect(page.locator(".js-plotly-plot .ytick text")).to_have_text(["<s>", *"2021-03-03"])
-    page.locator(".js-plotly-plot").screenshot(path=str(ARTIFACTS / "cross-attention.png"))
+    expect(page.locator(".js-plotly-plot").first.locator(".ytick text")).to_have_text(["<s>", *"2021-03-03"])
+    page.locator(".js-plotly-plot").first.screenshot(path=str(ARTIFACTS / "cross-attention.png"))
     query = urllib.parse.parse_qs(urllib.parse.urlparse(page.url).query)
     assert (query["model"], query["text"], query["layer"], query["head"]) == (["toy-date"], ["march 3 2021"], ["1"],
                                                                               ["2"])
@@ -63,8 +65,9 @@ def test_a_copied_link_reopens_the_same_view(page, app_url) -> None:
 
 
 def test_script_in_text_is_shown_literally_and_never_runs(page) -> None:
+    choose_model(page, "toy-copy")
     set_text(page, "<img src=x onerror=alert(1)>")
-    expect(page.get_by_test_id("stAlert").first).to_contain_text("does not know: '<', '='")
+    expect(page.get_by_test_id("stMain").get_by_test_id("stAlert").first).to_contain_text("does not know: '<', '='")
     page.screenshot(path=str(ARTIFACTS / "bad-input.png"))
     choose_model(page, "minilm")  # a tokenizer that accepts it: the tokens become axis labels
     set_text(page, "<img src=x onerror=alert(1)> *bold* $x$")
@@ -77,10 +80,11 @@ def test_script_in_text_is_shown_literally_and_never_runs(page) -> None:
 
 
 def test_huge_empty_and_odd_unicode_text(page) -> None:
+    choose_model(page, "toy-copy")
     set_text(page, "a" * 20_000)
-    expect(page.get_by_test_id("stAlert").first).to_contain_text("20,000 characters")
+    expect(page.get_by_test_id("stMain").get_by_test_id("stAlert").first).to_contain_text("20,000 characters")
     set_text(page, "")
-    expect(page.get_by_test_id("stAlert").first).to_contain_text("The text is empty")
+    expect(page.get_by_test_id("stMain").get_by_test_id("stAlert").first).to_contain_text("The text is empty")
     choose_model(page, "minilm")
     set_text(page, "héllo 👋 שלום مرحبا\u200bworld")
     expect(page.get_by_test_id("stAlert")).to_have_count(0)

@@ -10,21 +10,26 @@ from playwright.sync_api import expect
 from tests.browser import (
     ARTIFACTS,
     choose,
+    choose_model,
     figure,
     heatmap_values,
     open_page,
     set_text,
 )
+from viz.masked import MASKED_LABEL
 
 pytestmark = pytest.mark.browser
 ONE_HEAD = "encoder self-attention · layer"
 
 
 def test_attention_page_views(page) -> None:
+    choose_model(page, "toy-copy")
     open_page(page, "Attention")
     expect(page.get_by_role("heading", name="Attention", exact=True)).to_be_visible()
     expect(figure(page, "layers × heads")).to_be_visible()  # it opens on the model view
     page.get_by_role("tab", name="One head").click()
+    choose(page, "Layer", "0")
+    choose(page, "Head", "0")
     expect(figure(page, ONE_HEAD).first.locator(".gtitle")).to_have_text("encoder self-attention · layer 0 · head 0")
     choose(page, "Head", "3")
     expect(figure(page, ONE_HEAD).first.locator(".gtitle")).to_have_text("encoder self-attention · layer 0 · head 3")
@@ -53,23 +58,33 @@ def test_clicking_a_thumbnail_opens_that_head(page) -> None:
     assert page.console_errors == []
 
 
-def test_the_causal_mask_switch_zeroes_the_upper_triangle(page) -> None:
+def test_the_causal_mask_switch_masks_the_upper_triangle_and_draws_it_apart(page) -> None:
+    choose_model(page, "toy-copy")
     set_text(page, "abcdef")
     open_page(page, "Attention")
     page.get_by_role("tab", name="One head").click()
-    before = np.array(heatmap_values(page, ONE_HEAD))  # (q, k): an encoder sees both ways
+    before = np.array(heatmap_values(page, ONE_HEAD), dtype=float)  # (q, k): an encoder sees both ways
     assert np.triu(before, 1).sum() > 0.1
+    expect(page.get_by_text(MASKED_LABEL)).to_have_count(0)
     choose(page, "Causal mask", "on everywhere", in_sidebar=True)
-    after = np.array(heatmap_values(page, ONE_HEAD))
-    assert np.triu(after, 1).max() == 0.0
-    assert np.allclose(after.sum(1), 1.0, atol=1e-4)
-    figure(page, ONE_HEAD).first.screenshot(path=str(ARTIFACTS / "causal-on.png"))
+    expect(figure(page, "· head").first.locator(".gtitle")).to_contain_text("encoder self-attention (masked) · layer")
+    after = np.array(heatmap_values(page, "· head"), dtype=float)  # JSON null -> NaN: drawn as no colour
+    assert np.isnan(after[np.triu_indices(7, 1)]).all()  # masked: no value of the colour scale
+    assert not np.isnan(after[np.tril_indices(7)]).any()
+    assert np.allclose(after[np.tril_indices(7)].reshape(-1).sum(), 7.0, atol=1e-3)  # every row sums to 1
+    head = figure(page, "· head").first
+    expect(head.get_by_text(MASKED_LABEL)).to_be_visible()  # the legend names it
+    expect(head.locator(".imagelayer image")).to_have_count(1)  # the hatching under it
+    head.screenshot(path=str(ARTIFACTS / "causal-on.png"))
     assert page.console_errors == []
 
 
 def test_a_figure_downloads_as_png(page) -> None:
+    choose_model(page, "toy-copy")
     open_page(page, "Attention")
     page.get_by_role("tab", name="One head").click()
+    choose(page, "Layer", "0")
+    choose(page, "Head", "0")
     expect(figure(page, ONE_HEAD)).to_be_visible()
     with page.expect_download(timeout=60_000) as download:  # the first PNG starts kaleido's Chromium
         page.get_by_test_id("stMain").get_by_role("button", name="PNG", exact=True).first.click()

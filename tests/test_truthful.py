@@ -183,7 +183,8 @@ def test_the_model_card_reads_as_a_person_would() -> None:
 def test_tick_labels_push_the_margin_instead_of_covering_the_title() -> None:
     layout = attention_heatmap(np.eye(200), ["tok"] * 200, ["tok"] * 200, "a title").to_dict()["layout"]
     assert layout["title"]["yref"] == "container" and layout["title"]["automargin"] is True
-    assert layout["xaxis"]["automargin"] is True and layout["xaxis"]["side"] == "top"
+    assert layout["xaxis"]["side"] == "bottom"  # key labels below the plot: nothing shares the title's space
+    assert layout["xaxis"]["automargin"] is True and layout["yaxis"]["automargin"] is True
 
 
 def test_output_kinds_round_trip_through_a_trace_file(tmp_path) -> None:

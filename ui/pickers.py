@@ -56,13 +56,13 @@ def choose_head(trace: Trace) -> tuple[str, int, int]:
         st.session_state.update(dict(zip(HEAD_KEYS, opening_head(trace)[:3], strict=True)))
     sites = trace.sites()
     keep_valid("site", sites)
-    site = st.radio("Attention", sites, key="site", horizontal=True, format_func=lambda s: site_label(trace, s),
-                    help="Which attention to look at: a stack's self-attention, or the decoder's cross-attention "
-                         "to the encoder's output.")
+    col_site, col_layer, col_head = st.columns([2, 1, 1], vertical_alignment="bottom")
+    site = col_site.radio("Attention", sites, key="site", horizontal=True, format_func=lambda s: site_label(trace, s),
+                          help="Which attention to look at: a stack's self-attention, or the decoder's "
+                               "cross-attention to the encoder's output.")
     layers, heads = list(range(trace.n_layers(site))), list(range(trace.facts.n_heads))
     keep_valid("layer", layers)
     keep_valid("head", heads)
-    col_layer, col_head = st.columns(2)
     layer = col_layer.selectbox("Layer", layers, key="layer")
     head = col_head.selectbox("Head", heads, key="head")
     url_state.write(site=site, layer=layer, head=head)

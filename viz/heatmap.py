@@ -74,12 +74,12 @@ def matrix_heatmap(
         heatmap["texttemplate"] = "%{z:.2f}"
     side = height or max(320, min(900, 40 + 28 * max(len(rows), len(cols))))
     layout = {
-        # at the top of the figure, and the margin grows so that the key axis' tick labels never reach it
+        # the title alone above the plot; the key axis below it, its margin growing with its tick labels
         "title": {"text": title, "x": 0, "xanchor": "left", "y": 1, "yref": "container", "yanchor": "top",
                   "pad": {"t": 10}, "automargin": True},
-        "xaxis": _axis(axis_titles[1], cols, col_tokens, side="top", automargin=True),
+        "xaxis": _axis(axis_titles[1], cols, col_tokens, side="bottom", automargin=True),
         "yaxis": _axis(axis_titles[0], rows, row_tokens, autorange="reversed", automargin=True),
-        "height": side, "margin": {"l": 60, "r": 20, "t": 60, "b": 50 if any_masked else 20},
+        "height": side, "margin": {"l": 60, "r": 20, "t": 60 if any_masked else 40, "b": 20},
     }
     data = [heatmap]
     if any_masked:

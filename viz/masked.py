@@ -47,4 +47,4 @@ def legend_entry() -> dict[str, Any]:
                        "line": {"color": f"rgb{HATCH_RGB}", "width": 2}}}
 
 
-LEGEND_LAYOUT = {"orientation": "h", "x": 1, "xanchor": "right", "y": -0.02, "yanchor": "top"}  # under the plot
+LEGEND_LAYOUT = {"orientation": "h", "x": 1, "xanchor": "right", "y": 1.01, "yanchor": "bottom"}  # above the plot

@@ -12,6 +12,12 @@ import plotly.graph_objects as go
 from viz.tokens import plotly_label, visible_token
 
 
+def percent(share: float) -> str:
+    """0.9997 -> '99.97%' (not a rounded '100.0%'), 0.5 -> '50.0%'."""
+    text = f"{share:.1%}"
+    return f"{share:.2%}" if text == "100.0%" and share < 1 else text
+
+
 def next_token_bars(tokens: Sequence[str], probabilities: np.ndarray, title: str = "") -> go.Figure:
     """The most likely next tokens as horizontal bars, most likely on top."""
     labels = [plotly_label(t) for t in tokens]

@@ -97,7 +97,7 @@ def thumbnail_figure(image: np.ndarray, size: int, title: str = "", colorscale: 
                       "title": {"text": "layer"}, "autorange": "reversed", "showgrid": False, "zeroline": False,
                       "scaleanchor": "x"},
             "height": min(1600, 120 + layers * max(cell, 24)), "clickmode": "event+select",
-            "margin": {"l": 50, "r": 10, "t": 70, "b": 40 if (image == MASKED).any() else 10},
+            "margin": {"l": 50, "r": 10, "t": 90 if (image == MASKED).any() else 70, "b": 10},
         },
     })
 
