@@ -14,6 +14,7 @@ from viz.heatmap import WINDOW, attention_heatmap, similarity_heatmap
 from viz.outputs import forced_table, model_card, next_token_bars, percent, token_table
 
 HEAD_HEIGHT = 400  # px: the head and the lines above it fit a 1280 x 720 projector without scrolling
+PREVIOUS_TOKEN_HEAD = 0.5  # the share of attention on the previous token from which a head is called one
 
 
 def head_section(trace: Trace) -> None:
@@ -21,8 +22,7 @@ def head_section(trace: Trace) -> None:
     site_of_note, layer_of_note, head_of_note, share = opening_head(trace)
     site, layer, head = choose_head(trace)
     if (site, layer, head) == (site_of_note, layer_of_note, head_of_note):
-        st.caption(f"Layer {layer} · head {head} puts {percent(share)} of each token's attention (on average) on the "
-                   "token before it: a *previous-token head*, the clearest pattern of this run.")
+        st.caption(opening_caption(layer, head, share))
     pattern = trace.attention[trace.pattern_name(site, layer)][head]  # (q_len, k_len)
     masked = ~trace.masks[site]  # (q_len, k_len)
     rows, cols = np.arange(pattern.shape[0]), np.arange(pattern.shape[1])
@@ -38,6 +38,15 @@ def head_section(trace: Trace) -> None:
     st.plotly_chart(figure, key="overview_heatmap")
     name = f"{trace.facts.model_id}.{site}.{layer}.{head}".replace("/", "_")
     downloads(figure, name, "overview_heatmap", lambda: matrix_table(pattern, queries, keys))
+
+
+def opening_caption(layer: int, head: int, share: float) -> str:
+    """What the head the page opened on does; called a previous-token head only when it mostly is one."""
+    if share >= PREVIOUS_TOKEN_HEAD:
+        return (f"Layer {layer} · head {head} puts {percent(share)} of each token's attention (on average) on the "
+                "token before it: a *previous-token head*, the clearest pattern of this run.")
+    return (f"Layer {layer} · head {head} looks at the token before each token more than any other head of this "
+            f"run: {percent(share)} of its attention on average.")
 
 
 def output_section(trace: Trace) -> None:
@@ -57,7 +66,7 @@ def output_section(trace: Trace) -> None:
         forced_section(trace, outside)
     else:
         st.subheader("Output" + outside)
-        st.metric("Output", trace.output_text or "∅", label_visibility="collapsed")
+        st.code(trace.output_text or "∅", language=None, wrap_lines=True)  # literal: spaces, markdown, specials
         st.caption(output_caption(trace))
     if "top_next_tokens" in outputs:
         after = "the text and the target" if trace.output_kind == "teacher-forced" else "the text"
@@ -85,10 +94,10 @@ def forced_section(trace: Trace, outside: str) -> None:
     table = forced_table(trace.outputs)
     right = int(table["right"].sum())
     st.subheader("Given target" + outside)
-    st.metric("Given target", trace.output_text, label_visibility="collapsed")
+    st.code(trace.output_text, language=None, wrap_lines=True)
     st.caption(f"The model reads the target (teacher forcing). Its own top choice matches {right} of "
                f"{len(table)} target tokens. Rank 1 = the model's choice.")
-    st.dataframe(table.style.format({"probability": "{:.1%}", "its probability": "{:.1%}"}),
+    st.dataframe(table.style.format({"probability": "{:.1%}"}),
                  height=min(400, 38 + 35 * len(table)), key="overview_forced")
 
 

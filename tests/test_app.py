@@ -56,7 +56,7 @@ def test_a_toy_model_with_output_tokens_and_card() -> None:
     at.sidebar.selectbox(key="model_id").set_value("toy-copy").run()
     assert at.sidebar.text_input(key="text").value == "hello world"  # MiniLM's sentence has capitals: not readable
     assert "toy-copy cannot read the text you had" in at.info[0].value
-    assert at.metric[0].value == "hello world"
+    assert at.code[0].value == "hello world"
     tokens, card = at.dataframe[0].value, at.dataframe[1].value
     assert tokens["token"].tolist() == [*"hello·world", "</s>"]
     assert tokens["special"].tolist() == [False] * 11 + [True]
@@ -71,7 +71,7 @@ def test_switching_model_layer_head_and_site() -> None:
     at.sidebar.selectbox(key="model_id").set_value("toy-reverse").run()
     at.sidebar.text_input(key="text").set_value("hello world").run()
     assert not at.exception
-    assert at.metric[0].value == "dlrow olleh"
+    assert at.code[0].value == "dlrow olleh"
     at.radio(key="site").set_value("decoder.cross_attn").run()
     at.selectbox(key="layer").set_value(1).run()
     at.selectbox(key="head").set_value(3).run()
@@ -86,7 +86,7 @@ def test_an_example_fills_the_text_and_the_device_can_be_chosen() -> None:
     assert pills.options[1] == "attention"
     pills.set_value("attention").run()
     assert at.sidebar.text_input(key="text").value == "attention"
-    assert at.metric[0].value == "attention"
+    assert at.code[0].value == "attention"
     assert at.sidebar.button_group(key="examples_toy-copy").value is None  # ready to be clicked again
     at.sidebar.selectbox(key="device").set_value("cpu").run()
     assert not at.exception
@@ -104,7 +104,7 @@ def test_bad_text_shows_a_message_and_the_app_keeps_working() -> None:
     at.sidebar.text_input(key="text").set_value("").run()
     assert "The text is empty" in _error(at)
     at.sidebar.text_input(key="text").set_value("abc").run()
-    assert at.metric[0].value == "abc"
+    assert at.code[0].value == "abc"
     assert not at.error
 
 
@@ -187,3 +187,11 @@ def test_the_overview_head_downloads_as_a_csv_with_positions_in_the_headers() ->
     assert "overview_heatmap_csv" in [b.key for b in at.get("download_button")]
     table = matrix_table(np.eye(3), ["o", "o", "k"], ["o", "o", "k"])
     assert list(table.columns) == ["#0 o", "#1 o", "#2 k"] and list(table.index) == list(table.columns)
+
+
+def test_a_weak_opening_head_is_not_called_a_previous_token_head() -> None:
+    at = _app()
+    at.sidebar.selectbox(key="model_id").set_value("toy-date").run()
+    caption = at.caption[0].value
+    assert "looks at the token before each token more than any other head" in caption
+    assert "previous-token head" not in caption

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.browser
 def test_type_a_sentence_and_see_the_heatmap(page) -> None:
     choose_model(page, "toy-copy")
     set_text(page, "attention")
-    expect(page.get_by_test_id("stMetricValue")).to_have_text("attention")
+    expect(page.get_by_test_id("stCode").first).to_contain_text("attention")
     page.wait_for_selector(".js-plotly-plot .heatmaplayer", timeout=30_000)
     expect(page.locator(".js-plotly-plot .xtick text").first).to_have_text("a")  # redrawn for the new text
     expect(page.locator(".js-plotly-plot").first.locator(".xtick text")).to_have_text([*"attention", "</s>"])
@@ -35,7 +35,7 @@ def test_type_a_sentence_and_see_the_heatmap(page) -> None:
 def test_switch_model_site_layer_and_head(page) -> None:
     choose_model(page, "toy-date")
     set_text(page, "march 3 2021")
-    expect(page.get_by_test_id("stMetricValue")).to_have_text("2021-03-03")
+    expect(page.get_by_test_id("stCode").first).to_contain_text("2021-03-03")
     page.get_by_text("cross-attention (decoder → encoder)", exact=True).click()
     wait_idle(page)
     choose(page, "Layer", "1")

@@ -58,7 +58,7 @@ def test_a_causal_lm_continues_under_the_masks_of_its_next_token_bars() -> None:
     trace = at.session_state["trace"]
     top = trace.outputs["top_next_tokens"][0]
     assert top != " Paris"  # without its causal mask SmolLM2 no longer says Paris first
-    assert at.metric[0].value == trace.output_text and trace.output_text.startswith(top)
+    assert at.code[0].value == trace.output_text and trace.output_text.startswith(top)
     assert _figure(at, "next token")["data"][0]["text"][0] == f"{trace.outputs['top_next_probs'][0]:.1%}"
     assert "under the masks chosen in the sidebar" in " ".join(c.value for c in at.caption)
 
@@ -67,7 +67,7 @@ def test_an_encoder_decoder_shows_the_output_its_decoder_rows_read() -> None:
     at = _app("toy-copy", "hello world", causal="off everywhere")
     trace = at.session_state["trace"]
     generated = "".join(trace.target_tokens[1:])  # the decoder's rows after <s>: the tokens it generated
-    assert at.metric[0].value == trace.output_text == generated
+    assert at.code[0].value == trace.output_text == generated
     assert len(generated) > 1
 
 
@@ -79,7 +79,7 @@ def test_a_given_target_is_teacher_forced_through_a_causal_lm() -> None:
     table = at.dataframe[0].value
     assert table["target token"].tolist() == ["·Paris"]
     assert table["rank"].tolist() == [1] and 0.5 < table["probability"].iloc[0] < 1
-    assert at.metric[0].value == " Paris"
+    assert at.code[0].value == " Paris"
     assert "matches 1 of 1 target tokens" in " ".join(c.value for c in at.caption)
 
 
@@ -92,7 +92,7 @@ def test_a_given_target_on_an_encoder_decoder_shows_each_prediction() -> None:
     assert table["right"].tolist() == [a == b for a, b in zip(table["target token"], table["model's choice"],
                                                                strict=True)]
     assert int(table["right"].sum()) == 7  # the 1 and 9 of the year, '-', '0', '-', '0' and </s>
-    assert at.metric[0].value == "1999-01-01"
+    assert at.code[0].value == "1999-01-01"
     assert any(h.value == "Given target" for h in at.subheader)
 
 

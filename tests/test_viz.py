@@ -115,3 +115,10 @@ def test_layer_head_heatmap_spans_the_values_and_skips_missing_ones() -> None:
     spec = json.loads(pio.to_json(layer_head_heatmap(values, "entropy (bits)", "t")))["data"][0]
     assert (spec["zmin"], spec["zmax"]) == (0.5, 2.0)
     assert "layer %{y} · head %{x}" in spec["hovertemplate"]
+
+
+def test_token_labels_escape_markup_but_keep_quotes_readable() -> None:
+    from viz.tokens import plotly_label
+
+    assert plotly_label('."') == '."'  # plotly shows &quot; literally: quotes stay as they are
+    assert plotly_label("<b>&") == "&lt;b&gt;&amp;"

@@ -27,7 +27,7 @@ COLOR_SCALES = ["Viridis", "Blues", "Magma", "Cividis", "Greys"]
 def position_labels(tokens: Sequence[str], positions: Sequence[int] | None = None) -> list[str]:
     """Unique axis categories: "#<position> <token>", the token HTML-escaped for plotly."""
     positions = range(len(tokens)) if positions is None else positions
-    return [html.escape(position_label(p, t)) for p, t in zip(positions, tokens, strict=True)]
+    return [html.escape(position_label(p, t), quote=False) for p, t in zip(positions, tokens, strict=True)]
 
 
 def _axis(title: str, categories: list[str], tokens: Sequence[str], **extra: Any) -> dict[str, Any]:

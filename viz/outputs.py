@@ -45,7 +45,6 @@ def forced_table(outputs: dict[str, np.ndarray]) -> pd.DataFrame:
         "probability": outputs["forced_probs"].astype(np.float64),
         "rank": outputs["forced_ranks"].astype(np.int64),
         "model's choice": [visible_token(t) for t in outputs["forced_choice_tokens"]],
-        "its probability": outputs["forced_choice_probs"].astype(np.float64),
         "right": outputs["forced_ranks"] == 1,
     }).rename_axis("position")
 

@@ -14,7 +14,7 @@ def visible_token(token: str) -> str:
 
 def plotly_label(token: str) -> str:
     """A token for plotly text, which understands some HTML: escaped so that it shows literally."""
-    return html.escape(visible_token(token))
+    return html.escape(visible_token(token), quote=False)
 
 
 def position_label(position: int, token: str) -> str:
