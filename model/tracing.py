@@ -180,6 +180,8 @@ class Trace:
             "tokens": self.tokens,
             "target_tokens": self.target_tokens,
             "output_text": self.output_text,
+            "output_kind": self.output_kind,
+            "cautions": list(self.cautions),
             "masks": {k: list(v.shape) for k, v in self.masks.items()},
             "hooks": {k: list(self.shape(k)) for k in self.captured},
         }

@@ -80,6 +80,7 @@ def matrix_heatmap(
         "xaxis": _axis(axis_titles[1], cols, col_tokens, side="bottom", automargin=True),
         "yaxis": _axis(axis_titles[0], rows, row_tokens, autorange="reversed", automargin=True),
         "height": side, "margin": {"l": 60, "r": 20, "t": 60 if any_masked else 40, "b": 20},
+        "hoverlabel": {"font": {"size": 15}},  # readable from the back of a room
     }
     data = [heatmap]
     if any_masked:
