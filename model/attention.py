@@ -57,7 +57,7 @@ class MultiHeadAttention(nn.Module):
         self.hook_q = HookPoint()  # (batch, heads, q_len, d_head)
         self.hook_k = HookPoint()  # (batch, heads, k_len, d_head)
         self.hook_v = HookPoint()  # (batch, heads, k_len, d_head)
-        self.hook_scores = HookPoint()  # (batch, heads, q_len, k_len): QK^T/sqrt(d_k) before the mask
+        self.hook_attn_scores = HookPoint()  # (batch, heads, q_len, k_len): QK^T/sqrt(d_k) before the mask
         self.hook_pattern = HookPoint()  # (batch, heads, q_len, k_len): softmax probabilities
         self.hook_z = HookPoint()  # (batch, heads, q_len, d_head): each head's output before W_O
 
@@ -76,7 +76,7 @@ class MultiHeadAttention(nn.Module):
         q = self.hook_q(self._split_heads(q))
         k = self.hook_k(self._split_heads(k))
         v = self.hook_v(self._split_heads(v))
-        z, _ = attention(q, k, v, mask, on_scores=self.hook_scores, on_pattern=self.hook_pattern)
+        z, _ = attention(q, k, v, mask, on_scores=self.hook_attn_scores, on_pattern=self.hook_pattern)
         z = self.hook_z(z)  # (batch, heads, q_len, d_head)
         return self.out_proj(self._merge_heads(z))
 

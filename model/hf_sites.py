@@ -1,9 +1,11 @@
 """Where the hook names live in Hugging Face models: one table per architecture family.
 
-Each family maps the project's hook names (DESIGN §2, the same as the from-scratch model's) onto
-module paths under `model.base_model`, with a reader that picks the tensor from the module's
-(args, kwargs, output). Only what these tables list can be captured from a Hugging Face model; the
-per-head q/k/v and pre-softmax scores are the from-scratch model's alone.
+Each family maps names of the hook vocabulary (model/vocabulary.py, the same as the from-scratch
+model's) onto module paths under `model.base_model`, with a reader that picks the tensor from the
+module's (args, kwargs, output). Residual hooks are the sums before any norm: in post-norm families
+(BERT, BART, Marian) they are read from the input of the norm that follows the sum. Only what these
+tables list can be captured from a Hugging Face model; the per-head q/k/v and pre-softmax scores are
+the from-scratch model's alone so far.
 """
 
 from __future__ import annotations
@@ -48,7 +50,33 @@ def batched_output(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> t
     return out.unsqueeze(0) if out.dim() == 2 else out
 
 
-SiteTable = dict[str, tuple[str, Reader]]  # hook name -> (module path, reader); "{i}" is the layer index
+@dataclass(frozen=True)
+class NormScale:
+    """What a norm module divides by, (batch, len, 1), computed from its input: the standard deviation
+    (LayerNorm) or the root mean square (RMSNorm), each with the module's own epsilon."""
+
+    rms: bool
+
+    def reader(self, module: nn.Module) -> Reader:
+        eps = float(getattr(module, "eps", None) or module.variance_epsilon)
+
+        def read(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> torch.Tensor:
+            x = first_input(args, kwargs, out).float()
+            centred = x if self.rms else x - x.mean(-1, keepdim=True)
+            return (centred.pow(2).mean(-1, keepdim=True) + eps).sqrt()
+
+        return read
+
+
+LAYER_NORM_SCALE, RMS_SCALE = NormScale(rms=False), NormScale(rms=True)
+
+
+def norm_hooks(prefix: str, path: str, scale: NormScale) -> dict[str, tuple[str, Reader | NormScale]]:
+    """`<prefix>.hook_scale` and `<prefix>.hook_normalized` of the norm module at `path`."""
+    return {f"{prefix}.hook_scale": (path, scale), f"{prefix}.hook_normalized": (path, output)}
+
+
+SiteTable = dict[str, tuple[str, Reader | NormScale]]  # hook name -> (module path, reader); "{i}": the layer
 
 
 @dataclass(frozen=True)
@@ -70,10 +98,20 @@ class Family:
         for stack, count in self.layer_counts.items():
             for i in range(count(model.config)):
                 for name, (path, read) in self.layer_sites[stack].items():
-                    sites[f"{stack}.{i}.{name}"] = HookSite(modules[path.format(i=i)], read)
+                    sites[f"{stack}.{i}.{name}"] = _site(modules[path.format(i=i)], read)
             for name, (path, read) in self.stack_sites.get(stack, {}).items():
-                sites[f"{stack}.{name}"] = HookSite(modules[path], read)
+                sites[f"{stack}.{name}"] = _site(modules[path], read)
         return sites
+
+    def names(self, config: Any) -> list[str]:
+        """Every hook name a model with this config offers (without building the model)."""
+        return [f"{stack}.{i}.{name}" for stack, count in self.layer_counts.items() for i in range(count(config))
+                for name in self.layer_sites[stack]] + [
+            f"{stack}.{name}" for stack in self.layer_counts for name in self.stack_sites.get(stack, {})]
+
+
+def _site(module: nn.Module, read: Reader | NormScale) -> HookSite:
+    return HookSite(module, read.reader(module) if isinstance(read, NormScale) else read)
 
 
 BERT = Family(
@@ -89,10 +127,14 @@ BERT = Family(
         "hook_resid_pre": ("encoder.layer.{i}", first_input),
         "attn.hook_pattern": ("encoder.layer.{i}.attention.self", attention_weights),
         "hook_attn_out": ("encoder.layer.{i}.attention.output.dense", output),
-        "hook_resid_mid": ("encoder.layer.{i}.attention.output", first_output),
+        "hook_resid_mid": ("encoder.layer.{i}.attention.output.LayerNorm", first_input),  # the sum, before the norm
+        **norm_hooks("ln1", "encoder.layer.{i}.attention.output.LayerNorm", LAYER_NORM_SCALE),
+        "mlp.hook_pre": ("encoder.layer.{i}.intermediate.dense", output),
         "mlp.hook_post": ("encoder.layer.{i}.intermediate", output),
         "hook_mlp_out": ("encoder.layer.{i}.output.dense", output),
-        "hook_resid_post": ("encoder.layer.{i}", first_output),
+        "hook_resid_post": ("encoder.layer.{i}.output.LayerNorm", first_input),
+        **norm_hooks("ln2", "encoder.layer.{i}.output.LayerNorm", LAYER_NORM_SCALE),
+        "hook_normalized_resid_post": ("encoder.layer.{i}", first_output),
     }},
     layer_counts={"encoder": lambda c: c.num_hidden_layers},
 )
@@ -105,13 +147,17 @@ GPT2 = Family(
     stack_sites={"decoder": {
         "hook_embed": ("wte", output),
         "hook_pos_embed": ("wpe", output),
+        **norm_hooks("ln_final", "ln_f", LAYER_NORM_SCALE),
         "hook_resid_final": ("ln_f", output),
     }},
     layer_sites={"decoder": {
         "hook_resid_pre": ("h.{i}", first_input),
+        **norm_hooks("ln1", "h.{i}.ln_1", LAYER_NORM_SCALE),
         "attn.hook_pattern": ("h.{i}.attn", attention_weights),
         "hook_attn_out": ("h.{i}.attn", first_output),
         "hook_resid_mid": ("h.{i}.ln_2", first_input),
+        **norm_hooks("ln2", "h.{i}.ln_2", LAYER_NORM_SCALE),
+        "mlp.hook_pre": ("h.{i}.mlp.act", first_input),
         "mlp.hook_post": ("h.{i}.mlp.act", output),
         "hook_mlp_out": ("h.{i}.mlp", output),
         "hook_resid_post": ("h.{i}", first_output),
@@ -126,13 +172,16 @@ LLAMA = Family(
     norm="pre-norm (RMSNorm)",
     stack_sites={"decoder": {
         "hook_embed": ("embed_tokens", output),
+        **norm_hooks("ln_final", "norm", RMS_SCALE),
         "hook_resid_final": ("norm", output),
     }},
     layer_sites={"decoder": {
         "hook_resid_pre": ("layers.{i}", first_input),
+        **norm_hooks("ln1", "layers.{i}.input_layernorm", RMS_SCALE),
         "attn.hook_pattern": ("layers.{i}.self_attn", attention_weights),
         "hook_attn_out": ("layers.{i}.self_attn", first_output),
         "hook_resid_mid": ("layers.{i}.post_attention_layernorm", first_input),
+        **norm_hooks("ln2", "layers.{i}.post_attention_layernorm", RMS_SCALE),
         "mlp.hook_post": ("layers.{i}.mlp.down_proj", first_input),  # act(gate) * up
         "hook_mlp_out": ("layers.{i}.mlp", output),
         "hook_resid_post": ("layers.{i}", first_output),
@@ -146,17 +195,21 @@ def _t5_layer(stack: str) -> SiteTable:
     ffn = f"{block}.layer.{2 if stack == 'decoder' else 1}.DenseReluDense"
     table: SiteTable = {
         "hook_resid_pre": (block, first_input),
+        **norm_hooks("ln1", f"{block}.layer.0.layer_norm", RMS_SCALE),
         "attn.hook_pattern": (f"{block}.layer.0.SelfAttention", attention_weights),
         "hook_attn_out": (f"{block}.layer.0.SelfAttention", first_output),
         "hook_resid_mid": (f"{block}.layer.0", first_output),
     }
     if stack == "decoder":
         table |= {
+            **norm_hooks("ln_cross", f"{block}.layer.1.layer_norm", RMS_SCALE),
             "cross_attn.hook_pattern": (f"{block}.layer.1.EncDecAttention", attention_weights),
             "hook_cross_attn_out": (f"{block}.layer.1.EncDecAttention", first_output),
             "hook_resid_mid_cross": (f"{block}.layer.1", first_output),
         }
     return table | {
+        **norm_hooks("ln2", f"{ffn.rsplit('.', 1)[0]}.layer_norm", RMS_SCALE),
+        "mlp.hook_pre": (f"{ffn}.act", first_input),
         "mlp.hook_post": (f"{ffn}.act", output),
         "hook_mlp_out": (ffn, output),
         "hook_resid_post": (block, first_output),
@@ -170,6 +223,7 @@ T5 = Family(
     norm="pre-norm (RMSNorm)",
     stack_sites={stack: {
         "hook_embed": (f"{stack}.embed_tokens", output),
+        **norm_hooks("ln_final", f"{stack}.final_layer_norm", RMS_SCALE),
         "hook_resid_final": (f"{stack}.final_layer_norm", output),
     } for stack in ("encoder", "decoder")},
     layer_sites={stack: _t5_layer(stack) for stack in ("encoder", "decoder")},
@@ -183,18 +237,23 @@ def _bart_layer(stack: str) -> SiteTable:
         "hook_resid_pre": (layer, first_input),
         "attn.hook_pattern": (f"{layer}.self_attn", attention_weights),
         "hook_attn_out": (f"{layer}.self_attn", first_output),
-        "hook_resid_mid": (f"{layer}.self_attn_layer_norm", output),
+        "hook_resid_mid": (f"{layer}.self_attn_layer_norm", first_input),  # the sum, before the norm
+        **norm_hooks("ln1", f"{layer}.self_attn_layer_norm", LAYER_NORM_SCALE),
     }
     if stack == "decoder":
         table |= {
             "cross_attn.hook_pattern": (f"{layer}.encoder_attn", attention_weights),
             "hook_cross_attn_out": (f"{layer}.encoder_attn", first_output),
-            "hook_resid_mid_cross": (f"{layer}.encoder_attn_layer_norm", output),
+            "hook_resid_mid_cross": (f"{layer}.encoder_attn_layer_norm", first_input),
+            **norm_hooks("ln_cross", f"{layer}.encoder_attn_layer_norm", LAYER_NORM_SCALE),
         }
     return table | {
+        "mlp.hook_pre": (f"{layer}.fc1", output),
         "mlp.hook_post": (f"{layer}.activation_fn", output),
         "hook_mlp_out": (f"{layer}.fc2", output),
-        "hook_resid_post": (layer, first_output),
+        "hook_resid_post": (f"{layer}.final_layer_norm", first_input),
+        **norm_hooks("ln2", f"{layer}.final_layer_norm", LAYER_NORM_SCALE),
+        "hook_normalized_resid_post": (layer, first_output),
     }
 
 

@@ -27,6 +27,20 @@ def sinusoidal_table(max_len: int, d_model: int) -> torch.Tensor:
     return table.float()
 
 
+class HookedLayerNorm(nn.LayerNorm):
+    """LayerNorm (the same parameters as nn.LayerNorm) that shows what it divides by and what it outputs."""
+
+    def __init__(self, d_model: int, eps: float) -> None:
+        super().__init__(d_model, eps=eps)
+        self.hook_scale = HookPoint()  # (batch, len, 1): the standard deviation it divides by
+        self.hook_normalized = HookPoint()  # (batch, len, d_model): its output, after weight and bias
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        centred = x - x.mean(-1, keepdim=True)  # (batch, len, d_model)
+        scale = self.hook_scale((centred.pow(2).mean(-1, keepdim=True) + self.eps).sqrt())
+        return self.hook_normalized(centred / scale * self.weight + self.bias)
+
+
 class FeedForward(nn.Module):
     """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2, applied to each position separately."""
 
@@ -48,6 +62,8 @@ class TransformerLayer(nn.Module):
 
     Each sub-layer is wrapped in a residual connection and LayerNorm: post-norm
     LayerNorm(x + Dropout(Sublayer(x))) as in the paper, or pre-norm x + Dropout(Sublayer(LayerNorm(x))).
+    The residual hooks hold the sums before any norm, as TransformerLens's do; a post-norm layer's output
+    (its normalised stream) is `hook_normalized_resid_post`.
     """
 
     def __init__(self, cfg: TransformerConfig, cross_attention: bool) -> None:
@@ -55,11 +71,11 @@ class TransformerLayer(nn.Module):
         self.pre_norm = cfg.norm == "pre"
         self.dropout = nn.Dropout(cfg.dropout)
         self.attn = MultiHeadAttention(cfg.d_model, cfg.n_heads)
-        self.ln_attn = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+        self.ln1 = HookedLayerNorm(cfg.d_model, cfg.layer_norm_eps)  # at self-attention
         self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads) if cross_attention else None
-        self.ln_cross = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cross_attention else None
+        self.ln_cross = HookedLayerNorm(cfg.d_model, cfg.layer_norm_eps) if cross_attention else None
         self.mlp = FeedForward(cfg.d_model, cfg.d_ff)
-        self.ln_mlp = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+        self.ln2 = HookedLayerNorm(cfg.d_model, cfg.layer_norm_eps)  # at the MLP
         # every hook below is (batch, len, d_model)
         self.hook_resid_pre = HookPoint()
         self.hook_attn_out = HookPoint()
@@ -69,6 +85,8 @@ class TransformerLayer(nn.Module):
             self.hook_resid_mid_cross = HookPoint()
         self.hook_mlp_out = HookPoint()
         self.hook_resid_post = HookPoint()
+        if not self.pre_norm:
+            self.hook_normalized_resid_post = HookPoint()
 
     def forward(
         self,
@@ -81,28 +99,29 @@ class TransformerLayer(nn.Module):
         memory: encoder output (batch, src_len, d_model) for cross-attention;
         memory_mask: (batch, 1, 1 or len, src_len). True = may attend."""
         x = self.hook_resid_pre(x)
-        x = self._sublayer(x, lambda h: self.attn(h, mask=mask), self.ln_attn, self.hook_attn_out)
-        x = self.hook_resid_mid(x)
+        x = self._sublayer(x, lambda h: self.attn(h, mask=mask), self.ln1, self.hook_attn_out, self.hook_resid_mid)
         if self.cross_attn is not None:
             if memory is None:
                 raise ValueError("a decoder layer with cross-attention needs the encoder memory")
             cross = self.cross_attn
-            x = self._sublayer(x, lambda h: cross(h, memory, memory_mask), self.ln_cross, self.hook_cross_attn_out)
-            x = self.hook_resid_mid_cross(x)
-        x = self._sublayer(x, self.mlp, self.ln_mlp, self.hook_mlp_out)
-        return self.hook_resid_post(x)
+            x = self._sublayer(x, lambda h: cross(h, memory, memory_mask), self.ln_cross, self.hook_cross_attn_out,
+                               self.hook_resid_mid_cross)
+        x = self._sublayer(x, self.mlp, self.ln2, self.hook_mlp_out, self.hook_resid_post)
+        return x if self.pre_norm else self.hook_normalized_resid_post(x)
 
     def _sublayer(
         self,
         x: torch.Tensor,
         sublayer: Callable[[torch.Tensor], torch.Tensor],
-        norm: nn.LayerNorm,
+        norm: HookedLayerNorm,
         out_hook: HookPoint,
+        sum_hook: HookPoint,
     ) -> torch.Tensor:
-        """Residual connection and LayerNorm around one sub-layer, post- or pre-norm."""
+        """Residual connection and LayerNorm around one sub-layer, post- or pre-norm; `sum_hook` sees the
+        residual sum before any norm."""
         if self.pre_norm:
-            return x + self.dropout(out_hook(sublayer(norm(x))))
-        return norm(x + self.dropout(out_hook(sublayer(x))))
+            return sum_hook(x + self.dropout(out_hook(sublayer(norm(x)))))
+        return norm(sum_hook(x + self.dropout(out_hook(sublayer(x)))))
 
 
 def embedding_scale(d_model: int) -> float:

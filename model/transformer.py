@@ -7,7 +7,7 @@ from torch import nn
 
 from model.config import TransformerConfig
 from model.hooks import HookPoint, name_hook_points
-from model.layers import TransformerLayer, embedding_scale, sinusoidal_table
+from model.layers import HookedLayerNorm, TransformerLayer, embedding_scale, sinusoidal_table
 
 
 class Stack(nn.Module):
@@ -22,7 +22,7 @@ class Stack(nn.Module):
         self.register_buffer("pos_table", sinusoidal_table(cfg.max_len, cfg.d_model), persistent=False)
         self.dropout = nn.Dropout(cfg.dropout)
         self.layers = nn.ModuleList(TransformerLayer(cfg, cross_attention) for _ in range(n_layers))
-        self.ln_final = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm == "pre" else None
+        self.ln_final = HookedLayerNorm(cfg.d_model, cfg.layer_norm_eps) if cfg.norm == "pre" else None
         self.hook_embed = HookPoint()  # (batch, len, d_model): token embedding x sqrt(d_model)
         self.hook_pos_embed = HookPoint()  # (1, len, d_model): PE rows 0..len-1
         self.hook_resid_final = HookPoint()  # (batch, len, d_model): the stack's output

@@ -52,8 +52,8 @@ def test_captured_values_are_consistent(model) -> None:
     heads, src_len, tgt_len = model.cfg.n_heads, src.size(1), tgt.size(1)
     assert c["encoder.0.attn.hook_pattern"].shape == (1, heads, src_len, src_len)
     assert c["decoder.1.cross_attn.hook_pattern"].shape == (1, heads, tgt_len, src_len)
-    np.testing.assert_array_equal(c["encoder.0.hook_resid_post"], c["encoder.1.hook_resid_pre"])
-    scores = torch.from_numpy(c["decoder.0.attn.hook_scores"])
+    np.testing.assert_array_equal(c["encoder.0.hook_normalized_resid_post"], c["encoder.1.hook_resid_pre"])
+    scores = torch.from_numpy(c["decoder.0.attn.hook_attn_scores"])
     expected = scores.masked_fill(~causal_mask(tgt_len), float("-inf")).softmax(-1).numpy()
     np.testing.assert_allclose(c["decoder.0.attn.hook_pattern"], expected, atol=1e-6)
     assert np.triu(c["decoder.0.attn.hook_pattern"][0, 0], k=1).max() == 0.0
@@ -102,14 +102,14 @@ def _module_sites(model) -> dict:
     return {
         "layer0_out": layer,
         "layer0_attn_in": HookSite(layer.attn, lambda args, kwargs, out: args[0]),
-        "encoder.0.hook_resid_post": model.hook_points["encoder.0.hook_resid_post"],
+        "encoder.0.hook_normalized_resid_post": model.hook_points["encoder.0.hook_normalized_resid_post"],
     }
 
 
 def test_forward_hook_sites_read_outputs_and_inputs(model) -> None:
     src, tgt = _batch(6)
     _, c = capture(model, _module_sites(model), None, lambda: _forward(model, src, tgt))
-    np.testing.assert_array_equal(c["layer0_out"], c["encoder.0.hook_resid_post"])
+    np.testing.assert_array_equal(c["layer0_out"], c["encoder.0.hook_normalized_resid_post"])  # post-norm output
     _, points = capture(model, model.hook_points, "encoder.0.hook_resid_pre", lambda: _forward(model, src, tgt))
     np.testing.assert_array_equal(c["layer0_attn_in"], points["encoder.0.hook_resid_pre"])
     assert _hook_count(model) == 0

@@ -15,6 +15,7 @@ from model.capture import capture
 from model.hf_loading import load_hf_runner
 from model.runner import RunOptions
 from model.tracing import load_trace, save_trace
+from model.vocabulary import in_vocabulary
 from tests.tiny_hf import FAMILIES, build
 
 TEXT = "the quick brown fox jumps over the lazy dog"
@@ -75,25 +76,45 @@ def test_capture_does_not_change_logits(runners, family: str) -> None:
     assert set(values) == set(runner.sites)
 
 
-def _layer(prefix: str, cross: bool) -> list[str]:
-    names = ["hook_resid_pre", "attn.hook_pattern", "hook_attn_out", "hook_resid_mid"]
-    if cross:
-        names += ["cross_attn.hook_pattern", "hook_cross_attn_out", "hook_resid_mid_cross"]
-    return [f"{prefix}.{n}" for n in [*names, "mlp.hook_post", "hook_mlp_out", "hook_resid_post"]]
+LN1, LN2, LN_CROSS = (["ln1.hook_scale", "ln1.hook_normalized"], ["ln2.hook_scale", "ln2.hook_normalized"],
+                      ["ln_cross.hook_scale", "ln_cross.hook_normalized"])
+CROSS = ["cross_attn.hook_pattern", "hook_cross_attn_out", "hook_resid_mid_cross"]
+LAYER_NAMES = {  # per family: the names of one layer, in table order
+    "bert": ["hook_resid_pre", "attn.hook_pattern", "hook_attn_out", "hook_resid_mid", *LN1, "mlp.hook_pre",
+             "mlp.hook_post", "hook_mlp_out", "hook_resid_post", *LN2, "hook_normalized_resid_post"],
+    "gpt2": ["hook_resid_pre", *LN1, "attn.hook_pattern", "hook_attn_out", "hook_resid_mid", *LN2, "mlp.hook_pre",
+             "mlp.hook_post", "hook_mlp_out", "hook_resid_post"],
+    "llama": ["hook_resid_pre", *LN1, "attn.hook_pattern", "hook_attn_out", "hook_resid_mid", *LN2,
+              "mlp.hook_post", "hook_mlp_out", "hook_resid_post"],
+}
 
 
-def _stack(stack: str, cross: bool, extras: list[str]) -> list[str]:
-    return [*_layer(f"{stack}.0", cross), *_layer(f"{stack}.1", cross), *(f"{stack}.{e}" for e in extras)]
+def _t5_layer(cross: bool) -> list[str]:
+    names = ["hook_resid_pre", *LN1, "attn.hook_pattern", "hook_attn_out", "hook_resid_mid"]
+    names += [*LN_CROSS, *CROSS] if cross else []
+    return [*names, *LN2, "mlp.hook_pre", "mlp.hook_post", "hook_mlp_out", "hook_resid_post"]
 
 
+def _bart_layer(cross: bool) -> list[str]:
+    names = ["hook_resid_pre", "attn.hook_pattern", "hook_attn_out", "hook_resid_mid", *LN1]
+    names += [*CROSS, *LN_CROSS] if cross else []
+    return [*names, "mlp.hook_pre", "mlp.hook_post", "hook_mlp_out", "hook_resid_post", *LN2,
+            "hook_normalized_resid_post"]
+
+
+def _stack(stack: str, layer: list[str], extras: list[str]) -> list[str]:
+    return [*(f"{stack}.{i}.{name}" for i in range(2) for name in layer), *(f"{stack}.{e}" for e in extras)]
+
+
+LN_FINAL = ["ln_final.hook_scale", "ln_final.hook_normalized"]
 HOOK_NAMES = {
-    "bert": _stack("encoder", False, ["hook_embed", "hook_pos_embed"]),
-    "gpt2": _stack("decoder", False, ["hook_embed", "hook_pos_embed", "hook_resid_final"]),
-    "llama": _stack("decoder", False, ["hook_embed", "hook_resid_final"]),
-    "t5": [*_stack("encoder", False, ["hook_embed", "hook_resid_final"]),
-           *_stack("decoder", True, ["hook_embed", "hook_resid_final"])],
-    "bart": [*_stack("encoder", False, ["hook_embed", "hook_pos_embed"]),
-             *_stack("decoder", True, ["hook_embed", "hook_pos_embed"])],
+    "bert": _stack("encoder", LAYER_NAMES["bert"], ["hook_embed", "hook_pos_embed"]),
+    "gpt2": _stack("decoder", LAYER_NAMES["gpt2"], ["hook_embed", "hook_pos_embed", *LN_FINAL, "hook_resid_final"]),
+    "llama": _stack("decoder", LAYER_NAMES["llama"], ["hook_embed", *LN_FINAL, "hook_resid_final"]),
+    "t5": [*_stack("encoder", _t5_layer(False), ["hook_embed", *LN_FINAL, "hook_resid_final"]),
+           *_stack("decoder", _t5_layer(True), ["hook_embed", *LN_FINAL, "hook_resid_final"])],
+    "bart": [*_stack("encoder", _bart_layer(False), ["hook_embed", "hook_pos_embed"]),
+             *_stack("decoder", _bart_layer(True), ["hook_embed", "hook_pos_embed"])],
 }
 HOOK_NAMES["marian"] = HOOK_NAMES["bart"]
 
@@ -101,6 +122,25 @@ HOOK_NAMES["marian"] = HOOK_NAMES["bart"]
 @pytest.mark.parametrize("family", FAMILIES)
 def test_hook_names_are_pinned(runners, family: str) -> None:
     assert list(runners[family].sites) == HOOK_NAMES[family]
+    assert all(in_vocabulary(name) for name in runners[family].sites)  # a table naming a hook outside it fails
+
+
+@pytest.mark.parametrize("family", ["bert", "bart", "marian"])
+def test_post_norm_residual_hooks_are_the_sums_before_the_norm(runners, family: str) -> None:
+    """As TransformerLens means them: resid_mid = resid_pre + attn_out, and the layer's output is the
+    normalised stream (hook_normalized_resid_post), read by the next layer."""
+    stack = "encoder"
+    trace = runners[family].run(TEXT)
+    c = {k: torch.from_numpy(v) for k, v in trace.captured.items()}
+    torch.testing.assert_close(c[f"{stack}.0.hook_resid_mid"], c[f"{stack}.0.hook_resid_pre"] +
+                               c[f"{stack}.0.hook_attn_out"])
+    mlp_in = c[f"{stack}.0.ln1.hook_normalized"]
+    torch.testing.assert_close(c[f"{stack}.0.hook_resid_post"], mlp_in + c[f"{stack}.0.hook_mlp_out"])
+    torch.testing.assert_close(c[f"{stack}.0.hook_normalized_resid_post"], c[f"{stack}.1.hook_resid_pre"])
+    resid_post = c[f"{stack}.0.hook_resid_post"]
+    centred = resid_post - resid_post.mean(-1, keepdim=True)
+    torch.testing.assert_close(c[f"{stack}.0.ln2.hook_scale"], centred.pow(2).mean(-1, keepdim=True).add(
+        1e-5 if family != "bert" else 1e-12).sqrt())
 
 
 @pytest.mark.parametrize("family", ["bert", "t5", "bart"])

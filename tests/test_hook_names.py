@@ -1,23 +1,32 @@
-"""The full list of hook names of each from-scratch model family, pinned."""
+"""The full list of hook names of each from-scratch model family, pinned, every one in the vocabulary, and
+the residual hooks meaning what TransformerLens means (sums before any norm) in post-norm layers too."""
 
+from dataclasses import replace
+
+import pytest
+import torch
+
+from model.capture import capture
 from model.config import TransformerConfig
+from model.masks import causal_mask
 from model.transformer import build_model
+from model.vocabulary import in_vocabulary
 
-ATTN = ["hook_q", "hook_k", "hook_v", "hook_scores", "hook_pattern", "hook_z"]
-MLP = ["mlp.hook_pre", "mlp.hook_post"]
+ATTN = ["hook_q", "hook_k", "hook_v", "hook_attn_scores", "hook_pattern", "hook_z"]
+NORM = ["hook_scale", "hook_normalized"]
 STACK = ["hook_embed", "hook_pos_embed", "hook_resid_final"]
 
 
-def _layer(prefix: str, cross: bool) -> list[str]:
-    names = [f"{prefix}.attn.{h}" for h in ATTN]
+def _layer(prefix: str, cross: bool, post_norm: bool = True) -> list[str]:
+    names = [f"{prefix}.attn.{h}" for h in ATTN] + [f"{prefix}.ln1.{h}" for h in NORM]
     if cross:
-        names += [f"{prefix}.cross_attn.{h}" for h in ATTN]
-    names += [f"{prefix}.{h}" for h in MLP]
+        names += [f"{prefix}.cross_attn.{h}" for h in ATTN] + [f"{prefix}.ln_cross.{h}" for h in NORM]
+    names += [f"{prefix}.mlp.hook_pre", f"{prefix}.mlp.hook_post"] + [f"{prefix}.ln2.{h}" for h in NORM]
     names += [f"{prefix}.hook_resid_pre", f"{prefix}.hook_attn_out", f"{prefix}.hook_resid_mid"]
     if cross:
         names += [f"{prefix}.hook_cross_attn_out", f"{prefix}.hook_resid_mid_cross"]
     names += [f"{prefix}.hook_mlp_out", f"{prefix}.hook_resid_post"]
-    return names
+    return names + ([f"{prefix}.hook_normalized_resid_post"] if post_norm else [])
 
 
 def test_encoder_decoder_hook_names() -> None:
@@ -29,9 +38,9 @@ def test_encoder_decoder_hook_names() -> None:
         *[f"decoder.{h}" for h in STACK],
     ]
     assert list(model.hook_points) == expected
-    assert len(expected) == 74
-    assert "decoder.1.cross_attn.hook_pattern" in model.hook_points
+    assert len(expected) == 98
     assert all(point.name == name for name, point in model.hook_points.items())
+    assert all(in_vocabulary(name) for name in expected)
 
 
 def test_decoder_only_hook_names() -> None:
@@ -39,4 +48,33 @@ def test_decoder_only_hook_names() -> None:
     expected = [*(name for i in range(4) for name in _layer(f"decoder.{i}", cross=False)),
                 *[f"decoder.{h}" for h in STACK]]
     assert list(model.hook_points) == expected
-    assert not any(name.startswith("encoder") for name in model.hook_points)
+    pre_norm = build_model(replace(TransformerConfig.toy(vocab_size=10, kind="decoder"), norm="pre"))
+    assert "decoder.0.hook_normalized_resid_post" not in pre_norm.hook_points
+    assert {"decoder.ln_final.hook_scale", "decoder.ln_final.hook_normalized"} <= set(pre_norm.hook_points)
+    assert all(in_vocabulary(name) for name in pre_norm.hook_points)
+
+
+def test_the_vocabulary_refuses_names_outside_it() -> None:
+    assert in_vocabulary("decoder.3.cross_attn.hook_attn_scores") and in_vocabulary("encoder.hook_embed")
+    assert not in_vocabulary("decoder.3.attn.hook_scores") and not in_vocabulary("decoder.hook_pattern")
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_residual_hooks_are_the_sums_before_any_norm(norm: str) -> None:
+    model = build_model(replace(TransformerConfig.toy(vocab_size=10, kind="decoder"), norm=norm)).eval()
+    ids = torch.tensor([[1, 4, 5, 6, 7]])
+    _, c = capture(model, model.hook_points, None, lambda: model(ids, causal_mask(5)))
+    c = {k: torch.from_numpy(v) for k, v in c.items()}
+    ln1, ln2 = model.decoder.layers[0].ln1, model.decoder.layers[0].ln2
+    resid_pre = c["decoder.0.hook_resid_pre"]
+    torch.testing.assert_close(c["decoder.0.hook_resid_mid"], resid_pre + c["decoder.0.hook_attn_out"])
+    mlp_in = c["decoder.0.ln1.hook_normalized"] if norm == "post" else c["decoder.0.hook_resid_mid"]
+    torch.testing.assert_close(c["decoder.0.hook_resid_post"], mlp_in + c["decoder.0.hook_mlp_out"])
+    torch.testing.assert_close(c["decoder.0.ln1.hook_normalized"],
+                               torch.nn.functional.layer_norm(c["decoder.0.hook_resid_mid"] if norm == "post"
+                                                              else resid_pre, (64,), ln1.weight, ln1.bias, ln1.eps))
+    layer_out = c["decoder.0.hook_normalized_resid_post"] if norm == "post" else c["decoder.0.hook_resid_post"]
+    torch.testing.assert_close(layer_out, c["decoder.1.hook_resid_pre"])
+    if norm == "post":
+        expected = torch.nn.functional.layer_norm(c["decoder.0.hook_resid_post"], (64,), ln2.weight, ln2.bias, ln2.eps)
+        torch.testing.assert_close(layer_out, expected)

@@ -20,8 +20,8 @@ def _copy_layer(ours, ref_layer, cross: bool) -> None:
         (ref_layer.linear1.bias, ours.mlp.linear1.bias),
         (ref_layer.linear2.weight, ours.mlp.linear2.weight),
         (ref_layer.linear2.bias, ours.mlp.linear2.bias),
-        (ref_layer.norm1.weight, ours.ln_attn.weight),
-        (ref_layer.norm1.bias, ours.ln_attn.bias),
+        (ref_layer.norm1.weight, ours.ln1.weight),
+        (ref_layer.norm1.bias, ours.ln1.bias),
     ]
     if cross:  # torch order: self-attn (norm1), cross-attn (norm2), FFN (norm3)
         pairs += [
@@ -31,11 +31,11 @@ def _copy_layer(ours, ref_layer, cross: bool) -> None:
             (ref_layer.multihead_attn.out_proj.bias, ours.cross_attn.out_proj.bias),
             (ref_layer.norm2.weight, ours.ln_cross.weight),
             (ref_layer.norm2.bias, ours.ln_cross.bias),
-            (ref_layer.norm3.weight, ours.ln_mlp.weight),
-            (ref_layer.norm3.bias, ours.ln_mlp.bias),
+            (ref_layer.norm3.weight, ours.ln2.weight),
+            (ref_layer.norm3.bias, ours.ln2.bias),
         ]
     else:
-        pairs += [(ref_layer.norm2.weight, ours.ln_mlp.weight), (ref_layer.norm2.bias, ours.ln_mlp.bias)]
+        pairs += [(ref_layer.norm2.weight, ours.ln2.weight), (ref_layer.norm2.bias, ours.ln2.bias)]
     with torch.no_grad():
         for dst, src in pairs:
             dst.copy_(src)

@@ -1,0 +1,74 @@
+"""The hook vocabulary: every name a model of this project may offer, its shape and its meaning.
+
+Names follow TransformerLens (HookedTransformer, HookedEncoder) with a stack prefix: `encoder.` or
+`decoder.`, then the layer index for per-layer hooks (`decoder.3.attn.hook_pattern`). A name means
+what it means there. In particular the residual hooks are the stream's sums before any norm, also in
+post-norm models (the paper's model, BERT, BART, Marian), whose normalised stream is
+`ln1.hook_normalized` (after attention) and `hook_normalized_resid_post` (the layer's output).
+
+Shapes are as a Trace stores them: the batch dimension removed. pos = a position of the stack's own
+sequence; key_pos = a position of the sequence attended to (the source, for cross-attention).
+"""
+
+from __future__ import annotations
+
+import re
+
+_ATTENTION = {  # under `attn.` (self-attention) or `cross_attn.` (the decoder's attention to the encoder)
+    "hook_q": "(heads, pos, d_head): each head's queries",
+    "hook_k": "(kv_heads, key_pos, d_head): each key/value head's keys",
+    "hook_v": "(kv_heads, key_pos, d_head): each key/value head's values",
+    "hook_rot_q": "(heads, pos, d_head): queries after the rotary embedding (rotary models)",
+    "hook_rot_k": "(kv_heads, key_pos, d_head): keys after the rotary embedding (rotary models)",
+    "hook_attn_scores": "(heads, pos, key_pos): Q K^T / sqrt(d_head) (+ position bias), before the mask",
+    "hook_pattern": "(heads, pos, key_pos): the attention probabilities, softmax over keys after the mask",
+    "hook_z": "(heads, pos, d_head): each head's output, pattern x V, before W_O",
+}
+_NORM = {
+    "hook_scale": "(pos, 1): what the norm divides by (the standard deviation, or the RMS)",
+    "hook_normalized": "(pos, d_model): the norm's output, after its weight and bias",
+}
+PER_LAYER: dict[str, str] = {
+    "hook_resid_pre": "(pos, d_model): the residual stream going into the layer",
+    **{f"attn.{name}": meaning for name, meaning in _ATTENTION.items()},
+    "hook_attn_out": "(pos, d_model): what self-attention adds to the residual stream (after W_O)",
+    "hook_resid_mid": "(pos, d_model): the residual stream after self-attention's sum, before any norm",
+    **{f"cross_attn.{name}": meaning for name, meaning in _ATTENTION.items()},
+    "hook_cross_attn_out": "(pos, d_model): what cross-attention adds to the residual stream",
+    "hook_resid_mid_cross": "(pos, d_model): the residual stream after cross-attention's sum, before any norm",
+    **{f"ln1.{name}": meaning for name, meaning in _NORM.items()},  # the norm at self-attention
+    **{f"ln_cross.{name}": meaning for name, meaning in _NORM.items()},  # the norm at cross-attention
+    **{f"ln2.{name}": meaning for name, meaning in _NORM.items()},  # the norm at the MLP
+    "mlp.hook_pre": "(pos, d_ff): the MLP's hidden layer before the activation",
+    "mlp.hook_post": "(pos, d_ff): the MLP's hidden layer after the activation (x the gate, in gated MLPs)",
+    "hook_mlp_out": "(pos, d_model): what the MLP adds to the residual stream",
+    "hook_resid_post": "(pos, d_model): the residual stream after the MLP's sum, before any norm",
+    "hook_normalized_resid_post": "(pos, d_model): post-norm models: the layer's output, the normalised stream",
+}
+PER_STACK: dict[str, str] = {
+    "hook_embed": "(pos, d_model): the token embeddings (x sqrt(d_model) where the model scales them)",
+    "hook_pos_embed": "(pos, d_model): the positional part added to them (absolute positions only)",
+    **{f"ln_final.{name}": meaning for name, meaning in _NORM.items()},
+    "hook_resid_final": "(pos, d_model): the stack's output, after its final norm where it has one",
+}
+_LAYER_NAME = re.compile(r"^(encoder|decoder)\.\d+\.(.+)$")
+_STACK_NAME = re.compile(r"^(encoder|decoder)\.(.+)$")
+
+
+def meaning(name: str) -> str:
+    """Shape and meaning of a full hook name ('decoder.3.attn.hook_pattern'); KeyError outside the vocabulary."""
+    per_layer = _LAYER_NAME.match(name)
+    if per_layer:
+        return PER_LAYER[per_layer.group(2)]
+    per_stack = _STACK_NAME.match(name)
+    if per_stack:
+        return PER_STACK[per_stack.group(2)]
+    raise KeyError(name)
+
+
+def in_vocabulary(name: str) -> bool:
+    try:
+        meaning(name)
+    except KeyError:
+        return False
+    return True
