@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import io
+from collections.abc import Iterable
 
 import numpy as np
 import plotly.colors
@@ -34,20 +35,20 @@ def resample(matrix: np.ndarray, size: int) -> np.ndarray:
     return out
 
 
-def thumbnail_grid(layer_patterns: list[np.ndarray], size: int = 40) -> np.ndarray:
-    """layer_patterns[l]: (heads, q, k). -> uint8 image (layers * (size + GAP), heads * (size + GAP)),
-    each head scaled to its own maximum so that faint heads stay visible."""
-    layers, heads = len(layer_patterns), layer_patterns[0].shape[0]
+def thumbnail_grid(layer_patterns: Iterable[np.ndarray], size: int = 40) -> np.ndarray:
+    """Each layer's pattern (heads, q, k) -> uint8 image (layers * (size + GAP), heads * (size + GAP)),
+    each head scaled to its own maximum so that faint heads stay visible. Layers are read one at a time:
+    given a generator, only one layer's pattern is held at once."""
     cell = size + GAP
-    image = np.zeros((layers * cell, heads * cell), dtype=np.uint8)
-    for layer, pattern in enumerate(layer_patterns):
-        for head in range(heads):
-            small = resample(pattern[head], size)
+    rows = []  # one (cell, heads * cell) strip per layer
+    for pattern in layer_patterns:
+        row = np.zeros((cell, pattern.shape[0] * cell), dtype=np.uint8)
+        for head, matrix in enumerate(pattern):
+            small = resample(matrix, size)
             peak = float(small.max()) or 1.0
-            image[layer * cell : layer * cell + size, head * cell : head * cell + size] = np.round(
-                255 * small / peak
-            ).astype(np.uint8)
-    return image
+            row[:size, head * cell : head * cell + size] = np.round(255 * small / peak).astype(np.uint8)
+        rows.append(row)
+    return np.concatenate(rows)
 
 
 def colour_png(image: np.ndarray, colorscale: str) -> str:
