@@ -11,6 +11,7 @@ from model.runner import Runner, RunOptions
 from model.tracing import Trace
 from ui import url_state
 from ui.messages import show_error
+from ui.trace_cache import cached_trace
 
 CAUSAL_CHOICES = {"as trained": "auto", "on everywhere": "on", "off everywhere": "off"}
 CUSTOM = "custom"
@@ -31,10 +32,12 @@ def get_runner(model_id: str, device: str) -> Runner:
     return load_runner(model_id, device=pick_device(device))
 
 
-@st.cache_resource(max_entries=64, show_spinner="Running the model…")
-def get_trace(model_id: str, device: str, text: str, target: str | None, causal: str) -> Trace:
-    """One trace per input, keyed by plain values; changing a layer or head never reruns the model."""
-    return get_runner(model_id, device).run(text, target, RunOptions(causal=causal))
+def get_trace(model_id: str, device: str, text: str, target: str | None, causal: str) -> tuple[Trace, bool]:
+    """One trace per input, keyed by plain values, in the server's byte-bounded cache; changing a layer or head
+    never reruns the model unless the trace was too large to keep (False). Only attention patterns are
+    captured: the pages read those and the outputs."""
+    runner, options = get_runner(model_id, device), RunOptions(hooks=("*.hook_pattern",), causal=causal)
+    return cached_trace((model_id, device, text, target, causal), lambda: runner.run(text, target, options))
 
 
 def use_example(pills_key: str, text_key: str) -> None:
@@ -75,16 +78,20 @@ def sidebar() -> Trace | None:
             target = st.sidebar.text_input("Target", key=f"target_{model_id}")
     causal = st.sidebar.selectbox("Causal mask", list(CAUSAL_CHOICES), key="causal")
     url_state.write(text=text, target=target, causal=CAUSAL_CHOICES[causal])
-    st.session_state["trace_key"] = repr((model_id, device, text, target, causal))
     try:
-        return get_trace(model_id, device, text, target, CAUSAL_CHOICES[causal])
+        trace, kept = get_trace(model_id, device, text, target, CAUSAL_CHOICES[causal])
     except ValueError as error:
         show_error(str(error))
         return None
+    if not kept:
+        st.info("This run is too large to keep in the server's memory budget: changing a layer or view will "
+                "re-run it.", icon=":material/memory:")
+    return trace
 
 
 def main() -> None:
     st.set_page_config(page_title="Attention Atlas", page_icon="🔍", layout="wide")
+    st.session_state.pop("trace", None)  # else Streamlit keeps the last run's trace beside this run's until the next
     st.session_state["trace"] = sidebar()
     st.navigation([
         st.Page("app_pages/overview.py", title="Overview", icon=":material/summarize:", default=True),

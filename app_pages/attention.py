@@ -14,6 +14,7 @@ import streamlit as st
 from model.tracing import Trace
 from ui.downloads import downloads
 from ui.pickers import SITE_LABELS, choose_head, open_clicked_head
+from ui.trace_cache import per_trace
 from viz.head_lines import DEFAULT_THRESHOLD, head_lines_figure
 from viz.head_stats import attention_rollout, head_statistics
 from viz.heatmap import COLOR_SCALES, VALUES_UP_TO, WINDOW, attention_heatmap, layer_head_heatmap
@@ -96,18 +97,24 @@ def thumbnail_size(layers: int, heads: int) -> int:
     return max(24, min(96, 720 // max(layers, heads)))
 
 
-@st.cache_resource(max_entries=32, show_spinner=False)
-def model_view_image(trace_key: str, site: str, size: int, hide_special: bool, _trace: Trace) -> np.ndarray:
-    """The thumbnail grid of a site, computed once per trace (keyed by the run's plain inputs)."""
-    rows, cols = shown_positions(_trace, site, hide_special)
-    layers = [_trace.attention[_trace.pattern_name(site, i)] for i in range(_trace.n_layers(site))]
-    return thumbnail_grid([pattern[:, rows][:, :, cols] for pattern in layers], size)  # (layers*cell, heads*cell)
+def model_view_image(trace: Trace, site: str, size: int, hide_special: bool) -> np.ndarray:
+    """The thumbnail grid of a site, computed once per trace (kept with it in the trace cache)."""
+
+    def grid() -> np.ndarray:
+        rows, cols = shown_positions(trace, site, hide_special)
+        layers = (trace.attention[trace.pattern_name(site, i)] for i in range(trace.n_layers(site)))  # unpacked lazily
+        return thumbnail_grid((pattern[:, rows][:, :, cols] for pattern in layers), size)  # (layers*cell, heads*cell)
+
+    return per_trace(trace, ("model view", site, size, hide_special), grid)
 
 
-@st.cache_resource(max_entries=16, show_spinner=False)
-def rollout_matrix(trace_key: str, site: str, _trace: Trace) -> np.ndarray:
+def rollout_matrix(trace: Trace, site: str) -> np.ndarray:
     """(q_len, k_len) attention rollout of a site, computed once per trace (1 s for SmolLM2 at 512 tokens)."""
-    return attention_rollout([_trace.attention[_trace.pattern_name(site, i)] for i in range(_trace.n_layers(site))])
+
+    def rolled() -> np.ndarray:
+        return attention_rollout(trace.attention[trace.pattern_name(site, i)] for i in range(trace.n_layers(site)))
+
+    return per_trace(trace, ("rollout", site), rolled)
 
 
 def _range(label: str, n: int, default: tuple[int, int], key: str) -> tuple[int, int]:
@@ -166,7 +173,7 @@ def model_view(c: Choice) -> None:
     st.caption("Every layer (rows) × head (columns), each shrunk to a thumbnail by averaging blocks of cells and "
                "scaled to its own maximum. Click one to open it.")
     size = thumbnail_size(c.trace.n_layers(c.site), c.trace.facts.n_heads)
-    image = model_view_image(st.session_state["trace_key"], c.site, size, c.hide_special, c.trace)
+    image = model_view_image(c.trace, c.site, size, c.hide_special)
     figure = thumbnail_figure(image, size, f"{SITE_LABELS[c.site]}: layers × heads", c.colorscale)
     st.plotly_chart(figure, key="attention_model_view", on_select="rerun", selection_mode="points")
     downloads(figure, f"{c.name.rsplit('.', 1)[0]}.model-view", "attention_model_view")
@@ -189,13 +196,16 @@ def token_lines(c: Choice) -> None:
     downloads(figure, f"{c.name}.lines", "attention_lines")
 
 
-@st.cache_resource(max_entries=16, show_spinner=False)
-def site_statistics(trace_key: str, site: str, _trace: Trace) -> pd.DataFrame:
+def site_statistics(trace: Trace, site: str) -> pd.DataFrame:
     """Every head's statistics, indexed by (layer, head), computed once per trace and site."""
-    self_attention = not site.endswith("cross_attn")
-    tables = [head_statistics(_trace.attention[_trace.pattern_name(site, i)], self_attention)
-              for i in range(_trace.n_layers(site))]
-    return pd.concat(tables, keys=range(len(tables)), names=["layer"])
+
+    def table() -> pd.DataFrame:
+        self_attention = not site.endswith("cross_attn")
+        tables = [head_statistics(trace.attention[trace.pattern_name(site, i)], self_attention)
+                  for i in range(trace.n_layers(site))]
+        return pd.concat(tables, keys=range(len(tables)), names=["layer"])
+
+    return per_trace(trace, ("statistics", site), table)
 
 
 def statistics(c: Choice) -> None:
@@ -204,7 +214,7 @@ def statistics(c: Choice) -> None:
     st.caption("Entropy H: how spread a head's attention is (0 = one key). Mean distance d: how far it looks. "
                "The last three: the average share of attention on the first token, the previous one, itself. "
                "Computed on every token, special ones included.")
-    table = site_statistics(st.session_state["trace_key"], c.site, c.trace)  # (layers * heads) rows
+    table = site_statistics(c.trace, c.site)  # (layers * heads) rows
     st.dataframe(table.loc[c.layer].style.format("{:.3f}"), key="attention_stats")
     measures = [name for name in table.columns if table[name].notna().any()]
     measure = st.selectbox("Every head of every layer by", measures, key="attention_stats_measure")
@@ -222,7 +232,7 @@ def rollout(c: Choice) -> None:
     st.latex(r"\tilde A_\ell=\tfrac12\,\overline{A_\ell}+\tfrac12 I,\qquad R=\tilde A_L\tilde A_{L-1}\cdots\tilde A_1")
     st.caption("Attention rollout (Abnar & Zuidema, 2020): heads averaged, the residual connection added, "
                "layers multiplied. Row i: how much output position i draws on each input token.")
-    rolled = c.shown(rollout_matrix(st.session_state["trace_key"], c.site, c.trace))  # (q_shown, k_shown)
+    rolled = c.shown(rollout_matrix(c.trace, c.site))  # (q_shown, k_shown)
     figure = c.heatmap(rolled, f"rollout · {SITE_LABELS[c.site]}")
     st.plotly_chart(figure, key="attention_rollout")
     downloads(figure, f"{c.name.rsplit('.', 1)[0]}.rollout", "attention_rollout",

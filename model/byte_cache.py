@@ -49,12 +49,18 @@ class ByteCache:
         self._key_of: dict[int, Hashable] = {}  # id(cached value) -> its key, to find derived values' parent
         self._pending: dict[Hashable, Future] = {}  # computations under way, by key or (key, derived name)
         self._nbytes = 0
+        self._evictions = 0
         self._lock = threading.Lock()  # guards everything above; never held while computing
 
     @property
     def nbytes(self) -> int:
         """Bytes held now, derived values included."""
         return self._nbytes
+
+    @property
+    def evictions(self) -> int:
+        """Entries evicted so far (a caller may then want to collect garbage cycles that still hold them)."""
+        return self._evictions
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -157,3 +163,4 @@ class ByteCache:
             _, entry = self._entries.popitem(last=False)
             del self._key_of[id(entry.value)]
             self._nbytes -= entry.nbytes
+            self._evictions += 1

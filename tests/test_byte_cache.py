@@ -30,7 +30,7 @@ def test_least_recently_used_is_evicted_first_and_bytes_add_up() -> None:
     assert cache.nbytes == 90
     cache.get_or_compute("e", lambda: _array(70))  # c and a go
     assert [k in cache for k in "abcde"] == [False, False, False, True, True]
-    assert (len(cache), cache.nbytes) == (2, 100)
+    assert (len(cache), cache.nbytes, cache.evictions) == (2, 100, 3)
 
 
 def test_derived_values_count_in_their_entry_and_go_with_it() -> None:
