@@ -160,7 +160,8 @@ class ByteCache:
     def _evict_for(self, size: int) -> None:
         """Drop least recently used entries until `size` more bytes fit (the newest entry is dropped last)."""
         while self._entries and self._nbytes + size > self.budget:
-            _, entry = self._entries.popitem(last=False)
-            del self._key_of[id(entry.value)]
+            key, entry = self._entries.popitem(last=False)
+            if self._key_of.get(id(entry.value)) == key:  # (one object cached under two keys: the later one's)
+                del self._key_of[id(entry.value)]
             self._nbytes -= entry.nbytes
             self._evictions += 1

@@ -59,6 +59,16 @@ def test_derived_value_that_does_not_fit_beside_its_parent_is_not_stored() -> No
     assert cache.nbytes == 80 and "p" in cache
 
 
+def test_one_object_under_two_keys_keeps_its_derived_values_with_the_later_key() -> None:
+    cache = ByteCache(budget=100)
+    shared = _array(10)
+    cache.get_or_compute("x", lambda: shared)
+    cache.get_or_compute("y", lambda: shared)
+    cache.get_or_compute("z", lambda: _array(85))  # x goes
+    cache.derived(shared, "image", lambda: _array(5))
+    assert "y" in cache and cache.nbytes == 100  # stored with y
+
+
 def test_a_value_larger_than_the_budget_is_returned_and_not_kept() -> None:
     cache = ByteCache(budget=100)
     cache.get_or_compute("small", lambda: _array(50))
