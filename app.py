@@ -14,6 +14,7 @@ from ui import url_state
 from ui.messages import show_error
 from ui.page import TRACE, keep_page_choices
 from ui.pickers import forget_head
+from ui.trace_cache import cached_trace
 
 CAUSAL_CHOICES = {"as trained": "auto", "on everywhere": "on", "off everywhere": "off"}
 CUSTOM = "custom"
@@ -62,10 +63,12 @@ def get_runner(model_id: str, device: str) -> Runner:
     return runner
 
 
-@st.cache_resource(max_entries=64, show_spinner="Running the model…")
-def get_trace(model_id: str, device: str, text: str, target: str | None, causal: str) -> Trace:
-    """One trace per input, keyed by plain values; changing a layer or head never reruns the model."""
-    return get_runner(model_id, device).run(text, target, RunOptions(causal=causal))
+def get_trace(model_id: str, device: str, text: str, target: str | None, causal: str) -> tuple[Trace, bool]:
+    """One trace per input, keyed by plain values, in the server's byte-bounded cache; changing a layer or head
+    never reruns the model unless the trace was too large to keep (False). Only attention patterns are
+    captured: the pages read those and the outputs."""
+    runner, options = get_runner(model_id, device), RunOptions(hooks=("*.hook_pattern",), causal=causal)
+    return cached_trace((model_id, device, text, target, causal), lambda: runner.run(text, target, options))
 
 
 def use_example(pills_key: str) -> None:
@@ -148,7 +151,7 @@ def run(runner: Runner, model_id: str, device: str, text: str, target: str | Non
     if switched and st.session_state.get("model_shown") is not None:
         forget_head()  # another model's layer and head mean nothing here
     try:
-        trace = get_trace(model_id, device, text, target, causal)
+        trace, kept = get_trace(model_id, device, text, target, causal)
     except ValueError as error:
         if switched and text != runner.examples[0]:
             st.session_state["pending_text"] = runner.examples[0]
@@ -161,6 +164,9 @@ def run(runner: Runner, model_id: str, device: str, text: str, target: str | Non
     st.session_state["model_shown"] = model_id
     if "text_note" in st.session_state:
         st.info(st.session_state.pop("text_note"), icon=":material/info:")
+    if not kept:
+        st.info("This run is too large to keep in the server's memory budget: changing a layer or view will "
+                "re-run it.", icon=":material/memory:")
     return trace
 
 
@@ -169,6 +175,7 @@ def main() -> None:
     st.html(PAGE_STYLE)
     keep_page_choices()
     navigation = st.navigation([st.Page(path, title=title, icon=icon) for path, title, icon in PAGES])
+    st.session_state.pop(TRACE, None)  # else Streamlit keeps the last run's trace beside this run's until the next
     st.session_state[TRACE], slot = sidebar()
     with slot.container() if slot is not None else st.container():  # one block for the page (`loading_slot`)
         navigation.run()

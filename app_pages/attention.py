@@ -14,8 +14,9 @@ import streamlit as st
 from model.tracing import Trace
 from ui import url_state
 from ui.downloads import downloads, matrix_table
-from ui.page import current_trace, trace_key
+from ui.page import current_trace
 from ui.pickers import choose_head, keep_valid, open_clicked_head, site_label
+from ui.trace_cache import per_trace
 from viz.head_lines import DEFAULT_THRESHOLD, head_lines_figure
 from viz.head_stats import attention_rollout, head_statistics
 from viz.heatmap import COLOR_SCALES, VALUES_UP_TO, WINDOW, attention_heatmap, layer_head_heatmap
@@ -120,19 +121,25 @@ def thumbnail_size(heads: int) -> int:
     return max(32, min(64, MODEL_VIEW_WIDTH // heads))
 
 
-@st.cache_resource(max_entries=32, show_spinner=False)
-def model_view_image(key: str, site: str, size: int, hide_special: bool, _trace: Trace) -> np.ndarray:
-    """The thumbnail grid of a site, computed once per trace (keyed by the run's plain inputs)."""
-    rows, cols = shown_positions(_trace, site, hide_special)
-    layers = [_trace.attention[_trace.pattern_name(site, i)] for i in range(_trace.n_layers(site))]
-    visible = _trace.masks[site][np.ix_(rows, cols)]
-    return thumbnail_grid([pattern[:, rows][:, :, cols] for pattern in layers], size, visible)
+def model_view_image(trace: Trace, site: str, size: int, hide_special: bool) -> np.ndarray:
+    """The thumbnail grid of a site, masked pixels marked, computed once per trace (kept with it in the cache)."""
+
+    def grid() -> np.ndarray:
+        rows, cols = shown_positions(trace, site, hide_special)
+        layers = (trace.attention[trace.pattern_name(site, i)] for i in range(trace.n_layers(site)))  # unpacked lazily
+        visible = trace.masks[site][np.ix_(rows, cols)]
+        return thumbnail_grid((pattern[:, rows][:, :, cols] for pattern in layers), size, visible)
+
+    return per_trace(trace, ("model view", site, size, hide_special), grid)
 
 
-@st.cache_resource(max_entries=16, show_spinner=False)
-def rollout_matrix(key: str, site: str, _trace: Trace) -> np.ndarray:
+def rollout_matrix(trace: Trace, site: str) -> np.ndarray:
     """(q_len, k_len) attention rollout of a site, computed once per trace (1 s for SmolLM2 at 512 tokens)."""
-    return attention_rollout([_trace.attention[_trace.pattern_name(site, i)] for i in range(_trace.n_layers(site))])
+
+    def rolled() -> np.ndarray:
+        return attention_rollout(trace.attention[trace.pattern_name(site, i)] for i in range(trace.n_layers(site)))
+
+    return per_trace(trace, ("rollout", site), rolled)
 
 
 def _window_start(label: str, last: int, default: int, key: str) -> int:
@@ -197,7 +204,7 @@ def model_view(c: Choice) -> None:
     st.caption("Every layer (rows) × head (columns), each shrunk to a thumbnail by averaging blocks of cells and "
                "scaled to its own maximum. Click one to open it.")
     size = thumbnail_size(c.trace.facts.n_heads)
-    image = model_view_image(trace_key(c.trace), c.site, size, c.hide_special, c.trace)
+    image = model_view_image(c.trace, c.site, size, c.hide_special)
     figure = thumbnail_figure(image, size, f"{c.label}: layers × heads", c.colorscale)
     st.plotly_chart(figure, key="attention_model_view", on_select="rerun", selection_mode="points")
     downloads(figure, f"{c.name.rsplit('.', 1)[0]}.model-view", "attention_model_view")
@@ -220,19 +227,22 @@ def token_lines(c: Choice) -> None:
     downloads(figure, f"{c.name}.lines", "attention_lines")
 
 
-@st.cache_resource(max_entries=16, show_spinner=False)
-def site_statistics(key: str, site: str, _trace: Trace) -> pd.DataFrame:
+def site_statistics(trace: Trace, site: str) -> pd.DataFrame:
     """Every head's statistics, indexed by (layer, head), computed once per trace and site."""
-    self_attention = not site.endswith("cross_attn")
-    tables = [head_statistics(_trace.attention[_trace.pattern_name(site, i)], self_attention)
-              for i in range(_trace.n_layers(site))]
-    return pd.concat(tables, keys=range(len(tables)), names=["layer"])
+
+    def table() -> pd.DataFrame:
+        self_attention = not site.endswith("cross_attn")
+        tables = [head_statistics(trace.attention[trace.pattern_name(site, i)], self_attention)
+                  for i in range(trace.n_layers(site))]
+        return pd.concat(tables, keys=range(len(tables)), names=["layer"])
+
+    return per_trace(trace, ("statistics", site), table)
 
 
 def statistics(c: Choice) -> None:
     st.latex(r"H=-\frac1{n_q}\sum_i\sum_j A_{ij}\log_2 A_{ij},\qquad "
              r"d=\frac1{n_q}\sum_i\sum_j A_{ij}\,|i-j|")
-    table = site_statistics(trace_key(c.trace), c.site, c.trace)  # (layers * heads) rows
+    table = site_statistics(c.trace, c.site)  # (layers * heads) rows
     measures = [name for name in table.columns if table[name].notna().any()]
     if len(measures) < len(table.columns):
         st.caption("Entropy H: how spread a head's attention is (0 = one key). To first token: the average share "
@@ -260,7 +270,7 @@ def rollout(c: Choice) -> None:
     st.latex(r"\tilde A_\ell=\tfrac12\,\overline{A_\ell}+\tfrac12 I,\qquad R=\tilde A_L\tilde A_{L-1}\cdots\tilde A_1")
     st.caption("Attention rollout (Abnar & Zuidema, 2020): heads averaged, the residual connection added, "
                "layers multiplied. Row i: how much output position i draws on each input token.")
-    rolled = c.shown(rollout_matrix(trace_key(c.trace), c.site, c.trace))  # (q_shown, k_shown)
+    rolled = c.shown(rollout_matrix(c.trace, c.site))  # (q_shown, k_shown)
     unreachable = c.masked & (rolled == 0)  # a mask cut every path from the query to the key
     figure = c.heatmap(rolled, f"rollout · {c.label}", unreachable)
     st.plotly_chart(figure, key="attention_rollout")

@@ -15,8 +15,8 @@ else the machine is doing; MB (10^6 bytes) the browser received over the websock
 ForwardMsg protobufs, uncompressed by default); how many messages, and how many of them were `ref_hash`
 stand-ins (the browser already had that element from an earlier run, so the server sent only its hash:
 Streamlit's message cache); and the figures waited for. Visit 1 of a model is the cold one (the model
-view's st.cache_resource is filled then); later visits may hit both caches. Then the median per model
-against the targets (< 3 s, < 10 MB), and the largest messages of visit 1, so that a size far above target
+view's thumbnails are computed then, kept with the trace); later visits may hit both caches. Then the median
+per model against the targets (< 3 s, < 10 MB), and the largest messages of visit 1, so that a size far above target
 points at the element responsible.
 """
 

@@ -132,6 +132,14 @@ class Trace:
         """Attention probabilities by hook name, each (heads, q_len, k_len)."""
         return AttentionView(self.captured, self.lower_triangle)
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the arrays held: captured values as stored (packed patterns packed), outputs, masks, and
+        the decode steps' attention (token strings and ids are left out: a few bytes a token)."""
+        arrays = [*self.captured.values(), *self.outputs.values(), *self.masks.values()]
+        arrays += [row for step in self.steps for row in step.attention.values()]
+        return sum(array.nbytes for array in arrays)
+
     def shape(self, name: str) -> tuple[int, ...]:
         """The shape of a captured value as a person thinks of it (packed patterns as squares)."""
         shape = self.captured[name].shape

@@ -36,6 +36,7 @@ def test_rollout() -> None:
     one = attention_rollout([uniform])
     assert np.allclose(one, 0.5 * np.full((n, n), 1 / n) + 0.5 * np.eye(n))
     assert np.allclose(attention_rollout([uniform, uniform]).sum(-1), 1.0)
+    assert np.array_equal(attention_rollout(iter([uniform, uniform])), attention_rollout([uniform, uniform]))
     with pytest.raises(ValueError, match="at least one layer"):
         attention_rollout([])
 
@@ -54,6 +55,7 @@ def test_thumbnail_grid_is_one_small_image() -> None:
     assert image[:64, :64].max() == TOP  # each head scaled to its own maximum
     payload = len(pio.to_json(thumbnail_figure(image, 64)))
     assert payload < 1_500_000, payload  # 270 heads at 512 tokens: full heatmaps would be ~250 MB
+    assert np.array_equal(thumbnail_grid(iter(layers), size=64), image)  # a generator: one layer held at a time
 
 
 def test_heatmap_labels_are_escaped_and_repeated_tokens_kept_apart() -> None:

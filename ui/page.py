@@ -30,8 +30,3 @@ def current_trace() -> Trace:
         st.stop()
     return trace
 
-
-def trace_key(trace: Trace) -> str:
-    """Plain values that identify a trace's run, for caches of what pages derive from it."""
-    return repr((trace.facts.model_id, trace.facts.device, trace.ids, trace.target_ids, trace.options,
-                 trace.output_kind))

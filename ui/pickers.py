@@ -13,6 +13,7 @@ import streamlit as st
 
 from model.tracing import Trace
 from ui import url_state
+from ui.trace_cache import per_trace
 from viz.head_stats import previous_token_head
 from viz.thumbnails import head_at
 
@@ -36,11 +37,15 @@ def keep_valid(key: str, options: Sequence[Any]) -> None:
 
 
 def opening_head(trace: Trace) -> tuple[str, int, int, float]:
-    """Where to open: the first self-attention site's clearest previous-token head, and its share."""
+    """Where to open: the first self-attention site's clearest previous-token head, and its share (computed
+    once per trace, one layer unpacked at a time)."""
     site = next(s for s in trace.sites() if not s.endswith("cross_attn"))
-    layer, head, share = previous_token_head([trace.attention[trace.pattern_name(site, i)]
-                                              for i in range(trace.n_layers(site))])
-    return site, layer, head, share
+
+    def find() -> tuple[str, int, int, float]:
+        layers = (trace.attention[trace.pattern_name(site, i)] for i in range(trace.n_layers(site)))
+        return site, *previous_token_head(layers)
+
+    return per_trace(trace, "opening head", find)
 
 
 def forget_head() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 import pandas as pd
 
@@ -30,10 +32,11 @@ def head_statistics(pattern: np.ndarray, self_attention: bool = True) -> pd.Data
     return frame[["entropy (bits)", "mean distance", "to first token", "to previous token", "to itself"]]
 
 
-def attention_rollout(layer_patterns: list[np.ndarray]) -> np.ndarray:
+def attention_rollout(layer_patterns: Iterable[np.ndarray]) -> np.ndarray:
     """Abnar & Zuidema (2020): average the heads, add the residual (0.5 A + 0.5 I), renormalise the
     rows, and multiply the layers from the first to the last. Each pattern (heads, n, n) -> (n, n):
-    how much each output position draws on each input token through all the layers."""
+    how much each output position draws on each input token through all the layers. Given a generator, only one
+    layer's pattern is held at once."""
     rollout: np.ndarray | None = None
     for pattern in layer_patterns:
         a = np.asarray(pattern, dtype=np.float64).mean(0)  # (n, n)
@@ -54,7 +57,7 @@ def previous_token_share(pattern: np.ndarray) -> np.ndarray:
     return np.asarray(pattern[:, rows, rows - 1], dtype=np.float64).mean(-1)
 
 
-def previous_token_head(layer_patterns: list[np.ndarray]) -> tuple[int, int, float]:
+def previous_token_head(layer_patterns: Iterable[np.ndarray]) -> tuple[int, int, float]:
     """The (layer, head) of a self-attention stack that attends most to the previous token, and that share:
     the clearest structure to open an app on."""
     shares = np.stack([previous_token_share(p) for p in layer_patterns])  # (layers, heads)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import io
+from collections.abc import Iterable
 
 import numpy as np
 import plotly.colors
@@ -38,23 +39,27 @@ def resample(matrix: np.ndarray, size: int) -> np.ndarray:
     return out
 
 
-def thumbnail_grid(layer_patterns: list[np.ndarray], size: int = 40, visible: np.ndarray | None = None) -> np.ndarray:
-    """layer_patterns[l]: (heads, q, k). -> uint8 image (layers * (size + GAP), heads * (size + GAP)),
-    each head scaled to its own maximum (0..TOP) so that faint heads stay visible. visible: (q, k) bool,
-    the mask (True = may attend); pixels whose every cell is masked get the value MASKED."""
-    layers, heads = len(layer_patterns), layer_patterns[0].shape[0]
+def thumbnail_grid(
+    layer_patterns: Iterable[np.ndarray], size: int = 40, visible: np.ndarray | None = None
+) -> np.ndarray:
+    """Each layer's pattern (heads, q, k) -> uint8 image (layers * (size + GAP), heads * (size + GAP)),
+    each head scaled to its own maximum (0..TOP) so that faint heads stay visible. Layers are read one at a
+    time: given a generator, only one layer's pattern is held at once. visible: (q, k) bool, the mask
+    (True = may attend); pixels whose every cell is masked get the value MASKED."""
     cell = size + GAP
-    image = np.zeros((layers * cell, heads * cell), dtype=np.uint8)
     hidden = resample(visible, size) == 0 if visible is not None else None  # (size, size) bool
-    for layer, pattern in enumerate(layer_patterns):
-        for head in range(heads):
-            small = resample(pattern[head], size)
+    rows = []  # one (cell, heads * cell) strip per layer
+    for pattern in layer_patterns:
+        row = np.zeros((cell, pattern.shape[0] * cell), dtype=np.uint8)
+        for head, matrix in enumerate(pattern):
+            small = resample(matrix, size)
             peak = float(small.max()) or 1.0
             pixels = np.round(TOP * small / peak).astype(np.uint8)
             if hidden is not None:
                 pixels[hidden] = MASKED
-            image[layer * cell : layer * cell + size, head * cell : head * cell + size] = pixels
-    return image
+            row[:size, head * cell : head * cell + size] = pixels
+        rows.append(row)
+    return np.concatenate(rows)
 
 
 def colour_png(image: np.ndarray, colorscale: str) -> str:
