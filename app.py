@@ -12,7 +12,7 @@ from model.runner import Runner, RunOptions
 from model.tracing import Trace
 from ui import url_state
 from ui.messages import show_error
-from ui.page import TRACE, keep_page_choices
+from ui.page import PAGES, TRACE, keep_page_choices
 from ui.pickers import forget_head
 from ui.trace_cache import cached_trace
 
@@ -22,10 +22,6 @@ CUSTOM = "custom"
 # Overview's head without scrolling. Static CSS only: nothing a person typed goes into HTML.
 PAGE_STYLE = "<style>[data-testid='stMainBlockContainer'] { padding-top: 2.5rem; }</style>"
 FALLBACK_TEXT = "The cat sat on the mat because it was tired."  # before a typed-in model is loaded
-PAGES = [  # (file, title, icon); the first is where the app opens
-    ("app_pages/overview.py", "Overview", ":material/summarize:"),
-    ("app_pages/attention.py", "Attention", ":material/grid_on:"),
-]
 HELP = {
     "model": "Toy models are small transformers written and trained in this project on one task each; "
              "pretrained models are real ones shipped with the app; Custom opens a Hugging Face model folder.",
@@ -174,7 +170,7 @@ def main() -> None:
     st.set_page_config(page_title="Attention Atlas", page_icon="🔍", layout="wide")
     st.html(PAGE_STYLE)
     keep_page_choices()
-    navigation = st.navigation([st.Page(path, title=title, icon=icon) for path, title, icon in PAGES])
+    navigation = st.navigation([st.Page(page.path, title=page.title, icon=page.icon) for page in PAGES])
     st.session_state.pop(TRACE, None)  # else Streamlit keeps the last run's trace beside this run's until the next
     st.session_state[TRACE], slot = sidebar()
     with slot.container() if slot is not None else st.container():  # one block for the page (`loading_slot`)

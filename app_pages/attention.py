@@ -51,12 +51,12 @@ class Choice:
     @cached_property
     def pattern(self) -> np.ndarray:
         """(heads, q_shown, k_shown): the chosen layer as drawn."""
-        return self.shown(self.trace.attention[self.trace.pattern_name(self.site, self.layer)])
+        return self.shown(self.trace.pattern(self.site, self.layer))
 
     @property
     def head_pattern(self) -> np.ndarray:
         """(q_shown, k_shown): the chosen head as drawn, without converting the other heads."""
-        return self.shown(self.trace.attention[self.trace.pattern_name(self.site, self.layer)][self.head])
+        return self.shown(self.trace.pattern(self.site, self.layer)[self.head])
 
     @property
     def masked(self) -> np.ndarray:
@@ -126,9 +126,8 @@ def model_view_image(trace: Trace, site: str, size: int, hide_special: bool) -> 
 
     def grid() -> np.ndarray:
         rows, cols = shown_positions(trace, site, hide_special)
-        layers = (trace.attention[trace.pattern_name(site, i)] for i in range(trace.n_layers(site)))  # unpacked lazily
         visible = trace.masks[site][np.ix_(rows, cols)]
-        return thumbnail_grid((pattern[:, rows][:, :, cols] for pattern in layers), size, visible)
+        return thumbnail_grid((pattern[:, rows][:, :, cols] for pattern in trace.layer_patterns(site)), size, visible)
 
     return per_trace(trace, ("model view", site, size, hide_special), grid)
 
@@ -137,7 +136,7 @@ def rollout_matrix(trace: Trace, site: str) -> np.ndarray:
     """(q_len, k_len) attention rollout of a site, computed once per trace (1 s for SmolLM2 at 512 tokens)."""
 
     def rolled() -> np.ndarray:
-        return attention_rollout(trace.attention[trace.pattern_name(site, i)] for i in range(trace.n_layers(site)))
+        return attention_rollout(trace.layer_patterns(site))
 
     return per_trace(trace, ("rollout", site), rolled)
 
@@ -232,8 +231,7 @@ def site_statistics(trace: Trace, site: str) -> pd.DataFrame:
 
     def table() -> pd.DataFrame:
         self_attention = not site.endswith("cross_attn")
-        tables = [head_statistics(trace.attention[trace.pattern_name(site, i)], self_attention)
-                  for i in range(trace.n_layers(site))]
+        tables = [head_statistics(pattern, self_attention) for pattern in trace.layer_patterns(site)]
         return pd.concat(tables, keys=range(len(tables)), names=["layer"])
 
     return per_trace(trace, ("statistics", site), table)

@@ -23,7 +23,7 @@ def head_section(trace: Trace) -> None:
     site, layer, head = choose_head(trace)
     if (site, layer, head) == (site_of_note, layer_of_note, head_of_note):
         st.caption(opening_caption(layer, head, share))
-    pattern = trace.attention[trace.pattern_name(site, layer)][head]  # (q_len, k_len)
+    pattern = trace.pattern(site, layer)[head]  # (q_len, k_len)
     masked = ~trace.masks[site]  # (q_len, k_len)
     rows, cols = np.arange(pattern.shape[0]), np.arange(pattern.shape[1])
     if max(len(rows), len(cols)) > WINDOW:
@@ -73,14 +73,13 @@ def output_section(trace: Trace) -> None:
         st.caption(f"The ten most likely next tokens after {after}, with the masks chosen in the sidebar.")
         st.plotly_chart(next_token_bars(outputs["top_next_tokens"], outputs["top_next_probs"], "next token"),
                         key="overview_next_tokens")
-    if facts.kind == "encoder-decoder" and trace.options["causal"] == "off":
+    if facts.kind == "encoder-decoder" and trace.options.causal == "off":
         st.caption("With the causal mask off, every decoder position sees the whole output, so the traced pass's "
                    "rows can predict other tokens than the ones generated step by step.")
 
 
 def output_caption(trace: Trace) -> str:
-    causal = trace.options["causal"]
-    masks = "the masks the model was trained with" if causal == "auto" and not trace.options["blocked"] else \
+    masks = "the masks the model was trained with" if trace.options.trained_masks else \
         "the masks chosen in the sidebar (re-reading the whole sequence at every step)"
     if trace.output_kind == "next token":
         return "The most likely next token only: longer continuations are computed for prompts up to 512 tokens."
@@ -112,8 +111,8 @@ trace = current_trace()
 st.subheader(f"Attention Atlas · {trace.facts.model_id}", anchor=False)
 st.markdown("Attention Atlas runs a real transformer on the text in the sidebar and shows what happens inside it.  \n"
             "Below: one attention head reading your text (hover a cell for its weight), and what the model made of it.")
-if trace.facts.notes.get("fallback"):
-    st.warning(trace.facts.notes["fallback"])
+if trace.fallback:
+    st.warning(trace.fallback)
 head_col, output_col = st.columns([3, 2])
 with head_col:
     head_section(trace)

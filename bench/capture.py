@@ -1,7 +1,7 @@
 """Cost of capturing every hook point: `python -m bench.capture`.
 
 For each shipped toy model, the same forward pass with and without capture(hooks=all), run
-alternately (so machine noise hits both alike), median of 20 runs each, printed as a ratio.
+alternately (so machine noise hits both alike), median of RUNS (50) runs each, printed as a ratio.
 Target: ratio <= 1.10.
 """
 

@@ -24,7 +24,7 @@ from model.examples import EXAMPLES
 from model.forcing import score_target
 from model.hf_sites import Family
 from model.inputs import validate_text
-from model.masks import blocked_mask, causal_mask, check_every_query_sees_a_key, combine
+from model.masks import self_attention_mask
 from model.runner import RunOptions
 from model.tracing import PATTERN_SUFFIX, ModelFacts, OutputKind, Trace
 
@@ -43,16 +43,6 @@ def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(
         ~allowed, torch.finfo(dtype).min
     )
-
-
-def self_attention_mask(length: int, real: int, causal: bool, blocked: tuple[tuple[int, int], ...]) -> torch.Tensor:
-    """(1, 1, length, length) bool: padding keys (positions >= real) hidden, causal if asked, blocked pairs hidden."""
-    keys = (torch.arange(length) < real)[None, None, None, :]
-    causal_part = causal_mask(length) if causal else None
-    mask = combine(keys, causal_part, blocked_mask(length, blocked) if blocked else None)
-    mask = mask.expand(1, 1, length, length)
-    check_every_query_sees_a_key(mask)
-    return mask
 
 
 def _stored_pattern(site: HookSite, lower_triangle: bool) -> HookSite:
@@ -118,8 +108,7 @@ class HFRunner:
         free_accelerator_memory()
         trace = self._run(self._cpu_model(), text, target, options)
         message = f"The {self.facts.device.split(':')[0].upper()} ran out of memory; this run used the CPU instead."
-        trace.facts = replace(trace.facts, device="cpu", notes={**trace.facts.notes, "fallback": message})
-        return trace
+        return replace(trace, facts=replace(trace.facts, device="cpu"), fallback=message)
 
     def _cpu_model(self) -> nn.Module:
         """A CPU copy of the model, made once, for runs the GPU cannot hold."""
@@ -166,16 +155,16 @@ class HFRunner:
     def _run_single_stack(self, model: nn.Module, text: str, target: str | None, options: RunOptions) -> Trace:
         """An encoder, or a causal LM reading the text (and the target after it, teacher-forced, if given)."""
         is_decoder = self.family.kind == "decoder"
+        stack = "decoder" if is_decoder else "encoder"
         ids = self._encode(text)
         target_ids = self._encode_continuation(target, len(ids)) if is_decoder and target is not None else []
         sequence = ids + target_ids
         padded = options.padded(sequence, self._pad_id(), self.max_tokens)
-        causal = options.causal == "on" or (is_decoder and options.causal != "off")
+        causal = options.causal_for(stack)
         allowed = self_attention_mask(len(padded), len(sequence), causal, options.blocked)
         device = model.device
         input_ids = torch.tensor([padded], device=device)
         attention_mask = additive_mask(allowed.to(device), model.dtype)
-        stack = "decoder" if is_decoder else "encoder"
         causal_stacks = {stack} if causal and len(padded) >= PACK_FROM_TOKENS else set()
         # a causal LM computes the logits of the positions it is asked about only: (len, vocab) of them
         # would be 400 MB at 2k. Those are the last real token, and with a target every position before one.
@@ -257,8 +246,8 @@ class HFRunner:
         padded = options.padded(ids, self._pad_id(), self.max_tokens)
         src = torch.tensor([padded], device=device)
         real_keys = (torch.arange(len(padded), device=device) < len(ids)).long()[None]  # (1, src_len)
-        decoder_causal = options.causal != "off"
-        enc_allowed = self_attention_mask(len(padded), len(ids), options.causal == "on", options.blocked)
+        encoder_causal, decoder_causal = options.causal_for("encoder"), options.causal_for("decoder")
+        enc_allowed = self_attention_mask(len(padded), len(ids), encoder_causal, options.blocked)
         start = model.config.decoder_start_token_id
 
         def encode() -> Any:
@@ -274,7 +263,7 @@ class HFRunner:
 
         labels = self._generate(encode, decode, start, model) if target is None else self._encode(target, "target")
         tgt_ids = [start, *labels[:-1]]
-        causal_stacks = {"encoder"} if options.causal == "on" and len(padded) >= PACK_FROM_TOKENS else set()
+        causal_stacks = {"encoder"} if encoder_causal and len(padded) >= PACK_FROM_TOKENS else set()
         causal_stacks |= {"decoder"} if decoder_causal and len(tgt_ids) >= PACK_FROM_TOKENS else set()
         out, captured = capture(model, self.sites_for_run(model, causal_stacks), options.hooks,
                                 lambda: decode(encode(), tgt_ids))
@@ -344,7 +333,7 @@ class HFRunner:
             captured={k: v[0] for k, v in captured.items()},
             outputs=outputs,
             output_text=output_text,
-            options=options.record(),
+            options=options,
             lower_triangle=packed,
             output_kind=output_kind,
         )

@@ -48,6 +48,19 @@ def combine(*masks: torch.Tensor | None) -> torch.Tensor | None:
     return result
 
 
+def self_attention_mask(
+    length: int, real: int, causal: bool, blocked: tuple[tuple[int, int], ...] = (),
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """(1, 1, length, length): the keys after the first `real` (padding) hidden, causal if asked, the blocked
+    (query, key) pairs hidden; ValueError if that leaves some query no key. Both runners build theirs here."""
+    keys = (torch.arange(length, device=device) < real)[None, None, None, :]
+    mask = combine(keys, causal_mask(length, device) if causal else None,
+                   blocked_mask(length, blocked, device) if blocked else None).expand(1, 1, length, length)
+    check_every_query_sees_a_key(mask)
+    return mask
+
+
 def check_every_query_sees_a_key(mask: torch.Tensor | None) -> None:
     """Raise ValueError if some query row has no visible key (its softmax would be undefined)."""
     if mask is None:

@@ -11,7 +11,7 @@ import torch
 
 from model.capture import capture
 from model.forcing import score_target
-from model.masks import blocked_mask, causal_mask, check_every_query_sees_a_key, combine, padding_mask
+from model.masks import padding_mask, self_attention_mask
 from model.runner import RunOptions
 from model.toy import ToyModel
 from model.tracing import DecodeStep, ModelFacts, Trace
@@ -74,15 +74,9 @@ class ToyRunner:
 
     # -- masks ---------------------------------------------------------------------------------
     def _self_mask(self, ids: torch.Tensor, causal: bool, blocked: tuple[tuple[int, int], ...]) -> torch.Tensor:
-        """(1, 1, len, len): padding keys hidden, causal if asked, custom blocked pairs hidden."""
-        length, device = ids.size(1), ids.device
-        mask = combine(
-            padding_mask(ids, self.toy.tokenizer.pad_id),
-            causal_mask(length, device) if causal else None,
-            blocked_mask(length, blocked, device) if blocked else None,
-        ).expand(-1, -1, length, length)
-        check_every_query_sees_a_key(mask)
-        return mask
+        """(1, 1, len, len) for ids (1, len) whose padding, if any, comes last (RunOptions.padded)."""
+        real = int((ids[0] != self.toy.tokenizer.pad_id).sum())
+        return self_attention_mask(ids.size(1), real, causal, blocked, ids.device)
 
     def _tensor(self, ids: list[int]) -> torch.Tensor:
         return torch.tensor([ids], dtype=torch.long, device=self.toy.model.device)
@@ -92,7 +86,7 @@ class ToyRunner:
         toy, model = self.toy, self.toy.model
         tok = toy.tokenizer
         src = self._tensor(options.padded(toy.encode_source(text), tok.pad_id, model.cfg.max_len))
-        enc_mask = self._self_mask(src, options.causal == "on", options.blocked)
+        enc_mask = self._self_mask(src, options.causal_for("encoder"), options.blocked)
         cross_mask = padding_mask(src, tok.pad_id)  # (1, 1, 1, src_len)
 
         steps: list[DecodeStep] = []
@@ -101,7 +95,7 @@ class ToyRunner:
                 memory = model.encode(src, enc_mask)  # (1, src_len, d_model), shared by every step
 
             def decode_step(tgt: torch.Tensor) -> torch.Tensor:
-                dec_mask = self._self_mask(tgt, options.causal != "off", ())
+                dec_mask = self._self_mask(tgt, options.causal_for("decoder"), ())
                 return model.generator(model.decode(memory, tgt, dec_mask, cross_mask))
 
             steps = self._generate([tok.bos_id], decode_step, model.cfg.max_len - 1)
@@ -109,7 +103,7 @@ class ToyRunner:
         else:
             tgt_ids = [tok.bos_id, *toy.encode_target(target)[:-1]]
         tgt = self._tensor(tgt_ids)
-        dec_mask = self._self_mask(tgt, options.causal != "off", ())
+        dec_mask = self._self_mask(tgt, options.causal_for("decoder"), ())
         log_probs, captured = capture(
             model, model.hook_points, options.hooks, lambda: model(src, tgt, enc_mask, dec_mask, cross_mask)
         )
@@ -128,7 +122,7 @@ class ToyRunner:
         def forward(seq: torch.Tensor) -> torch.Tensor:
             """A generation step: blocked pairs apply once both positions exist."""
             blocked = tuple(pair for pair in options.blocked if max(pair) < seq.size(1))
-            return model(seq, self._self_mask(seq, options.causal != "off", blocked))
+            return model(seq, self._self_mask(seq, options.causal_for("decoder"), blocked))
 
         steps: list[DecodeStep] = []
         if target is None:
@@ -138,7 +132,7 @@ class ToyRunner:
             answer = toy.encode_target(target)[:-1]
         seq_ids = options.padded(prompt + answer, toy.tokenizer.pad_id, model.cfg.max_len)
         seq = self._tensor(seq_ids)
-        mask = self._self_mask(seq, options.causal != "off", options.blocked)
+        mask = self._self_mask(seq, options.causal_for("decoder"), options.blocked)
         log_probs, captured = capture(model, model.hook_points, options.hooks, lambda: model(seq, mask))
         masks = {"decoder.attn": mask[0, 0]}
         return self._trace(text, seq, [], masks, captured, log_probs[0], target, len(prompt) - 1, options, steps)
@@ -202,7 +196,7 @@ class ToyRunner:
             captured={k: v[0] for k, v in captured.items()},
             outputs=outputs,
             output_text=output_text,
-            options=options.record(),
+            options=options,
             steps=steps,
             output_kind="generated" if target is None else "teacher-forced",
             cautions=self.cautions(text),

@@ -3,8 +3,8 @@
 File layout (`save_trace` / `load_trace`), one numpy array per key:
 - `tokens`, `ids`: the source tokens (decoder-only: the whole sequence) and their ids;
 - `target_tokens`, `target_ids`: the decoder's input tokens of an encoder-decoder model (else empty);
-- `facts`, `options`, `output_text`, `output_kind`, `cautions`: JSON strings (model facts, run options, the
-  output text, what that text is, warnings to show beside it);
+- `facts`, `options`, `output_text`, `output_kind`, `cautions`, `fallback`: JSON strings (model facts, run
+  options, the output text, what that text is, warnings to show beside it, why the run left its device);
 - `mask:<site>`: (q_len, k_len) bool, True = may attend; sites `encoder.attn`, `decoder.attn`, `decoder.cross_attn`;
 - `<hook name>`: every captured hook, batch dimension removed, e.g. `encoder.0.attn.hook_pattern`
   (heads, q_len, k_len) or `decoder.1.hook_resid_post` (len, d_model);
@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+
+from model.options import RunOptions
 
 PATTERN_SUFFIX = "hook_pattern"
 OutputKind = Literal["generated", "next token", "teacher-forced", "embeddings"]
@@ -108,9 +110,9 @@ class DecodeStep:
     attention: dict[str, np.ndarray]  # hook name -> (heads, k_len)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Trace:
-    """One forward pass, captured."""
+    """One forward pass, captured. Frozen: one trace is shared by every session that asks for the same run."""
 
     facts: ModelFacts
     tokens: list[str]
@@ -119,13 +121,14 @@ class Trace:
     target_ids: list[int]
     masks: dict[str, np.ndarray]  # site -> (q_len, k_len) bool, True = may attend
     captured: dict[str, np.ndarray]  # hook name -> value, batch dim removed
-    outputs: dict[str, np.ndarray]  # e.g. "log_probs": (len, vocab)
+    outputs: dict[str, np.ndarray]  # by output_kind, documented in the module docstring
     output_text: str
-    options: dict[str, Any]
+    options: RunOptions
     steps: list[DecodeStep] = field(default_factory=list)
     lower_triangle: set[str] = field(default_factory=set)  # patterns in `captured` stored packed
     output_kind: OutputKind = "generated"
     cautions: tuple[str, ...] = ()  # what a person must know to read the output (e.g. outside the training range)
+    fallback: str = ""  # why this run left the device the model is on (a GPU out of memory), or ""
 
     @property
     def attention(self) -> AttentionView:
@@ -147,6 +150,14 @@ class Trace:
             n = triangle_side(shape[-1])
             return (*shape[:-1], n, n)
         return shape
+
+    def pattern(self, site: str, layer: int) -> np.ndarray:
+        """(heads, q_len, k_len): one layer's attention at a site ("encoder.attn", "decoder.cross_attn", ...)."""
+        return self.attention[self.pattern_name(site, layer)]
+
+    def layer_patterns(self, site: str) -> Iterator[np.ndarray]:
+        """Every layer's (heads, q_len, k_len) at a site, in order, one at a time (packed ones unpacked as read)."""
+        return (self.pattern(site, layer) for layer in range(self.n_layers(site)))
 
     def sites(self) -> list[str]:
         """Attention sites with captured patterns, in model order ("encoder.attn", "decoder.attn", ...)."""
@@ -203,10 +214,11 @@ def save_trace(trace: Trace, path: str | Path) -> None:
         "target_tokens": np.array(trace.target_tokens, dtype=str),
         "target_ids": np.array(trace.target_ids, dtype=np.int64),
         "facts": np.array(json.dumps(dataclasses.asdict(trace.facts))),
-        "options": np.array(json.dumps(trace.options)),
+        "options": np.array(json.dumps(trace.options.record())),
         "output_text": np.array(trace.output_text),
         "output_kind": np.array(trace.output_kind),
         "cautions": np.array(json.dumps(list(trace.cautions))),
+        "fallback": np.array(trace.fallback),
         "step_ids": np.array([s.token_id for s in trace.steps], dtype=np.int64),
         "lower_triangle": np.array(sorted(trace.lower_triangle), dtype=str),
     }
@@ -226,7 +238,7 @@ def load_trace(path: str | Path) -> Trace:
     prefixed = {"mask:": {}, "output:": {}, "step:": {}}
     captured: dict[str, np.ndarray] = {}
     plain = {"tokens", "ids", "target_tokens", "target_ids", "facts", "options", "output_text", "output_kind",
-             "cautions", "step_ids", "lower_triangle"}
+             "cautions", "fallback", "step_ids", "lower_triangle"}
     for key, value in arrays.items():
         prefix = next((p for p in prefixed if key.startswith(p)), None)
         if prefix:
@@ -248,9 +260,10 @@ def load_trace(path: str | Path) -> Trace:
         captured=captured,
         outputs=prefixed["output:"],
         output_text=str(arrays["output_text"]),
-        options=json.loads(str(arrays["options"])),
+        options=RunOptions.from_record(json.loads(str(arrays["options"]))),
         steps=steps,
         lower_triangle=set(arrays["lower_triangle"].tolist()) if "lower_triangle" in arrays else set(),
         output_kind=str(arrays["output_kind"]) if "output_kind" in arrays else "generated",
         cautions=tuple(json.loads(str(arrays["cautions"]))) if "cautions" in arrays else (),
+        fallback=str(arrays["fallback"]) if "fallback" in arrays else "",
     )

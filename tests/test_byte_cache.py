@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from model.byte_cache import ByteCache, nbytes
+from model.options import RunOptions
 from model.registry import load_runner
 from model.tracing import Trace, load_trace, pack_lower_triangle, save_trace
 
@@ -142,7 +143,7 @@ def test_trace_nbytes_counts_packed_patterns_as_stored() -> None:
     square = np.tril(np.ones((2, 100, 100), dtype=np.float16))  # (heads, q, k)
     name = "decoder.0.attn.hook_pattern"
     trace = Trace(None, [], [], [], [], {"decoder.attn": np.tril(np.ones((100, 100), bool))},
-                  {name: pack_lower_triangle(square)}, {}, "", {}, lower_triangle={name})
+                  {name: pack_lower_triangle(square)}, {}, "", RunOptions(), lower_triangle={name})
     assert trace.nbytes == 2 * 5050 * 2 + 100 * 100 < square.nbytes + 100 * 100
     assert trace.attention[name].nbytes == square.nbytes  # what a page unpacks is not held
 

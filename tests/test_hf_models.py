@@ -256,7 +256,7 @@ def test_out_of_memory_on_a_gpu_retries_on_the_cpu(folders, monkeypatch) -> None
     monkeypatch.setattr(runner, "_run", run_out_of_memory)
     trace = runner.run(TEXT)
     assert trace.facts.device == "cpu"
-    assert trace.facts.notes["fallback"] == "The CUDA ran out of memory; this run used the CPU instead."
+    assert trace.fallback == "The CUDA ran out of memory; this run used the CPU instead."
     assert runner._cpu_model() is not runner.model
     assert trace.attention["decoder.0.attn.hook_pattern"].shape == (4, 9, 9)
 

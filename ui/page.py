@@ -1,11 +1,33 @@
-"""What every page shares: the current trace (or a stop, when the frame has said why there is none), and
-the page choices that must outlive a visit to another page."""
+"""What every page shares: the page registry, the current trace (or a stop, when the frame has said why there
+is none), and the page choices that must outlive a visit to another page.
+
+Adding a page: write `app_pages/<name>.py` (start with `trace = current_trace()`; cache what it derives from
+the trace with `ui.trace_cache.per_trace`; prefix its widget keys with its name), add one `Page` line to PAGES
+below, and list in PERSISTENT_KEYS the widget keys that should survive a visit elsewhere (and in
+`ui/url_state.py` those a link should carry)."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import streamlit as st
 
 from model.tracing import Trace
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of the app: its file, its title in the navigation, and its icon."""
+
+    path: str
+    title: str
+    icon: str
+
+
+PAGES = (  # the navigation, in order; the first is where the app opens
+    Page("app_pages/overview.py", "Overview", ":material/summarize:"),
+    Page("app_pages/attention.py", "Attention", ":material/grid_on:"),
+)
 
 # Widget keys whose values must survive a visit to a page that does not draw them (Streamlit forgets the
 # state of a widget not drawn in a run; writing the value back at the start of every run keeps it).

@@ -42,8 +42,7 @@ def opening_head(trace: Trace) -> tuple[str, int, int, float]:
     site = next(s for s in trace.sites() if not s.endswith("cross_attn"))
 
     def find() -> tuple[str, int, int, float]:
-        layers = (trace.attention[trace.pattern_name(site, i)] for i in range(trace.n_layers(site)))
-        return site, *previous_token_head(layers)
+        return site, *previous_token_head(trace.layer_patterns(site))
 
     return per_trace(trace, "opening head", find)
 

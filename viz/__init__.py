@@ -1,1 +1,1 @@
-"""Pure figure functions: numpy arrays and DataFrames in, plotly/altair figures out. No Streamlit, no models."""
+"""Pure figure functions: numpy arrays and DataFrames in, plotly figures out. No Streamlit, no models."""
