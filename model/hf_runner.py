@@ -25,7 +25,7 @@ from model.forcing import score_target
 from model.hf_sites import Family
 from model.inputs import validate_text
 from model.masks import self_attention_mask
-from model.runner import RunOptions
+from model.runner import RunOptions, trace_of_run
 from model.tracing import PATTERN_SUFFIX, ModelFacts, OutputKind, Trace
 
 MAX_TEXT_CHARS = 50_000  # before tokenising; the token limit below is the real one
@@ -323,19 +323,9 @@ class HFRunner:
         causal_stacks: set[str],
     ) -> Trace:
         packed = {n for n in captured if _is_self_attention_pattern(n) and n.split(".")[0] in causal_stacks}
-        return Trace(
-            facts=self.facts,
-            tokens=self._tokens(ids),
-            ids=ids,
-            target_tokens=self._tokens(target_ids),
-            target_ids=target_ids,
-            masks={k: v.cpu().numpy() for k, v in masks.items()},
-            captured={k: v[0] for k, v in captured.items()},
-            outputs=outputs,
-            output_text=output_text,
-            options=options,
-            lower_triangle=packed,
-            output_kind=output_kind,
+        return trace_of_run(
+            self.facts, ids, target_ids, self._tokens, masks, captured, outputs=outputs, output_text=output_text,
+            options=options, lower_triangle=packed, output_kind=output_kind,
         )
 
 

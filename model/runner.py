@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+import numpy as np
+import torch
 
 from model.options import RunOptions
 from model.tracing import ModelFacts, Trace
@@ -24,3 +28,16 @@ class Runner(Protocol):
     def cautions(self, text: str) -> tuple[str, ...]:
         """What a person should know before reading this text's output (e.g. longer than the model learned)."""
         ...
+
+
+def trace_of_run(
+    facts: ModelFacts, ids: list[int], target_ids: list[int], token_strings: Callable[[list[int]], list[str]],
+    masks: Mapping[str, torch.Tensor], captured: Mapping[str, np.ndarray], **fields: Any,
+) -> Trace:
+    """The Trace of one run of batch size 1: token strings from `token_strings(ids)`, each mask (q_len, k_len)
+    as numpy, each captured value without its batch dimension; `fields` are the Trace's other fields."""
+    return Trace(
+        facts=facts, tokens=token_strings(ids), ids=ids, target_tokens=token_strings(target_ids),
+        target_ids=target_ids, masks={site: mask.cpu().numpy() for site, mask in masks.items()},
+        captured={name: value[0] for name, value in captured.items()}, **fields,
+    )

@@ -12,7 +12,7 @@ import torch
 from model.capture import capture
 from model.forcing import score_target
 from model.masks import padding_mask, self_attention_mask
-from model.runner import RunOptions
+from model.runner import RunOptions, trace_of_run
 from model.toy import ToyModel
 from model.tracing import DecodeStep, ModelFacts, Trace
 from model.transformer import EncoderDecoder
@@ -186,20 +186,10 @@ class ToyRunner:
             rows = log_probs[first_answer_position : first_answer_position + len(expected)]  # (n, vocab)
             outputs |= score_target(rows, expected, tok.tokens)
             output_text = target
-        return Trace(
-            facts=self.facts,
-            tokens=tok.tokens(source_ids),
-            ids=source_ids,
-            target_tokens=tok.tokens(target_ids),
-            target_ids=target_ids,
-            masks={k: v.cpu().numpy() for k, v in masks.items()},
-            captured={k: v[0] for k, v in captured.items()},
-            outputs=outputs,
-            output_text=output_text,
-            options=options,
-            steps=steps,
+        return trace_of_run(
+            self.facts, source_ids, target_ids, tok.tokens, masks, captured, outputs=outputs,
+            output_text=output_text, options=options, steps=steps, cautions=self.cautions(text),
             output_kind="generated" if target is None else "teacher-forced",
-            cautions=self.cautions(text),
         )
 
 

@@ -87,17 +87,8 @@ def test_decoder_only_and_a_real_encoder() -> None:
     assert len(_view(at, "Head statistics").dataframe[0].value) == 12
 
 
-def test_changing_layer_head_site_or_page_does_not_rerun_the_model(monkeypatch) -> None:
-    from model.toy_runner import ToyRunner
-
-    calls: list[str] = []
-    real_run = ToyRunner.run
-
-    def counting_run(self, text, *args, **kwargs):
-        calls.append(text)
-        return real_run(self, text, *args, **kwargs)
-
-    monkeypatch.setattr(ToyRunner, "run", counting_run)
+def test_changing_layer_head_site_or_page_does_not_rerun_the_model(toy_runs) -> None:
+    calls = toy_runs
     at = _attention_page("toy-reverse", "counted run")
     assert calls[-1] == "counted run"
     runs = len(calls)

@@ -10,20 +10,6 @@ from ui.trace_cache import BUDGET_VARIABLE
 TOO_LARGE = "too large to keep"
 
 
-def _count_runs(monkeypatch) -> list[str]:
-    from model.toy_runner import ToyRunner
-
-    calls: list[str] = []
-    real_run = ToyRunner.run
-
-    def counting_run(self, text, *args, **kwargs):
-        calls.append(text)
-        return real_run(self, text, *args, **kwargs)
-
-    monkeypatch.setattr(ToyRunner, "run", counting_run)
-    return calls
-
-
 def _infos(at: AppTest) -> list[str]:
     return [el.value for el in at.info]
 
@@ -36,9 +22,9 @@ def _toy_copy() -> AppTest:
     return at
 
 
-def test_a_run_larger_than_the_budget_is_said_not_kept_and_the_app_still_works(monkeypatch) -> None:
+def test_a_run_larger_than_the_budget_is_said_not_kept_and_the_app_still_works(monkeypatch, toy_runs) -> None:
     monkeypatch.setenv(BUDGET_VARIABLE, "0.001")  # 1 KiB: no trace fits
-    calls = _count_runs(monkeypatch)
+    calls = toy_runs
     at = _toy_copy()
     assert not at.exception
     assert any(TOO_LARGE in info for info in _infos(at))
@@ -53,9 +39,9 @@ def test_a_run_larger_than_the_budget_is_said_not_kept_and_the_app_still_works(m
     assert len(calls) == runs + 1  # not kept: a layer change runs the model again, as the message says
 
 
-def test_a_run_within_the_budget_is_kept_without_a_message(monkeypatch) -> None:
+def test_a_run_within_the_budget_is_kept_without_a_message(monkeypatch, toy_runs) -> None:
     monkeypatch.setenv(BUDGET_VARIABLE, "64")
-    calls = _count_runs(monkeypatch)
+    calls = toy_runs
     at = _toy_copy()
     at.sidebar.text_input(key="text").set_value("kept in budget").run()
     assert not at.exception
