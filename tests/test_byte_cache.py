@@ -133,7 +133,7 @@ def test_trace_nbytes_is_the_sum_of_its_arrays(tmp_path: Path) -> None:
     assert trace.steps and trace.captured and trace.outputs and trace.masks
     save_trace(trace, tmp_path / "t.npz")
     metadata = {"tokens", "ids", "target_tokens", "target_ids", "facts", "options", "output_text", "output_kind",
-                "cautions", "step_ids", "lower_triangle"}
+                "cautions", "fallback", "step_ids", "lower_triangle"}
     with np.load(tmp_path / "t.npz") as arrays:
         assert trace.nbytes == sum(arrays[k].nbytes for k in arrays.files if k not in metadata)
     assert load_trace(tmp_path / "t.npz").nbytes == trace.nbytes
