@@ -96,7 +96,7 @@ def main() -> None:
     print(f"{MODEL}: {len(trace.tokens)} tokens, {n_layers} layers x {n_heads} heads; "
           f"{RUNS} timed reruns with a change (layer/head alternately), each followed by a plain rerun")
 
-    layer = head = 0
+    layer, head = at.selectbox(key="layer").value, at.selectbox(key="head").value  # the app opens on a chosen head
     times: dict[str, list[float]] = {"layer": [], "head": [], "plain": []}
     same_trace = True
     for i in range(WARMUP + RUNS):
