@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from viz.masked import LEGEND_LAYOUT, hatch_image
+from viz.masked import LEGEND_ABOVE, hatch_image
 from viz.masked import legend_entry as masked_legend_entry
 from viz.tokens import plotly_label, position_label
 
@@ -85,7 +85,7 @@ def matrix_heatmap(
     data = [heatmap]
     if any_masked:
         data.append(masked_legend_entry())
-        layout |= {"images": [hatch_image()], "legend": LEGEND_LAYOUT, "plot_bgcolor": "rgba(0,0,0,0)"}
+        layout |= {"images": [hatch_image()], "legend": LEGEND_ABOVE, "plot_bgcolor": "rgba(0,0,0,0)"}
     return go.Figure({"data": data, "layout": layout})  # one dict, validated once: faster than update_* calls
 
 

@@ -47,4 +47,5 @@ def legend_entry() -> dict[str, Any]:
                        "line": {"color": f"rgb{HATCH_RGB}", "width": 2}}}
 
 
-LEGEND_LAYOUT = {"orientation": "h", "x": 1, "xanchor": "right", "y": 1.01, "yanchor": "bottom"}  # above the plot
+LEGEND_ABOVE = {"orientation": "h", "x": 1, "xanchor": "right", "y": 1.01, "yanchor": "bottom"}  # heatmaps
+LEGEND_BELOW = {"orientation": "h", "x": 1, "xanchor": "right", "y": -0.01, "yanchor": "top"}  # thumbnail grids

@@ -18,7 +18,7 @@ import plotly.colors
 import plotly.graph_objects as go
 from PIL import Image
 
-from viz.masked import LEGEND_LAYOUT, MASKED_RGB
+from viz.masked import LEGEND_BELOW, MASKED_RGB
 from viz.masked import legend_entry as masked_legend_entry
 
 GAP = 2  # pixels between thumbnails
@@ -84,6 +84,7 @@ def thumbnail_figure(image: np.ndarray, size: int, title: str = "", colorscale: 
     layers, heads = image.shape[0] // cell, image.shape[1] // cell
     centres = np.arange(max(layers, heads)) * cell + size / 2
     layer_of, head_of = np.divmod(np.arange(layers * heads), heads)
+    masked = bool((image == MASKED).any())
     return go.Figure({  # one dict, validated once: several times faster than update_* calls
         "data": [
             {"type": "image", "source": colour_png(image, colorscale), "hoverinfo": "skip"},
@@ -91,18 +92,19 @@ def thumbnail_figure(image: np.ndarray, size: int, title: str = "", colorscale: 
              "marker": {"symbol": "square", "size": max(8, size * 0.6), "color": "rgba(0,0,0,0)"},
              "customdata": np.stack([layer_of, head_of], axis=1),
              "hovertemplate": "layer %{customdata[0]} · head %{customdata[1]}<br>click to open<extra></extra>"},
-            *([masked_legend_entry()] if (image == MASKED).any() else []),
+            *([masked_legend_entry()] if masked else []),
         ],
         "layout": {
-            "legend": LEGEND_LAYOUT,
+            "legend": LEGEND_BELOW,
             "title": {"text": title, "x": 0, "xanchor": "left"},
             "xaxis": {"tickvals": centres[:heads], "ticktext": [str(h) for h in range(heads)],
-                      "title": {"text": "head"}, "side": "top", "showgrid": False, "zeroline": False},
+                      "title": {"text": "head"}, "side": "top", "showgrid": False, "zeroline": False,
+                      "range": [-0.5, image.shape[1] - 0.5], "constrain": "domain"},
             "yaxis": {"tickvals": centres[:layers], "ticktext": [str(layer) for layer in range(layers)],
-                      "title": {"text": "layer"}, "autorange": "reversed", "showgrid": False, "zeroline": False,
-                      "scaleanchor": "x"},
-            "height": min(1600, 120 + layers * max(cell, 24)), "clickmode": "event+select",
-            "margin": {"l": 50, "r": 10, "t": 90 if (image == MASKED).any() else 70, "b": 10},
+                      "title": {"text": "layer"}, "range": [image.shape[0] - 0.5, -0.5], "showgrid": False,
+                      "zeroline": False, "scaleanchor": "x", "constrain": "domain"},  # the image's extent exactly
+            "height": min(2200, 120 + layers * max(cell, 24)), "clickmode": "event+select",
+            "margin": {"l": 50, "r": 10, "t": 70, "b": 40 if masked else 10},
         },
     })
 
