@@ -1,11 +1,13 @@
 """Run a model once and collect the values at chosen hook points.
 
-Two kinds of site: the from-scratch model's HookPoints, which report to the recorder the current
-thread switched on (model/hooks.py), and any other module (a Hugging Face layer), on which a PyTorch
-forward hook is registered for the one pass and removed in `finally`. Both are safe on a model
-shared by several sessions: recorders belong to a thread, and forward hooks are registered under a
-per-model lock and record only calls from the thread that registered them, so a forward pass
-running elsewhere at the same time never writes into this capture.
+Three kinds of site: the from-scratch model's HookPoints, which report to the recorder the current
+thread switched on (model/hooks.py); values that code inside a module's forward reports to that same
+recorder when asked (ReportedSite: the per-head values of Hugging Face attention, model/hf_heads.py);
+and any other module (a Hugging Face layer), on which a PyTorch forward hook is registered for the
+one pass and removed in `finally`. All are safe on a model shared by several sessions: recorders and
+what they ask for belong to a thread, and forward hooks are registered under a per-model lock and
+record only calls from the thread that registered them, so a forward pass running elsewhere at the
+same time never writes into this capture.
 """
 
 from __future__ import annotations
@@ -39,6 +41,15 @@ class HookSite:
 
     module: nn.Module
     read: Reader = _read_output
+
+
+@dataclass(frozen=True)
+class ReportedSite:
+    """A value that code running inside `module`'s forward reports itself, as `quantity`, and computes
+    only when the capturing thread asks for it (model/hooks.py `reports_wanted`)."""
+
+    module: nn.Module
+    quantity: str
 
 
 _locks: weakref.WeakKeyDictionary[nn.Module, threading.RLock] = weakref.WeakKeyDictionary()
@@ -80,19 +91,23 @@ def to_numpy(tensor: torch.Tensor) -> np.ndarray:
 
 def capture(
     model: nn.Module,
-    sites: Mapping[str, HookPoint | nn.Module | HookSite],
+    sites: Mapping[str, HookPoint | nn.Module | HookSite | ReportedSite],
     selection: HookSelection,
     run: Callable[[], T],
 ) -> tuple[T, dict[str, np.ndarray]]:
     """Call `run()` (one forward pass of `model`) under `torch.inference_mode()`, recording the
     selected sites. Returns run's result and {hook name: value as CPU numpy, batch dim kept}, in the
     order the forward pass reached them."""
-    wanted_points: set[str] = set()
+    wanted_points: set[str] = set()  # names reported to the recorder: HookPoints and ReportedSites
+    reports: dict[nn.Module, dict[str, str]] = {}  # module -> {quantity: hook name}
     module_sites: dict[str, HookSite] = {}
     for name in select_hook_names(sites, selection):
         site = sites[name]
         if isinstance(site, HookPoint):
             wanted_points.add(name)
+        elif isinstance(site, ReportedSite):
+            wanted_points.add(name)
+            reports.setdefault(site.module, {})[site.quantity] = name
         else:
             module_sites[name] = site if isinstance(site, HookSite) else HookSite(site)
     store: dict[str, torch.Tensor] = {}  # filled in the order the forward pass reaches the sites
@@ -108,7 +123,7 @@ def capture(
             for name, site in module_sites.items():
                 hook = _thread_hook(name, site.read, store)
                 handles.append(site.module.register_forward_hook(hook, with_kwargs=True))
-            with recording(record), torch.inference_mode():
+            with recording(record, reports), torch.inference_mode():
                 result = run()
         finally:
             for handle in handles:

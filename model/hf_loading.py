@@ -1,4 +1,5 @@
-"""Loading a Hugging Face model safely from a local folder or a hub id, with eager attention.
+"""Loading a Hugging Face model safely from a local folder or a hub id, with eager attention
+(model/hf_heads.py's ATTENTION: eager that can also report the per-head values).
 
 Safety: weights must be safetensors (pickle checkpoints can run code when loaded, so folders that
 only have .bin/.pt files are refused), and `trust_remote_code` is never set. A hub id that is not
@@ -17,6 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from model.hf_heads import ATTENTION, register_attention
 from model.hf_runner import HFRunner
 from model.hf_sites import Family, family_for
 
@@ -75,6 +77,7 @@ def load_hf_runner(
     import transformers
 
     transformers.utils.logging.disable_progress_bar()
+    register_attention()
     folder = Path(source).expanduser()
     local = folder.exists()
     if local:
@@ -89,7 +92,7 @@ def load_hf_runner(
 
         def load_model(on: torch.device | str) -> nn.Module:
             model = _model_class(family).from_pretrained(
-                where, attn_implementation="eager", use_safetensors=True, **common
+                where, attn_implementation=ATTENTION, use_safetensors=True, **common
             )
             return model.to(on).eval()
 

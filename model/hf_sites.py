@@ -3,9 +3,10 @@
 Each family maps names of the hook vocabulary (model/vocabulary.py, the same as the from-scratch
 model's) onto module paths under `model.base_model`, with a reader that picks the tensor from the
 module's (args, kwargs, output). Residual hooks are the sums before any norm: in post-norm families
-(BERT, BART, Marian) they are read from the input of the norm that follows the sum. Only what these
-tables list can be captured from a Hugging Face model; the per-head q/k/v and pre-softmax scores are
-the from-scratch model's alone so far.
+(BERT, BART, Marian) they are read from the input of the norm that follows the sum. The per-head
+values of attention (q, k, v, rot_q, rot_k, attn_scores, z) are reported by the attention function of
+model/hf_heads.py; the pattern is read from the attention module's output. Only what these tables list
+can be captured from a Hugging Face model.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from model.capture import HookSite
+from model.capture import HookSite, ReportedSite
+from model.hf_heads import ProjectionHeads, Reported
 
 Reader = Callable[[tuple[Any, ...], dict[str, Any], Any], torch.Tensor]
 
@@ -57,7 +59,7 @@ class NormScale:
 
     rms: bool
 
-    def reader(self, module: nn.Module) -> Reader:
+    def site(self, module: nn.Module) -> HookSite:
         eps = float(getattr(module, "eps", None) or module.variance_epsilon)
 
         def read(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> torch.Tensor:
@@ -65,18 +67,32 @@ class NormScale:
             centred = x if self.rms else x - x.mean(-1, keepdim=True)
             return (centred.pow(2).mean(-1, keepdim=True) + eps).sqrt()
 
-        return read
+        return HookSite(module, read)
 
 
 LAYER_NORM_SCALE, RMS_SCALE = NormScale(rms=False), NormScale(rms=True)
 
 
-def norm_hooks(prefix: str, path: str, scale: NormScale) -> dict[str, tuple[str, Reader | NormScale]]:
+SiteMaker = NormScale | Reported | ProjectionHeads  # makes the site from the module at the table's path
+SiteTable = dict[str, tuple[str, Reader | SiteMaker]]  # hook name -> (module path, reader); "{i}": the layer
+
+
+def norm_hooks(prefix: str, path: str, scale: NormScale) -> SiteTable:
     """`<prefix>.hook_scale` and `<prefix>.hook_normalized` of the norm module at `path`."""
     return {f"{prefix}.hook_scale": (path, scale), f"{prefix}.hook_normalized": (path, output)}
 
 
-SiteTable = dict[str, tuple[str, Reader | NormScale]]  # hook name -> (module path, reader); "{i}": the layer
+def attention_hooks(prefix: str, path: str, rotary: bool = False) -> SiteTable:
+    """`<prefix>.hook_q` ... `<prefix>.hook_z` of the attention module at `path`. Rotary: `hook_q`/`hook_k`
+    before the rotation (the projections' outputs), `hook_rot_q`/`hook_rot_k` after it (what attention reads)."""
+    hooks: dict[str, Reader | SiteMaker]
+    if rotary:
+        hooks = {"hook_q": ProjectionHeads("q_proj"), "hook_k": ProjectionHeads("k_proj"), "hook_v": Reported("value"),
+                 "hook_rot_q": Reported("query"), "hook_rot_k": Reported("key")}
+    else:
+        hooks = {"hook_q": Reported("query"), "hook_k": Reported("key"), "hook_v": Reported("value")}
+    hooks |= {"hook_attn_scores": Reported("scores"), "hook_pattern": attention_weights, "hook_z": Reported("z")}
+    return {f"{prefix}.{name}": (path, read) for name, read in hooks.items()}
 
 
 @dataclass(frozen=True)
@@ -91,10 +107,10 @@ class Family:
     layer_sites: dict[str, SiteTable]  # stack -> sites once per layer ("{i}" in paths and names)
     layer_counts: dict[str, Callable[[Any], int]]  # stack -> config -> number of layers
 
-    def sites(self, model: nn.Module) -> dict[str, HookSite]:
+    def sites(self, model: nn.Module) -> dict[str, HookSite | ReportedSite]:
         """Every hook name of this model, mapped to its module and reader."""
         modules = dict(model.base_model.named_modules())
-        sites: dict[str, HookSite] = {}
+        sites: dict[str, HookSite | ReportedSite] = {}
         for stack, count in self.layer_counts.items():
             for i in range(count(model.config)):
                 for name, (path, read) in self.layer_sites[stack].items():
@@ -110,8 +126,8 @@ class Family:
             f"{stack}.{name}" for stack in self.layer_counts for name in self.stack_sites.get(stack, {})]
 
 
-def _site(module: nn.Module, read: Reader | NormScale) -> HookSite:
-    return HookSite(module, read.reader(module) if isinstance(read, NormScale) else read)
+def _site(module: nn.Module, read: Reader | SiteMaker) -> HookSite | ReportedSite:
+    return read.site(module) if isinstance(read, SiteMaker) else HookSite(module, read)
 
 
 BERT = Family(
@@ -125,7 +141,7 @@ BERT = Family(
     }},
     layer_sites={"encoder": {
         "hook_resid_pre": ("encoder.layer.{i}", first_input),
-        "attn.hook_pattern": ("encoder.layer.{i}.attention.self", attention_weights),
+        **attention_hooks("attn", "encoder.layer.{i}.attention.self"),
         "hook_attn_out": ("encoder.layer.{i}.attention.output.dense", output),
         "hook_resid_mid": ("encoder.layer.{i}.attention.output.LayerNorm", first_input),  # the sum, before the norm
         **norm_hooks("ln1", "encoder.layer.{i}.attention.output.LayerNorm", LAYER_NORM_SCALE),
@@ -153,7 +169,7 @@ GPT2 = Family(
     layer_sites={"decoder": {
         "hook_resid_pre": ("h.{i}", first_input),
         **norm_hooks("ln1", "h.{i}.ln_1", LAYER_NORM_SCALE),
-        "attn.hook_pattern": ("h.{i}.attn", attention_weights),
+        **attention_hooks("attn", "h.{i}.attn"),
         "hook_attn_out": ("h.{i}.attn", first_output),
         "hook_resid_mid": ("h.{i}.ln_2", first_input),
         **norm_hooks("ln2", "h.{i}.ln_2", LAYER_NORM_SCALE),
@@ -178,7 +194,7 @@ LLAMA = Family(
     layer_sites={"decoder": {
         "hook_resid_pre": ("layers.{i}", first_input),
         **norm_hooks("ln1", "layers.{i}.input_layernorm", RMS_SCALE),
-        "attn.hook_pattern": ("layers.{i}.self_attn", attention_weights),
+        **attention_hooks("attn", "layers.{i}.self_attn", rotary=True),
         "hook_attn_out": ("layers.{i}.self_attn", first_output),
         "hook_resid_mid": ("layers.{i}.post_attention_layernorm", first_input),
         **norm_hooks("ln2", "layers.{i}.post_attention_layernorm", RMS_SCALE),
@@ -196,14 +212,14 @@ def _t5_layer(stack: str) -> SiteTable:
     table: SiteTable = {
         "hook_resid_pre": (block, first_input),
         **norm_hooks("ln1", f"{block}.layer.0.layer_norm", RMS_SCALE),
-        "attn.hook_pattern": (f"{block}.layer.0.SelfAttention", attention_weights),
+        **attention_hooks("attn", f"{block}.layer.0.SelfAttention"),
         "hook_attn_out": (f"{block}.layer.0.SelfAttention", first_output),
         "hook_resid_mid": (f"{block}.layer.0", first_output),
     }
     if stack == "decoder":
         table |= {
             **norm_hooks("ln_cross", f"{block}.layer.1.layer_norm", RMS_SCALE),
-            "cross_attn.hook_pattern": (f"{block}.layer.1.EncDecAttention", attention_weights),
+            **attention_hooks("cross_attn", f"{block}.layer.1.EncDecAttention"),
             "hook_cross_attn_out": (f"{block}.layer.1.EncDecAttention", first_output),
             "hook_resid_mid_cross": (f"{block}.layer.1", first_output),
         }
@@ -235,14 +251,14 @@ def _bart_layer(stack: str) -> SiteTable:
     layer = f"{stack}.layers.{{i}}"
     table: SiteTable = {
         "hook_resid_pre": (layer, first_input),
-        "attn.hook_pattern": (f"{layer}.self_attn", attention_weights),
+        **attention_hooks("attn", f"{layer}.self_attn"),
         "hook_attn_out": (f"{layer}.self_attn", first_output),
         "hook_resid_mid": (f"{layer}.self_attn_layer_norm", first_input),  # the sum, before the norm
         **norm_hooks("ln1", f"{layer}.self_attn_layer_norm", LAYER_NORM_SCALE),
     }
     if stack == "decoder":
         table |= {
-            "cross_attn.hook_pattern": (f"{layer}.encoder_attn", attention_weights),
+            **attention_hooks("cross_attn", f"{layer}.encoder_attn"),
             "hook_cross_attn_out": (f"{layer}.encoder_attn", first_output),
             "hook_resid_mid_cross": (f"{layer}.encoder_attn_layer_norm", first_input),
             **norm_hooks("ln_cross", f"{layer}.encoder_attn_layer_norm", LAYER_NORM_SCALE),

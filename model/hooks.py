@@ -6,19 +6,25 @@ the thread, two sessions running one shared model at the same time never see eac
 and the check costs a fraction of a microsecond, far less than registering and dispatching a
 PyTorch forward hook on every point (bench/capture.py). Ordinary `register_forward_hook` works on
 HookPoints too, for anyone who wants to intervene.
+
+Code that computes a value only when someone keeps it (the Hugging Face attention function of
+model/hf_heads.py) asks `reports_wanted(module)` which values the thread's capture wants from it, and
+hands those to the same recorder under their hook names.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 
 import torch
 from torch import nn
 
 Recorder = Callable[[str, torch.Tensor], None]
-_active = threading.local()  # .recorder: the current thread's Recorder, or absent/None
+Reports = Mapping[nn.Module, Mapping[str, str]]  # module -> {the quantity it reports: hook name}
+_active = threading.local()  # .recorder: the current thread's Recorder, .reports: its Reports (absent/None: none)
+_NOTHING: Mapping[str, str] = {}
 
 
 class HookPoint(nn.Module):
@@ -40,19 +46,26 @@ class HookPoint(nn.Module):
 
 
 @contextmanager
-def recording(recorder: Recorder) -> Iterator[None]:
-    """While inside, every HookPoint run by this thread calls `recorder(name, value)`."""
-    previous = getattr(_active, "recorder", None)
-    _active.recorder = recorder
+def recording(recorder: Recorder, reports: Reports | None = None) -> Iterator[None]:
+    """While inside, every HookPoint run by this thread calls `recorder(name, value)`, and so does code that
+    reports values (`reports_wanted`) for the quantities `reports` asks of its module."""
+    previous = getattr(_active, "recorder", None), getattr(_active, "reports", None)
+    _active.recorder, _active.reports = recorder, reports
     try:
         yield
     finally:
-        _active.recorder = previous
+        _active.recorder, _active.reports = previous
 
 
 def active_recorder() -> Recorder | None:
     """This thread's recorder (None outside `recording`)."""
     return getattr(_active, "recorder", None)
+
+
+def reports_wanted(module: nn.Module) -> Mapping[str, str]:
+    """{quantity: hook name} that this thread's capture wants `module` to report (empty: nothing; compute nothing)."""
+    reports = getattr(_active, "reports", None)
+    return reports.get(module, _NOTHING) if reports else _NOTHING
 
 
 def hook_name(module_path: str) -> str:

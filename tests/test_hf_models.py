@@ -78,25 +78,28 @@ def test_capture_does_not_change_logits(runners, family: str) -> None:
 
 LN1, LN2, LN_CROSS = (["ln1.hook_scale", "ln1.hook_normalized"], ["ln2.hook_scale", "ln2.hook_normalized"],
                       ["ln_cross.hook_scale", "ln_cross.hook_normalized"])
-CROSS = ["cross_attn.hook_pattern", "hook_cross_attn_out", "hook_resid_mid_cross"]
+HEADS = ["hook_q", "hook_k", "hook_v", "hook_attn_scores", "hook_pattern", "hook_z"]
+ROTARY_HEADS = ["hook_q", "hook_k", "hook_v", "hook_rot_q", "hook_rot_k", "hook_attn_scores", "hook_pattern", "hook_z"]
+ATTN, ROTARY_ATTN = [f"attn.{h}" for h in HEADS], [f"attn.{h}" for h in ROTARY_HEADS]
+CROSS = [*(f"cross_attn.{h}" for h in HEADS), "hook_cross_attn_out", "hook_resid_mid_cross"]
 LAYER_NAMES = {  # per family: the names of one layer, in table order
-    "bert": ["hook_resid_pre", "attn.hook_pattern", "hook_attn_out", "hook_resid_mid", *LN1, "mlp.hook_pre",
+    "bert": ["hook_resid_pre", *ATTN, "hook_attn_out", "hook_resid_mid", *LN1, "mlp.hook_pre",
              "mlp.hook_post", "hook_mlp_out", "hook_resid_post", *LN2, "hook_normalized_resid_post"],
-    "gpt2": ["hook_resid_pre", *LN1, "attn.hook_pattern", "hook_attn_out", "hook_resid_mid", *LN2, "mlp.hook_pre",
+    "gpt2": ["hook_resid_pre", *LN1, *ATTN, "hook_attn_out", "hook_resid_mid", *LN2, "mlp.hook_pre",
              "mlp.hook_post", "hook_mlp_out", "hook_resid_post"],
-    "llama": ["hook_resid_pre", *LN1, "attn.hook_pattern", "hook_attn_out", "hook_resid_mid", *LN2,
+    "llama": ["hook_resid_pre", *LN1, *ROTARY_ATTN, "hook_attn_out", "hook_resid_mid", *LN2,
               "mlp.hook_post", "hook_mlp_out", "hook_resid_post"],
 }
 
 
 def _t5_layer(cross: bool) -> list[str]:
-    names = ["hook_resid_pre", *LN1, "attn.hook_pattern", "hook_attn_out", "hook_resid_mid"]
+    names = ["hook_resid_pre", *LN1, *ATTN, "hook_attn_out", "hook_resid_mid"]
     names += [*LN_CROSS, *CROSS] if cross else []
     return [*names, *LN2, "mlp.hook_pre", "mlp.hook_post", "hook_mlp_out", "hook_resid_post"]
 
 
 def _bart_layer(cross: bool) -> list[str]:
-    names = ["hook_resid_pre", "attn.hook_pattern", "hook_attn_out", "hook_resid_mid", *LN1]
+    names = ["hook_resid_pre", *ATTN, "hook_attn_out", "hook_resid_mid", *LN1]
     names += [*CROSS, *LN_CROSS] if cross else []
     return [*names, "mlp.hook_pre", "mlp.hook_post", "hook_mlp_out", "hook_resid_post", *LN2,
             "hook_normalized_resid_post"]

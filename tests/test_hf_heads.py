@@ -1,0 +1,209 @@
+"""Per-head attention hooks (q, k, v, rot_q, rot_k, attn_scores, z) of every Hugging Face family and of the
+from-scratch models: they recompose into the pattern and the attention output, and cost nothing unless asked."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import transformers
+
+from model.capture import capture
+from model.hf_heads import ATTENTION, register_attention
+from model.hf_loading import load_hf_runner
+from model.registry import load_runner
+from model.runner import RunOptions
+from model.tracing import Trace
+from tests.tiny_hf import FAMILIES, build
+
+TEXT, TARGET = "the quick brown fox jumps over the lazy dog", "the cat sat on the mat"
+OUTPUT_PROJECTION = {  # family -> attention site ("attn" / "cross_attn") -> W_O's module path ("{stack}", "{i}")
+    "bert": {"attn": "encoder.layer.{i}.attention.output.dense"},
+    "gpt2": {"attn": "h.{i}.attn.c_proj"},
+    "llama": {"attn": "layers.{i}.self_attn.o_proj"},
+    "t5": {"attn": "{stack}.block.{i}.layer.0.SelfAttention.o",
+           "cross_attn": "decoder.block.{i}.layer.1.EncDecAttention.o"},
+    "bart": {"attn": "{stack}.layers.{i}.self_attn.out_proj",
+             "cross_attn": "decoder.layers.{i}.encoder_attn.out_proj"},
+}
+OUTPUT_PROJECTION["marian"] = OUTPUT_PROJECTION["bart"]
+TOY_OUTPUT_PROJECTION = {"attn": "{stack}.layers.{i}.attn.out_proj",
+                         "cross_attn": "{stack}.layers.{i}.cross_attn.out_proj"}
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("tiny-heads")
+    return {family: build(family, root / family) for family in FAMILIES}
+
+
+@pytest.fixture(scope="module")
+def runners(folders):
+    return {family: load_hf_runner(str(folder)) for family, folder in folders.items()}
+
+
+def _float32_trace(runner, monkeypatch) -> Trace:
+    """Every hook, patterns kept at float32 (the runner's own sites, not the float16 ones a Trace stores), with
+    padding so that the masks hide some keys; encoder-decoders read a given target."""
+    monkeypatch.setattr(runner, "sites_for_run", lambda model, causal_stacks: runner.sites)
+    n = len(runner.tokenizer(TEXT)["input_ids"])
+    target = TARGET if runner.family.kind == "encoder-decoder" else None
+    return runner.run(TEXT, target, RunOptions(hooks=("*",), pad_to=n + 3))
+
+
+def _attention_sites(trace: Trace) -> list[tuple[str, str, str, int]]:
+    """(hook prefix, mask site, attention site, layer) of every attention in the trace, e.g.
+    ('decoder.1.cross_attn', 'decoder.cross_attn', 'cross_attn', 1)."""
+    sites = []
+    for name in trace.captured:
+        if name.endswith(".hook_pattern"):
+            stack, layer, attn, _ = name.split(".")
+            sites.append((name.removesuffix(".hook_pattern"), f"{stack}.{attn}", attn, int(layer)))
+    return sites
+
+
+def _check_scores_and_z(trace: Trace, projection: dict[str, str], model: torch.nn.Module) -> None:
+    """softmax(scores where the mask allows) = pattern; z through W_O (+ bias) = what attention adds."""
+    c = {k: torch.from_numpy(np.asarray(v)) for k, v in trace.captured.items()}
+    sites = _attention_sites(trace)
+    assert sites
+    for prefix, mask_site, attn, layer in sites:
+        scores, pattern = c[f"{prefix}.hook_attn_scores"], c[f"{prefix}.hook_pattern"]  # (heads, q, k)
+        assert pattern.dtype == torch.float32
+        allowed = torch.from_numpy(trace.masks[mask_site])  # (q, k), True = may attend
+        assert not allowed.all()  # padding (or causality) hides some keys
+        expected = scores.masked_fill(~allowed, float("-inf")).softmax(-1)
+        torch.testing.assert_close(pattern, expected, atol=1e-5, rtol=0, msg=prefix)
+        z = c[f"{prefix}.hook_z"]  # (heads, pos, d_head)
+        heads, pos, d_head = z.shape
+        kv_heads = c[f"{prefix}.hook_k"].shape[0]
+        assert c[f"{prefix}.hook_q"].shape == (heads, pos, d_head)
+        assert c[f"{prefix}.hook_k"].shape == c[f"{prefix}.hook_v"].shape == (kv_heads, scores.shape[-1], d_head)
+        stack = prefix.split(".")[0]
+        w_o = model.get_submodule(projection[attn].format(stack=stack, i=layer))
+        with torch.inference_mode():
+            out = w_o(z.transpose(0, 1).reshape(pos, heads * d_head))  # (pos, d_model)
+        out_name = f"{stack}.{layer}.hook_{'cross_attn' if attn == 'cross_attn' else 'attn'}_out"
+        torch.testing.assert_close(out, c[out_name], atol=1e-5, rtol=0, msg=prefix)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_scores_and_mask_give_the_pattern_and_z_gives_attn_out(runners, family: str, monkeypatch) -> None:
+    runner = runners[family]
+    trace = _float32_trace(runner, monkeypatch)
+    assert {name.split(".")[-1] for name in trace.captured} >= {"hook_q", "hook_attn_scores", "hook_z"}
+    _check_scores_and_z(trace, OUTPUT_PROJECTION[family], runner.model.base_model)
+
+
+@pytest.mark.parametrize("model_id", ["toy-date", "toy-gpt-date"])
+def test_the_from_scratch_models_recompose_the_same_way(model_id: str) -> None:
+    runner = load_runner(model_id)
+    text = runner.examples[0]
+    trace = runner.run(text, options=RunOptions(hooks=("*",), pad_to=len(runner.toy.encode_source(text)) + 3))
+    _check_scores_and_z(trace, TOY_OUTPUT_PROJECTION, runner.toy.model)
+
+
+def test_rotary_scores_are_the_rotated_queries_and_shared_keys(runners, monkeypatch) -> None:
+    """Llama (4 query heads, 2 kv heads): scores = rot_q rot_k^T / sqrt(d_head), query head h reading kv head
+    h // 2; hook_q/hook_k are before the rotation (equal at position 0, same norms, different elsewhere)."""
+    runner = runners["llama"]
+    c = {k: torch.from_numpy(v) for k, v in _float32_trace(runner, monkeypatch).captured.items()}
+    for layer in range(2):
+        prefix = f"decoder.{layer}.attn"
+        rot_q, rot_k = c[f"{prefix}.hook_rot_q"], c[f"{prefix}.hook_rot_k"]  # (4, pos, d), (2, pos, d)
+        assert rot_q.shape[0] == 4 and rot_k.shape[0] == c[f"{prefix}.hook_v"].shape[0] == 2
+        shared = rot_k[torch.arange(4) // 2]  # (4, pos, d): the kv head each query head reads
+        scores = rot_q @ shared.transpose(1, 2) * rot_q.shape[-1] ** -0.5
+        torch.testing.assert_close(scores, c[f"{prefix}.hook_attn_scores"], atol=1e-5, rtol=0)
+        for before, after in ((c[f"{prefix}.hook_q"], rot_q), (c[f"{prefix}.hook_k"], rot_k)):
+            torch.testing.assert_close(before[:, 0], after[:, 0])
+            torch.testing.assert_close(before.norm(dim=-1), after.norm(dim=-1))
+            assert not torch.allclose(before[:, 1:], after[:, 1:])
+
+
+def test_t5_scores_include_the_relative_position_bias(runners, monkeypatch) -> None:
+    runner = runners["t5"]
+    c = {k: torch.from_numpy(v) for k, v in _float32_trace(runner, monkeypatch).captured.items()}
+    q, k = c["encoder.0.attn.hook_q"], c["encoder.0.attn.hook_k"]  # T5 does not scale q k^T
+    bias = c["encoder.0.attn.hook_attn_scores"] - q @ k.transpose(1, 2)  # (heads, q, k)
+    attention = runner.model.encoder.block[0].layer[0].SelfAttention
+    with torch.inference_mode():
+        expected = attention.compute_bias(q.shape[1], k.shape[1])[0]
+    torch.testing.assert_close(bias, expected, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_default_run_captures_no_per_head_hook(runners, family: str) -> None:
+    captured = runners[family].run(TEXT, options=RunOptions(hooks=("*.hook_pattern",))).captured
+    assert captured and all(name.endswith(".hook_pattern") for name in captured)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_patterns_and_outputs_are_exactly_eager_ones(folders, runners, family: str) -> None:
+    """The attention implementation the runners load reports per-head values without changing a number."""
+    runner = runners[family]
+    eager = type(runner.model).from_pretrained(folders[family], attn_implementation="eager").eval()
+    ids = torch.tensor([runner.tokenizer(TEXT)["input_ids"]])
+    kwargs = {"decoder_input_ids": ids[:, :4]} if runner.family.kind == "encoder-decoder" else {}
+    with torch.inference_mode():
+        ours, theirs = (m(input_ids=ids, output_attentions=True, use_cache=False, **kwargs)
+                        for m in (runner.model, eager))
+    assert runner.model.config._attn_implementation == ATTENTION
+    keys = [key for key in ours if key.endswith("attentions")]
+    assert keys
+    for key in [*keys, "last_hidden_state" if runner.family.kind == "encoder" else "logits"]:
+        mine, reference = (o[key] if isinstance(o[key], tuple) else (o[key],) for o in (ours, theirs))
+        assert all(torch.equal(a, b) for a, b in zip(mine, reference, strict=True)), key
+
+
+def test_gpt2_upcast_attention_stays_its_own(folders) -> None:
+    """GPT-2 configs with reorder_and_upcast_attn take their float32 path under ATTENTION as under eager."""
+    register_attention()
+    config = transformers.GPT2Config.from_pretrained(folders["gpt2"], reorder_and_upcast_attn=True)
+    model = transformers.GPT2LMHeadModel(config).eval()
+    with torch.no_grad():
+        for block in model.transformer.h:
+            block.attn.c_attn.weight.mul_(30)  # scores large enough that bfloat16 rounds them differently
+    model = model.to(torch.bfloat16)
+    ids = torch.tensor([[5, 6, 7, 8, 9, 10, 11, 12]])
+    patterns = {}
+    for implementation in ("eager", ATTENTION):
+        model.set_attn_implementation(implementation)
+        with torch.inference_mode():
+            patterns[implementation] = model(ids, output_attentions=True).attentions[1]
+    assert torch.equal(patterns["eager"], patterns[ATTENTION])
+
+
+def test_per_head_values_stay_with_the_thread_that_asked(runners) -> None:
+    """A capture of reported values only (no forward hooks, so no model lock) while other threads run the same
+    model: each thread gets its own values, and a thread that did not ask gets none."""
+    runner = runners["gpt2"]
+    model, sites = runner.model, runner.sites
+    batches = [torch.tensor([runner.tokenizer(text)["input_ids"]]) for text in (TEXT, "the cat sat", "a dog")]
+
+    def heads(ids: torch.Tensor) -> dict[str, np.ndarray]:
+        return capture(model, sites, "*.attn.hook_z", lambda: model(input_ids=ids))[1]
+
+    serial = [heads(ids) for ids in batches]
+    results: dict[tuple[int, int], dict[str, np.ndarray]] = {}
+    plain: list[dict[str, np.ndarray]] = []
+
+    def work(k: int) -> None:
+        for r in range(5):
+            results[k, r] = heads(batches[k])
+            plain.append(capture(model, sites, "*.hook_resid_post", lambda: model(input_ids=batches[0]))[1])
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for (k, _), got in results.items():
+        assert sorted(got) == ["decoder.0.attn.hook_z", "decoder.1.attn.hook_z"]
+        for name, value in got.items():
+            np.testing.assert_array_equal(value, serial[k][name])
+    assert all(sorted(p) == ["decoder.0.hook_resid_post", "decoder.1.hook_resid_post"] for p in plain)
+
