@@ -31,7 +31,7 @@ def inputs(runner: HFRunner, length: int) -> dict[str, torch.Tensor]:
 def measure(runner: HFRunner, length: int) -> tuple[float, float]:
     model, batch = runner.model, inputs(runner, length)
     packed = runner.family.kind == "decoder" and length >= PACK_FROM_TOKENS
-    sites = runner.sites_for_run(model, {"decoder"} if packed else set())  # stored as a run stores them
+    sites = runner.taps_for_run(model, {"decoder"} if packed else set())  # stored as a run stores them
     bare_times, captured_times = [], []
     for i in range(RUNS + 2):
         start = time.perf_counter()

@@ -30,7 +30,7 @@ def measure(runner: HFRunner, length: int) -> tuple[float, float, float]:
     eager = type(runner.model).from_pretrained(runner.model.name_or_path, attn_implementation="eager").eval()
     batch = inputs(runner, length)
     packed = {"decoder"} if runner.family.kind == "decoder" and length >= PACK_FROM_TOKENS else set()
-    runs = [(model, runner.sites_for_run(model, packed), hooks)
+    runs = [(model, runner.taps_for_run(model, packed), hooks)
             for model, hooks in ((eager, DEFAULT), (runner.model, DEFAULT), (runner.model, ALL_ATTENTION))]
     times: list[list[float]] = [[] for _ in runs]
     for i in range(RUNS + 2):

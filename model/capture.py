@@ -1,13 +1,13 @@
 """Run a model once and collect the values at chosen hook points.
 
-Three kinds of site: the from-scratch model's HookPoints, which report to the recorder the current
-thread switched on (model/hooks.py); values that code inside a module's forward reports to that same
-recorder when asked (ReportedSite: the per-head values of Hugging Face attention, model/hf_heads.py);
-and any other module (a Hugging Face layer), on which a PyTorch forward hook is registered for the
-one pass and removed in `finally`. All are safe on a model shared by several sessions: recorders and
-what they ask for belong to a thread, and forward hooks are registered under a per-model lock and
-record only calls from the thread that registered them, so a forward pass running elsewhere at the
-same time never writes into this capture.
+Three kinds of tap (a place a hook's value is read from): the from-scratch model's HookPoints, which
+report to the recorder the current thread switched on (model/hooks.py); values that code inside a
+module's forward reports to that same recorder when asked (ReportedTap: the per-head values of Hugging
+Face attention, model/hf_heads.py); and any other module (a Hugging Face layer), on which a PyTorch
+forward hook is registered for the one pass and removed in `finally`. All are safe on a model shared
+by several sessions: recorders and what they ask for belong to a thread, and forward hooks are
+registered under a per-model lock and record only calls from the thread that registered them, so a
+forward pass running elsewhere at the same time never writes into this capture.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def _read_output(args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> 
 
 
 @dataclass(frozen=True)
-class HookSite:
+class ModuleTap:
     """A module to hook and how to read the captured tensor from its (args, kwargs, output)."""
 
     module: nn.Module
@@ -44,7 +44,7 @@ class HookSite:
 
 
 @dataclass(frozen=True)
-class ReportedSite:
+class ReportedTap:
     """A value that code running inside `module`'s forward reports itself, as `quantity`, and computes
     only when the capturing thread asks for it (model/hooks.py `reports_wanted`)."""
 
@@ -91,38 +91,38 @@ def to_numpy(tensor: torch.Tensor) -> np.ndarray:
 
 def capture(
     model: nn.Module,
-    sites: Mapping[str, HookPoint | nn.Module | HookSite | ReportedSite],
+    taps: Mapping[str, HookPoint | nn.Module | ModuleTap | ReportedTap],
     selection: HookSelection,
     run: Callable[[], T],
 ) -> tuple[T, dict[str, np.ndarray]]:
     """Call `run()` (one forward pass of `model`) under `torch.inference_mode()`, recording the
-    selected sites. Returns run's result and {hook name: value as CPU numpy, batch dim kept}, in the
+    selected taps. Returns run's result and {hook name: value as CPU numpy, batch dim kept}, in the
     order the forward pass reached them."""
-    wanted_points: set[str] = set()  # names reported to the recorder: HookPoints and ReportedSites
+    wanted_points: set[str] = set()  # names reported to the recorder: HookPoints and ReportedTaps
     reports: dict[nn.Module, dict[str, str]] = {}  # module -> {quantity: hook name}
-    module_sites: dict[str, HookSite] = {}
-    for name in select_hook_names(sites, selection):
-        site = sites[name]
-        if isinstance(site, HookPoint):
+    module_taps: dict[str, ModuleTap] = {}
+    for name in select_hook_names(taps, selection):
+        tap = taps[name]
+        if isinstance(tap, HookPoint):
             wanted_points.add(name)
-        elif isinstance(site, ReportedSite):
+        elif isinstance(tap, ReportedTap):
             wanted_points.add(name)
-            reports.setdefault(site.module, {})[site.quantity] = name
+            reports.setdefault(tap.module, {})[tap.quantity] = name
         else:
-            module_sites[name] = site if isinstance(site, HookSite) else HookSite(site)
-    store: dict[str, torch.Tensor] = {}  # filled in the order the forward pass reaches the sites
+            module_taps[name] = tap if isinstance(tap, ModuleTap) else ModuleTap(tap)
+    store: dict[str, torch.Tensor] = {}  # filled in the order the forward pass reaches the taps
 
     def record(name: str, value: torch.Tensor) -> None:
         if name in wanted_points:
             store[name] = value  # an inference-mode tensor: nothing to detach
 
-    lock = model_lock(model) if module_sites else contextlib.nullcontext()
+    lock = model_lock(model) if module_taps else contextlib.nullcontext()
     with lock:
         handles = []
         try:
-            for name, site in module_sites.items():
-                hook = _thread_hook(name, site.read, store)
-                handles.append(site.module.register_forward_hook(hook, with_kwargs=True))
+            for name, tap in module_taps.items():
+                hook = _thread_hook(name, tap.read, store)
+                handles.append(tap.module.register_forward_hook(hook, with_kwargs=True))
             with recording(record, reports), torch.inference_mode():
                 result = run()
         finally:

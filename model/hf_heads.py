@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from model.capture import HookSite, ReportedSite
+from model.capture import ModuleTap, ReportedTap
 from model.hooks import active_recorder, reports_wanted
 
 ATTENTION = "atlas_eager"  # the attn_implementation models are loaded with
@@ -36,8 +36,8 @@ class Reported:
 
     quantity: str  # "query", "key", "value", "scores" or "z"
 
-    def site(self, module: nn.Module) -> ReportedSite:
-        return ReportedSite(module, self.quantity)
+    def tap(self, module: nn.Module) -> ReportedTap:
+        return ReportedTap(module, self.quantity)
 
 
 @dataclass(frozen=True)
@@ -47,13 +47,13 @@ class ProjectionHeads:
 
     projection: str  # "q_proj" or "k_proj"
 
-    def site(self, module: nn.Module) -> HookSite:
+    def tap(self, module: nn.Module) -> ModuleTap:
         d_head = module.head_dim
 
         def read(args: tuple[Any, ...], kwargs: dict[str, Any], out: torch.Tensor) -> torch.Tensor:
             return out.unflatten(-1, (-1, d_head)).transpose(1, 2)
 
-        return HookSite(module.get_submodule(self.projection), read)
+        return ModuleTap(module.get_submodule(self.projection), read)
 
 
 def attention(

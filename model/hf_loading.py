@@ -20,7 +20,7 @@ from torch import nn
 
 from model.hf_heads import ATTENTION, register_attention
 from model.hf_runner import HFRunner
-from model.hf_sites import Family, family_for
+from model.hf_taps import Family, family_for
 
 HUB_HOST = ("huggingface.co", 443)
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")

@@ -18,11 +18,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from model.capture import HookSite, capture
+from model.capture import ModuleTap, capture
 from model.devices import free_accelerator_memory, is_out_of_memory
 from model.examples import EXAMPLES
 from model.forcing import score_target
-from model.hf_sites import Family
+from model.hf_taps import Family
 from model.inputs import validate_text
 from model.masks import self_attention_mask
 from model.runner import RunOptions, trace_of_run
@@ -45,18 +45,18 @@ def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     )
 
 
-def _stored_pattern(site: HookSite, lower_triangle: bool) -> HookSite:
+def _stored_pattern(tap: ModuleTap, lower_triangle: bool) -> ModuleTap:
     """Attention as a Trace keeps it, converted as soon as the hook sees it: float16, and for a
     causal site only the lower triangle (tracing.pack_lower_triangle's layout)."""
 
     def read(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> torch.Tensor:
-        weights = site.read(args, kwargs, out).to(torch.float16)  # (batch, heads, q_len, k_len)
+        weights = tap.read(args, kwargs, out).to(torch.float16)  # (batch, heads, q_len, k_len)
         if lower_triangle:
             flat = _tril_flat_indices(weights.size(-1), weights.device)
             weights = weights.flatten(-2)[..., flat]  # (batch, heads, q_len * (q_len + 1) / 2)
         return weights
 
-    return HookSite(site.module, read)
+    return ModuleTap(tap.module, read)
 
 
 @functools.lru_cache(maxsize=8)
@@ -71,7 +71,7 @@ def _is_self_attention_pattern(name: str) -> bool:
 
 
 class HFRunner:
-    """A loaded Hugging Face model (eager attention) with the hook sites of its family."""
+    """A loaded Hugging Face model (eager attention) with the hook taps of its family."""
 
     def __init__(
         self,
@@ -85,7 +85,7 @@ class HFRunner:
         """cpu_loader loads the same model on the CPU, for runs a GPU cannot hold."""
         self.model, self.tokenizer, self.family = model, tokenizer, family
         self._cpu_loader = cpu_loader
-        self.sites = family.sites(model)  # hook name -> module and reader
+        self.taps = family.taps(model)  # hook name -> module and reader
         self.examples = EXAMPLES[family.kind]
         self.facts = replace(_facts(model_id, model, family, notes), special_ids=sorted(set(tokenizer.all_special_ids)))
         self._cpu_copy: nn.Module | None = None
@@ -171,7 +171,7 @@ class HFRunner:
         scored = torch.arange(len(ids) - 1, len(sequence), device=device)
         run_kwargs = {"logits_to_keep": scored} if is_decoder else {}
         out, captured = capture(
-            model, self.sites_for_run(model, causal_stacks), options.hooks,
+            model, self.taps_for_run(model, causal_stacks), options.hooks,
             lambda: model(input_ids=input_ids, attention_mask=attention_mask, **run_kwargs),
         )
         masks = {f"{stack}.attn": allowed[0, 0]}
@@ -265,7 +265,7 @@ class HFRunner:
         tgt_ids = [start, *labels[:-1]]
         causal_stacks = {"encoder"} if encoder_causal and len(padded) >= PACK_FROM_TOKENS else set()
         causal_stacks |= {"decoder"} if decoder_causal and len(tgt_ids) >= PACK_FROM_TOKENS else set()
-        out, captured = capture(model, self.sites_for_run(model, causal_stacks), options.hooks,
+        out, captured = capture(model, self.taps_for_run(model, causal_stacks), options.hooks,
                                 lambda: decode(encode(), tgt_ids))
         predicted = out.logits[0].argmax(-1).tolist()
         masks = {
@@ -300,14 +300,14 @@ class HFRunner:
         return labels
 
     # -- shared --------------------------------------------------------------------------------
-    def sites_for_run(self, model: nn.Module, causal_stacks: set[str]) -> dict[str, HookSite]:
-        """The sites of `model` (this runner's, or its CPU copy's) with attention stored compactly:
+    def taps_for_run(self, model: nn.Module, causal_stacks: set[str]) -> dict[str, ModuleTap]:
+        """The taps of `model` (this runner's, or its CPU copy's) with attention stored compactly:
         self-attention in `causal_stacks` is packed as lower triangles."""
-        sites = self.sites if model is self.model else self.family.sites(model)
+        taps = self.taps if model is self.model else self.family.taps(model)
         return {
-            name: _stored_pattern(site, _is_self_attention_pattern(name) and name.split(".")[0] in causal_stacks)
-            if name.endswith(PATTERN_SUFFIX) else site
-            for name, site in sites.items()
+            name: _stored_pattern(tap, _is_self_attention_pattern(name) and name.split(".")[0] in causal_stacks)
+            if name.endswith(PATTERN_SUFFIX) else tap
+            for name, tap in taps.items()
         }
 
     def _trace(

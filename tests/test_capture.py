@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from model.capture import HookSite, capture, select_hook_names
+from model.capture import ModuleTap, capture, select_hook_names
 from model.config import TransformerConfig
 from model.hooks import active_recorder
 from model.masks import causal_mask, combine, padding_mask
@@ -101,7 +101,7 @@ def _module_sites(model) -> dict:
     layer = model.encoder.layers[0]
     return {
         "layer0_out": layer,
-        "layer0_attn_in": HookSite(layer.attn, lambda args, kwargs, out: args[0]),
+        "layer0_attn_in": ModuleTap(layer.attn, lambda args, kwargs, out: args[0]),
         "encoder.0.hook_normalized_resid_post": model.hook_points["encoder.0.hook_normalized_resid_post"],
     }
 

@@ -46,9 +46,9 @@ def runners(folders):
 
 
 def _float32_trace(runner, monkeypatch) -> Trace:
-    """Every hook, patterns kept at float32 (the runner's own sites, not the float16 ones a Trace stores), with
+    """Every hook, patterns kept at float32 (the runner's own taps, not the float16 ones a Trace stores), with
     padding so that the masks hide some keys; encoder-decoders read a given target."""
-    monkeypatch.setattr(runner, "sites_for_run", lambda model, causal_stacks: runner.sites)
+    monkeypatch.setattr(runner, "taps_for_run", lambda model, causal_stacks: runner.taps)
     n = len(runner.tokenizer(TEXT)["input_ids"])
     target = TARGET if runner.family.kind == "encoder-decoder" else None
     return runner.run(TEXT, target, RunOptions(hooks=("*",), pad_to=n + 3))
@@ -181,11 +181,11 @@ def test_per_head_values_stay_with_the_thread_that_asked(runners) -> None:
     """A capture of reported values only (no forward hooks, so no model lock) while other threads run the same
     model: each thread gets its own values, and a thread that did not ask gets none."""
     runner = runners["gpt2"]
-    model, sites = runner.model, runner.sites
+    model, taps = runner.model, runner.taps
     batches = [torch.tensor([runner.tokenizer(text)["input_ids"]]) for text in (TEXT, "the cat sat", "a dog")]
 
     def heads(ids: torch.Tensor) -> dict[str, np.ndarray]:
-        return capture(model, sites, "*.attn.hook_z", lambda: model(input_ids=ids))[1]
+        return capture(model, taps, "*.attn.hook_z", lambda: model(input_ids=ids))[1]
 
     serial = [heads(ids) for ids in batches]
     results: dict[tuple[int, int], dict[str, np.ndarray]] = {}
@@ -194,7 +194,7 @@ def test_per_head_values_stay_with_the_thread_that_asked(runners) -> None:
     def work(k: int) -> None:
         for r in range(5):
             results[k, r] = heads(batches[k])
-            plain.append(capture(model, sites, "*.hook_resid_post", lambda: model(input_ids=batches[0]))[1])
+            plain.append(capture(model, taps, "*.hook_resid_post", lambda: model(input_ids=batches[0]))[1])
 
     threads = [threading.Thread(target=work, args=(k,)) for k in range(3)]
     for t in threads:

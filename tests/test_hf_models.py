@@ -69,11 +69,11 @@ def test_capture_does_not_change_logits(runners, family: str) -> None:
     with torch.inference_mode():
         plain = model(input_ids=ids, **kwargs)
     captured, values = capture(
-        model, runner.sites, None, lambda: model(input_ids=ids, **kwargs)
+        model, runner.taps, None, lambda: model(input_ids=ids, **kwargs)
     )
     key = "last_hidden_state" if runner.family.kind == "encoder" else "logits"
     assert torch.equal(plain[key], captured[key])
-    assert set(values) == set(runner.sites)
+    assert set(values) == set(runner.taps)
 
 
 LN1, LN2, LN_CROSS = (["ln1.hook_scale", "ln1.hook_normalized"], ["ln2.hook_scale", "ln2.hook_normalized"],
@@ -124,8 +124,8 @@ HOOK_NAMES["marian"] = HOOK_NAMES["bart"]
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_hook_names_are_pinned(runners, family: str) -> None:
-    assert list(runners[family].sites) == HOOK_NAMES[family]
-    assert all(in_vocabulary(name) for name in runners[family].sites)  # a table naming a hook outside it fails
+    assert list(runners[family].taps) == HOOK_NAMES[family]
+    assert all(in_vocabulary(name) for name in runners[family].taps)  # a table naming a hook outside it fails
 
 
 @pytest.mark.parametrize("family", ["bert", "bart", "marian"])

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from model.capture import HookSite, ReportedSite
+from model.capture import ModuleTap, ReportedTap
 from model.hf_heads import ProjectionHeads, Reported
 
 Reader = Callable[[tuple[Any, ...], dict[str, Any], Any], torch.Tensor]
@@ -59,7 +59,7 @@ class NormScale:
 
     rms: bool
 
-    def site(self, module: nn.Module) -> HookSite:
+    def tap(self, module: nn.Module) -> ModuleTap:
         eps = float(getattr(module, "eps", None) or module.variance_epsilon)
 
         def read(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> torch.Tensor:
@@ -67,25 +67,25 @@ class NormScale:
             centred = x if self.rms else x - x.mean(-1, keepdim=True)
             return (centred.pow(2).mean(-1, keepdim=True) + eps).sqrt()
 
-        return HookSite(module, read)
+        return ModuleTap(module, read)
 
 
 LAYER_NORM_SCALE, RMS_SCALE = NormScale(rms=False), NormScale(rms=True)
 
 
-SiteMaker = NormScale | Reported | ProjectionHeads  # makes the site from the module at the table's path
-SiteTable = dict[str, tuple[str, Reader | SiteMaker]]  # hook name -> (module path, reader); "{i}": the layer
+TapMaker = NormScale | Reported | ProjectionHeads  # makes the tap from the module at the table's path
+TapTable = dict[str, tuple[str, Reader | TapMaker]]  # hook name -> (module path, reader); "{i}": the layer
 
 
-def norm_hooks(prefix: str, path: str, scale: NormScale) -> SiteTable:
+def norm_hooks(prefix: str, path: str, scale: NormScale) -> TapTable:
     """`<prefix>.hook_scale` and `<prefix>.hook_normalized` of the norm module at `path`."""
     return {f"{prefix}.hook_scale": (path, scale), f"{prefix}.hook_normalized": (path, output)}
 
 
-def attention_hooks(prefix: str, path: str, rotary: bool = False) -> SiteTable:
+def attention_hooks(prefix: str, path: str, rotary: bool = False) -> TapTable:
     """`<prefix>.hook_q` ... `<prefix>.hook_z` of the attention module at `path`. Rotary: `hook_q`/`hook_k`
     before the rotation (the projections' outputs), `hook_rot_q`/`hook_rot_k` after it (what attention reads)."""
-    hooks: dict[str, Reader | SiteMaker]
+    hooks: dict[str, Reader | TapMaker]
     if rotary:
         hooks = {"hook_q": ProjectionHeads("q_proj"), "hook_k": ProjectionHeads("k_proj"), "hook_v": Reported("value"),
                  "hook_rot_q": Reported("query"), "hook_rot_k": Reported("key")}
@@ -103,31 +103,31 @@ class Family:
     kind: str  # "encoder", "decoder" or "encoder-decoder"
     positional: str
     norm: str
-    stack_sites: dict[str, SiteTable]  # stack ("encoder"/"decoder") -> sites once per stack
-    layer_sites: dict[str, SiteTable]  # stack -> sites once per layer ("{i}" in paths and names)
+    stack_taps: dict[str, TapTable]  # stack ("encoder"/"decoder") -> taps once per stack
+    layer_taps: dict[str, TapTable]  # stack -> taps once per layer ("{i}" in paths and names)
     layer_counts: dict[str, Callable[[Any], int]]  # stack -> config -> number of layers
 
-    def sites(self, model: nn.Module) -> dict[str, HookSite | ReportedSite]:
+    def taps(self, model: nn.Module) -> dict[str, ModuleTap | ReportedTap]:
         """Every hook name of this model, mapped to its module and reader."""
         modules = dict(model.base_model.named_modules())
-        sites: dict[str, HookSite | ReportedSite] = {}
+        taps: dict[str, ModuleTap | ReportedTap] = {}
         for stack, count in self.layer_counts.items():
             for i in range(count(model.config)):
-                for name, (path, read) in self.layer_sites[stack].items():
-                    sites[f"{stack}.{i}.{name}"] = _site(modules[path.format(i=i)], read)
-            for name, (path, read) in self.stack_sites.get(stack, {}).items():
-                sites[f"{stack}.{name}"] = _site(modules[path], read)
-        return sites
+                for name, (path, read) in self.layer_taps[stack].items():
+                    taps[f"{stack}.{i}.{name}"] = _tap(modules[path.format(i=i)], read)
+            for name, (path, read) in self.stack_taps.get(stack, {}).items():
+                taps[f"{stack}.{name}"] = _tap(modules[path], read)
+        return taps
 
     def names(self, config: Any) -> list[str]:
         """Every hook name a model with this config offers (without building the model)."""
         return [f"{stack}.{i}.{name}" for stack, count in self.layer_counts.items() for i in range(count(config))
-                for name in self.layer_sites[stack]] + [
-            f"{stack}.{name}" for stack in self.layer_counts for name in self.stack_sites.get(stack, {})]
+                for name in self.layer_taps[stack]] + [
+            f"{stack}.{name}" for stack in self.layer_counts for name in self.stack_taps.get(stack, {})]
 
 
-def _site(module: nn.Module, read: Reader | SiteMaker) -> HookSite | ReportedSite:
-    return read.site(module) if isinstance(read, SiteMaker) else HookSite(module, read)
+def _tap(module: nn.Module, read: Reader | TapMaker) -> ModuleTap | ReportedTap:
+    return read.tap(module) if isinstance(read, TapMaker) else ModuleTap(module, read)
 
 
 BERT = Family(
@@ -135,11 +135,11 @@ BERT = Family(
     kind="encoder",
     positional="learned absolute",
     norm="post-norm",
-    stack_sites={"encoder": {
+    stack_taps={"encoder": {
         "hook_embed": ("embeddings.word_embeddings", output),
         "hook_pos_embed": ("embeddings.position_embeddings", output),
     }},
-    layer_sites={"encoder": {
+    layer_taps={"encoder": {
         "hook_resid_pre": ("encoder.layer.{i}", first_input),
         **attention_hooks("attn", "encoder.layer.{i}.attention.self"),
         "hook_attn_out": ("encoder.layer.{i}.attention.output.dense", output),
@@ -160,13 +160,13 @@ GPT2 = Family(
     kind="decoder",
     positional="learned absolute",
     norm="pre-norm",
-    stack_sites={"decoder": {
+    stack_taps={"decoder": {
         "hook_embed": ("wte", output),
         "hook_pos_embed": ("wpe", output),
         **norm_hooks("ln_final", "ln_f", LAYER_NORM_SCALE),
         "hook_resid_final": ("ln_f", output),
     }},
-    layer_sites={"decoder": {
+    layer_taps={"decoder": {
         "hook_resid_pre": ("h.{i}", first_input),
         **norm_hooks("ln1", "h.{i}.ln_1", LAYER_NORM_SCALE),
         **attention_hooks("attn", "h.{i}.attn"),
@@ -186,12 +186,12 @@ LLAMA = Family(
     kind="decoder",
     positional="rotary",
     norm="pre-norm (RMSNorm)",
-    stack_sites={"decoder": {
+    stack_taps={"decoder": {
         "hook_embed": ("embed_tokens", output),
         **norm_hooks("ln_final", "norm", RMS_SCALE),
         "hook_resid_final": ("norm", output),
     }},
-    layer_sites={"decoder": {
+    layer_taps={"decoder": {
         "hook_resid_pre": ("layers.{i}", first_input),
         **norm_hooks("ln1", "layers.{i}.input_layernorm", RMS_SCALE),
         **attention_hooks("attn", "layers.{i}.self_attn", rotary=True),
@@ -206,10 +206,10 @@ LLAMA = Family(
 )
 
 
-def _t5_layer(stack: str) -> SiteTable:
+def _t5_layer(stack: str) -> TapTable:
     block = f"{stack}.block.{{i}}"
     ffn = f"{block}.layer.{2 if stack == 'decoder' else 1}.DenseReluDense"
-    table: SiteTable = {
+    table: TapTable = {
         "hook_resid_pre": (block, first_input),
         **norm_hooks("ln1", f"{block}.layer.0.layer_norm", RMS_SCALE),
         **attention_hooks("attn", f"{block}.layer.0.SelfAttention"),
@@ -237,19 +237,19 @@ T5 = Family(
     kind="encoder-decoder",
     positional="relative position buckets",
     norm="pre-norm (RMSNorm)",
-    stack_sites={stack: {
+    stack_taps={stack: {
         "hook_embed": (f"{stack}.embed_tokens", output),
         **norm_hooks("ln_final", f"{stack}.final_layer_norm", RMS_SCALE),
         "hook_resid_final": (f"{stack}.final_layer_norm", output),
     } for stack in ("encoder", "decoder")},
-    layer_sites={stack: _t5_layer(stack) for stack in ("encoder", "decoder")},
+    layer_taps={stack: _t5_layer(stack) for stack in ("encoder", "decoder")},
     layer_counts={"encoder": lambda c: c.num_layers, "decoder": lambda c: c.num_decoder_layers},
 )
 
 
-def _bart_layer(stack: str) -> SiteTable:
+def _bart_layer(stack: str) -> TapTable:
     layer = f"{stack}.layers.{{i}}"
-    table: SiteTable = {
+    table: TapTable = {
         "hook_resid_pre": (layer, first_input),
         **attention_hooks("attn", f"{layer}.self_attn"),
         "hook_attn_out": (f"{layer}.self_attn", first_output),
@@ -278,11 +278,11 @@ BART = Family(
     kind="encoder-decoder",
     positional="learned or sinusoidal absolute",
     norm="post-norm",
-    stack_sites={stack: {
+    stack_taps={stack: {
         "hook_embed": (f"{stack}.embed_tokens", output),
         "hook_pos_embed": (f"{stack}.embed_positions", batched_output),
     } for stack in ("encoder", "decoder")},
-    layer_sites={stack: _bart_layer(stack) for stack in ("encoder", "decoder")},
+    layer_taps={stack: _bart_layer(stack) for stack in ("encoder", "decoder")},
     layer_counts={"encoder": lambda c: c.encoder_layers, "decoder": lambda c: c.decoder_layers},
 )
 
