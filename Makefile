@@ -40,4 +40,4 @@ bench: $(VENV)/.dev
 
 # Retrain every shipped toy model (about 5 minutes each on a 2-core CPU).
 train: $(VENV)/.runtime
-	for task in copy reverse date gpt-date; do $(PY) -m model.train --task $$task || exit 1; done
+	for task in copy reverse date gpt-date; do $(PY) -m model.toy.train --task $$task || exit 1; done

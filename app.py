@@ -6,10 +6,10 @@ from __future__ import annotations
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
-from model.devices import available_devices, pick_device
+from model.core.devices import available_devices, pick_device
+from model.core.runner import Runner, RunOptions
+from model.core.trace import Trace
 from model.registry import PACKAGED, TOY_PREFIX, default_model, examples_for, list_model_ids, load_runner
-from model.runner import Runner, RunOptions
-from model.tracing import Trace
 from ui import url_state
 from ui.messages import show_error
 from ui.page import PAGES, TRACE, keep_page_choices

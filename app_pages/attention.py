@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from model.tracing import Trace
+from model.core.trace import Trace
 from ui import url_state
 from ui.downloads import downloads, matrix_table
 from ui.page import current_trace

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from model.tracing import Trace
+from model.core.trace import Trace
 from ui.downloads import downloads, matrix_table
 from ui.page import current_trace
 from ui.pickers import choose_head, opening_head, site_label

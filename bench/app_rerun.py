@@ -25,8 +25,8 @@ from typing import Any
 from streamlit.testing.v1 import AppTest
 from transformers import AutoTokenizer
 
-from model import packaged
-from model.hf_runner import HFRunner
+from model.hf import packaged
+from model.hf.runner import HFRunner
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = "app_pages/attention.py"

@@ -38,7 +38,7 @@ from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 from transformers import AutoTokenizer
 from transformers.utils import logging as transformers_logging
 
-from model import packaged
+from model.hf import packaged
 from tests import browser
 
 MODELS = tuple(os.environ.get("BENCH_MODELS", "minilm,smollm2").split(","))  # e.g. BENCH_MODELS=minilm

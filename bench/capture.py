@@ -14,11 +14,11 @@ from collections.abc import Callable
 
 import torch
 
-from model.capture import capture
-from model.evaluate import pad_batch
-from model.masks import causal_mask, combine, padding_mask
-from model.toy import ToyModel, available_toys, load_toy
-from model.transformer import EncoderDecoder
+from model.core.capture import capture
+from model.core.masks import causal_mask, combine, padding_mask
+from model.scratch.transformer import EncoderDecoder
+from model.toy.evaluate import pad_batch
+from model.toy.store import ToyModel, available_toys, load_toy
 
 RUNS = 50
 

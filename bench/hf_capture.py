@@ -12,8 +12,8 @@ import time
 
 import torch
 
-from model.capture import capture
-from model.hf_runner import PACK_FROM_TOKENS, HFRunner, additive_mask, self_attention_mask
+from model.core.capture import capture
+from model.hf.runner import PACK_FROM_TOKENS, HFRunner, additive_mask, self_attention_mask
 from model.registry import load_runner
 
 RUNS = 20

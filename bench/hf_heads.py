@@ -15,9 +15,9 @@ import time
 import transformers
 
 from bench.hf_capture import inputs
-from model.capture import capture
-from model.hf_heads import ATTENTION
-from model.hf_runner import PACK_FROM_TOKENS, HFRunner
+from model.core.capture import capture
+from model.hf.heads import ATTENTION
+from model.hf.runner import PACK_FROM_TOKENS, HFRunner
 from model.registry import load_runner
 
 RUNS = 20

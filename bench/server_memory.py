@@ -33,8 +33,8 @@ from streamlit.testing.v1 import AppTest
 from transformers import AutoTokenizer
 from transformers.utils import logging as transformers_logging
 
-from model import packaged
-from model.byte_cache import ByteCache
+from model.core.byte_cache import ByteCache
+from model.hf import packaged
 from ui import trace_cache
 
 ROOT = Path(__file__).resolve().parents[1]

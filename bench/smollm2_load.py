@@ -25,9 +25,9 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging
 
-from model.hf_loading import load_hf_runner
-from model.packaged import smollm2_folder
-from model.runner import RunOptions
+from model.core.runner import RunOptions
+from model.hf.loading import load_hf_runner
+from model.hf.packaged import smollm2_folder
 
 TOKENS = 2048
 SENTENCE = "The quick brown fox jumps over the lazy dog while the cat watches from the window. "

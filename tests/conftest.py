@@ -16,7 +16,7 @@ def _seed() -> None:
 @pytest.fixture
 def toy_runs(monkeypatch) -> list[str]:
     """The texts every toy model is run on during the test, in order (to check when the model runs again)."""
-    from model.toy_runner import ToyRunner
+    from model.toy.runner import ToyRunner
 
     calls: list[str] = []
     real_run = ToyRunner.run

@@ -2,8 +2,8 @@
 
 import pytest
 
+from model.core.runner import RunOptions
 from model.registry import load_runner
-from model.runner import RunOptions
 
 
 @pytest.fixture(scope="module")

@@ -9,10 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from model.byte_cache import ByteCache, nbytes
-from model.options import RunOptions
+from model.core.byte_cache import ByteCache, nbytes
+from model.core.options import RunOptions
+from model.core.trace import Trace, load_trace, pack_lower_triangle, save_trace
 from model.registry import load_runner
-from model.tracing import Trace, load_trace, pack_lower_triangle, save_trace
 
 
 def _array(n: int) -> np.ndarray:
@@ -149,7 +149,7 @@ def test_trace_nbytes_counts_packed_patterns_as_stored() -> None:
 
 
 def test_the_size_of_a_tuple_of_plain_values_is_counted() -> None:
-    from model.byte_cache import nbytes
+    from model.core.byte_cache import nbytes
 
     assert nbytes(("encoder.attn", 0, 2, 0.99)) > nbytes(("encoder.attn", 0)) > 0
     assert nbytes((np.zeros(1000, dtype=np.uint8),)) > 1000

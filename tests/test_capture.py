@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from model.capture import ModuleTap, capture, select_hook_names
-from model.config import TransformerConfig
-from model.hooks import active_recorder
-from model.masks import causal_mask, combine, padding_mask
-from model.transformer import build_model
+from model.core.capture import ModuleTap, capture, select_hook_names
+from model.core.hooks import active_recorder
+from model.core.masks import causal_mask, combine, padding_mask
+from model.scratch.config import TransformerConfig
+from model.scratch.transformer import build_model
 
 
 @pytest.fixture(scope="module")

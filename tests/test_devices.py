@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from model.devices import available_devices, is_out_of_memory, pick_device
+from model.core.devices import available_devices, is_out_of_memory, pick_device
 
 
 def test_auto_takes_the_best_available_device() -> None:

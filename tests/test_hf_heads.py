@@ -11,12 +11,12 @@ import pytest
 import torch
 import transformers
 
-from model.capture import capture
-from model.hf_heads import ATTENTION, register_attention
-from model.hf_loading import load_hf_runner
+from model.core.capture import capture
+from model.core.runner import RunOptions
+from model.core.trace import Trace
+from model.hf.heads import ATTENTION, register_attention
+from model.hf.loading import load_hf_runner
 from model.registry import load_runner
-from model.runner import RunOptions
-from model.tracing import Trace
 from tests.tiny_hf import FAMILIES, build
 
 TEXT, TARGET = "the quick brown fox jumps over the lazy dog", "the cat sat on the mat"

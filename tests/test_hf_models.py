@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 import torch
 
-from model import hf_runner
-from model.capture import capture
-from model.hf_loading import load_hf_runner
-from model.runner import RunOptions
-from model.tracing import load_trace, save_trace
-from model.vocabulary import in_vocabulary
+from model.core.capture import capture
+from model.core.runner import RunOptions
+from model.core.trace import load_trace, save_trace
+from model.core.vocabulary import in_vocabulary
+from model.hf import runner as hf_runner
+from model.hf.loading import load_hf_runner
 from tests.tiny_hf import FAMILIES, build
 
 TEXT = "the quick brown fox jumps over the lazy dog"

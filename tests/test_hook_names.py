@@ -6,11 +6,11 @@ from dataclasses import replace
 import pytest
 import torch
 
-from model.capture import capture
-from model.config import TransformerConfig
-from model.masks import causal_mask
-from model.transformer import build_model
-from model.vocabulary import in_vocabulary
+from model.core.capture import capture
+from model.core.masks import causal_mask
+from model.core.vocabulary import in_vocabulary
+from model.scratch.config import TransformerConfig
+from model.scratch.transformer import build_model
 
 ATTN = ["hook_q", "hook_k", "hook_v", "hook_attn_scores", "hook_pattern", "hook_z"]
 NORM = ["hook_scale", "hook_normalized"]

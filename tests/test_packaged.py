@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from model import packaged
-from model.packaged import (
+from model.core.runner import RunOptions
+from model.hf import packaged
+from model.hf.packaged import (
     MARKER,
     ModelPackageMissing,
     cache_dir,
@@ -23,7 +24,6 @@ from model.packaged import (
     smollm2_gguf,
 )
 from model.registry import load_runner
-from model.runner import RunOptions
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported (inside the tests)
 
@@ -163,7 +163,7 @@ def test_concurrent_first_loads_convert_once(monkeypatch: pytest.MonkeyPatch, fa
 
 
 def test_smollm2_copy_generates_paris(converted: tuple[Path, list[str]]) -> None:
-    from model.hf_loading import load_hf_runner
+    from model.hf.loading import load_hf_runner
 
     folder, messages = converted
     assert messages == ["Converting SmolLM2 from GGUF (first time only, about 30 s)…", "Saving float32 copy…", "Done"]

@@ -7,15 +7,15 @@ import numpy as np
 import pytest
 import torch
 
-from model.layers import sinusoidal_table
-from model.masks import (
+from model.core.masks import (
     blocked_mask,
     causal_mask,
     check_every_query_sees_a_key,
     combine,
     padding_mask,
 )
-from model.tracing import pack_lower_triangle, unpack_lower_triangle
+from model.core.trace import pack_lower_triangle, unpack_lower_triangle
+from model.scratch.layers import sinusoidal_table
 
 
 @pytest.mark.parametrize("d_model", [8, 64, 512])

@@ -1,4 +1,4 @@
-"""`python -m model.trace`: lists models, writes a Trace file that loads back, refuses bad input clearly."""
+"""`python -m model`: lists models, writes a Trace file that loads back, refuses bad input clearly."""
 
 import json
 import subprocess
@@ -7,15 +7,15 @@ from pathlib import Path
 
 import numpy as np
 
+from model.core.trace import load_trace
 from model.registry import list_model_ids
-from model.tracing import load_trace
 from tests.tiny_hf import build
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "model.trace", *args], cwd=ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "model", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=120)
 
 

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import torch
 
-from model.tasks import TASKS, make_examples
-from model.toy import load_toy, save_toy
-from model.train import TrainSettings, batch_loss, learning_rate, main, train
+from model.toy.store import load_toy, save_toy
+from model.toy.tasks import TASKS, make_examples
+from model.toy.train import TrainSettings, batch_loss, learning_rate, main, train
 
 
 def test_learning_rate_warms_up_then_decays() -> None:

@@ -6,7 +6,7 @@ import numpy as np
 import plotly.io as pio
 import pytest
 
-from model.tracing import ModelFacts
+from model.core.trace import ModelFacts
 from viz.head_stats import attention_rollout, head_statistics
 from viz.heatmap import attention_heatmap, layer_head_heatmap, similarity_heatmap
 from viz.outputs import model_card, next_token_bars

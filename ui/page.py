@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import streamlit as st
 
-from model.tracing import Trace
+from model.core.trace import Trace
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from typing import Any
 
 import streamlit as st
 
-from model.tracing import Trace
+from model.core.trace import Trace
 from ui import url_state
 from ui.trace_cache import per_trace
 from viz.head_stats import previous_token_head

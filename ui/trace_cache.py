@@ -1,4 +1,4 @@
-"""The server's one cache of traces and of what pages derive from them, bounded in bytes (model/byte_cache.py).
+"""The server's one cache of traces and of what pages derive from them, bounded in bytes (model/core/byte_cache.py).
 
 Every session shares it. Its budget is `ATTENTION_ATLAS_CACHE_MB` megabytes (MiB), 2,560 by default, chosen
 for a 24 GB machine whose server should stay under about 8 GB: the process with MiniLM and SmolLM2 loaded
@@ -27,8 +27,8 @@ from typing import TypeVar
 
 import streamlit as st
 
-from model.byte_cache import ByteCache
-from model.tracing import Trace
+from model.core.byte_cache import ByteCache
+from model.core.trace import Trace
 
 T = TypeVar("T")
 BUDGET_VARIABLE = "ATTENTION_ATLAS_CACHE_MB"

@@ -8,10 +8,10 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from model.options import RunOptions
-from model.tracing import ModelFacts, Trace
+from model.core.options import RunOptions
+from model.core.trace import ModelFacts, Trace
 
-__all__ = ["RunOptions", "Runner"]  # RunOptions lives in model/options.py; callers may import it from here
+__all__ = ["RunOptions", "Runner"]  # RunOptions lives in model/core/options.py; callers may import it from here
 
 
 class Runner(Protocol):

@@ -1,10 +1,10 @@
-"""Run a model on text and save the Trace: `python -m model.trace --model toy-reverse --text "hello" --out t.npz`.
+"""Run a model on text and save the Trace: `python -m model --model toy-reverse --text "hello" --out t.npz`.
 
 --model takes an id from --list (toy-<task>, minilm, smollm2) or any Hugging Face model folder or hub id.
 
 Prints a JSON summary (model id, tokens, output text, hook names with shapes). The .npz layout is
-documented in model/tracing.py; read it back with `model.tracing.load_trace`.
-`python -m model.trace --list` prints the model ids, one a line.
+documented in model/core/trace.py; read it back with `model.core.trace.load_trace`.
+`python -m model --list` prints the model ids, one a line.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import argparse
 import json
 import sys
 
-from model.devices import DEVICE_CHOICES, pick_device
+from model.core.devices import DEVICE_CHOICES, pick_device
+from model.core.runner import RunOptions
+from model.core.trace import save_trace
 from model.registry import list_model_ids, load_runner
-from model.runner import RunOptions
-from model.tracing import save_trace
 
 
 def main(argv: list[str] | None = None) -> int:

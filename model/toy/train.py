@@ -1,9 +1,9 @@
-"""Train a toy model on CPU in minutes: `python -m model.train --task reverse`.
+"""Train a toy model on CPU in minutes: `python -m model.toy.train --task reverse`.
 
 Adam (beta2 = 0.98, eps = 1e-9) with the paper's warm-up-then-inverse-square-root learning rate,
 label smoothing 0.1, fresh random examples every step. Stops when greedy decoding gets every
 validation example right (twice in a row) or after 3,500 steps (about 5 minutes on a 2-core CPU),
-then writes model/toy_models/<task>/{model.safetensors, config.json} with the weights of the best
+then writes model/toy/models/<task>/{model.safetensors, config.json} with the weights of the best
 validation run.
 """
 
@@ -20,13 +20,13 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from model.config import TransformerConfig
-from model.evaluate import exact_match, pad_batch
-from model.masks import causal_mask, combine, padding_mask
-from model.tasks import TASKS, make_examples
-from model.tokenizer import CharTokenizer
-from model.toy import TOY_DIR, ToyModel, save_toy
-from model.transformer import EncoderDecoder, build_model
+from model.core.masks import causal_mask, combine, padding_mask
+from model.scratch.config import TransformerConfig
+from model.scratch.tokenizer import CharTokenizer
+from model.scratch.transformer import EncoderDecoder, build_model
+from model.toy.evaluate import exact_match, pad_batch
+from model.toy.store import TOY_DIR, ToyModel, save_toy
+from model.toy.tasks import TASKS, make_examples
 
 IGNORE = -100  # label of positions that carry no loss
 TRAIN_SEED, VALIDATION_SEED = 0, 1  # held-out tests use yet another seed

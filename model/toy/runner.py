@@ -9,13 +9,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from model.capture import capture
-from model.forcing import score_target
-from model.masks import padding_mask, self_attention_mask
-from model.runner import RunOptions, trace_of_run
-from model.toy import ToyModel
-from model.tracing import DecodeStep, ModelFacts, Trace
-from model.transformer import EncoderDecoder
+from model.core.capture import capture
+from model.core.forcing import score_target
+from model.core.masks import padding_mask, self_attention_mask
+from model.core.runner import RunOptions, trace_of_run
+from model.core.trace import DecodeStep, ModelFacts, Trace
+from model.scratch.transformer import EncoderDecoder
+from model.toy.store import ToyModel
 
 DECODER_PATTERNS = ("decoder.*attn.hook_pattern",)  # captured at every generation step
 

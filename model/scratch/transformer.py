@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from model.config import TransformerConfig
-from model.hooks import HookPoint, name_hook_points
-from model.layers import HookedLayerNorm, TransformerLayer, embedding_scale, sinusoidal_table
+from model.core.hooks import HookPoint, name_hook_points
+from model.scratch.config import TransformerConfig
+from model.scratch.layers import HookedLayerNorm, TransformerLayer, embedding_scale, sinusoidal_table
 
 
 class Stack(nn.Module):

@@ -9,7 +9,7 @@ File layout (`save_trace` / `load_trace`), one numpy array per key:
 - `<hook name>`: every captured hook, batch dimension removed, e.g. `encoder.0.attn.hook_pattern`
   (heads, q_len, k_len) or `decoder.1.hook_resid_post` (len, d_model);
 - `output:<name>`: model outputs, e.g. `output:log_probs` (len, vocab); with a given target the
-  `forced_*` arrays of model/forcing.py (each target token's probability, rank and the model's choice);
+  `forced_*` arrays of model/core/forcing.py (each target token's probability, rank and the model's choice);
 - `step:<i>:<hook name>`: generation step i's attention row (heads, k_len), with `step_ids`;
 - `lower_triangle`: names of attention patterns stored packed (below).
 
@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from model.options import RunOptions
+from model.core.options import RunOptions
 
 PATTERN_SUFFIX = "hook_pattern"
 OutputKind = Literal["generated", "next token", "teacher-forced", "embeddings"]

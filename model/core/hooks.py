@@ -1,14 +1,14 @@
 """Identity modules that mark the places whose values can be captured.
 
 A HookPoint hands its value to the recorder that the current thread has switched on with
-`recording(...)` (see model/capture.py) and returns it unchanged. Because the recorder belongs to
+`recording(...)` (see model/core/capture.py) and returns it unchanged. Because the recorder belongs to
 the thread, two sessions running one shared model at the same time never see each other's values,
 and the check costs a fraction of a microsecond, far less than registering and dispatching a
 PyTorch forward hook on every point (bench/capture.py). Ordinary `register_forward_hook` works on
 HookPoints too, for anyone who wants to intervene.
 
 Code that computes a value only when someone keeps it (the Hugging Face attention function of
-model/hf_heads.py) asks `reports_wanted(module)` which values the thread's capture wants from it, and
+model/hf/heads.py) asks `reports_wanted(module)` which values the thread's capture wants from it, and
 hands those to the same recorder under their hook names.
 """
 

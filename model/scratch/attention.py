@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from model.hooks import HookPoint
+from model.core.hooks import HookPoint
 
 TensorHook = Callable[[torch.Tensor], torch.Tensor]
 

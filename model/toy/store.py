@@ -10,12 +10,12 @@ from typing import Any
 import torch
 from safetensors.torch import load_model, save_model
 
-from model.config import TransformerConfig
-from model.tasks import TASKS, Task
-from model.tokenizer import CharTokenizer
-from model.transformer import DecoderOnly, EncoderDecoder, build_model
+from model.scratch.config import TransformerConfig
+from model.scratch.tokenizer import CharTokenizer
+from model.scratch.transformer import DecoderOnly, EncoderDecoder, build_model
+from model.toy.tasks import TASKS, Task
 
-TOY_DIR = Path(__file__).parent / "toy_models"
+TOY_DIR = Path(__file__).parent / "models"
 WEIGHTS_FILE, CONFIG_FILE = "model.safetensors", "config.json"
 
 
@@ -81,7 +81,7 @@ def load_toy(task_name: str, root: Path = TOY_DIR, device: str | torch.device = 
     folder = toy_dir(task_name, root)
     if not (folder / WEIGHTS_FILE).is_file():
         raise FileNotFoundError(f"no trained model for task {task_name!r} in {folder}; train it with "
-                                f"`python -m model.train --task {task_name}`")
+                                f"`python -m model.toy.train --task {task_name}`")
     meta = json.loads((folder / CONFIG_FILE).read_text())
     cfg = TransformerConfig.from_dict(meta["model"])
     model = build_model(cfg)

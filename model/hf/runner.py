@@ -18,15 +18,15 @@ import numpy as np
 import torch
 from torch import nn
 
-from model.capture import ModuleTap, capture
-from model.devices import free_accelerator_memory, is_out_of_memory
-from model.examples import EXAMPLES
-from model.forcing import score_target
-from model.hf_taps import Family
-from model.inputs import validate_text
-from model.masks import self_attention_mask
-from model.runner import RunOptions, trace_of_run
-from model.tracing import PATTERN_SUFFIX, ModelFacts, OutputKind, Trace
+from model.core.capture import ModuleTap, capture
+from model.core.devices import free_accelerator_memory, is_out_of_memory
+from model.core.forcing import score_target
+from model.core.inputs import validate_text
+from model.core.masks import self_attention_mask
+from model.core.runner import RunOptions, trace_of_run
+from model.core.trace import PATTERN_SUFFIX, ModelFacts, OutputKind, Trace
+from model.hf.examples import EXAMPLES
+from model.hf.taps import Family
 
 MAX_TEXT_CHARS = 50_000  # before tokenising; the token limit below is the real one
 MAX_TOKENS = 2048  # longest input traced, whatever the model allows (memory grows with its square)

@@ -1,9 +1,9 @@
 """Run a model once and collect the values at chosen hook points.
 
 Three kinds of tap (a place a hook's value is read from): the from-scratch model's HookPoints, which
-report to the recorder the current thread switched on (model/hooks.py); values that code inside a
+report to the recorder the current thread switched on (model/core/hooks.py); values that code inside a
 module's forward reports to that same recorder when asked (ReportedTap: the per-head values of Hugging
-Face attention, model/hf_heads.py); and any other module (a Hugging Face layer), on which a PyTorch
+Face attention, model/hf/heads.py); and any other module (a Hugging Face layer), on which a PyTorch
 forward hook is registered for the one pass and removed in `finally`. All are safe on a model shared
 by several sessions: recorders and what they ask for belong to a thread, and forward hooks are
 registered under a per-model lock and record only calls from the thread that registered them, so a
@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from model.hooks import HookPoint, recording
+from model.core.hooks import HookPoint, recording
 
 T = TypeVar("T")
 HookSelection = str | Iterable[str] | Callable[[str], bool] | None  # None = every hook point
@@ -46,7 +46,7 @@ class ModuleTap:
 @dataclass(frozen=True)
 class ReportedTap:
     """A value that code running inside `module`'s forward reports itself, as `quantity`, and computes
-    only when the capturing thread asks for it (model/hooks.py `reports_wanted`)."""
+    only when the capturing thread asks for it (model/core/hooks.py `reports_wanted`)."""
 
     module: nn.Module
     quantity: str

@@ -8,9 +8,9 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from model.attention import MultiHeadAttention
-from model.config import TransformerConfig
-from model.hooks import HookPoint
+from model.core.hooks import HookPoint
+from model.scratch.attention import MultiHeadAttention
+from model.scratch.config import TransformerConfig
 
 
 def sinusoidal_table(max_len: int, d_model: int) -> torch.Tensor:

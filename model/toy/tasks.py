@@ -7,7 +7,7 @@ import string
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from model.config import ModelKind
+from model.scratch.config import ModelKind
 
 LETTERS = string.ascii_lowercase
 MONTHS = (

@@ -5,7 +5,7 @@ function it looks up in transformers' attention interface by the name of its imp
 it query, key and value already split into heads (and rotated, in rotary models), the mask, its scaling
 and any position bias (T5). Models are loaded with the implementation ATTENTION, registered once here:
 the family's own eager function (so patterns are exactly eager's) that, on the thread of a capture
-asking for them, also reports the per-head values (model/hooks.py `reports_wanted`). Asked for nothing,
+asking for them, also reports the per-head values (model/core/hooks.py `reports_wanted`). Asked for nothing,
 it costs one thread-local lookup per layer; the shared model itself is never changed per run.
 
 Rotary models rotate q and k before that call, so their `hook_q`/`hook_k` (before the rotation) are read
@@ -23,8 +23,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from model.capture import ModuleTap, ReportedTap
-from model.hooks import active_recorder, reports_wanted
+from model.core.capture import ModuleTap, ReportedTap
+from model.core.hooks import active_recorder, reports_wanted
 
 ATTENTION = "atlas_eager"  # the attn_implementation models are loaded with
 EagerAttention = Callable[..., tuple[torch.Tensor, torch.Tensor]]

@@ -1,5 +1,5 @@
 """Loading a Hugging Face model safely from a local folder or a hub id, with eager attention
-(model/hf_heads.py's ATTENTION: eager that can also report the per-head values).
+(model/hf/heads.py's ATTENTION: eager that can also report the per-head values).
 
 Safety: weights must be safetensors (pickle checkpoints can run code when loaded, so folders that
 only have .bin/.pt files are refused), and `trust_remote_code` is never set. A hub id that is not
@@ -18,9 +18,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from model.hf_heads import ATTENTION, register_attention
-from model.hf_runner import HFRunner
-from model.hf_taps import Family, family_for
+from model.hf.heads import ATTENTION, register_attention
+from model.hf.runner import HFRunner
+from model.hf.taps import Family, family_for
 
 HUB_HOST = ("huggingface.co", 443)
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")

@@ -1,11 +1,11 @@
 """Where the hook names live in Hugging Face models: one table per architecture family.
 
-Each family maps names of the hook vocabulary (model/vocabulary.py, the same as the from-scratch
+Each family maps names of the hook vocabulary (model/core/vocabulary.py, the same as the from-scratch
 model's) onto module paths under `model.base_model`, with a reader that picks the tensor from the
 module's (args, kwargs, output). Residual hooks are the sums before any norm: in post-norm families
 (BERT, BART, Marian) they are read from the input of the norm that follows the sum. The per-head
 values of attention (q, k, v, rot_q, rot_k, attn_scores, z) are reported by the attention function of
-model/hf_heads.py; the pattern is read from the attention module's output. Only what these tables list
+model/hf/heads.py; the pattern is read from the attention module's output. Only what these tables list
 can be captured from a Hugging Face model.
 """
 
@@ -18,8 +18,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from model.capture import ModuleTap, ReportedTap
-from model.hf_heads import ProjectionHeads, Reported
+from model.core.capture import ModuleTap, ReportedTap
+from model.hf.heads import ProjectionHeads, Reported
 
 Reader = Callable[[tuple[Any, ...], dict[str, Any], Any], torch.Tensor]
 

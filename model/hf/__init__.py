@@ -1,0 +1,1 @@
+"""Hugging Face models through the same capture: hook taps per family, loading, the runner, packaged models."""
