@@ -3,12 +3,12 @@
 Masks are built here as one (q_len, k_len) bool matrix per self-attention site (True = may attend)
 and handed to the model as a 4D additive mask, so that a causal mask can be switched on for an
 encoder or off for a decoder without touching the shared model. Attention probabilities are stored
-as float16 (half the memory; drawn as float32), and long causal ones as lower triangles.
+as float16 (half the memory; drawn as float32), and long causal ones as lower triangles (storage.py).
+The model card's facts come from facts.py.
 """
 
 from __future__ import annotations
 
-import functools
 import threading
 from collections.abc import Callable
 from dataclasses import replace
@@ -24,12 +24,13 @@ from model.core.forcing import score_target
 from model.core.inputs import validate_text
 from model.core.masks import self_attention_mask
 from model.core.runner import RunOptions, trace_of_run
-from model.core.trace import PATTERN_SUFFIX, ModelFacts, OutputKind, Trace
+from model.core.trace import PATTERN_SUFFIX, OutputKind, Trace
 from model.hf.examples import EXAMPLES
+from model.hf.facts import model_facts
+from model.hf.storage import is_self_attention_pattern, stored_pattern
 from model.hf.taps import Family
 
 MAX_TEXT_CHARS = 50_000  # before tokenising; the token limit below is the real one
-MAX_TOKENS = 2048  # longest input traced, whatever the model allows (memory grows with its square)
 PACK_FROM_TOKENS = 1024  # causal attention at least this long is stored as lower triangles (half the memory)
 CONTINUATION_TOKENS = 8  # a causal LM's greedy continuation shown as its output
 CONTINUATION_MAX_PROMPT = 512  # longer prompts show the next-token choice only (generating re-reads the prompt)
@@ -43,31 +44,6 @@ def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(
         ~allowed, torch.finfo(dtype).min
     )
-
-
-def _stored_pattern(tap: ModuleTap, lower_triangle: bool) -> ModuleTap:
-    """Attention as a Trace keeps it, converted as soon as the hook sees it: float16, and for a
-    causal site only the lower triangle (tracing.pack_lower_triangle's layout)."""
-
-    def read(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> torch.Tensor:
-        weights = tap.read(args, kwargs, out).to(torch.float16)  # (batch, heads, q_len, k_len)
-        if lower_triangle:
-            flat = _tril_flat_indices(weights.size(-1), weights.device)
-            weights = weights.flatten(-2)[..., flat]  # (batch, heads, q_len * (q_len + 1) / 2)
-        return weights
-
-    return ModuleTap(tap.module, read)
-
-
-@functools.lru_cache(maxsize=8)
-def _tril_flat_indices(n: int, device: torch.device) -> torch.Tensor:
-    """Positions of the lower triangle in a flattened n x n matrix, row by row (cached: every layer asks)."""
-    rows, cols = torch.tril_indices(n, n, device=device)
-    return rows * n + cols
-
-
-def _is_self_attention_pattern(name: str) -> bool:
-    return name.endswith(".attn." + PATTERN_SUFFIX)
 
 
 class HFRunner:
@@ -87,7 +63,8 @@ class HFRunner:
         self._cpu_loader = cpu_loader
         self.taps = family.taps(model)  # hook name -> module and reader
         self.examples = EXAMPLES[family.kind]
-        self.facts = replace(_facts(model_id, model, family, notes), special_ids=sorted(set(tokenizer.all_special_ids)))
+        facts = model_facts(model_id, model, family, notes)
+        self.facts = replace(facts, special_ids=sorted(set(tokenizer.all_special_ids)))
         self._cpu_copy: nn.Module | None = None
         self._cpu_copy_lock = threading.Lock()
 
@@ -305,7 +282,7 @@ class HFRunner:
         self-attention in `causal_stacks` is packed as lower triangles."""
         taps = self.taps if model is self.model else self.family.taps(model)
         return {
-            name: _stored_pattern(tap, _is_self_attention_pattern(name) and name.split(".")[0] in causal_stacks)
+            name: stored_pattern(tap, is_self_attention_pattern(name) and name.split(".")[0] in causal_stacks)
             if name.endswith(PATTERN_SUFFIX) else tap
             for name, tap in taps.items()
         }
@@ -322,49 +299,12 @@ class HFRunner:
         options: RunOptions,
         causal_stacks: set[str],
     ) -> Trace:
-        packed = {n for n in captured if _is_self_attention_pattern(n) and n.split(".")[0] in causal_stacks}
+        packed = {n for n in captured if is_self_attention_pattern(n) and n.split(".")[0] in causal_stacks}
         return trace_of_run(
             self.facts, ids, target_ids, self._tokens, masks, captured, outputs=outputs, output_text=output_text,
             options=options, lower_triangle=packed, output_kind=output_kind,
         )
 
-
-
-def _config_value(config: Any, *names: str, default: int = 0) -> int:
-    for name in names:
-        value = getattr(config, name, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    return default
-
-
-def _facts(model_id: str, model: nn.Module, family: Family, notes: dict[str, Any]) -> ModelFacts:
-    c = model.config
-    n_heads = _config_value(c, "num_attention_heads", "n_head", "encoder_attention_heads", "num_heads")
-    n_kv = _config_value(c, "num_key_value_heads", default=n_heads)
-    d_model = _config_value(c, "hidden_size", "n_embd", "d_model")
-    limit = _config_value(c, "max_position_embeddings", "n_positions", default=MAX_TOKENS)
-    layers = {stack: count(c) for stack, count in family.layer_counts.items()}
-    if n_kv != n_heads:
-        notes = {**notes, "grouped-query attention": f"query head h reads key/value head h // {n_heads // n_kv}"}
-    return ModelFacts(
-        model_id=model_id,
-        family=f"{family.name} ({c.model_type}, Hugging Face)",
-        kind=family.kind,
-        n_encoder_layers=layers.get("encoder", 0),
-        n_decoder_layers=layers.get("decoder", 0),
-        n_heads=n_heads,
-        n_kv_heads=n_kv,
-        d_model=d_model,
-        d_ff=_config_value(c, "intermediate_size", "n_inner", "d_ff", "encoder_ffn_dim", default=4 * d_model),
-        vocab_size=c.vocab_size,
-        max_len=min(limit, MAX_TOKENS),
-        positional=family.positional,
-        norm=family.norm,
-        n_params=sum(p.numel() for p in model.parameters()),
-        device=str(model.device),
-        notes=notes,
-    )
 
 
 def _cosine_similarity(hidden: torch.Tensor) -> np.ndarray:
