@@ -2,6 +2,8 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -28,4 +30,19 @@ def toy_runs(monkeypatch) -> list[str]:
     monkeypatch.setattr(ToyRunner, "run", counting_run)
     return calls
 
+from model.hf.loading import load_hf_runner  # noqa: E402
 from tests.browser import app_url, browser, page  # noqa: E402, F401 (the browser tests' fixtures)
+from tests.tiny_hf import FAMILIES, build  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory) -> dict[str, Path]:
+    """A tiny random Hugging Face model of every supported family, each in its folder (one set per module)."""
+    root = tmp_path_factory.mktemp("tiny")
+    return {family: build(family, root / family) for family in FAMILIES}
+
+
+@pytest.fixture(scope="module")
+def runners(folders) -> dict:
+    """Those models loaded, by family."""
+    return {family: load_hf_runner(str(folder)) for family, folder in folders.items()}

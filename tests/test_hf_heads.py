@@ -4,7 +4,6 @@ from-scratch models: they recompose into the pattern and the attention output, a
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,9 +14,8 @@ from model.core.capture import capture
 from model.core.runner import RunOptions
 from model.core.trace import Trace
 from model.hf.heads import ATTENTION, register_attention
-from model.hf.loading import load_hf_runner
 from model.registry import load_runner
-from tests.tiny_hf import FAMILIES, build
+from tests.tiny_hf import FAMILIES
 
 TEXT, TARGET = "the quick brown fox jumps over the lazy dog", "the cat sat on the mat"
 OUTPUT_PROJECTION = {  # family -> attention site ("attn" / "cross_attn") -> W_O's module path ("{stack}", "{i}")
@@ -32,17 +30,6 @@ OUTPUT_PROJECTION = {  # family -> attention site ("attn" / "cross_attn") -> W_O
 OUTPUT_PROJECTION["marian"] = OUTPUT_PROJECTION["bart"]
 TOY_OUTPUT_PROJECTION = {"attn": "{stack}.layers.{i}.attn.out_proj",
                          "cross_attn": "{stack}.layers.{i}.cross_attn.out_proj"}
-
-
-@pytest.fixture(scope="module")
-def folders(tmp_path_factory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("tiny-heads")
-    return {family: build(family, root / family) for family in FAMILIES}
-
-
-@pytest.fixture(scope="module")
-def runners(folders):
-    return {family: load_hf_runner(str(folder)) for family, folder in folders.items()}
 
 
 def _float32_trace(runner, monkeypatch) -> Trace:

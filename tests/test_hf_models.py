@@ -21,17 +21,6 @@ from tests.tiny_hf import FAMILIES, build
 TEXT = "the quick brown fox jumps over the lazy dog"
 
 
-@pytest.fixture(scope="module")
-def folders(tmp_path_factory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("tiny")
-    return {family: build(family, root / family) for family in FAMILIES}
-
-
-@pytest.fixture(scope="module")
-def runners(folders):
-    return {family: load_hf_runner(str(folder)) for family, folder in folders.items()}
-
-
 def _reference(runner, trace) -> dict[str, torch.Tensor]:
     """Attention from output_attentions for the trace's own inputs (same masks, no hooks)."""
     model = runner.model
