@@ -78,3 +78,12 @@ def test_residual_hooks_are_the_sums_before_any_norm(norm: str) -> None:
     if norm == "post":
         expected = torch.nn.functional.layer_norm(c["decoder.0.hook_resid_post"], (64,), ln2.weight, ln2.bias, ln2.eps)
         torch.testing.assert_close(layer_out, expected)
+
+
+def test_the_readme_lists_the_vocabulary() -> None:
+    from pathlib import Path
+
+    from model.core.vocabulary import PER_LAYER, PER_STACK
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert all(f"| `{name}` | {meaning} |" in readme for name, meaning in {**PER_LAYER, **PER_STACK}.items())

@@ -25,7 +25,7 @@ import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 import numpy as np
 
@@ -79,6 +79,23 @@ class AttentionView(Mapping[str, np.ndarray]):
         return len(self._names)
 
 
+class Outputs(TypedDict, total=False):
+    """What a run produced besides its hooks; which keys a trace has follows from its model and output_kind."""
+
+    log_probs: np.ndarray  # toy models: (len, vocab), every position's next-token log-probabilities
+    predicted_ids: np.ndarray  # toy models and encoder-decoders: (len,) the most likely token at each position
+    predicted_tokens: np.ndarray  # Hugging Face encoder-decoders: (len,) str, those tokens
+    top_next_ids: np.ndarray  # Hugging Face causal LMs: (10,) the likeliest next tokens after the sequence
+    top_next_probs: np.ndarray  # (10,) their probabilities
+    top_next_tokens: np.ndarray  # (10,) str, how they read
+    token_similarity: np.ndarray  # Hugging Face encoders: (len, len) cosine similarity of the last layer's vectors
+    forced_tokens: np.ndarray  # a given target (teacher-forced, model/core/forcing.py): (n,) str, its tokens
+    forced_probs: np.ndarray  # (n,) the probability the model gave each
+    forced_ranks: np.ndarray  # (n,) its rank among all tokens (1 = the model's own choice)
+    forced_choice_tokens: np.ndarray  # (n,) str, what the model would have chosen
+    forced_choice_probs: np.ndarray  # (n,) with that probability
+
+
 @dataclass(frozen=True)
 class ModelFacts:
     """What a person should know about the model that produced a trace."""
@@ -121,7 +138,7 @@ class Trace:
     target_ids: list[int]
     masks: dict[str, np.ndarray]  # site -> (q_len, k_len) bool, True = may attend
     captured: dict[str, np.ndarray]  # hook name -> value, batch dim removed
-    outputs: dict[str, np.ndarray]  # by output_kind, documented in the module docstring
+    outputs: Outputs
     output_text: str
     options: RunOptions
     steps: list[DecodeStep] = field(default_factory=list)
