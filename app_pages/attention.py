@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from model.core.trace import Trace
+from model.core.trace import Site, Trace
 from ui import url_state
 from ui.downloads import downloads, matrix_table
 from ui.page import current_trace
@@ -230,7 +230,7 @@ def site_statistics(trace: Trace, site: str) -> pd.DataFrame:
     """Every head's statistics, indexed by (layer, head), computed once per trace and site."""
 
     def table() -> pd.DataFrame:
-        self_attention = not site.endswith("cross_attn")
+        self_attention = not Site.of(site).is_cross
         tables = [head_statistics(pattern, self_attention) for pattern in trace.layer_patterns(site)]
         return pd.concat(tables, keys=range(len(tables)), names=["layer"])
 
@@ -262,7 +262,7 @@ def statistics(c: Choice) -> None:
 
 
 def rollout(c: Choice) -> None:
-    if c.site.endswith("cross_attn"):
+    if Site.of(c.site).is_cross:
         st.info("Rollout follows attention through a stack of self-attention layers; choose a self-attention site.")
         return
     st.latex(r"\tilde A_\ell=\tfrac12\,\overline{A_\ell}+\tfrac12 I,\qquad R=\tilde A_L\tilde A_{L-1}\cdots\tilde A_1")

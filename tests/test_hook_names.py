@@ -87,3 +87,12 @@ def test_the_readme_lists_the_vocabulary() -> None:
 
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     assert all(f"| `{name}` | {meaning} |" in readme for name, meaning in {**PER_LAYER, **PER_STACK}.items())
+
+
+def test_a_site_names_an_attention_location_and_its_hooks() -> None:
+    from model.core.trace import Site
+
+    cross = Site.of("decoder.cross_attn")
+    assert (cross.stack, cross.is_cross, cross.name) == ("decoder", True, "decoder.cross_attn")
+    assert cross.pattern_name(1) == "decoder.1.cross_attn.hook_pattern" and in_vocabulary(cross.pattern_name(1))
+    assert Site.of("encoder.attn").label == "encoder self-attention" and not Site.of("encoder.attn").is_cross

@@ -11,23 +11,18 @@ from typing import Any
 
 import streamlit as st
 
-from model.core.trace import Trace
+from model.core.trace import Site, Trace
 from ui import url_state
 from ui.trace_cache import per_trace
 from viz.head_stats import previous_token_head
 from viz.thumbnails import head_at
 
-SITE_LABELS = {
-    "encoder.attn": "encoder self-attention",
-    "decoder.attn": "decoder self-attention",
-    "decoder.cross_attn": "cross-attention (decoder → encoder)",
-}
 HEAD_KEYS = ("site", "layer", "head")
 
 
 def site_label(trace: Trace, site: str) -> str:
     """The site's name, with "(masked)" when a mask of this run hides some key from some query."""
-    return SITE_LABELS[site] + (" (masked)" if not trace.masks[site].all() else "")
+    return Site.of(site).label + (" (masked)" if not trace.masks[site].all() else "")
 
 
 def keep_valid(key: str, options: Sequence[Any]) -> None:
@@ -39,7 +34,7 @@ def keep_valid(key: str, options: Sequence[Any]) -> None:
 def opening_head(trace: Trace) -> tuple[str, int, int, float]:
     """Where to open: the first self-attention site's clearest previous-token head, and its share (computed
     once per trace, one layer unpacked at a time)."""
-    site = next(s for s in trace.sites() if not s.endswith("cross_attn"))
+    site = next(s for s in trace.sites() if not Site.of(s).is_cross)
 
     def find() -> tuple[str, int, int, float]:
         return site, *previous_token_head(trace.layer_patterns(site))

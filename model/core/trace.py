@@ -79,6 +79,37 @@ class AttentionView(Mapping[str, np.ndarray]):
         return len(self._names)
 
 
+@dataclass(frozen=True)
+class Site:
+    """An attention location: a stack's self-attention or the decoder's cross-attention. Widgets, links and a
+    Trace's masks name it by `name` ("decoder.cross_attn"); `Site.of(name)` gives the rest."""
+
+    stack: str  # "encoder" or "decoder"
+    kind: str  # "attn" (self-attention) or "cross_attn" (the decoder's attention to the encoder's output)
+
+    @classmethod
+    def of(cls, name: str) -> Site:
+        stack, kind = name.split(".")
+        return cls(stack, kind)
+
+    @property
+    def name(self) -> str:
+        return f"{self.stack}.{self.kind}"
+
+    @property
+    def is_cross(self) -> bool:
+        return self.kind == "cross_attn"
+
+    @property
+    def label(self) -> str:
+        """How a person calls it: "encoder self-attention", "cross-attention (decoder → encoder)"."""
+        return "cross-attention (decoder → encoder)" if self.is_cross else f"{self.stack} self-attention"
+
+    def pattern_name(self, layer: int) -> str:
+        """The hook name of its attention pattern at `layer`: "decoder.1.cross_attn.hook_pattern"."""
+        return f"{self.stack}.{layer}.{self.kind}.{PATTERN_SUFFIX}"
+
+
 class Outputs(TypedDict, total=False):
     """What a run produced besides its hooks; which keys a trace has follows from its model and output_kind."""
 
@@ -183,27 +214,30 @@ class Trace:
     @staticmethod
     def pattern_name(site: str, layer: int) -> str:
         """("decoder.cross_attn", 1) -> "decoder.1.cross_attn.hook_pattern"."""
-        stack, kind = site.split(".")
-        return f"{stack}.{layer}.{kind}.{PATTERN_SUFFIX}"
+        return Site.of(site).pattern_name(layer)
 
     def n_layers(self, site: str) -> int:
-        return self.facts.n_encoder_layers if site.startswith("encoder") else self.facts.n_decoder_layers
+        return self.facts.n_encoder_layers if Site.of(site).stack == "encoder" else self.facts.n_decoder_layers
+
+    def _reads_target(self, site: str) -> bool:
+        """Whether the site's queries are the decoder input of an encoder-decoder (not the source)."""
+        return Site.of(site).stack == "decoder" and bool(self.target_tokens)
 
     def query_tokens(self, site: str) -> list[str]:
         """Row labels of the site's attention: the decoder's input for decoder sites of an encoder-decoder."""
-        return self.target_tokens if site.startswith("decoder") and self.target_tokens else self.tokens
+        return self.target_tokens if self._reads_target(site) else self.tokens
 
     def key_tokens(self, site: str) -> list[str]:
         """Column labels: cross-attention looks at the source."""
-        return self.tokens if site.endswith("cross_attn") else self.query_tokens(site)
+        return self.tokens if Site.of(site).is_cross else self.query_tokens(site)
 
     def query_ids(self, site: str) -> list[int]:
         """Token ids of the site's rows (as `query_tokens`)."""
-        return self.target_ids if site.startswith("decoder") and self.target_tokens else self.ids
+        return self.target_ids if self._reads_target(site) else self.ids
 
     def key_ids(self, site: str) -> list[int]:
         """Token ids of the site's columns (as `key_tokens`)."""
-        return self.ids if site.endswith("cross_attn") else self.query_ids(site)
+        return self.ids if Site.of(site).is_cross else self.query_ids(site)
 
     def is_special(self, ids: list[int]) -> np.ndarray:
         """(len,) bool: which of these ids are special tokens (<s>, </s>, [CLS], [SEP], padding, ...)."""
