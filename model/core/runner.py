@@ -11,8 +11,6 @@ import torch
 from model.core.options import RunOptions
 from model.core.trace import ModelFacts, Trace
 
-__all__ = ["RunOptions", "Runner"]  # RunOptions lives in model/core/options.py; callers may import it from here
-
 
 class Runner(Protocol):
     """A loaded model that turns text into a Trace."""
