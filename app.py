@@ -6,15 +6,15 @@ from __future__ import annotations
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
-from model.core.devices import available_devices, pick_device
-from model.core.runner import Runner, RunOptions
+from model.core.devices import available_devices
+from model.core.runner import Runner
 from model.core.trace import Trace
-from model.registry import PACKAGED, TOY_PREFIX, default_model, examples_for, list_model_ids, load_runner
+from model.registry import PACKAGED, TOY_PREFIX, default_model, examples_for, list_model_ids
 from ui import url_state
 from ui.messages import show_error
-from ui.page import PAGES, TRACE, keep_page_choices
+from ui.page import PAGES, REQUEST, TRACE, keep_page_choices
 from ui.pickers import forget_head
-from ui.trace_cache import cached_trace
+from ui.runs import RunRequest, get_runner, is_loaded, trace_for
 
 CAUSAL_CHOICES = {"as trained": "auto", "on everywhere": "on", "off everywhere": "off"}
 CUSTOM = "custom"
@@ -43,28 +43,6 @@ def model_label(model_id: str) -> str:
     if model_id.startswith(TOY_PREFIX):
         return f"Toy (trained here) · {model_id}"
     return f"Pretrained · {model_id}" if model_id in PACKAGED else model_id
-
-
-@st.cache_resource
-def loaded_models() -> set[tuple[str, str]]:
-    """The (model id, device) pairs `get_runner` has loaded in this server."""
-    return set()
-
-
-@st.cache_resource(show_spinner="Loading the model… (SmolLM2's first load converts its weights: about 30 s)")
-def get_runner(model_id: str, device: str) -> Runner:
-    """One loaded model per id and device, shared by every session (never mutated)."""
-    runner = load_runner(model_id, device=pick_device(device))
-    loaded_models().add((model_id, device))
-    return runner
-
-
-def get_trace(model_id: str, device: str, text: str, target: str | None, causal: str) -> tuple[Trace, bool]:
-    """One trace per input, keyed by plain values, in the server's byte-bounded cache; changing a layer or head
-    never reruns the model unless the trace was too large to keep (False). Only attention patterns are
-    captured: the pages read those and the outputs."""
-    runner, options = get_runner(model_id, device), RunOptions(hooks=("*.hook_pattern",), causal=causal)
-    return cached_trace((model_id, device, text, target, causal), lambda: runner.run(text, target, options))
 
 
 def use_example(pills_key: str) -> None:
@@ -100,7 +78,7 @@ def loading_slot(model_id: str, device: str) -> DeltaGenerator | None:
     """A model not loaded yet takes seconds: say so in place of the previous page. The message takes the
     place of the page's container (an element replacing a block drops the block's content), so the previous
     model's figures do not linger greyed out; the page is then drawn in the same place. None: loaded already."""
-    if (model_id, device) in loaded_models():
+    if is_loaded(model_id, device):
         return None
     slot = st.empty()
     slot.info(f"Loading {model_id}…", icon=":material/hourglass_top:")
@@ -137,17 +115,18 @@ def sidebar() -> tuple[Trace | None, DeltaGenerator | None]:
             target = st.sidebar.text_input("Target", key="target", help="The output the model should read.")
     causal = st.sidebar.selectbox("Causal mask", list(CAUSAL_CHOICES), key="causal", help=HELP["causal"])
     url_state.write(**url_state.pack_text(text), target=target, causal=CAUSAL_CHOICES[causal])
-    return run(runner, model_id, device, text, target, CAUSAL_CHOICES[causal]), slot
+    return run(runner, RunRequest(model_id, device, text, target, CAUSAL_CHOICES[causal])), slot
 
 
-def run(runner: Runner, model_id: str, device: str, text: str, target: str | None, causal: str) -> Trace | None:
-    """The trace of this input. Right after a switch of model, a text the new model cannot read is replaced by
-    its first example, and the person is told."""
+def run(runner: Runner, request: RunRequest) -> Trace | None:
+    """The trace of this input (attention patterns only). Right after a switch of model, a text the new model
+    cannot read is replaced by its first example, and the person is told."""
+    model_id, text = request.model_id, request.text
     switched = st.session_state.get("model_shown") != model_id
     if switched and st.session_state.get("model_shown") is not None:
         forget_head()  # another model's layer and head mean nothing here
     try:
-        trace, kept = get_trace(model_id, device, text, target, causal)
+        trace, kept = trace_for(request)
     except ValueError as error:
         if switched and text != runner.examples[0]:
             st.session_state["pending_text"] = runner.examples[0]
@@ -158,6 +137,7 @@ def run(runner: Runner, model_id: str, device: str, text: str, target: str | Non
         show_error(str(error))
         return None
     st.session_state["model_shown"] = model_id
+    st.session_state[REQUEST] = request
     if "text_note" in st.session_state:
         st.info(st.session_state.pop("text_note"), icon=":material/info:")
     if not kept:

@@ -1,8 +1,9 @@
 """What every page shares: the page registry, the current trace (or a stop, when the frame has said why there
 is none), and the page choices that must outlive a visit to another page.
 
-Adding a page: write `app_pages/<name>.py` (start with `trace = current_trace()`; cache what it derives from
-the trace with `ui.trace_cache.per_trace`; prefix its widget keys with its name), add one `Page` line to PAGES
+Adding a page: write `app_pages/<name>.py` (start with `trace = current_trace()`, or `trace_with(hooks)` for a
+page that shows more than attention patterns; cache what it derives from the trace with
+`ui.trace_cache.per_trace`; prefix its widget keys with its name), add one `Page` line to PAGES
 below, and list in PERSISTENT_KEYS the widget keys that should survive a visit elsewhere (and in
 `ui/url_state.py` those a link should carry)."""
 
@@ -12,7 +13,9 @@ from dataclasses import dataclass
 
 import streamlit as st
 
+from model.core.runner import Runner
 from model.core.trace import Trace
+from ui.runs import RunRequest, get_runner, trace_for
 
 
 @dataclass(frozen=True)
@@ -35,7 +38,8 @@ PERSISTENT_KEYS = (
     "site", "layer", "head", "attention_hide_special", "attention_colorscale", "attention_show_values",
     "attention_window_row", "attention_window_col", "attention_window_diagonal", "attention_stats_measure",
 )
-TRACE = "trace"
+TRACE = "trace"  # session key of the frame's trace for this run (None when there is none)
+REQUEST = "run_request"  # session key of the RunRequest that made it
 
 
 def keep_page_choices() -> None:
@@ -52,3 +56,25 @@ def current_trace() -> Trace:
         st.stop()
     return trace
 
+
+
+def current_request() -> RunRequest:
+    """What the sidebar asked for in this run; stops the page when there is no trace."""
+    current_trace()
+    return st.session_state[REQUEST]
+
+
+def current_runner() -> Runner:
+    """The loaded model of this run (shared by every session: read its weights, never change them)."""
+    request = current_request()
+    return get_runner(request.model_id, request.device)
+
+
+def trace_with(hooks: tuple[str, ...], pad_to: int = 0, blocked: tuple[tuple[int, int], ...] = ()) -> Trace:
+    """This run's input traced again capturing `hooks` (glob patterns; ask only for what the page shows: a
+    2,048-token run's every hook is gigabytes), with extra masks if given. Cached like the frame's trace."""
+    trace, kept = trace_for(current_request(), hooks, pad_to, blocked)
+    if not kept:
+        st.info("This page's run is too large to keep in the server's memory budget: changing a choice will "
+                "re-run it.", icon=":material/memory:")
+    return trace
