@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import streamlit as st
 
+from model.core.options import CausalMode
 from model.core.runner import Runner
 from model.core.trace import Trace
 from ui.runs import RunRequest, get_runner, trace_for
@@ -70,10 +71,12 @@ def current_runner() -> Runner:
     return get_runner(request.model_id, request.device)
 
 
-def trace_with(hooks: tuple[str, ...], pad_to: int = 0, blocked: tuple[tuple[int, int], ...] = ()) -> Trace:
+def trace_with(hooks: tuple[str, ...], causal: CausalMode | None = None, pad_to: int = 0,
+               blocked: tuple[tuple[int, int], ...] = ()) -> Trace:
     """This run's input traced again capturing `hooks` (glob patterns; ask only for what the page shows: a
-    2,048-token run's every hook is gigabytes), with extra masks if given. Cached like the frame's trace."""
-    trace, kept = trace_for(current_request(), hooks, pad_to, blocked)
+    2,048-token run's every hook is gigabytes), under another causal choice ("auto", "on", "off") or extra
+    masks if given. Cached like the frame's trace."""
+    trace, kept = trace_for(current_request(), hooks, causal, pad_to, blocked)
     if not kept:
         st.info("This page's run is too large to keep in the server's memory budget: changing a choice will "
                 "re-run it.", icon=":material/memory:")

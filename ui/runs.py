@@ -36,9 +36,10 @@ class RunRequest:
     target: str | None
     causal: CausalMode
 
-    def options(self, hooks: tuple[str, ...] = PATTERNS, pad_to: int = 0,
+    def options(self, hooks: tuple[str, ...] = PATTERNS, causal: CausalMode | None = None, pad_to: int = 0,
                 blocked: tuple[tuple[int, int], ...] = ()) -> RunOptions:
-        return RunOptions(hooks=hooks, causal=self.causal, pad_to=pad_to, blocked=blocked)
+        """RunOptions capturing `hooks`, under the request's causal choice unless `causal` is given."""
+        return RunOptions(hooks=hooks, causal=causal or self.causal, pad_to=pad_to, blocked=blocked)
 
 
 @st.cache_resource(show_spinner=False)
@@ -76,10 +77,12 @@ def get_runner(model_id: str, device: str) -> Runner:
     return _custom_runner(model_id, device)
 
 
-def trace_for(request: RunRequest, hooks: tuple[str, ...] = PATTERNS, pad_to: int = 0,
-              blocked: tuple[tuple[int, int], ...] = ()) -> tuple[Trace, bool]:
-    """The trace of `request` capturing `hooks` under these extra masks, from the shared cache (computed once).
-    Returns (trace, kept): kept is False when it was too large for the budget (it will be computed again)."""
-    runner, options = get_runner(request.model_id, request.device), request.options(hooks, pad_to, blocked)
+def trace_for(request: RunRequest, hooks: tuple[str, ...] = PATTERNS, causal: CausalMode | None = None,
+              pad_to: int = 0, blocked: tuple[tuple[int, int], ...] = ()) -> tuple[Trace, bool]:
+    """The trace of `request` capturing `hooks`, under another causal choice or extra masks if given, from the
+    shared cache (computed once). Returns (trace, kept): kept is False when it was too large for the budget
+    (it will be computed again)."""
+    runner = get_runner(request.model_id, request.device)
+    options = request.options(hooks, causal, pad_to, blocked)
     key = (request, options)
     return cached_trace(key, lambda: runner.run(request.text, request.target, options))
