@@ -74,7 +74,7 @@ def draw_mask(trace: Trace, site: str, key: str) -> None:
     def draw(matrix: np.ndarray, *labels, **options):
         return mask_figure(matrix > 0, restricted(why, matrix), *labels, **options)
 
-    heatmap(visible.astype(np.float32), trace, site, f"mask · {site_label(trace, site)}", key,
+    heatmap(visible.astype(np.float32), trace, site, f"mask · {Site.of(site).label}", key,
             name(trace, site, "mask"), draw=draw)
     counts = ", ".join(f"{int(cells.sum()):,} {reason}" for reason, cells in why.items())
     st.caption(f"{int((~visible).sum()):,} of {visible.size:,} cells hidden" + (f" ({counts})." if counts else "."))
@@ -91,9 +91,11 @@ def masks_view(trace: Trace, site: str, layer: int, head: int) -> None:
     st.caption("Every mask of this run: rows are queries, columns keys. Blue: the query may attend to the key. "
                "Hatched: hidden (−∞ before the softmax), tinted by what hides it. Padding and custom masks appear "
                "here when the Padding and Custom mask tabs run them.")
-    for column, mask_site in zip(st.columns(len(trace.masks)), trace.masks, strict=True):
-        with column:
-            draw_mask(trace, mask_site, f"masks_mask_{mask_site}")
+    sites = list(trace.masks)
+    for first in range(0, len(sites), 2):  # two a row: three side by side crowd a projector
+        for column, mask_site in zip(st.columns(2), sites[first:first + 2], strict=False):
+            with column:
+                draw_mask(trace, mask_site, f"masks_mask_{mask_site}")
 
 
 def head_run(site: str, layer: int) -> tuple[Trace, str, str]:
@@ -105,7 +107,7 @@ def head_run(site: str, layer: int) -> tuple[Trace, str, str]:
 
 def scores_view(trace: Trace, site: str, layer: int, head: int) -> None:
     st.latex(r"S=\frac{QK^\top}{\sqrt{d_k}}\quad\longrightarrow\quad S+M\quad\longrightarrow\quad"
-             r"A=\mathrm{softmax}(S+M)")
+             r"\ A=\mathrm{softmax}(S+M)")
     run, scores_hook, pattern_hook = head_run(site, layer)
     scores = run.captured[scores_hook][head]  # (q_len, k_len)
     visible = run.masks[site]  # (q_len, k_len)
@@ -133,7 +135,7 @@ def common(a: Sequence[int], b: Sequence[int]) -> int:
     return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
 
 
-def compare(runs: dict[str, Trace], site: str, layer: int, head: int, key: str) -> None:
+def compare(runs: dict[str, Trace], site: str, layer: int, head: int, key: str, difference_title: str) -> None:
     """Two runs' head side by side (first, second) and second − first, over the positions both runs share."""
     (label_a, a), (label_b, b) = runs.items()
     n_q, n_k = common(a.query_ids(site), b.query_ids(site)), common(a.key_ids(site), b.key_ids(site))
@@ -147,7 +149,7 @@ def compare(runs: dict[str, Trace], site: str, layer: int, head: int, key: str) 
             heatmap(pattern, run, site, label, f"{key}_{index}", name(run, site, layer, head, key, index),
                     masked=~run.masks[site][:n_q, :n_k])
     with columns[2]:
-        heatmap(difference, a, site, f"difference: {label_b} − {label_a}", f"{key}_difference",
+        heatmap(difference, a, site, difference_title, f"{key}_difference",
                 name(a, site, layer, head, key, "difference"), draw=difference_figure)
     st.markdown(f"Largest change of a weight: **{float(np.abs(difference).max()):.4f}**.")
     next_tokens(runs, n_q)
@@ -205,7 +207,7 @@ def on_off_view(trace: Trace, site: str, layer: int, head: int) -> None:
     runs = {f"causal {'on' if causal else 'off'} (this run)": trace, f"causal {other}": toggled}
     if not causal:  # the first is always the masked run, so the difference reads off − on
         runs = dict(reversed(list(runs.items())))
-    compare(runs, site, layer, head, "masks_on_off")
+    compare(runs, site, layer, head, "masks_on_off", "difference: off − on")
 
 
 def editor_pairs(tokens: Sequence[str]) -> tuple[tuple[int, int], ...]:
@@ -260,7 +262,8 @@ def custom_view(trace: Trace, site: str, layer: int, head: int) -> None:
                    icon=":material/block:")
         return
     draw_mask(custom, self_site, "masks_custom_mask")
-    compare({"this run": trace, "with your mask": custom}, self_site, layer, head, "masks_custom")
+    compare({"this run": trace, "with your mask": custom}, self_site, layer, head, "masks_custom",
+            "difference: yours − this run")
 
 
 def padding_view(trace: Trace, site: str, layer: int, head: int) -> None:
@@ -318,9 +321,9 @@ def why_view(trace: Trace, site: str, layer: int, head: int) -> None:
     kept = float(table["softmax(s), hidden zeroed after"].sum())
     query = literal(position_label(row, run.query_tokens(site)[row]))
     st.markdown(
-        f"Query {query}, layer {layer} · head {head}. Adding **0** to a hidden key's score changes nothing: set to 0, "
-        f"the hidden keys still take **{leak:.1%}** of the attention. Zeroing them after the softmax leaves a row "
-        f"that sums to **{kept:.4f}**, not 1. Adding **−∞** gives them exactly 0 and the rest sum to 1. Models "
+        f"Query {query}, layer {layer} · head {head}. A hidden key's score set to **0** still counts: e⁰ = 1 stays in "
+        f"the sum, and the hidden keys take **{leak:.1%}** of the attention. Zeroing them after the softmax leaves a "
+        f"row that sums to **{kept:.4f}**, not 1. Adding **−∞** gives them exactly 0 and the rest sum to 1. Models "
         f"often add the dtype's minimum instead (float32: {np.finfo(np.float32).min:.3g}): e to the power of it "
         "underflows to exactly 0 too, and a row with every key hidden stays a number instead of NaN.")
     if row is not None and (visible_row == visible[row]).all():

@@ -63,13 +63,13 @@ def test_every_tab_on_an_encoder_decoder() -> None:
     at.selectbox(key="layer").set_value(1).run()
     at.selectbox(key="head").set_value(2).run()
     titles = _every_tab(at)
-    assert titles[0] == ["mask · encoder self-attention", "mask · decoder self-attention (masked)",
+    assert titles[0] == ["mask · encoder self-attention", "mask · decoder self-attention",
                          "mask · cross-attention (decoder → encoder)"]
     assert titles[1] == ["scores QKᵀ/√d_k", "scores + M", "softmax(scores + M)"]
-    assert titles[2] == ["causal on (this run)", "causal off", "difference: causal off − causal on (this run)",
+    assert titles[2] == ["causal on (this run)", "causal off", "difference: off − on",
                          "next token"]
     assert titles[3] == []  # nothing chosen yet: the editor says what to do
-    assert titles[4] == ["mask · encoder self-attention (masked)", "padded · layer 1 · head 2"]
+    assert titles[4] == ["mask · encoder self-attention", "padded · layer 1 · head 2"]
     assert _view(at, "Why −∞").markdown[0].value.startswith("Query \\#5 \\-, layer 1 · head 2")  # escaped
     assert at.dataframe[0].value.index[0] == "#0 <s>"  # the worked row: one line a key
     keys = [button.key for button in _view(at, "Scores → probabilities").get("download_button")]
@@ -142,8 +142,8 @@ def test_a_custom_mask_reruns_and_one_that_leaves_a_query_no_key_is_refused() ->
     at.multiselect(key="masks_hide").set_value([3]).run()
     assert not at.exception
     specs = _specs(at)
-    assert "mask · decoder self-attention (masked)" in specs
-    legend = [entry.get("name") for entry in specs["mask · decoder self-attention (masked)"]["data"]]
+    assert "mask · decoder self-attention" in specs
+    legend = [entry.get("name") for entry in specs["mask · decoder self-attention"]["data"]]
     assert "hidden by your custom mask" in legend
     with_mask = _z(specs["with your mask"])
     assert np.isnan(with_mask[4:, 3]).all()  # key 3 hidden from every later query (earlier: causal anyway)

@@ -56,9 +56,8 @@ def mask_figure(visible: np.ndarray, reasons: dict[str, np.ndarray], row_tokens:
                                  hovertemplate=f"%{{y}} → %{{x}}<br>{REASON_TEXT[name]}<extra></extra>"))
         fig.add_trace(_legend(REASON_TEXT[name], REASON_RGB[name]))
     fig.add_trace(_legend("may attend", VISIBLE_RGB))
-    if not (~visible).any():
-        fig.update_layout(legend={"orientation": "h", "x": 1, "xanchor": "right", "y": 1.01, "yanchor": "bottom"},
-                          margin={"t": 60})
+    fig.update_layout(legend={"orientation": "h", "x": 0, "xanchor": "left", "y": -0.12, "yanchor": "top"},
+                      margin={"t": 40, "b": 20})  # below the key axis: three entries above would cover the title
     return fig
 
 
