@@ -121,3 +121,14 @@ def test_model_folders_and_ids_that_cannot_be_loaded(broken_folders) -> None:
     at.sidebar.text_input(key="custom_model").set_value("<script>alert(1)</script>").run()
     assert "is neither a folder here nor a Hugging Face hub id" in _error(at)
     _still_works(at)
+
+
+def test_a_link_with_a_text_longer_than_the_box_says_it_was_left_out() -> None:
+    from ui.url_state import pack_text
+
+    long_text = value(CORPUS["texts"]["long_100k"])
+    for params in ({"text": long_text}, {key: v for key, v in pack_text(long_text).items() if v}):
+        at = _app(model="minilm", **params)
+        assert_safe(at)
+        assert "The link's text has 100,004 characters; the text box holds at most 20,000" in at.info[0].value
+        assert at.get("plotly_chart")  # the model's own example ran instead

@@ -58,6 +58,9 @@ def local_folder(source: str) -> Path | None:
 
 def check_hub_id(source: str) -> None:
     """ValueError unless `source` has the form of a hub id (`name` or `owner/name`)."""
+    if source.startswith(("/", ".", "~")):
+        raise ValueError(f"{shown(source)} does not exist here: give a Hugging Face model folder on this server, "
+                         "or a hub id.")
     if not HUB_ID.fullmatch(source):
         raise ValueError(f"{shown(source)!r} is neither a folder here nor a Hugging Face hub id (owner/name: "
                          "letters, digits, '-', '_' and '.', up to 96 characters each).")
