@@ -71,7 +71,7 @@ def choose_text(model_id: str) -> str:
     if "pending_text" in st.session_state:  # set by `run` before a rerun: a widget's value cannot change once drawn
         st.session_state["text"] = st.session_state.pop("pending_text")
     st.session_state.setdefault("text", (examples_for(model_id) or (FALLBACK_TEXT,))[0])
-    return st.sidebar.text_input("Text", key="text", max_chars=20_000, help=HELP["text"])
+    return st.sidebar.text_input("Text", key="text", max_chars=url_state.MAX_TEXT_CHARS, help=HELP["text"])
 
 
 def loading_slot(model_id: str, device: str) -> DeltaGenerator | None:

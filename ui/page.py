@@ -16,6 +16,7 @@ import streamlit as st
 from model.core.options import CausalMode
 from model.core.runner import Runner
 from model.core.trace import Trace
+from ui.messages import show_error
 from ui.runs import RunRequest, get_runner, trace_for
 
 
@@ -77,8 +78,13 @@ def trace_with(hooks: tuple[str, ...], causal: CausalMode | None = None, pad_to:
                blocked: tuple[tuple[int, int], ...] = ()) -> Trace:
     """This run's input traced again capturing `hooks` (glob patterns; ask only for what the page shows: a
     2,048-token run's every hook is gigabytes), under another causal choice ("auto", "on", "off") or extra
-    masks if given. Cached like the frame's trace."""
-    trace, kept = trace_for(current_request(), hooks, causal, pad_to, blocked)
+    masks if given. Cached like the frame's trace. A run that fails shows why and stops the page (a page with
+    something else to show then calls `ui.runs.trace_for` itself and catches its ValueError)."""
+    try:
+        trace, kept = trace_for(current_request(), hooks, causal, pad_to, blocked)
+    except ValueError as error:
+        show_error(str(error))
+        st.stop()
     if not kept:
         st.info("This page's run is too large to keep in the server's memory budget: changing a choice will "
                 "re-run it.", icon=":material/memory:")

@@ -19,6 +19,7 @@ import streamlit as st
 
 RESTORED = "_url_restored"
 PLAIN_TEXT_UP_TO = 1_000
+MAX_TEXT_CHARS = 20_000  # the text box's limit: a longer text from a link is left out, and the person told
 FLAGS = {"hide_special": "attention_hide_special", "values": "attention_show_values",
          "diagonal": "attention_window_diagonal"}  # URL name -> widget key, "1" / "0"
 NUMBERS = {"layer": "layer", "head": "head", "row": "attention_window_row", "col": "attention_window_col",
@@ -65,7 +66,10 @@ def restore_once(model_ids: list[str], custom_choice: str, causal_labels: dict[s
         if not known:
             st.session_state["custom_model"] = model
     text = unpack_text(params)
-    if text is not None:
+    if text is not None and len(text) > MAX_TEXT_CHARS:
+        st.session_state["text_note"] = f"The link's text has {len(text):,} characters; the text box holds at most " \
+                                        f"{MAX_TEXT_CHARS:,}, so it was left out."
+    elif text is not None:
         st.session_state["text"] = text
     if "target" in params:
         st.session_state["decoder_mode"] = "given target"
