@@ -21,8 +21,11 @@ RESTORED = "_url_restored"
 PLAIN_TEXT_UP_TO = 1_000
 FLAGS = {"hide_special": "attention_hide_special", "values": "attention_show_values",
          "diagonal": "attention_window_diagonal"}  # URL name -> widget key, "1" / "0"
-NUMBERS = {"layer": "layer", "head": "head", "row": "attention_window_row", "col": "attention_window_col"}
-TEXTS = {"site": "site", "colorscale": "attention_colorscale"}  # checked against the choices by the widgets
+NUMBERS = {"layer": "layer", "head": "head", "row": "attention_window_row", "col": "attention_window_col",
+           **{name: name for name in ("positions_length", "positions_d_model", "positions_offset", "positions_pos",
+                                      "positions_pair")}}
+TEXTS = {"site": "site", "colorscale": "attention_colorscale", "positions_stack": "positions_stack",
+         "positions_measure": "positions_measure"}  # checked against the choices by the widgets
 
 
 def _as_int(value: str | None) -> int | None:
