@@ -13,7 +13,6 @@ from model.positions import PositionScheme, position_scheme
 from ui import url_state
 from ui.chart_downloads import chart_downloads
 from ui.downloads import downloads
-from ui.messages import show_error
 from ui.page import current_runner, current_trace
 from ui.pickers import keep_valid
 from ui.position_model_views import model_view, tokens_view
@@ -209,7 +208,7 @@ def show(view: str, trace: Trace, stack: str, size: tuple[int, int, str | None],
     elif view == "Your tokens":
         tokens_view(stack, name)
     elif problem is not None:
-        show_error(problem)
+        st.error(problem, icon=":material/error:")  # our own words and a number: no Markdown to escape
     else:
         table = table_for(trace, length, d_model)  # (length, d_model) float64
         if view == "Sinusoid":
