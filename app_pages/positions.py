@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from model.core import sinusoid as pe
 from model.core.trace import Trace
@@ -44,6 +45,7 @@ def choose_stack(trace: Trace) -> str:
     keep_valid("positions_stack", stacks)
     if len(stacks) == 1:
         st.session_state["positions_stack"] = stacks[0]
+        st.caption(f"One stack: the {stacks[0]}'s positions.")
         return stacks[0]
     return st.radio("Stack", stacks, key="positions_stack", horizontal=True,
                     help="An encoder-decoder has positions on both sides: the source's and the output's.")
@@ -59,11 +61,11 @@ def follow_defaults(defaults: tuple[str, int, int]) -> None:
             st.session_state[key] = now
 
 
-def choose_size(trace: Trace, stack: str) -> tuple[int, int, str | None]:
+def choose_size(trace: Trace, stack: str, length_col: DeltaGenerator, d_col: DeltaGenerator
+                ) -> tuple[int, int, str | None]:
     """Length and d_model of the sinusoid, and why they cannot be drawn (None: they can)."""
     limit = trace.facts.max_len
     follow_defaults((trace.facts.model_id, min(len(stack_tokens(trace, stack)), limit), trace.facts.d_model))
-    length_col, d_col = st.columns(2)
     length = int(length_col.number_input("Length (positions)", step=1, key="positions_length",
                                          help=f"Default: your text's length. At most {limit:,} for this model."))
     d_model = int(d_col.number_input("d_model", step=2, key="positions_d_model",
@@ -182,15 +184,15 @@ def shift_table(table: np.ndarray, k: int, pos: int) -> pd.DataFrame:
 def page() -> None:
     st.header("Positional encoding")
     trace = current_trace()
-    top_col, measure_col = st.columns([2, 1], vertical_alignment="bottom")
-    with top_col:
+    stack_col, measure_col, length_col, d_col = st.columns([1.2, 1.2, 1, 1], vertical_alignment="bottom")
+    with stack_col:
         stack = choose_stack(trace)
     keep_valid("positions_measure", MEASURES)
     measure = measure_col.radio("Similarity", MEASURES, key="positions_measure", horizontal=True,
                                 help="Dot product of two position vectors, or their cosine (the dot product of the "
                                      "vectors scaled to length 1).")
     url_state.write(positions_stack=stack, positions_measure=measure)
-    length, d_model, problem = choose_size(trace, stack)
+    length, d_model, problem = choose_size(trace, stack, length_col, d_col)
     name = f"{trace.facts.model_id.replace('/', '_')}.{stack}"
     model_length = length if problem is None else len(stack_tokens(trace, stack))  # the text's, when refused
     for tab, view in zip(st.tabs(VIEWS, key="positions_view", bind="query-params"), VIEWS, strict=True):

@@ -45,7 +45,7 @@ def position_scheme(runner: Any, stack: str, length: int) -> PositionScheme:
     toy = getattr(runner, "toy", None)
     if toy is not None:
         table = getattr(toy.model, stack).pos_table  # (max_len, d_model)
-        return PositionScheme("sinusoidal", "the model's pos_table buffer", "A fixed table computed once from the "
+        return PositionScheme("sinusoidal", f"{stack}.pos_table (a buffer)", "A fixed table computed once from the "
                               "formula and added to the token embeddings (× √d_model); nothing about it is learned.",
                               table=table.detach().cpu().float().numpy())
     model = runner.model.base_model

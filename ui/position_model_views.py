@@ -128,10 +128,10 @@ def tokens_view(stack: str, name: str) -> None:
                    "configured). " + ("BERT also adds a token-type vector and normalises the sum (LayerNorm)."
                                       if "BERT" in trace.facts.family else ""))
     top = max(float(np.abs(part).max()) for _, part in parts) or 1.0
-    for col, (title, part) in zip(st.columns(len(parts)), parts, strict=True):
+    for i, (col, (title, part)) in enumerate(zip(st.columns(len(parts)), parts, strict=True)):
         with col:
             key = f"positions_tokens_{title.split()[0]}"
-            figure = viz.token_heatmap(part, tokens, f"{stack} · {title}", (-top, top))
+            figure = viz.token_heatmap(part, tokens, f"{stack} · {title}", (-top, top), colorbar=i == len(parts) - 1)
             st.plotly_chart(figure, key=key)
             downloads(figure, f"{name}.{stack}.{title.replace(' ', '-')}", key,
                       lambda part=part: table_frame(part, rows))

@@ -58,11 +58,14 @@ def bias_heatmap(bias: np.ndarray, title: str) -> go.Figure:
                     ("head", "key − query"), "bias", symmetric_range(bias), height=max(240, 80 + 30 * len(bias)))
 
 
-def token_heatmap(matrix: np.ndarray, tokens: Sequence[str], title: str, zrange: tuple[float, float]) -> go.Figure:
-    """(tokens, d_model): one row per token of the person's text ("#3 cat"), dimensions across."""
+def token_heatmap(matrix: np.ndarray, tokens: Sequence[str], title: str, zrange: tuple[float, float],
+                  colorbar: bool = True) -> go.Figure:
+    """(tokens, d_model): one row per token of the person's text ("#3 cat"), dimensions across; figures drawn
+    side by side on one `zrange` may leave out all colour bars but one."""
     cs = stride(matrix.shape[1])
-    return _heatmap(matrix[:, ::cs], np.arange(0, matrix.shape[1], cs), position_labels(tokens), title,
-                    ("token", "dimension"), "value", zrange, height=max(200, min(700, 90 + 22 * len(tokens))))
+    figure = _heatmap(matrix[:, ::cs], np.arange(0, matrix.shape[1], cs), position_labels(tokens), title,
+                      ("token", "dimension"), "value", zrange, height=max(200, min(700, 90 + 22 * len(tokens))))
+    return figure.update_traces(showscale=colorbar).update_yaxes(type="category")
 
 
 def waves_chart(table: np.ndarray, dims: Sequence[int], title: str) -> alt.Chart:
@@ -73,7 +76,7 @@ def waves_chart(table: np.ndarray, dims: Sequence[int], title: str) -> alt.Chart
     pick = alt.selection_point(fields=["dimension"], bind="legend")
     return alt.Chart(long, title=title).mark_line(point=len(table) <= 64).encode(
         x=alt.X("position:Q"), y=alt.Y("value:Q", scale=alt.Scale(domain=[-1.05, 1.05])),
-        color=alt.Color("dimension:N", sort=[f"dim {d}" for d in dims]),
+        color=alt.Color("dimension:N", sort=[f"dim {d}" for d in dims], scale=alt.Scale(scheme="category10")),
         opacity=alt.condition(pick, alt.value(1.0), alt.value(0.12)),
         tooltip=["dimension", "position", alt.Tooltip("value:Q", format=".4f")],
     ).add_params(pick).properties(height=320)
@@ -83,6 +86,7 @@ def line_chart(frame: pd.DataFrame, x: str, y: str, title: str, log_y: bool = Fa
     """Long-form `frame` with columns x, y and "series": one line per series."""
     scale = alt.Scale(type="log") if log_y else alt.Scale(zero=False)
     return alt.Chart(frame, title=title).mark_line(point=len(frame) <= 130).encode(
-        x=alt.X(f"{x}:Q"), y=alt.Y(f"{y}:Q", scale=scale), color=alt.Color("series:N"),
+        x=alt.X(f"{x}:Q"), y=alt.Y(f"{y}:Q", scale=scale),
+        color=alt.Color("series:N", scale=alt.Scale(scheme="category10")),
         tooltip=["series", alt.Tooltip(f"{x}:Q"), alt.Tooltip(f"{y}:Q", format=".4g")],
     ).properties(height=300)
