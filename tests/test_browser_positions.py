@@ -49,3 +49,20 @@ def test_positions_page_draws_and_follows_its_controls(page) -> None:
     page.get_by_role("tab", name="Sinusoid").click()
     expect(page.get_by_text("d_model must be even (7 is odd)")).to_be_visible()
     assert page.console_errors == []
+
+
+def test_a_rotary_model_shows_its_frequencies_and_similarity_draws(page) -> None:
+    page.set_viewport_size({"width": 1280, "height": 720})
+    choose_model(page, "smollm2")
+    open_page(page, "Positional encoding")
+    page.get_by_role("tab", name="Similarity").click()
+    expect(figure(page, "sinusoid · dot product of positions")).to_be_visible()
+    page.screenshot(path=str(ARTIFACTS / "positions-similarity.png"))
+    page.get_by_role("tab", name="This model").click()
+    expect(page.get_by_text("base = 100000, d_head = 64")).to_be_visible()
+    expect(page.locator("[data-testid='stVegaLiteChart']")).to_have_count(2)
+    page.get_by_test_id("stVegaLiteChart").first.scroll_into_view_if_needed()
+    page.screenshot(path=str(ARTIFACTS / "positions-rotary.png"))
+    page.get_by_role("tab", name="Your tokens").click()
+    expect(page.get_by_text("adds no positional vector")).to_be_visible()
+    assert page.console_errors == []

@@ -77,9 +77,9 @@ def rotary_view(scheme: PositionScheme, name: str) -> None:
              r"\qquad\theta_i=\mathrm{base}^{-2i/d_{head}}")
     freqs = scheme.inv_freq  # (head_dim / 2,)
     head_dim = 2 * len(freqs)
-    st.caption(f"base = {scheme.rotary_base:g}, d_head = {head_dim}. The paper's sinusoid uses base 10000 with the "
-               "same pairs: the slowest pair of this model turns once every "
-               f"{2 * np.pi / freqs[-1]:,.0f} positions.")
+    st.caption(f"base = {scheme.rotary_base:g}, d_head = {head_dim}; the paper's sinusoid uses base 10000. The slowest "
+               f"pair of this model turns once every {2 * np.pi / freqs[-1]:,.0f} positions. (Hugging Face's Llama "
+               "pairs dimension i with i + d_head/2, not 2i with 2i + 1: the same rotations, stored in another order.)")
     frame = pd.concat([pd.DataFrame({"pair i": np.arange(len(freqs)), "radians per position": f, "series": series})
                        for f, series in [(freqs, "this model (inv_freq)"),
                                          (pe.frequencies(head_dim), "sinusoid, base 10000")]])
