@@ -33,6 +33,7 @@ PAGES = (  # the navigation, in order; the first is where the app opens
     Page("app_pages/overview.py", "Overview", ":material/summarize:"),
     Page("app_pages/attention.py", "Attention", ":material/grid_on:"),
     Page("app_pages/masks.py", "Masks", ":material/visibility_off:"),
+    Page("app_pages/positions.py", "Positional encoding", ":material/waves:"),
 )
 
 # Widget keys whose values must survive a visit to a page that does not draw them (Streamlit forgets the
@@ -41,6 +42,8 @@ PERSISTENT_KEYS = (
     "site", "layer", "head", "attention_hide_special", "attention_colorscale", "attention_show_values",
     "attention_window_row", "attention_window_col", "attention_window_diagonal", "attention_stats_measure",
     "masks_editor", "masks_hide", "masks_for", "masks_window", "masks_pad_to",
+    "positions_stack", "positions_measure", "positions_length", "positions_d_model", "positions_dims",
+    "positions_offset", "positions_pos", "positions_pair",
 )
 TRACE = "trace"  # session key of the frame's trace for this run (None when there is none)
 REQUEST = "run_request"  # session key of the RunRequest that made it

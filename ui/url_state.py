@@ -23,9 +23,11 @@ MAX_TEXT_CHARS = 20_000  # the text box's limit: a longer text from a link is le
 FLAGS = {"hide_special": "attention_hide_special", "values": "attention_show_values",
          "diagonal": "attention_window_diagonal"}  # URL name -> widget key, "1" / "0"
 NUMBERS = {"layer": "layer", "head": "head", "row": "attention_window_row", "col": "attention_window_col",
-           "masks_window": "masks_window", "masks_pad_to": "masks_pad_to"}
-TEXTS = {"site": "site", "colorscale": "attention_colorscale",
-         "masks_editor": "masks_editor"}  # checked against the choices by the widgets
+           "masks_window": "masks_window", "masks_pad_to": "masks_pad_to",
+           **{name: name for name in ("positions_length", "positions_d_model", "positions_offset", "positions_pos",
+                                      "positions_pair")}}
+TEXTS = {"site": "site", "colorscale": "attention_colorscale", "masks_editor": "masks_editor",
+         "positions_stack": "positions_stack", "positions_measure": "positions_measure"}  # checked by the widgets
 
 
 def _as_int(value: str | None) -> int | None:
