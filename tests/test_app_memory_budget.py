@@ -115,6 +115,7 @@ def test_no_page_keeps_its_trace_once_the_run_is_over(monkeypatch, toy_traces) -
             kept.clear()  # the server keeps the makers of the session's last run
             if view is not None:
                 at.session_state["view"] = view
+                at.query_params["view"] = view  # the tabs are bound to the URL, which wins over the state
             at.run()
             assert not at.exception
             assert kept, f"{page.path} {view or ''}: no download button"
