@@ -3,6 +3,8 @@ model (cached), and navigation. Pages read the current Trace with `ui.page.curre
 
 from __future__ import annotations
 
+import weakref
+
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
@@ -152,9 +154,13 @@ def main() -> None:
     keep_page_choices()
     navigation = st.navigation([st.Page(page.path, title=page.title, icon=page.icon) for page in PAGES])
     st.session_state.pop(TRACE, None)  # else Streamlit keeps the last run's trace beside this run's until the next
-    st.session_state[TRACE], slot = sidebar()
-    with slot.container() if slot is not None else st.container():  # one block for the page (`loading_slot`)
-        navigation.run()
+    trace, slot = sidebar()
+    st.session_state[TRACE] = trace
+    try:
+        with slot.container() if slot is not None else st.container():  # one block for the page (`loading_slot`)
+            navigation.run()
+    finally:  # between runs, the session holds its trace weakly: the cache decides how long a trace lives
+        st.session_state[TRACE] = None if trace is None else weakref.proxy(trace)
 
 
 main()

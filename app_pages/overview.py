@@ -3,6 +3,8 @@ the text, the tokens it saw, and the model itself."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import streamlit as st
 
@@ -23,7 +25,7 @@ def head_section(trace: Trace) -> None:
     site, layer, head = choose_head(trace)
     if (site, layer, head) == (site_of_note, layer_of_note, head_of_note):
         st.caption(opening_caption(layer, head, share))
-    pattern = trace.pattern(site, layer)[head]  # (q_len, k_len)
+    pattern = trace.pattern(site, layer)[head].copy()  # (q_len, k_len); not a view: the CSV's maker outlives the run
     masked = ~trace.masks[site]  # (q_len, k_len)
     rows, cols = np.arange(pattern.shape[0]), np.arange(pattern.shape[1])
     if max(len(rows), len(cols)) > WINDOW:
@@ -37,7 +39,7 @@ def head_section(trace: Trace) -> None:
                                col_positions=cols, masked=masked[np.ix_(rows, cols)], height=HEAD_HEIGHT)
     st.plotly_chart(figure, key="overview_heatmap")
     name = f"{trace.facts.model_id}.{site}.{layer}.{head}".replace("/", "_")
-    downloads(figure, name, "overview_heatmap", lambda: matrix_table(pattern, queries, keys))
+    downloads(figure, name, "overview_heatmap", partial(matrix_table, pattern, queries, keys))
 
 
 def opening_caption(layer: int, head: int, share: float) -> str:

@@ -25,8 +25,19 @@ def matrix_table(
                         columns=[position_label(p, t) for p, t in zip(cols, col_tokens, strict=True)])
 
 
+def constant(table: pd.DataFrame) -> Callable[[], pd.DataFrame]:
+    """A table maker for `downloads` that returns a table already made."""
+    return lambda: table
+
+
 def downloads(fig: go.Figure, name: str, key: str, table: Callable[[], pd.DataFrame] | None = None) -> None:
-    """A row of buttons; files (and the table) are made only when a button is clicked (PNG/SVG take about 0.5 s)."""
+    """A row of buttons; files (and the table) are made only when a button is clicked (PNG/SVG take about 0.5 s).
+
+    The session keeps `table` after the run (until its next run, and for minutes after its tab closes): pass a
+    `functools.partial` of a function of `ui/` or `viz/` (or `constant`), never a lambda or function defined in a
+    page: its module globals are the page's, which hold the page's whole trace (measured: +36 MiB a session at
+    512 MiniLM tokens, 1 GB at 2,048 SmolLM2 tokens, outside the cache's budget). The same goes for a widget's
+    `format_func` or `on_change` (a dict's `__getitem__` of labels made in the run is fine)."""
     formats = available_formats()
     with st.container(horizontal=True, key=f"{key}_downloads"):
         for fmt in formats:
