@@ -297,10 +297,15 @@ def choose(trace: Trace) -> Choice:
     return Choice(trace, site, layer, head, rows, cols, hide_special, colorscale, show_values)
 
 
-st.header("Attention")
-choice = choose(current_trace())
-shows = [model_view, one_head, layer_heads, token_lines, statistics, rollout]  # in the order of VIEWS
-for tab, show in zip(st.tabs(VIEWS, key="view", bind="query-params"), shows, strict=True):
-    if tab.open:  # the other tabs cost nothing
-        with tab:
-            show(choice)
+def page() -> None:
+    """The page (in a function: no module global holds the trace; see ui/downloads.py)."""
+    st.header("Attention")
+    choice = choose(current_trace())
+    shows = [model_view, one_head, layer_heads, token_lines, statistics, rollout]  # in the order of VIEWS
+    for tab, show in zip(st.tabs(VIEWS, key="view", bind="query-params"), shows, strict=True):
+        if tab.open:  # the other tabs cost nothing
+            with tab:
+                show(choice)
+
+
+page()

@@ -333,11 +333,16 @@ def why_view(trace: Trace, site: str, layer: int, head: int) -> None:
     st.dataframe(table.style.format("{:.4g}", subset=table.columns[1:]), key="masks_why_table")
 
 
-st.header("Masks")
-current = current_trace()
-chosen = choose_head(current)
-shows = [masks_view, scores_view, on_off_view, custom_view, padding_view, why_view]  # in the order of VIEWS
-for tab, show in zip(st.tabs(VIEWS, key="masks_view", bind="query-params"), shows, strict=True):
-    if tab.open:
-        with tab:
-            show(current, *chosen)
+def page() -> None:
+    """The page (in a function: module globals that held the trace would be kept by what the session keeps)."""
+    st.header("Masks")
+    trace = current_trace()
+    chosen = choose_head(trace)
+    shows = [masks_view, scores_view, on_off_view, custom_view, padding_view, why_view]  # in the order of VIEWS
+    for tab, show in zip(st.tabs(VIEWS, key="masks_view", bind="query-params"), shows, strict=True):
+        if tab.open:
+            with tab:
+                show(trace, *chosen)
+
+
+page()

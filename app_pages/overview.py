@@ -109,22 +109,28 @@ def tokens_section(trace: Trace) -> None:
     st.dataframe(tokens, height=min(400, 38 + 35 * len(tokens)), key="overview_tokens")
 
 
-trace = current_trace()
-st.subheader(f"Attention Atlas · {trace.facts.model_id}", anchor=False)
-st.markdown("Attention Atlas runs a real transformer on the text in the sidebar and shows what happens inside it.  \n"
-            "Below: one attention head reading your text (hover a cell for its weight), and what the model made of it.")
-if trace.fallback:
-    st.warning(trace.fallback)
-head_col, output_col = st.columns([3, 2])
-with head_col:
-    head_section(trace)
-with output_col:
-    output_section(trace)
-tokens_col, card_col = st.columns([3, 2])
-with tokens_col:
-    tokens_section(trace)
-with card_col:
-    st.subheader("Model")
-    st.caption(trace.facts.family + (f" · {trace.facts.notes['task']}" if "task" in trace.facts.notes else ""))
-    card = model_card(trace.facts)
-    st.dataframe(card, height=38 + 35 * len(card), key="overview_card")
+def page() -> None:
+    """The page (in a function: no module global holds the trace; see ui/downloads.py)."""
+    trace = current_trace()
+    st.subheader(f"Attention Atlas · {trace.facts.model_id}", anchor=False)
+    st.markdown("Attention Atlas runs a real transformer on the text in the sidebar and shows what happens inside "
+                "it.  \nBelow: one attention head reading your text (hover a cell for its weight), and what the model "
+                "made of it.")
+    if trace.fallback:
+        st.warning(trace.fallback)
+    head_col, output_col = st.columns([3, 2])
+    with head_col:
+        head_section(trace)
+    with output_col:
+        output_section(trace)
+    tokens_col, card_col = st.columns([3, 2])
+    with tokens_col:
+        tokens_section(trace)
+    with card_col:
+        st.subheader("Model")
+        st.caption(trace.facts.family + (f" · {trace.facts.notes['task']}" if "task" in trace.facts.notes else ""))
+        card = model_card(trace.facts)
+        st.dataframe(card, height=38 + 35 * len(card), key="overview_card")
+
+
+page()

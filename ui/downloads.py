@@ -33,11 +33,11 @@ def constant(table: pd.DataFrame) -> Callable[[], pd.DataFrame]:
 def downloads(fig: go.Figure, name: str, key: str, table: Callable[[], pd.DataFrame] | None = None) -> None:
     """A row of buttons; files (and the table) are made only when a button is clicked (PNG/SVG take about 0.5 s).
 
-    The session keeps `table` after the run (until its next run, and for minutes after its tab closes): pass a
-    `functools.partial` of a function of `ui/` or `viz/` (or `constant`), never a lambda or function defined in a
-    page: its module globals are the page's, which hold the page's whole trace (measured: +36 MiB a session at
-    512 MiniLM tokens, 1 GB at 2,048 SmolLM2 tokens, outside the cache's budget). The same goes for a widget's
-    `format_func` or `on_change` (a dict's `__getitem__` of labels made in the run is fine)."""
+    The session keeps `table` after the run (until its next run, and for minutes after its tab closes), and with
+    it the maker's module globals and closure: a page runs in a function, so that no global of its module holds
+    the trace (a trace kept so is outside the cache's budget: measured +36 MiB a session at 512 MiniLM tokens,
+    1 GB at 2,048 SmolLM2 tokens), and the maker closes over the matrix it writes, not the trace. The same goes
+    for a widget's `format_func` or `on_change`."""
     formats = available_formats()
     with st.container(horizontal=True, key=f"{key}_downloads"):
         for fmt in formats:
