@@ -31,6 +31,7 @@ class Page:
 PAGES = (  # the navigation, in order; the first is where the app opens
     Page("app_pages/overview.py", "Overview", ":material/summarize:"),
     Page("app_pages/attention.py", "Attention", ":material/grid_on:"),
+    Page("app_pages/step_through.py", "Step through", ":material/footprint:"),
 )
 
 # Widget keys whose values must survive a visit to a page that does not draw them (Streamlit forgets the
@@ -38,6 +39,7 @@ PAGES = (  # the navigation, in order; the first is where the app opens
 PERSISTENT_KEYS = (
     "site", "layer", "head", "attention_hide_special", "attention_colorscale", "attention_show_values",
     "attention_window_row", "attention_window_col", "attention_window_diagonal", "attention_stats_measure",
+    "step_show_values", "step_query",
 )
 TRACE = "trace"  # session key of the frame's trace for this run (None when there is none)
 REQUEST = "run_request"  # session key of the RunRequest that made it

@@ -19,9 +19,10 @@ import streamlit as st
 
 RESTORED = "_url_restored"
 PLAIN_TEXT_UP_TO = 1_000
-FLAGS = {"hide_special": "attention_hide_special", "values": "attention_show_values",
-         "diagonal": "attention_window_diagonal"}  # URL name -> widget key, "1" / "0"
-NUMBERS = {"layer": "layer", "head": "head", "row": "attention_window_row", "col": "attention_window_col"}
+FLAGS = {"hide_special": "attention_hide_special", "values": "attention_show_values",  # URL name -> widget key,
+         "diagonal": "attention_window_diagonal", "step_values": "step_show_values"}  # "1" / "0"
+NUMBERS = {"layer": "layer", "head": "head", "row": "attention_window_row", "col": "attention_window_col",
+           "step_query": "step_query"}
 TEXTS = {"site": "site", "colorscale": "attention_colorscale"}  # checked against the choices by the widgets
 
 
