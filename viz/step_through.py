@@ -27,11 +27,9 @@ def shape_text(shape: Sequence[int], names: Sequence[str]) -> str:
 
 def truncation_note(shape: Sequence[int], limit: int = LIMIT) -> str | None:
     """What a person must know when a matrix is shown cut, or None when it is shown whole."""
-    rows, cols = shape
-    if rows <= limit and cols <= limit:
-        return None
-    return (f"Showing the first {min(rows, limit)} of {rows} rows and {min(cols, limit)} of {cols} columns; "
-            "the CSV download has the whole matrix.")
+    cut = [f"the first {limit} of {count} {what}" for count, what in zip(shape, ("rows", "columns"), strict=True)
+           if count > limit]
+    return f"Showing {' and '.join(cut)}; the CSV download has the whole matrix." if cut else None
 
 
 def symmetric_range(values: np.ndarray) -> tuple[float, float]:
