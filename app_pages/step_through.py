@@ -44,6 +44,11 @@ class Head:
         return self.trace.captured[f"{self.names.attention}.{hook}"]
 
     @property
+    def stem(self) -> str:
+        """The start of download file names: "toy-date.encoder.attn.1.2"."""
+        return f"{self.trace.facts.model_id.replace('/', '_')}.{self.site}.{self.layer}.{self.weights.head}"
+
+    @property
     def rows(self) -> list[str]:
         return [position_label(i, t) for i, t in enumerate(self.trace.query_tokens(self.site))]
 
@@ -115,36 +120,37 @@ def show_inputs(h: Head, values: bool) -> None:
     st.caption("The layer's input after its norm: this model normalises before attention (pre-norm)." if pre else
                "The residual stream itself: this model normalises after the residual sum (post-norm).")
     d_model = dimension_names(h.x.shape[1])
-    show_matrix(h.x, h.rows, d_model, f"X ({h.names.x})", ("tokens", "d_model"), "step_x", show_values=values)
+    show_matrix(h.x, h.rows, d_model, f"X ({h.names.x})", ("tokens", "d_model"), "step_x", show_values=values,
+                stem=h.stem)
     if Site.of(h.site).is_cross:
         keys = h.cols
         st.caption("Cross-attention: keys and values read the encoder's output.")
         show_matrix(h.x_kv, keys, d_model, "X_enc (the encoder's output)", ("source tokens", "d_model"),
-                    "step_x_enc", show_values=values)
+                    "step_x_enc", show_values=values, stem=h.stem)
     w = h.weights
     st.latex(rf"W_Q^{{({w.head})}},\ W_K^{{({w.kv_head})}},\ W_V^{{({w.kv_head})}} \in "
              rf"\mathbb{{R}}^{{d_{{\text{{model}}}} \times d_{{\text{{head}}}}}},\ d_{{\text{{head}}}} = {w.d_head}")
     d_head = dimension_names(w.d_head, "h")
     for name, matrix, index in (("W_Q", w.w_q, w.head), ("W_K", w.w_k, w.kv_head), ("W_V", w.w_v, w.kv_head)):
         show_matrix(matrix, d_model, d_head, f"{name}, the slice of head {index}", ("d_model", "d_head"),
-                    f"step_{name.lower()}", show_values=values)
+                    f"step_{name.lower()}", show_values=values, stem=h.stem)
 
 
 def show_qkv(h: Head, values: bool) -> None:
     st.latex(r"Q = X W_Q + b_Q,\quad K = X_{kv} W_K + b_K,\quad V = X_{kv} W_V + b_V")
     d_head = dimension_names(h.weights.d_head, "h")
     s = h.steps
-    show_matrix(s.q, h.rows, d_head, "Q", ("tokens", "d_head"), "step_q", show_values=values)
-    show_matrix(s.k, h.cols, d_head, "K", ("key tokens", "d_head"), "step_k", show_values=values)
-    show_matrix(s.v, h.cols, d_head, "V", ("key tokens", "d_head"), "step_v", show_values=values)
+    show_matrix(s.q, h.rows, d_head, "Q", ("tokens", "d_head"), "step_q", show_values=values, stem=h.stem)
+    show_matrix(s.k, h.cols, d_head, "K", ("key tokens", "d_head"), "step_k", show_values=values, stem=h.stem)
+    show_matrix(s.v, h.cols, d_head, "V", ("key tokens", "d_head"), "step_v", show_values=values, stem=h.stem)
     if s.rot_q is not None and s.rot_k is not None:
         st.markdown("**Rotary positions**: each pair of dimensions (i, i + d_head/2) of Q and K is rotated by an "
                     "angle proportional to the token's position, so Q·K depends on the two positions' distance.")
         st.latex(r"\tilde q_p = q_p \cos(p\,\theta) + \mathrm{rotate\_half}(q_p) \sin(p\,\theta)")
         show_matrix(s.rot_q, h.rows, d_head, "Q after the rotation", ("tokens", "d_head"), "step_rot_q",
-                    show_values=values)
+                    show_values=values, stem=h.stem)
         show_matrix(s.rot_k, h.cols, d_head, "K after the rotation", ("key tokens", "d_head"), "step_rot_k",
-                    show_values=values)
+                    show_values=values, stem=h.stem)
 
 
 def scores_latex(w: HeadWeights) -> str:
@@ -160,16 +166,16 @@ def scores_latex(w: HeadWeights) -> str:
 def show_scores(h: Head, values: bool) -> None:
     s, w = h.steps, h.weights
     axes = ("query tokens", "key tokens")
-    show_matrix(s.qk, h.rows, h.cols, "Q Kᵀ", axes, "step_qk", show_values=values)
+    show_matrix(s.qk, h.rows, h.cols, "Q Kᵀ", axes, "step_qk", show_values=values, stem=h.stem)
     st.latex(scores_latex(w))
     st.caption(f"Scale: {w.scale_text}.")
-    show_matrix(s.scores, h.rows, h.cols, "S, the scaled scores", axes, "step_scores", show_values=values)
+    show_matrix(s.scores, h.rows, h.cols, "S, the scaled scores", axes, "step_scores", show_values=values, stem=h.stem)
     st.latex(r"S_{\text{masked}} = S + M,\quad M_{ij} = \begin{cases}0 & \text{key } j \text{ visible to } i\\"
              r"-\infty & \text{hidden}\end{cases}")
-    show_matrix(s.masked, h.rows, h.cols, "S + M (hatched: −∞)", axes, "step_masked", show_values=values)
+    show_matrix(s.masked, h.rows, h.cols, "S + M (hatched: −∞)", axes, "step_masked", show_values=values, stem=h.stem)
     st.latex(r"A = \mathrm{softmax}(S + M) \quad\text{(each row sums to 1; } e^{-\infty} = 0)")
     show_matrix(s.pattern, h.rows, h.cols, "A, the attention pattern", axes, "step_pattern", show_values=values,
-                zrange=(0.0, 1.0), colorscale="Viridis")
+                stem=h.stem, zrange=(0.0, 1.0), colorscale="Viridis")
     show_row(h)
 
 
@@ -189,25 +195,26 @@ def show_output(h: Head, values: bool) -> None:
     s, w = h.steps, h.weights
     st.latex(r"Z = A V \in \mathbb{R}^{\text{tokens} \times d_{\text{head}}}")
     show_matrix(s.z, h.rows, dimension_names(w.d_head, "h"), f"Z, head {w.head}'s output", ("tokens", "d_head"),
-                "step_z", show_values=values)
+                "step_z", show_values=values, stem=h.stem)
     z_all = h.captured("hook_z")  # (heads, q_len, d_head)
     concat_cols = [f"head{i}·h{j}" for i in range(w.n_heads) for j in range(w.d_head)]
     st.latex(r"\mathrm{Concat}(Z_0, \dots, Z_{h-1})\, W_O + b_O")
     show_matrix(concat_heads(z_all), h.rows, concat_cols, "Concat of every head's Z", ("tokens", "heads·d_head"),
-                "step_concat", show_values=values)
+                "step_concat", show_values=values, stem=h.stem)
     d_model = dimension_names(w.w_o.shape[1])
-    show_matrix(w.w_o, concat_cols, d_model, "W_O", ("heads·d_head", "d_model"), "step_w_o", show_values=values)
+    show_matrix(w.w_o, concat_cols, d_model, "W_O", ("heads·d_head", "d_model"), "step_w_o", show_values=values,
+                stem=h.stem)
     c = h.trace.captured
     show_matrix(c[h.names.out], h.rows, d_model, "the attention block's output", ("tokens", "d_model"),
-                "step_attn_out", show_values=values)
+                "step_attn_out", show_values=values, stem=h.stem)
     st.latex(r"x_{\text{after}} = x_{\text{before}} + \mathrm{Attention}(x)")
     show_matrix(c[h.names.after], h.rows, d_model, "the residual sum", ("tokens", "d_model"), "step_resid",
-                show_values=values)
+                show_values=values, stem=h.stem)
     rms = "RMS" in h.trace.facts.norm
     st.latex(r"\mathrm{RMSNorm}(x) = \frac{x}{\sqrt{\mathrm{mean}(x^2) + \epsilon}} \odot g" if rms else
              r"\mathrm{LayerNorm}(x) = \frac{x - \mathrm{mean}(x)}{\sqrt{\mathrm{var}(x) + \epsilon}} \odot g + b")
     show_matrix(c[h.names.norm], h.rows, d_model, f"normalised by {h.names.norm_label}", ("tokens", "d_model"),
-                "step_norm", show_values=values)
+                "step_norm", show_values=values, stem=h.stem)
 
 
 trace = current_trace()

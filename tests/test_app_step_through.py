@@ -86,6 +86,23 @@ def test_the_numbers_toggle_and_the_followed_query() -> None:
     assert {"step_x_csv", "step_pattern_csv", "step_w_o_csv", "step_norm_csv"} <= keys
 
 
+def test_a_decoder_only_toy_model_every_layer() -> None:
+    at = _page("toy-gpt-date", "may 1 2000")
+    assert at.radio(key="site").options == ["decoder.attn"]
+    for layer in at.selectbox(key="layer").options:
+        at.selectbox(key="layer").set_value(layer)
+        at.selectbox(key="head").set_value(layer % 4).run()
+        assert not at.exception
+        _assert_checks_pass(at)
+        titles = _titles(at)
+        assert titles[0].startswith(f"X (decoder.{layer}.hook_resid_pre)")
+        tokens = len(at.selectbox(key="step_query").options)  # the whole sequence: prompt, separator, answer
+        assert f"A, the attention pattern · (query tokens, key tokens) = ({tokens}, {tokens})" in titles
+    assert at.success[0].value.startswith("Recomputed here from the weights and X")
+    keys = {b.key for b in at.get("download_button")}
+    assert "step_masked_html" in keys
+
+
 def test_a_link_reopens_the_page_state() -> None:
     at = _page(params={"model": "toy-date", "text": "march 3 2021", "site": "decoder.attn", "layer": "1",
                        "head": "2", "step_values": "1", "step_query": "3"})

@@ -23,3 +23,17 @@ def test_minus_infinity_is_hatched_and_the_scale_is_centred() -> None:
     assert fig.layout.images and fig.data[1].name.startswith("masked")
     assert (fig.data[0].zmin, fig.data[0].zmax) == (-3.0, 3.0) == symmetric_range(values)
     assert not step_heatmap(np.ones((2, 2)), ["a", "b"], ["a", "b"], "A").layout.images
+
+
+def test_the_csv_has_the_whole_matrix_with_position_headers() -> None:
+    from ui.matrix_view import whole_table
+    from viz.tokens import position_label
+
+    tokens = ["a", "b", "a"] * 30  # repeated tokens stay apart
+    names = [position_label(i, t) for i, t in enumerate(tokens)]
+    values = np.full((90, 90), -np.inf)
+    values[np.tril_indices(90)] = 0.5
+    csv = whole_table(values, names, names).to_csv()
+    header, first = csv.splitlines()[:2]
+    assert header.split(",")[1:4] == ["#0 a", "#1 b", "#2 a"] and len(header.split(",")) == 91
+    assert first.split(",")[:3] == ["#0 a", "0.5", "-inf"] and len(csv.splitlines()) == 91
