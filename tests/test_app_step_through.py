@@ -89,7 +89,7 @@ def test_the_numbers_toggle_and_the_followed_query() -> None:
 def test_a_decoder_only_toy_model_every_layer() -> None:
     at = _page("toy-gpt-date", "may 1 2000")
     assert at.radio(key="site").options == ["decoder self-attention (masked)"]
-    for layer in at.selectbox(key="layer").options:
+    for layer in range(len(at.selectbox(key="layer").options)):
         at.selectbox(key="layer").set_value(layer)
         at.selectbox(key="head").set_value(layer % 4).run()
         assert not at.exception
