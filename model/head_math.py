@@ -16,7 +16,7 @@ from model.head_weights import HeadWeights
 
 @dataclass(frozen=True)
 class HeadSteps:
-    """Each intermediate of one head, float64."""
+    """Each intermediate of one head, computed in float64 and kept as float32 (half the memory of a cache entry)."""
 
     q: np.ndarray  # (q_len, d_head), before any rotation
     k: np.ndarray  # (k_len, d_head)
@@ -67,7 +67,8 @@ def compute_head(weights: HeadWeights, x: np.ndarray, x_kv: np.ndarray, mask: np
         scores = scores + weights.position_bias
     masked = np.where(mask, scores, -np.inf)
     pattern = softmax_rows(masked)
-    return HeadSteps(q, k, v, rot_q, rot_k, qk, scores, masked, pattern, pattern @ v)
+    steps = (q, k, v, rot_q, rot_k, qk, scores, masked, pattern, pattern @ v)
+    return HeadSteps(*(None if a is None else a.astype(np.float32) for a in steps))
 
 
 def concat_heads(z: np.ndarray) -> np.ndarray:

@@ -84,3 +84,26 @@ def test_what_each_family_does_around_the_scores(runners) -> None:
     assert t5.scale == 1.0 and "does not scale" in t5.scale_text and np.abs(t5.position_bias).max() > 0
     _, gpt2, _, _ = _recompute(runners["gpt2"], text, None, "decoder.attn", 0, 1)
     assert gpt2.scale == pytest.approx(8 ** -0.5) and gpt2.w_q.shape == (32, 8) and gpt2.w_o.shape == (32, 32)
+
+
+def test_the_page_asks_only_for_hooks_the_model_offers(runners) -> None:
+    """Every name the step-through captures is in the vocabulary and offered by the model (of cross-attention's
+    two memory names, one), so that a page's request never silently misses a step."""
+    from model.core.vocabulary import in_vocabulary
+
+    models = {f"tiny {family}": (runner, set(runner.taps)) for family, runner in runners.items()}
+    for toy in ("toy-date", "toy-gpt-date"):
+        runner = load_runner(toy)
+        models[toy] = runner, set(runner.toy.model.hook_points)
+    for label, (runner, offered) in models.items():
+        facts = runner.facts
+        sites = [site for site, present in [("encoder.attn", facts.n_encoder_layers), ("decoder.attn",
+                 facts.n_decoder_layers), ("decoder.cross_attn", facts.kind == "encoder-decoder")] if present]
+        for site in sites:
+            names = step_names(facts, site, 1)
+            wanted = set(names.hooks()) - set(names.memory)
+            if facts.positional != "rotary":
+                wanted -= {f"{names.attention}.hook_rot_q", f"{names.attention}.hook_rot_k"}
+            assert all(in_vocabulary(name) for name in names.hooks()), label
+            assert wanted <= offered, (label, site, wanted - offered)
+            assert not names.memory or set(names.memory) & offered, label
