@@ -95,12 +95,13 @@ def checks(h: Head) -> pd.DataFrame:
 def show_check(h: Head) -> None:
     table = checks(h)
     worst = dict(zip(table["step"], table["max |recomputed − model|"], strict=True))
+    hf = h.trace.facts.family.endswith("Hugging Face)")
     st.success(f"Recomputed here from the weights and X: the pattern matches the model's to "
-               f"{worst['pattern (softmax)']}, the head's output to {worst['head output Z = A V']} "
-               "(largest absolute difference).", icon=":material/check_circle:")
+               f"{worst['pattern (softmax)']}{' (its float16 copy)' if hf else ''}, the head's output to "
+               f"{worst['head output Z = A V']} (largest absolute difference).", icon=":material/check_circle:")
     with st.expander("Every step checked against the model's own numbers"):
         st.table(table)
-        if h.trace.facts.family.endswith("Hugging Face)"):
+        if hf:
             st.caption(f"Pattern: {FLOAT16_NOTE}.")
 
 
