@@ -34,6 +34,7 @@ PAGES = (  # the navigation, in order; the first is where the app opens
     Page("app_pages/attention.py", "Attention", ":material/grid_on:"),
     Page("app_pages/masks.py", "Masks", ":material/visibility_off:"),
     Page("app_pages/positions.py", "Positional encoding", ":material/waves:"),
+    Page("app_pages/step_through.py", "Step through", ":material/footprint:"),
 )
 
 # Widget keys whose values must survive a visit to a page that does not draw them (Streamlit forgets the
@@ -44,6 +45,7 @@ PERSISTENT_KEYS = (
     "masks_editor", "masks_hide", "masks_for", "masks_window", "masks_pad_to",
     "positions_stack", "positions_measure", "positions_length", "positions_d_model", "positions_dims",
     "positions_offset", "positions_pos", "positions_pair",
+    "step_show_values", "step_query",
 )
 TRACE = "trace"  # session key of the frame's trace for this run (None when there is none)
 REQUEST = "run_request"  # session key of the RunRequest that made it
