@@ -218,23 +218,28 @@ def show_output(h: Head, values: bool) -> None:
                 "step_norm", show_values=values, stem=h.stem)
 
 
-trace = current_trace()
-st.title("Step through one head")
-st.caption("One head of one layer, computed again here from the model's weights on your tokens: the real numbers "
-           "at every step, checked against what the model computed. Hover a cell for its value.")
-site, layer, head = choose_head(trace)
-chosen = load_head(trace, site, layer, head)
-show_check(chosen)
-show_gqa(chosen.weights)
-show_values = st.toggle("Write the numbers in the cells (up to 16 × 16)", key="step_show_values")
-url_state.write(step_values=show_values)
-inputs, qkv, scores, output = st.tabs(["1 · X and the weights", "2 · Q, K, V", "3 · Scores → pattern",
-                                       "4 · × V, W_O, residual, norm"])
-with inputs:
-    show_inputs(chosen, show_values)
-with qkv:
-    show_qkv(chosen, show_values)
-with scores:
-    show_scores(chosen, show_values)
-with output:
-    show_output(chosen, show_values)
+def page() -> None:
+    """The page (in a function: no module global holds the trace; see ui/downloads.py)."""
+    trace = current_trace()
+    st.header("Step through one head")
+    st.caption("One head of one layer, computed again here from the model's weights on your tokens: the real numbers "
+               "at every step, checked against what the model computed. Hover a cell for its value.")
+    site, layer, head = choose_head(trace)
+    chosen = load_head(trace, site, layer, head)
+    show_check(chosen)
+    show_gqa(chosen.weights)
+    show_values = st.toggle("Write the numbers in the cells (up to 16 × 16)", key="step_show_values")
+    url_state.write(step_values=show_values)
+    inputs, qkv, scores, output = st.tabs(["1 · X and the weights", "2 · Q, K, V", "3 · Scores → pattern",
+                                           "4 · × V, W_O, residual, norm"])
+    with inputs:
+        show_inputs(chosen, show_values)
+    with qkv:
+        show_qkv(chosen, show_values)
+    with scores:
+        show_scores(chosen, show_values)
+    with output:
+        show_output(chosen, show_values)
+
+
+page()
