@@ -12,7 +12,6 @@ from model.core import sinusoid as pe
 from model.core.trace import Trace
 from model.positions import PositionScheme, position_scheme
 from ui import url_state
-from ui.chart_downloads import chart_downloads
 from ui.downloads import downloads
 from ui.page import current_runner, current_trace
 from ui.pickers import keep_valid
@@ -113,7 +112,7 @@ def waves_view(table: np.ndarray, name: str) -> None:
     st.caption("Click a dimension in the legend to pick it out (shift-click for several).")
     chart = viz.waves_chart(table, dims, f"waves of {len(dims)} dimensions over {len(table)} positions")
     st.altair_chart(chart, key="positions_waves")
-    chart_downloads(chart, f"{name}.waves", "positions_waves", lambda: dims_table(table)[[f"dim {d}" for d in dims]])
+    downloads(chart, f"{name}.waves", "positions_waves", lambda: dims_table(table)[[f"dim {d}" for d in dims]])
 
 
 def similarity_view(table: np.ndarray, name: str, measure: str) -> None:
@@ -131,7 +130,7 @@ def similarity_view(table: np.ndarray, name: str, measure: str) -> None:
                             "series": "sinusoid"})
     chart = viz.line_chart(profile, "offset k", measure, f"distance profile · {measure} vs offset k")
     st.altair_chart(chart, key="positions_profile")
-    chart_downloads(chart, f"{name}.profile", "positions_profile", lambda: profile.set_index("offset k"))
+    downloads(chart, f"{name}.profile", "positions_profile", lambda: profile.set_index("offset k"))
 
 
 def number(label: str, key: str, top: int, default: int = 0) -> int:

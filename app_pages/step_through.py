@@ -185,7 +185,7 @@ def show_row(h: Head) -> None:
     positions = list(range(len(h.rows)))
     keep_valid("step_query", positions)
     query = st.selectbox("Follow one query through the scores", positions, key="step_query",
-                         format_func=lambda i: h.rows[i])
+                         format_func=list(h.rows).__getitem__)
     url_state.write(step_query=query)
     s = h.steps
     st.dataframe(pd.DataFrame({"Q·K": s.qk[query], "scaled": s.scores[query], "+ mask": s.masked[query],

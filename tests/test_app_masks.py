@@ -13,6 +13,7 @@ from streamlit.testing.v1 import AppTest
 
 from model.core.options import RunOptions
 from model.registry import load_runner
+from tests.app_session import open_app_page
 from tests.tiny_hf import FAMILIES
 
 PAGE = "app_pages/masks.py"
@@ -20,16 +21,7 @@ VIEWS = ["Masks of this run", "Scores → probabilities", "Mask on / off", "Cust
 
 
 def _masks_page(model_id: str = "toy-date", text: str | None = None, folder: str | None = None) -> AppTest:
-    at = AppTest.from_file("../app.py", default_timeout=120)
-    at.run()
-    at.sidebar.selectbox(key="model_id").set_value("custom" if folder else model_id).run()
-    if folder:
-        at.sidebar.text_input(key="custom_model").set_value(folder).run()
-    if text is not None:
-        at.sidebar.text_input(key="text").set_value(text).run()
-    at.switch_page(PAGE).run()
-    assert not at.exception
-    return at
+    return open_app_page(PAGE, model_id, text, folder)
 
 
 def _view(at: AppTest, label: str) -> AppTest:

@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from tests.app_session import open_app_page
+
 PAGE = "app_pages/positions.py"
 VIEWS = ["Sinusoid", "Waves", "Similarity", "Shift = rotation", "This model", "Your tokens"]
 
@@ -15,17 +17,7 @@ VIEWS = ["Sinusoid", "Waves", "Similarity", "Shift = rotation", "This model", "Y
 def _page(model_id: str = "toy-date", text: str | None = None, folder: str | None = None,
           **params: str) -> AppTest:
     """The page on `model_id` (or a custom `folder`), opened through a link carrying `params`."""
-    at = AppTest.from_file("../app.py", default_timeout=120)
-    at.query_params.update(params)
-    at.run()
-    at.sidebar.selectbox(key="model_id").set_value("custom" if folder else model_id).run()
-    if folder:
-        at.sidebar.text_input(key="custom_model").set_value(folder).run()
-    if text is not None:
-        at.sidebar.text_input(key="text").set_value(text).run()
-    at.switch_page(PAGE).run()
-    assert not at.exception
-    return at
+    return open_app_page(PAGE, model_id, text, folder, params)
 
 
 def _view(at: AppTest, view: str) -> AppTest:

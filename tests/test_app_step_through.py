@@ -5,23 +5,14 @@ import json
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from tests.app_session import open_app_page
+
 PAGE = "app_pages/step_through.py"
-CUSTOM = "custom"
 
 
 def _page(model_id: str = "toy-date", text: str | None = None, folder: str | None = None,
           params: dict[str, str] | None = None) -> AppTest:
-    at = AppTest.from_file("../app.py", default_timeout=120)
-    at.query_params.update(params or {})
-    at.run()
-    at.sidebar.selectbox(key="model_id").set_value(CUSTOM if folder else model_id).run()
-    if folder:
-        at.sidebar.text_input(key="custom_model").set_value(folder).run()
-    if text is not None:
-        at.sidebar.text_input(key="text").set_value(text).run()
-    at.switch_page(PAGE).run()
-    assert not at.exception
-    return at
+    return open_app_page(PAGE, model_id, text, folder, params)
 
 
 def _specs(at: AppTest) -> list[dict]:

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from tests.browser import require_chromium
-from viz.export import available_formats, figure_bytes
+from viz.export import available_formats, chart_bytes, figure_bytes
 from viz.heatmap import attention_heatmap
 
 FIGURE = attention_heatmap(np.eye(3), ["a", "<b>", "c"], ["a", "<b>", "c"], "export")
@@ -31,8 +31,6 @@ def test_png_and_svg_are_drawn_by_chromium() -> None:
 def test_altair_charts_download_as_png_svg_and_offline_html() -> None:
     import altair as alt
     import pandas as pd
-
-    from ui.chart_downloads import chart_bytes
 
     chart = alt.Chart(pd.DataFrame({"pos": [0, 1, 2], "value": [0.0, 0.5, 1.0], "dim": ["<b>"] * 3})).mark_line()
     chart = chart.encode(x="pos", y="value", color="dim")

@@ -10,7 +10,6 @@ import streamlit as st
 from model.core import sinusoid as pe
 from model.core.trace import Trace
 from model.positions import PositionScheme
-from ui.chart_downloads import chart_downloads
 from ui.downloads import downloads
 from ui.page import trace_with
 from viz import positions as viz
@@ -68,7 +67,7 @@ def absolute_view(scheme: PositionScheme, length: int, measure: str, name: str) 
                          for s, series in zip(sims, ["this model", "sinusoid"], strict=True)])
     chart = viz.line_chart(profile, "offset k", measure, f"distance profile · mean {measure} at offset k")
     st.altair_chart(chart, key="positions_model_profile")
-    chart_downloads(chart, f"{name}.model-profile", "positions_model_profile",
+    downloads(chart, f"{name}.model-profile", "positions_model_profile",
                     lambda: profile.pivot(index="offset k", columns="series", values=measure))
 
 
@@ -85,7 +84,7 @@ def rotary_view(scheme: PositionScheme, name: str) -> None:
                                          (pe.frequencies(head_dim), "sinusoid, base 10000")]])
     chart = viz.line_chart(frame, "pair i", "radians per position", "frequency of each dimension pair", log_y=True)
     st.altair_chart(chart, key="positions_rotary_freqs")
-    chart_downloads(chart, f"{name}.rotary-frequencies", "positions_rotary_freqs",
+    downloads(chart, f"{name}.rotary-frequencies", "positions_rotary_freqs",
                     lambda: frame.pivot(index="pair i", columns="series", values="radians per position"))
     profile = scheme.rotary_profile  # (len,)
     st.markdown(f"q·k of one fixed pair, q = k = (1, …, 1), rotated at positions m and n: it depends only on the "
@@ -94,7 +93,7 @@ def rotary_view(scheme: PositionScheme, name: str) -> None:
     frame = pd.DataFrame({"distance m − n": np.arange(len(profile)), "q·k": profile, "series": "rotary"})
     chart = viz.line_chart(frame, "distance m − n", "q·k", "rotated q·k vs distance")
     st.altair_chart(chart, key="positions_rotary_profile")
-    chart_downloads(chart, f"{name}.rotary-qk", "positions_rotary_profile", lambda: frame.set_index("distance m − n"))
+    downloads(chart, f"{name}.rotary-qk", "positions_rotary_profile", lambda: frame.set_index("distance m − n"))
 
 
 def relative_view(scheme: PositionScheme, name: str) -> None:
