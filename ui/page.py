@@ -35,6 +35,7 @@ PAGES = (  # the navigation, in order; the first is where the app opens
     Page("app_pages/masks.py", "Masks", ":material/visibility_off:"),
     Page("app_pages/positions.py", "Positional encoding", ":material/waves:"),
     Page("app_pages/step_through.py", "Step through", ":material/footprint:"),
+    Page("app_pages/generate.py", "Generate", ":material/play_arrow:"),
 )
 
 # Widget keys whose values must survive a visit to a page that does not draw them (Streamlit forgets the
@@ -46,6 +47,8 @@ PERSISTENT_KEYS = (
     "positions_stack", "positions_measure", "positions_length", "positions_d_model", "positions_dims",
     "positions_offset", "positions_pos", "positions_pair",
     "step_show_values", "step_query",
+    "generate_method", "generate_temperature", "generate_top_k", "generate_top_p", "generate_seed",
+    "generate_max_new", "generate_layer",
 )
 TRACE = "trace"  # session key of the frame's trace for this run (None when there is none)
 REQUEST = "run_request"  # session key of the RunRequest that made it

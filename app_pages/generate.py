@@ -1,0 +1,207 @@
+"""Generate: the model writes one token at a time; for each new token its probability, the ten tokens it
+weighed (force one and go on from there), and the attention of the query that chose it over the whole context,
+per layer and per head (and over the source, for encoder-decoders)."""
+
+from __future__ import annotations
+
+import numpy as np
+import streamlit as st
+
+from model.core.options import RunOptions
+from model.core.sampling import MAX_NEW_TOKENS, DecodeSettings
+from model.core.stepping import Step, Stepper
+from model.registry import stepper_for
+from ui import generation as gen
+from ui.downloads import constant, downloads, matrix_table
+from ui.messages import literal, show_error
+from ui.page import current_request, current_runner, current_trace
+from viz.generation import alternatives_bar, rows_heatmap
+from viz.tokens import visible_token
+
+MASK_NOTES = {
+    "auto": "Generation uses the masks the model was trained with (the decoder's causal mask), as the sidebar says.",
+    "on": "Generation runs under the sidebar's choice, the causal mask on everywhere.",
+    "off": "Generation runs under the sidebar's choice, no causal mask anywhere: a what-if the model never saw "
+           "in training. Every token, its probability and its attention below come from the same passes.",
+}
+
+
+DEFAULTS = {"generate_method": "greedy", "generate_temperature": 1.0, "generate_top_k": 0, "generate_top_p": 1.0,
+            "generate_seed": 0, "generate_max_new": 16}
+
+
+def choose_settings() -> DecodeSettings:
+    """The decoding controls (bad values are allowed in, and explained: see DecodeSettings.problems). Defaults
+    go in the session, not the widgets: the values are kept across pages (ui.page.PERSISTENT_KEYS)."""
+    for key, value in DEFAULTS.items():
+        st.session_state.setdefault(key, value)
+    method = st.radio("Decoding", ["greedy", "sample"], key="generate_method", horizontal=True,
+                      help="greedy: always the most likely token. sample: draw from the distribution, shaped by "
+                           "temperature, top-k and top-p, with a seed (the same seed gives the same tokens).")
+    sample = method == "sample"
+    cols = st.columns(5)
+    temperature = cols[0].number_input("Temperature", step=0.1, key="generate_temperature",
+                                       disabled=not sample, help="0 or below: greedy.")
+    top_k = cols[1].number_input("Top-k", step=1, key="generate_top_k", disabled=not sample,
+                                 help="Keep the k most likely tokens; 0 keeps all.")
+    top_p = cols[2].number_input("Top-p", step=0.05, key="generate_top_p", disabled=not sample,
+                                 help="Keep the fewest tokens whose probabilities add up to p, in (0, 1].")
+    seed = cols[3].number_input("Seed", min_value=0, step=1, key="generate_seed", disabled=not sample)
+    max_new = cols[4].number_input("Max new tokens", step=1, key="generate_max_new",
+                                   help=f"1 to {MAX_NEW_TOKENS}; generation also stops at the end token.")
+    return DecodeSettings(not sample, float(temperature), int(top_k), float(top_p), int(seed), int(max_new))
+
+
+def buttons(key: tuple, settings: DecodeSettings, usable: bool) -> None:
+    """Step, Run and Reset; a click generates (the model runs only here)."""
+    current = gen.current(key)
+    done = current is not None and bool(current.stopped)
+    cols = st.columns([1, 1, 1, 4])
+    step = cols[0].button("Step", key="generate_step", icon=":material/skip_next:", disabled=not usable or done,
+                          help="Add one token.")
+    run = cols[1].button("Run", key="generate_run", icon=":material/fast_forward:", disabled=not usable or done,
+                         help="Add tokens up to the limit or the end token.")
+    if cols[2].button("Reset", key="generate_reset", icon=":material/restart_alt:", help="Back to the prompt."):
+        gen.reset()
+    if not (step or run):
+        return
+    stepper = make_stepper()
+    if stepper is None:
+        return
+    try:
+        generation = current or gen.start(key, stepper)
+    except ValueError as error:
+        show_error(str(error))
+        return
+    n = 1 if step else settings.max_new
+    bar = st.progress(0.0, text="Generating…") if run else None
+    total = max(1, min(n, settings.max_new - len(generation.ids)))
+    gen.extend(generation, stepper, settings, n,
+               lambda k: bar.progress(k / total, text=f"Generating… {k}/{total}") if bar else None)
+    if bar is not None:
+        bar.empty()
+    st.session_state["generate_follow"] = True  # show the newest token
+
+
+def make_stepper() -> Stepper | None:
+    """A stepper for this run's model, text and causal choice (None after saying why it cannot be made)."""
+    request = current_request()
+    try:
+        return stepper_for(current_runner(), request.text, RunOptions(causal=request.causal))
+    except ValueError as error:
+        show_error(str(error))
+        return None
+
+
+def use_generation(text: str | None, target: str | None) -> None:
+    """Button callback (runs before the sidebar is drawn): the sidebar's text, or its given target, becomes the
+    generated sequence."""
+    if text is not None:
+        st.session_state["text"] = text
+    if target is not None:
+        st.session_state["decoder_mode"] = "given target"
+        st.session_state["target"] = target
+    st.session_state["generate_opened"] = True
+
+
+def sequence_section(generation: gen.Generation, is_causal_lm: bool, text: str) -> None:
+    """The prompt and what was generated, the steps as a table, and the button that opens it everywhere."""
+    st.code(text + " ⟶ " + generation.text if not is_causal_lm else text + generation.text, language=None,
+            wrap_lines=True)
+    if generation.stopped:
+        st.caption(generation.stopped)
+    args = (text + generation.text, None) if is_causal_lm else (None, generation.text)
+    st.button("Open this sequence on every page", key="generate_open", on_click=use_generation, args=args,
+              icon=":material/open_in_new:", disabled=not generation.text,
+              help="Causal LMs: the text becomes prompt + generation. Encoder-decoders: the sidebar's Output "
+                   "becomes 'given target' with the generated text.")
+
+
+def step_section(generation: gen.Generation, settings: DecodeSettings) -> None:
+    """One step: its alternatives (force one) and its attention rows."""
+    labels = [f"{i + 1}: {visible_token(t)} ({p.probability:.1%}, {how})"
+              for i, (t, p, how) in enumerate(zip(generation.tokens, generation.steps, generation.how, strict=True))]
+    if st.session_state.pop("generate_follow", False) or st.session_state.get("generate_pick", 0) >= len(labels):
+        st.session_state["generate_pick"] = len(labels) - 1
+    index = st.selectbox("Generated token", range(len(labels)), key="generate_pick",
+                         format_func=lambda i: labels[i])
+    step = generation.steps[index]
+    context = generation.context_tokens + generation.tokens[:index]
+    left, right = st.columns([1, 2])
+    with left:
+        alternatives(generation, settings, step, index)
+    with right:
+        attention_rows(step, context, generation.source_tokens, generation.key[0], index)
+
+
+def alternatives(generation: gen.Generation, settings: DecodeSettings, step: Step, index: int) -> None:
+    """The ten most likely tokens at this step, and forcing one."""
+    names = generation.alternatives[index]
+    chosen = next((i for i, t in enumerate(step.top_ids) if t == step.token_id), None)
+    st.plotly_chart(alternatives_bar(names, step.top_probs, chosen, f"Top {len(names)} at step {index + 1}"),
+                    key="generate_alternatives")
+    pick = st.selectbox("Force instead", range(len(names)), key="generate_force_pick",
+                        format_func=lambda i: f"{i + 1}. {visible_token(names[i])} ({step.top_probs[i]:.1%})")
+    if st.button("Force and continue", key="generate_force", icon=":material/call_split:"):
+        stepper = make_stepper()
+        if stepper is not None:
+            gen.force(generation, stepper, settings, index, int(step.top_ids[pick]))
+            st.rerun()
+
+
+def attention_rows(step: Step, context: list[str], source: list[str], model_id: str, index: int) -> None:
+    """The choosing query's attention: layers (mean over heads) and one layer's heads, self and cross."""
+    layers, heads = step.self_rows.shape[:2]
+    if st.session_state.get("generate_layer", 0) >= layers:  # another model's layer
+        st.session_state["generate_layer"] = 0
+    layer = st.selectbox("Layer (per-head view)", range(layers), key="generate_layer")
+    names = [("self", step.self_rows, context, "context")]
+    if step.cross_rows is not None:
+        names.append(("cross", step.cross_rows, source, "source"))
+    for kind, rows, keys, key_title in names:
+        mean = rows.astype(np.float32).mean(axis=1)  # (layers, keys)
+        layer_names = [f"layer {i}" for i in range(layers)]
+        title = f"Step {index + 1} · {kind}-attention over the {key_title}"
+        fig = rows_heatmap(mean, layer_names, keys, f"{title} · mean over heads", key_title)
+        st.plotly_chart(fig, key=f"generate_{kind}_layers")
+        downloads(fig, f"{model_id.replace('/', '_')}.step{index + 1}.{kind}.layers", f"generate_{kind}_layers",
+                  constant(matrix_table(mean, layer_names, keys)))
+        per_head = rows[layer].astype(np.float32)  # (heads, keys)
+        head_names = [f"head {h}" for h in range(heads)]
+        fig = rows_heatmap(per_head, head_names, keys, f"{title} · layer {layer}, every head", key_title)
+        st.plotly_chart(fig, key=f"generate_{kind}_heads")
+
+
+def page() -> None:
+    trace = current_trace()
+    facts = trace.facts
+    st.header("Generate")
+    if facts.kind == "encoder":
+        st.info(literal(f"{facts.model_id} is an encoder: it reads the whole text at once and has no next-token "
+                        "head, so it does not generate. Pick a causal LM (smollm2, toy-gpt-date) or an "
+                        "encoder-decoder (toy-date, toy-copy, toy-reverse) in the sidebar."),
+                icon=":material/info:")
+        return
+    request = current_request()
+    st.caption(MASK_NOTES[request.causal] + (" Steps reuse the model's KV cache (past_key_values)."
+                                            if request.causal == "auto" and facts.kind == "decoder"
+                                            and "Hugging Face" in facts.family else ""))
+    if st.session_state.pop("generate_opened", False):
+        st.success("Every page now opens the generated sequence.", icon=":material/check_circle:")
+    settings = choose_settings()
+    for problem in settings.problems():
+        show_error(problem)
+    if not settings.greedy and settings.temperature <= 0:
+        st.info("A temperature of 0 or below means greedy decoding: the most likely token every time.",
+                icon=":material/info:")
+    key = (request.model_id, request.device, request.text, request.causal, settings)
+    buttons(key, settings, not settings.problems())
+    generation = gen.current(key)
+    if generation is None or not generation.steps:
+        st.info("Press **Step** to add one token, or **Run** to generate up to the limit.", icon=":material/info:")
+        return
+    sequence_section(generation, facts.kind == "decoder", request.text)
+    step_section(generation, settings)
+
+
+page()

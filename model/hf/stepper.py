@@ -1,0 +1,94 @@
+"""A Hugging Face model's generation pass, one token at a time, for the Generate page (model/core/stepping.py).
+
+A causal LM under its trained masks keeps a KV cache (`past_key_values`): each step feeds only the tokens the
+cache has not seen and captures the new query's attention row in every layer. Under other masks (no causal
+mask) every step re-reads the whole sequence under them, as the traced pass does. An encoder-decoder encodes
+the source once and re-reads the decoder's whole input at each step (its decoder may run without its mask)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from transformers import DynamicCache
+
+from model.core.capture import capture
+from model.core.masks import self_attention_mask
+from model.core.options import RunOptions
+from model.core.stepping import Stepper
+from model.hf.runner import HFRunner, additive_mask
+
+SELF_PATTERNS = ("decoder.*.attn.hook_pattern",)
+DECODER_PATTERNS = ("decoder.*attn.hook_pattern",)  # self- and cross-attention
+
+
+def hf_stepper(runner: HFRunner, text: str, options: RunOptions, use_cache: bool = True) -> Stepper:
+    """Generation from `text` with `runner` (an HFRunner); use_cache=False re-reads the whole sequence at every
+    step even where a KV cache could be used (the reference the cache is tested against)."""
+    kind = runner.family.kind
+    if kind == "encoder":
+        raise ValueError(f"{runner.facts.model_id} is an encoder: it reads text but does not generate any.")
+    model = runner.model
+    ids = runner._encode(text)
+    eos, limit = runner._eos_ids(model), runner.max_tokens
+    readings = runner._tokens, lambda ids: runner.tokenizer.decode(ids, skip_special_tokens=True)
+    if kind == "encoder-decoder":
+        return Stepper([model.config.decoder_start_token_id], _seq2seq_forward(runner, ids, options), eos, limit,
+                       *readings, source=ids)
+    cached = use_cache and options.trained_masks
+    forward = _cached_forward(runner) if cached else _full_forward(runner, options.causal_for("decoder"))
+    return Stepper(ids, forward, eos, limit, *readings)
+
+
+def _full_forward(runner: HFRunner, causal: bool):
+    """Every step reads the whole sequence under the chosen causal mask."""
+    model = runner.model
+
+    def forward(ids: list[int]) -> tuple[torch.Tensor, dict]:
+        allowed = self_attention_mask(len(ids), len(ids), causal, (), model.device)
+        out, captured = capture(model, runner.taps, SELF_PATTERNS, lambda: model(
+            input_ids=torch.tensor([ids], device=model.device), logits_to_keep=1, use_cache=False,
+            attention_mask=additive_mask(allowed, model.dtype)))
+        return out.logits[0, -1], captured
+
+    return forward
+
+
+def _cached_forward(runner: HFRunner):
+    """Each step feeds the tokens its KV cache has not seen (all of them at the first step, then one)."""
+    model = runner.model
+    state: dict[str, Any] = {"cache": DynamicCache(config=model.config), "seen": []}
+
+    def forward(ids: list[int]) -> tuple[torch.Tensor, dict]:
+        seen = state["seen"]
+        if ids[: len(seen)] != seen or len(ids) <= len(seen):  # another branch (a forced token): start again
+            state["cache"], seen = DynamicCache(config=model.config), []
+        new = torch.tensor([ids[len(seen):]], device=model.device)
+        out, captured = capture(model, runner.taps, SELF_PATTERNS, lambda: model(
+            input_ids=new, past_key_values=state["cache"], use_cache=True, logits_to_keep=1,
+            attention_mask=torch.ones(1, len(ids), dtype=torch.long, device=model.device)))
+        state["seen"] = list(ids)
+        return out.logits[0, -1], captured
+
+    return forward
+
+
+def _seq2seq_forward(runner: HFRunner, source: list[int], options: RunOptions):
+    """The encoder once (under the chosen masks), then the decoder's whole input at each step."""
+    model = runner.model
+    device = model.device
+    src = torch.tensor([source], device=device)
+    enc_allowed = self_attention_mask(len(source), len(source), options.causal_for("encoder"), (), device)
+    with torch.inference_mode():
+        memory = model.get_encoder()(input_ids=src, attention_mask=additive_mask(enc_allowed, model.dtype))
+    keys = torch.ones(1, len(source), dtype=torch.long, device=device)
+
+    def forward(ids: list[int]) -> tuple[torch.Tensor, dict]:
+        allowed = self_attention_mask(len(ids), len(ids), options.causal_for("decoder"), (), device)
+        out, captured = capture(model, runner.taps, DECODER_PATTERNS, lambda: model(
+            encoder_outputs=memory, attention_mask=keys, use_cache=False,
+            decoder_input_ids=torch.tensor([ids], device=device),
+            decoder_attention_mask=additive_mask(allowed, model.dtype)))
+        return out.logits[0, -1], captured
+
+    return forward
