@@ -54,15 +54,15 @@ def choose_settings() -> DecodeSettings:
 
 def buttons(key: tuple, settings: DecodeSettings, usable: bool) -> None:
     """Step, Run and Reset; a click generates (the model runs only here)."""
-    current = gen.current(key)
+    current = gen.current(key)  # Reset (a callback) has already run
     done = current is not None and bool(current.stopped)
     cols = st.columns([1, 1, 1, 4])
     step = cols[0].button("Step", key="generate_step", icon=":material/skip_next:", disabled=not usable or done,
                           help="Add one token.")
     run = cols[1].button("Run", key="generate_run", icon=":material/fast_forward:", disabled=not usable or done,
                          help="Add tokens up to the limit or the end token.")
-    if cols[2].button("Reset", key="generate_reset", icon=":material/restart_alt:", help="Back to the prompt."):
-        gen.reset()
+    cols[2].button("Reset", key="generate_reset", icon=":material/restart_alt:", help="Back to the prompt.",
+                   on_click=gen.reset)  # a callback: runs before this run draws Step and Run
     if not (step or run):
         return
     stepper = make_stepper()
@@ -78,9 +78,8 @@ def buttons(key: tuple, settings: DecodeSettings, usable: bool) -> None:
     total = max(1, min(n, settings.max_new - len(generation.ids)))
     gen.extend(generation, stepper, settings, n,
                lambda k: bar.progress(k / total, text=f"Generating… {k}/{total}") if bar else None)
-    if bar is not None:
-        bar.empty()
     st.session_state["generate_follow"] = True  # show the newest token
+    st.rerun()  # the buttons above were drawn before this generation: draw them again (Step off once it ends)
 
 
 def make_stepper() -> Stepper | None:
@@ -189,8 +188,8 @@ def page() -> None:
     if st.session_state.pop("generate_opened", False):
         st.success("Every page now opens the generated sequence.", icon=":material/check_circle:")
     settings = choose_settings()
-    for problem in settings.problems():
-        show_error(problem)
+    for problem in settings.problems():  # our words and numbers only: no user text
+        st.error(problem, icon=":material/error:")
     if not settings.greedy and settings.temperature <= 0:
         st.info("A temperature of 0 or below means greedy decoding: the most likely token every time.",
                 icon=":material/info:")
