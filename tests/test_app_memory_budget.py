@@ -117,6 +117,8 @@ def test_no_page_keeps_its_trace_once_the_run_is_over(monkeypatch, toy_traces) -
                 at.session_state["view"] = view
                 at.query_params["view"] = view  # the tabs are bound to the URL, which wins over the state
             at.run()
+            if page.path.endswith("generate.py"):  # its figures (and downloads) come with a generated token
+                at.button(key="generate_step").click().run()
             assert not at.exception
             assert kept, f"{page.path} {view or ''}: no download button"
             gc.collect()  # earlier reruns' page namespaces are garbage cycles (ui/trace_cache.py)
