@@ -42,7 +42,12 @@ def test_hostile_texts_on_every_page(model_id: str) -> None:
         for page in PAGES:
             at.switch_page(page.path).run()
             assert_safe(at)
-            assert at.error or at.get("plotly_chart"), (name, page.path)  # a message, or the run drawn
+            step = [b for b in at.button if b.key == "generate_step" and not b.disabled]
+            if step:  # the Generate page draws once a token is generated
+                step[0].click().run()
+                assert_safe(at)
+            encoder = any("does not generate" in i.value for i in at.info)  # the Generate page, on an encoder
+            assert at.error or at.get("plotly_chart") or encoder, (name, page.path)  # a message, or the run drawn
             if name in ("empty", "whitespace"):
                 assert "The text is empty" in at.error[0].value
     _still_works(at)
