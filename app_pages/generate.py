@@ -56,13 +56,13 @@ def buttons(key: tuple, settings: DecodeSettings, usable: bool) -> None:
     """Step, Run and Reset; a click generates (the model runs only here)."""
     current = gen.current(key)  # Reset (a callback) has already run
     done = current is not None and bool(current.stopped)
-    cols = st.columns([1, 1, 1, 4])
-    step = cols[0].button("Step", key="generate_step", icon=":material/skip_next:", disabled=not usable or done,
-                          help="Add one token.")
-    run = cols[1].button("Run", key="generate_run", icon=":material/fast_forward:", disabled=not usable or done,
-                         help="Add tokens up to the limit or the end token.")
-    cols[2].button("Reset", key="generate_reset", icon=":material/restart_alt:", help="Back to the prompt.",
-                   on_click=gen.reset)  # a callback: runs before this run draws Step and Run
+    with st.container(horizontal=True, key="generate_buttons"):
+        step = st.button("Step", key="generate_step", icon=":material/skip_next:", disabled=not usable or done,
+                         help="Add one token.")
+        run = st.button("Run", key="generate_run", icon=":material/fast_forward:", disabled=not usable or done,
+                        help="Add tokens up to the limit or the end token.")
+        st.button("Reset", key="generate_reset", icon=":material/restart_alt:", help="Back to the prompt.",
+                  on_click=gen.reset)  # a callback: runs before this run draws Step and Run
     if not (step or run):
         return
     stepper = make_stepper()
