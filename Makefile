@@ -38,6 +38,7 @@ bench: $(VENV)/.dev
 	$(PY) -m bench.server_memory
 	$(PY) -m bench.sessions
 	$(PY) -m bench.browser_attention
+	$(PY) -m bench.generation
 
 # Retrain every shipped toy model (about 5 minutes each on a 2-core CPU).
 train: $(VENV)/.runtime
