@@ -103,17 +103,18 @@ def use_generation(text: str | None, target: str | None) -> None:
     st.session_state["generate_opened"] = True
 
 
-def sequence_section(generation: gen.Generation, is_causal_lm: bool, text: str) -> None:
-    """The prompt and what was generated, the steps as a table, and the button that opens it everywhere."""
-    st.code(text + " ⟶ " + generation.text if not is_causal_lm else text + generation.text, language=None,
+def sequence_section(generation: gen.Generation, continues_text: bool, text: str) -> None:
+    """The prompt and what was generated, and the button that opens it everywhere. continues_text: the
+    generation is more of the text (a Hugging Face causal LM), not an answer to it (the toy models' output)."""
+    st.code(text + generation.text if continues_text else text + " ⟶ " + generation.text, language=None,
             wrap_lines=True)
     if generation.stopped:
         st.caption(generation.stopped)
-    args = (text + generation.text, None) if is_causal_lm else (None, generation.text)
+    args = (text + generation.text, None) if continues_text else (None, generation.text)
     st.button("Open this sequence on every page", key="generate_open", on_click=use_generation, args=args,
               icon=":material/open_in_new:", disabled=not generation.text,
-              help="Causal LMs: the text becomes prompt + generation. Encoder-decoders: the sidebar's Output "
-                   "becomes 'given target' with the generated text.")
+              help="Hugging Face causal LMs: the text becomes prompt + generation. Toy models and encoder-decoders: "
+                   "the sidebar's Output becomes 'given target' with the generated text.")
 
 
 def step_section(generation: gen.Generation, settings: DecodeSettings) -> None:
@@ -182,9 +183,9 @@ def page() -> None:
                 icon=":material/info:")
         return
     request = current_request()
+    hf_causal_lm = facts.kind == "decoder" and "Hugging Face" in facts.family
     st.caption(MASK_NOTES[request.causal] + (" Steps reuse the model's KV cache (past_key_values)."
-                                            if request.causal == "auto" and facts.kind == "decoder"
-                                            and "Hugging Face" in facts.family else ""))
+                                            if request.causal == "auto" and hf_causal_lm else ""))
     if st.session_state.pop("generate_opened", False):
         st.success("Every page now opens the generated sequence.", icon=":material/check_circle:")
     settings = choose_settings()
@@ -199,7 +200,7 @@ def page() -> None:
     if generation is None or not generation.steps:
         st.info("Press **Step** to add one token, or **Run** to generate up to the limit.", icon=":material/info:")
         return
-    sequence_section(generation, facts.kind == "decoder", request.text)
+    sequence_section(generation, hf_causal_lm, request.text)
     step_section(generation, settings)
 
 

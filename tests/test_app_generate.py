@@ -81,6 +81,17 @@ def test_sampling_with_a_seed_is_repeatable_and_settings_reset_the_generation() 
     assert not at.code
 
 
+def test_toy_gpt_date_greedy_opens_as_the_given_target() -> None:
+    at = _page("toy-gpt-date")
+    assert "KV cache" not in at.caption[0].value  # the toy models re-read their context
+    assert _generated(_click(at, "generate_run")) == f"{DATE} ⟶ 1999-02-14"
+    assert _heatmap_rows(at, "mean over heads") == 4
+    _click(at, "generate_open")
+    assert at.sidebar.radio(key="decoder_mode").value == "given target"
+    assert at.sidebar.text_input(key="target").value == "1999-02-14"
+    assert at.sidebar.text_input(key="text").value == DATE
+
+
 @pytest.mark.parametrize(("key", "value", "words"), [
     ("generate_max_new", 0, "Max new tokens must be between 1 and 64"),
     ("generate_max_new", 65, "Max new tokens must be between 1 and 64"),
