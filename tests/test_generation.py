@@ -190,3 +190,22 @@ def test_a_forced_token_restarts_the_cache(runners) -> None:
 def test_an_encoder_does_not_generate(runners) -> None:
     with pytest.raises(ValueError, match="does not generate"):
         stepper_for(runners["bert"], "the cat sat", RunOptions())
+
+
+def test_two_threads_stepping_on_one_shared_model_see_only_their_own_rows(runners) -> None:
+    """Two sessions generating at once on one loaded model: each gets what it gets alone."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    runner, texts = runners["llama"], ["the cat sat", "a dog ran on the mat"]
+
+    def rows(text: str) -> list[np.ndarray]:
+        return [s.self_rows for s in generate(hf_stepper(runner, text, RunOptions()), [], 8, _greedy)]
+
+    alone = [rows(text) for text in texts]
+    with ThreadPoolExecutor(4) as pool:
+        together = list(pool.map(rows, texts * 3))
+    for i, got in enumerate(together):
+        expected = alone[i % 2]
+        assert len(got) == len(expected)
+        for a, b in zip(got, expected, strict=True):
+            np.testing.assert_array_equal(a, b)
