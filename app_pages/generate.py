@@ -5,6 +5,7 @@ per layer and per head (and over the source, for encoder-decoders)."""
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import streamlit as st
 
 from model.core.options import RunOptions
@@ -110,6 +111,11 @@ def sequence_section(generation: gen.Generation, continues_text: bool, text: str
             wrap_lines=True)
     if generation.stopped:
         st.caption(generation.stopped)
+    st.dataframe(pd.DataFrame({"token": [visible_token(t) for t in generation.tokens],
+                               "probability": [s.probability for s in generation.steps], "chosen": generation.how},
+                              index=pd.RangeIndex(1, len(generation.ids) + 1, name="step")),
+                 key="generate_steps_table", height=min(250, 40 + 35 * len(generation.ids)),
+                 column_config={"probability": st.column_config.NumberColumn(format="percent")})
     args = (text + generation.text, None) if continues_text else (None, generation.text)
     st.button("Open this sequence on every page", key="generate_open", on_click=use_generation, args=args,
               icon=":material/open_in_new:", disabled=not generation.text,

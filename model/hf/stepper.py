@@ -31,13 +31,21 @@ def hf_stepper(runner: HFRunner, text: str, options: RunOptions, use_cache: bool
     model = runner.model
     ids = runner._encode(text)
     eos, limit = runner._eos_ids(model), runner.max_tokens
-    readings = runner._tokens, lambda ids: runner.tokenizer.decode(ids, skip_special_tokens=True)
+    def decode(generated: list[int]) -> str:
+        return runner.tokenizer.decode(generated, skip_special_tokens=True)
+
+    readings = runner._tokens, decode
     if kind == "encoder-decoder":
         return Stepper([model.config.decoder_start_token_id], _seq2seq_forward(runner, ids, options), eos, limit,
                        *readings, source=ids)
     cached = use_cache and options.trained_masks
     forward = _cached_forward(runner) if cached else _full_forward(runner, options.causal_for("decoder"))
-    return Stepper(ids, forward, eos, limit, *readings)
+    prompt = decode(ids)
+
+    def continuation(generated: list[int]) -> str:  # decoded with the prompt: a word's leading space is kept
+        return decode([*ids, *generated])[len(prompt):]
+
+    return Stepper(ids, forward, eos, limit, runner._tokens, continuation)
 
 
 def _full_forward(runner: HFRunner, causal: bool):
