@@ -114,7 +114,7 @@ def sequence_section(generation: gen.Generation, continues_text: bool, text: str
     st.dataframe(pd.DataFrame({"token": [visible_token(t) for t in generation.tokens],
                                "probability": [s.probability for s in generation.steps], "chosen": generation.how},
                               index=pd.RangeIndex(1, len(generation.ids) + 1, name="step")),
-                 key="generate_steps_table", height=min(250, 40 + 35 * len(generation.ids)),
+                 key="generate_steps_table", height=min(180, 40 + 35 * len(generation.ids)), width=440,
                  column_config={"probability": st.column_config.NumberColumn(format="percent")})
     args = (text + generation.text, None) if continues_text else (None, generation.text)
     st.button("Open this sequence on every page", key="generate_open", on_click=use_generation, args=args,
