@@ -31,6 +31,7 @@ class Page:
 PAGES = (  # the navigation, in order; the first is where the app opens
     Page("app_pages/overview.py", "Overview", ":material/summarize:"),
     Page("app_pages/attention.py", "Attention", ":material/grid_on:"),
+    Page("app_pages/activations.py", "Activations", ":material/stacked_line_chart:"),
 )
 
 # Widget keys whose values must survive a visit to a page that does not draw them (Streamlit forgets the
@@ -38,6 +39,9 @@ PAGES = (  # the navigation, in order; the first is where the app opens
 PERSISTENT_KEYS = (
     "site", "layer", "head", "attention_hide_special", "attention_colorscale", "attention_show_values",
     "attention_window_row", "attention_window_col", "attention_window_diagonal", "attention_stats_measure",
+    "activations_stack", "activations_residual_measure", "activations_layer", "activations_neuron", "activations_topk",
+    "activations_norm_log", "activations_lens_start", "activations_shape_filter", "activations_shape_leaves",
+    "activations_shape_layer",
 )
 TRACE = "trace"  # session key of the frame's trace for this run (None when there is none)
 REQUEST = "run_request"  # session key of the RunRequest that made it

@@ -20,9 +20,13 @@ import streamlit as st
 RESTORED = "_url_restored"
 PLAIN_TEXT_UP_TO = 1_000
 FLAGS = {"hide_special": "attention_hide_special", "values": "attention_show_values",
-         "diagonal": "attention_window_diagonal"}  # URL name -> widget key, "1" / "0"
-NUMBERS = {"layer": "layer", "head": "head", "row": "attention_window_row", "col": "attention_window_col"}
-TEXTS = {"site": "site", "colorscale": "attention_colorscale"}  # checked against the choices by the widgets
+         "diagonal": "attention_window_diagonal",
+         "activations_norm_log": "activations_norm_log"}  # URL name -> widget key, "1" / "0"
+NUMBERS = {"layer": "layer", "head": "head", "row": "attention_window_row", "col": "attention_window_col",
+           **{name: name for name in ("activations_layer", "activations_neuron", "activations_topk",
+                                      "activations_lens_start")}}
+TEXTS = {"site": "site", "colorscale": "attention_colorscale",
+         "activations_stack": "activations_stack"}  # checked against the choices by the widgets
 
 
 def _as_int(value: str | None) -> int | None:
