@@ -15,6 +15,10 @@ from model.core.trace import Trace
 from model.inspection import spell_for, unembedding_for
 from ui import url_state
 from ui.activations import (
+    HEATMAP_NEURONS,
+    LENS_WINDOW,
+    TEXT_WINDOW,
+    TRAJECTORY_TOKENS,
     fall_back,
     layer_count,
     lens_of,
@@ -42,10 +46,6 @@ MEASURES = {  # residual view: label -> (key in residual_measures, value name)
     "the MLP's share of resid_post": ("mlp_share", "share"),
     "cosine between consecutive layers": ("cosine", "cosine"),
 }
-HEATMAP_NEURONS = 32  # neurons in the token x neuron heatmap
-TEXT_WINDOW = 256  # tokens of coloured text drawn at once
-LENS_WINDOW = 32  # positions the logit lens reads at once
-TRAJECTORY_TOKENS = 12  # tokens drawn by default
 
 
 def choose_stack(trace: Trace) -> str:
