@@ -171,7 +171,7 @@ def lens(trace: Trace, stack: str) -> None:
         st.info(unembedding, icon=":material/info:")
         return
     lens_stack = unembedding.stack
-    st.caption(f"The model's own final norm ({unembedding.final_norm}) and unembedding W_U applied to the "
+    st.caption(f"The model's own unembedding W_U, after {unembedding.final_norm}, applied to the "
                f"{lens_stack}'s stream after every layer, as if the model stopped there. At the last layer this is "
                "the model's own prediction." + (" An encoder-decoder's lens reads its decoder." if stack != lens_stack
                                                 else ""))
@@ -251,7 +251,8 @@ def shapes(trace: Trace, stack: str) -> None:
         match = shown["module"].str.contains(text, case=False, regex=False)
         shown = shown[match | shown["type"].str.contains(text, case=False, regex=False)]
     st.caption(f"{len(shown):,} of {len(table):,} module calls; {int(table['leaf'].sum()):,} leaf calls.")
-    st.dataframe(shown.drop(columns=["depth"]), key="activations_shape_table", height=320)
+    st.dataframe(shown.drop(columns=["depth"]).rename(columns=lambda c: c.replace("_", " ")),
+                 key="activations_shape_table", height=320)
     downloads_table(shown, f"{file_stem(trace, stack)}.shapes")
     layers = layer_count(trace, stack)
     fall_back("activations_shape_layer", layers, "layer")
@@ -259,6 +260,9 @@ def shapes(trace: Trace, stack: str) -> None:
     rows = table[(table["stack"] == stack) & (table["layer"] == layer)]
     if not len(rows):  # paths without a stack name (GPT-2's h.0, Llama's layers.0)
         rows = table[table["layer"] == layer]
+    st.caption("The diagram: the layer's leaf modules in the order they ran (dropout left out), each arrow labelled "
+               "with the shape the module above it returned. Modules that read the same input (the Q, K and V "
+               "projections) run one after the other, so they appear one under the other.")
     figure = layer_diagram(rows, f"{stack} layer {layer}: the shapes on the arrows (batch left out)")
     st.plotly_chart(figure, key="activations_shape_diagram")
     downloads(figure, f"{file_stem(trace, stack)}.{layer}.diagram", "activations_shape_diagram")

@@ -18,6 +18,7 @@ from model.scratch.transformer import EncoderDecoder
 from model.toy.runner import ToyRunner
 
 HF_FINAL_NORMS = {"GPT-2": "ln_f", "Llama": "norm", "T5": "decoder.final_layer_norm"}  # under base_model
+POST_NORM = "no final norm (post-norm: each layer's output is already normalised)"
 NO_LM_HEAD = ("{model} is {family}: it has no unembedding (no matrix that turns its vectors into token scores), "
               "so there is no logit lens to show. The other views work.")
 
@@ -43,7 +44,7 @@ def _toy_unembedding(runner: ToyRunner) -> Unembedding:
     def readout(x: torch.Tensor) -> torch.Tensor:  # (rows, d_model) -> (rows, vocab)
         return proj(final(x) if final is not None else x)
 
-    norm = "ln_final" if final is not None else "none (post-norm: each layer's output is already normalised)"
+    norm = "its final LayerNorm" if final is not None else POST_NORM
     return Unembedding("decoder", _layer_output(runner.facts.norm), norm, readout)
 
 
@@ -64,7 +65,7 @@ def _hf_unembedding(runner: HFRunner) -> Unembedding | str:
         return (logits + bias if bias is not None else logits).float().cpu()
 
     stack = "encoder" if family.kind == "encoder" else "decoder"
-    norm = HF_FINAL_NORMS.get(family.name, "none (post-norm: each layer's output is already normalised)")
+    norm = f"its final norm {HF_FINAL_NORMS[family.name]}" if family.name in HF_FINAL_NORMS else POST_NORM
     return Unembedding(stack, _layer_output(family.norm), norm, readout)
 
 

@@ -32,7 +32,7 @@ def lens_grid(top_ids: np.ndarray, top_probs: np.ndarray, spell: Spell, tokens: 
         "type": "heatmap", "z": top_probs[:, :, 0].astype(np.float32), "x": cols, "y": list(range(layers)),
         "text": words[:, :, 0].tolist(), "texttemplate": "%{text}" if n <= TICK_LABELS_UP_TO else None,
         "customdata": hover, "hovertemplate": "%{customdata}<extra></extra>", "colorscale": "Blues",
-        "zmin": 0.0, "zmax": 1.0, "colorbar": {"title": {"text": "p(top token)"}},
+        "zmin": 0.0, "zmax": 1.0, "colorbar": {"title": {"text": "p(top token)"}}, "textfont": {"size": 14},
     }], "layout": {
         "title": {"text": title, "x": 0, "xanchor": "left", "y": 1, "yref": "container", "yanchor": "top",
                   "pad": {"t": 10}}, "xaxis": xaxis,
@@ -46,6 +46,7 @@ def rank_lines(ranks: np.ndarray, probs: np.ndarray, names: Sequence[str], title
     """ranks, probs: (layers, lines), one line per position chosen: the rank of the model's final prediction at
     every layer (log axis, 1 at the top) with its probability on hover."""
     layers = list(range(ranks.shape[0]))
+    worst = max(2, int(ranks.max()) if ranks.size else 2)
     data = [{"type": "scatter", "mode": "lines+markers", "x": layers, "y": ranks[:, i].astype(np.int64),
              "customdata": probs[:, i].astype(np.float32), "name": name,
              "hovertemplate": f"{name} · layer %{{x}}<br>rank %{{y}} · p %{{customdata:.3f}}<extra></extra>"}
@@ -53,5 +54,6 @@ def rank_lines(ranks: np.ndarray, probs: np.ndarray, names: Sequence[str], title
     return go.Figure({"data": data, "layout": {
         "title": {"text": title, "x": 0, "xanchor": "left"}, "height": 340,
         "xaxis": {"title": {"text": "layer"}, "dtick": 1 if len(layers) <= 32 else None},
-        "yaxis": {"title": {"text": "rank of the final prediction"}, "type": "log", "autorange": "reversed"},
+        "yaxis": {"title": {"text": "rank of the final prediction"}, "type": "log",
+                  "range": [np.log10(worst * 1.5), np.log10(0.8)]},
         "margin": {"l": 60, "r": 20, "t": 50, "b": 40}}})

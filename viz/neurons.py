@@ -54,11 +54,13 @@ def coloured_text(tokens: Sequence[str], activation: np.ndarray, title: str, sta
         hover[row, col] = f"#{start + i} {plotly_label(token)}: {value:.4g}"
     top = float(np.nanmax(np.abs(z))) if n else 1.0
     return go.Figure({"data": [{
-        "type": "heatmap", "z": z, "text": text.tolist(), "texttemplate": "%{text}", "customdata": hover.tolist(),
+        "type": "heatmap", "z": z, "text": text.tolist(), "texttemplate": "%{text}", "textfont": {"size": 15},
+        "customdata": hover.tolist(),
         "hovertemplate": "%{customdata}<extra></extra>", "colorscale": "RdBu_r", "zmin": -top or -1, "zmax": top or 1,
         "colorbar": {"title": {"text": "activation"}}, "xgap": 2, "ygap": 2, "hoverongaps": False,
     }], "layout": {
         "title": {"text": title, "x": 0, "xanchor": "left"},
         "xaxis": {"visible": False}, "yaxis": {"visible": False, "autorange": "reversed"},
-        "height": 90 + 34 * lines, "margin": {"l": 10, "r": 10, "t": 50, "b": 10}, "plot_bgcolor": "rgba(0,0,0,0)",
+        "height": max(160, 90 + 34 * lines), "margin": {"l": 10, "r": 10, "t": 50, "b": 10},
+        "plot_bgcolor": "rgba(0,0,0,0)",
     }})

@@ -28,18 +28,18 @@ def layer_diagram(calls: pd.DataFrame, title: str) -> go.Figure:
         y = n - i
         short = html.escape(call.module.split(f".{call.layer}.", 1)[-1])
         params = f" · {call.parameters:,} params" if call.parameters else ""
-        annotations.append({"x": 0.3, "y": y, "text": f"<b>{short}</b> <i>{call.type}</i>{params}",
+        annotations.append({"x": 0.25, "y": y, "text": f"<b>{short}</b> <i>{call.type}</i>{params}",
                             "showarrow": False, "bordercolor": "#888", "borderwidth": 1, "borderpad": 4,
                             "bgcolor": "rgba(120,150,200,0.18)", "xanchor": "center"})
         if i < n - 1:
-            annotations.append({"x": 0.3, "y": y - 0.78, "ax": 0.3, "ay": y - 0.22, "xref": "x", "yref": "y",
+            annotations.append({"x": 0.25, "y": y - 0.78, "ax": 0.25, "ay": y - 0.22, "xref": "x", "yref": "y",
                                 "axref": "x", "ayref": "y", "showarrow": True, "arrowhead": 2, "text": ""})
-            annotations.append({"x": 0.62, "y": y - 0.5, "text": without_batch(call.output_shape), "showarrow": False,
+            annotations.append({"x": 0.47, "y": y - 0.5, "text": without_batch(call.output_shape), "showarrow": False,
                                 "xanchor": "left", "font": {"family": "monospace", "size": 12}})
     if boxes:
-        annotations.append({"x": 0.62, "y": 0.5, "text": without_batch(boxes[-1].output_shape) + "  (out)",
+        annotations.append({"x": 0.47, "y": 0.5, "text": without_batch(boxes[-1].output_shape) + "  (out)",
                             "showarrow": False, "xanchor": "left", "font": {"family": "monospace", "size": 12}})
-        annotations.append({"x": 0.62, "y": n + 0.5, "text": without_batch(boxes[0].input_shapes) + "  (in)",
+        annotations.append({"x": 0.47, "y": n + 0.5, "text": without_batch(boxes[0].input_shapes) + "  (in)",
                             "showarrow": False, "xanchor": "left", "font": {"family": "monospace", "size": 12}})
     return go.Figure({"data": [], "layout": {
         "title": {"text": title, "x": 0, "xanchor": "left"}, "annotations": annotations,

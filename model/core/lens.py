@@ -26,7 +26,7 @@ class Unembedding:
 
     stack: str  # "decoder" (or "encoder" for an encoder with an LM head)
     layer_output: str  # "hook_resid_post" (pre-norm) or "hook_normalized_resid_post" (post-norm)
-    final_norm: str  # how a person calls what comes before the unembedding ("ln_f", "none: post-norm", ...)
+    final_norm: str  # what comes before the unembedding, as a person reads it ("its final norm ln_f", ...)
     readout: Callable[[torch.Tensor], torch.Tensor]  # (rows, d_model) -> (rows, vocab) logits
 
     def hook(self, layer: int) -> str:
