@@ -17,11 +17,13 @@ from ui import url_state
 from ui.activations import (
     HEATMAP_NEURONS,
     LENS_WINDOW,
+    STREAM,
     TEXT_WINDOW,
     TRAJECTORY_TOKENS,
     fall_back,
     layer_count,
     lens_of,
+    missing_hooks,
     projection,
     residual_measures,
     shapes_of_run,
@@ -70,6 +72,8 @@ def residual(trace: Trace, stack: str) -> None:
                "models then normalise it, and the next layer reads the normalised vector). The share is "
                "‖block output‖ / ‖the sum it went into‖; the cosine compares what a layer reads and what it hands on.")
     streamed = stream_trace(stack)
+    if missing_hooks(streamed, tuple(f"{stack}.0.{hook}" for hook in STREAM[:5])):
+        return
     measures, tokens = residual_measures(streamed, stack), stack_tokens(streamed, stack)
     label = st.selectbox("Measure", list(MEASURES), key="activations_residual_measure")
     name, value_name = MEASURES[label]
@@ -100,7 +104,10 @@ def neurons(trace: Trace, stack: str) -> None:
     layer_col, neuron_col, k_col = st.columns(3)
     layer = layer_col.selectbox("Layer", list(range(layers)), key="activations_layer")
     hook = f"{stack}.{layer}.mlp.hook_post"
-    hidden = trace_with((hook,)).captured[hook].astype(np.float32)  # (pos, d_ff)
+    hooked = trace_with((hook,))
+    if missing_hooks(hooked, (hook,)):
+        return
+    hidden = hooked.captured[hook].astype(np.float32)  # (pos, d_ff)
     tokens = stack_tokens(trace, stack)
     fall_back("activations_neuron", hidden.shape[1], "neuron")
     if "activations_neuron" not in st.session_state:

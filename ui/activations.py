@@ -101,6 +101,15 @@ def shapes_of_run(trace: Trace, runner: Runner) -> pd.DataFrame:
     return per_trace(trace, "activations shapes", compute)
 
 
+def missing_hooks(trace: Trace, names: tuple[str, ...]) -> bool:
+    """Say which of `names` this model does not offer (none captured); True when some are missing."""
+    absent = [name for name in names if name not in trace.captured]
+    if absent:
+        st.info(f"{trace.facts.model_id} offers no {', '.join(absent)} here, so this view cannot be drawn.",
+                icon=":material/info:")
+    return bool(absent)
+
+
 def fall_back(key: str, limit: int, what: str) -> None:
     """A number from the URL (or another model) outside 0..limit-1: say so and use 0."""
     value = st.session_state.get(key)
