@@ -114,7 +114,9 @@ def neurons(trace: Trace, stack: str) -> None:
         st.session_state["activations_neuron"] = int(most_active(hidden, 1)[0])
     neuron = neuron_col.number_input(f"Neuron (0–{hidden.shape[1] - 1})", 0, hidden.shape[1] - 1,
                                      key="activations_neuron", help="Opens on the layer's most active neuron.")
-    k = k_col.slider("Top neurons per token", 1, 20, 5, key="activations_topk")
+    top = st.session_state.get("activations_topk", 5)  # a kept or linked value, within the slider's range
+    st.session_state["activations_topk"] = min(max(1, top), 20) if isinstance(top, int) else 5  # no default below
+    k = k_col.slider("Top neurons per token", 1, 20, key="activations_topk")
     url_state.write(activations_layer=layer, activations_neuron=neuron, activations_topk=k)
     top_n, top_v = top_neurons_per_token(hidden, k)  # (pos, k) each
     st.dataframe(top_table(tokens, top_n, top_v), key="activations_top_table", height=260)

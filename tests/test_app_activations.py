@@ -177,11 +177,12 @@ def test_every_view_on_a_tiny_hugging_face_model(folders, family) -> None:
 
 def test_a_bad_layer_or_neuron_in_the_link_falls_back_with_a_message() -> None:
     at = _page("toy-date", "may 1 2000", activations_layer="9", activations_neuron="99999",
-               activations_view="FFN neurons")
+               activations_topk="500", activations_view="FFN neurons")
     warnings = [w.value for w in at.warning]
     assert "layer 9 does not exist here (0–1): showing layer 0." in warnings
     assert "neuron 99999 does not exist here (0–255): showing neuron 0." in warnings
     assert at.selectbox(key="activations_layer").value == 0 and at.number_input(key="activations_neuron").value == 0
+    assert at.slider(key="activations_topk").value == 20  # the most it offers
 
 
 def test_long_texts_are_read_through_windows(monkeypatch) -> None:
