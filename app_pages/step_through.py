@@ -11,9 +11,9 @@ import pandas as pd
 import streamlit as st
 
 from model.core.trace import Site, Trace
-from model.head_math import HeadSteps, compute_head, concat_heads, output_projection
-from model.head_weights import HeadWeights, head_weights
-from model.step_hooks import StepNames, step_names
+from model.inspect.head_math import HeadSteps, compute_head, concat_heads, output_projection
+from model.inspect.head_weights import HeadWeights, head_weights
+from model.inspect.step_hooks import StepNames, step_names
 from ui import url_state
 from ui.matrix_view import show_matrix
 from ui.page import current_runner, current_trace, trace_with

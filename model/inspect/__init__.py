@@ -1,0 +1,2 @@
+"""Reading a loaded model to show what it computes: its position scheme, one head's weights, and that head
+recomputed from them (for the Positional encoding and Step-through pages). Every family, no Streamlit."""
