@@ -36,6 +36,7 @@ bench: $(VENV)/.dev
 	$(PY) -m bench.smollm2_load
 	$(PY) -m bench.app_rerun
 	$(PY) -m bench.server_memory
+	$(PY) -m bench.sessions
 	$(PY) -m bench.browser_attention
 
 # Retrain every shipped toy model (about 5 minutes each on a 2-core CPU).

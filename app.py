@@ -3,6 +3,8 @@ model (cached), and navigation. Pages read the current Trace with `ui.page.curre
 
 from __future__ import annotations
 
+import weakref
+
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
@@ -71,7 +73,7 @@ def choose_text(model_id: str) -> str:
     if "pending_text" in st.session_state:  # set by `run` before a rerun: a widget's value cannot change once drawn
         st.session_state["text"] = st.session_state.pop("pending_text")
     st.session_state.setdefault("text", (examples_for(model_id) or (FALLBACK_TEXT,))[0])
-    return st.sidebar.text_input("Text", key="text", max_chars=20_000, help=HELP["text"])
+    return st.sidebar.text_input("Text", key="text", max_chars=url_state.MAX_TEXT_CHARS, help=HELP["text"])
 
 
 def loading_slot(model_id: str, device: str) -> DeltaGenerator | None:
@@ -152,9 +154,13 @@ def main() -> None:
     keep_page_choices()
     navigation = st.navigation([st.Page(page.path, title=page.title, icon=page.icon) for page in PAGES])
     st.session_state.pop(TRACE, None)  # else Streamlit keeps the last run's trace beside this run's until the next
-    st.session_state[TRACE], slot = sidebar()
-    with slot.container() if slot is not None else st.container():  # one block for the page (`loading_slot`)
-        navigation.run()
+    trace, slot = sidebar()
+    st.session_state[TRACE] = trace
+    try:
+        with slot.container() if slot is not None else st.container():  # one block for the page (`loading_slot`)
+            navigation.run()
+    finally:  # between runs, the session holds its trace weakly: the cache decides how long a trace lives
+        st.session_state[TRACE] = None if trace is None else weakref.proxy(trace)
 
 
 main()

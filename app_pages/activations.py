@@ -12,7 +12,7 @@ import streamlit as st
 
 from model.core.lens import Lens
 from model.core.trace import Trace
-from model.inspection import spell_for, unembedding_for
+from model.inspect.readout import spell_for, unembedding_for
 from ui import url_state
 from ui.activations import (
     HEATMAP_NEURONS,
@@ -30,7 +30,7 @@ from ui.activations import (
     stack_tokens,
     stream_trace,
 )
-from ui.downloads import downloads, matrix_table
+from ui.downloads import constant, downloads, matrix_table
 from ui.page import current_runner, current_trace, trace_with
 from viz.logit_lens import lens_grid, rank_lines
 from viz.neurons import coloured_text, most_active, top_neurons_per_token, top_table
@@ -124,16 +124,18 @@ def neurons(trace: Trace, stack: str) -> None:
     shown = slice(start, start + TEXT_WINDOW)
     text = coloured_text(tokens[shown], hidden[shown, neuron], f"layer {layer} · neuron {neuron} on the text", start)
     st.plotly_chart(text, key="activations_text")
-    downloads(text, f"{file_stem(trace, stack)}.{layer}.n{neuron}", "activations_text",
-              lambda: pd.DataFrame({"token": tokens, "activation": hidden[:, neuron]}))
+    column = pd.DataFrame({"token": [position_label(i, t) for i, t in enumerate(tokens)],
+                           "activation": hidden[:, neuron]})  # (pos,): the maker keeps this, not the layer
+    downloads(text, f"{file_stem(trace, stack)}.{layer}.n{neuron}", "activations_text", constant(column))
     strongest = most_active(hidden, HEATMAP_NEURONS)
     names = [f"n{n}" for n in strongest]
-    grid = layer_token_heatmap(hidden[:, strongest].T, names, tokens, f"layer {layer}: the {len(names)} most "
-                               "active neurons (by their peak)", "activation", "RdBu_r",
-                               (-float(np.abs(hidden[:, strongest]).max()), float(np.abs(hidden[:, strongest]).max())))
+    drawn = hidden[:, strongest].T  # (neurons, pos)
+    top = float(np.abs(drawn).max()) or 1.0
+    grid = layer_token_heatmap(drawn, names, tokens, f"layer {layer}: the {len(names)} most active neurons (by "
+                               "their peak)", "activation", "RdBu_r", (-top, top))
     st.plotly_chart(grid, key="activations_neurons")
     downloads(grid, f"{file_stem(trace, stack)}.{layer}.neurons", "activations_neurons",
-              lambda: matrix_table(hidden, tokens, [str(i) for i in range(hidden.shape[1])]))
+              lambda: matrix_table(drawn, names, tokens).set_axis(names, axis=0))
 
 
 def window_start(n: int, width: int, key: str, label: str) -> int:
@@ -282,11 +284,16 @@ def downloads_table(table: pd.DataFrame, name: str) -> None:
                        key="activations_shape_csv", on_click="ignore", icon=":material/download:")
 
 
-st.header("Activations")
-current = current_trace()
-chosen_stack = choose_stack(current)
-shows = [residual, neurons, norms_view, lens, trajectories, shapes]  # in the order of VIEWS
-for tab, show in zip(st.tabs(VIEWS, key="activations_view", bind="query-params"), shows, strict=True):
-    if tab.open:
-        with tab:
-            show(current, chosen_stack)
+def page() -> None:
+    """The page (in a function: module globals that held the trace would be kept by what the session keeps)."""
+    st.header("Activations")
+    trace = current_trace()
+    stack = choose_stack(trace)
+    shows = [residual, neurons, norms_view, lens, trajectories, shapes]  # in the order of VIEWS
+    for tab, show in zip(st.tabs(VIEWS, key="activations_view", bind="query-params"), shows, strict=True):
+        if tab.open:
+            with tab:
+                show(trace, stack)
+
+
+page()

@@ -4,8 +4,9 @@ Only the open tab is computed and sent."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from functools import cached_property
+from functools import cached_property, partial
 
 import numpy as np
 import pandas as pd
@@ -13,7 +14,7 @@ import streamlit as st
 
 from model.core.trace import Site, Trace
 from ui import url_state
-from ui.downloads import downloads, matrix_table
+from ui.downloads import constant, downloads, matrix_table
 from ui.page import current_trace
 from ui.pickers import choose_head, keep_valid, open_clicked_head, site_label
 from ui.trace_cache import per_trace
@@ -92,9 +93,10 @@ class Choice:
                                  col_positions=self.cols, colorscale=self.colorscale, show_values=self.show_values,
                                  zrange=(0.0, top), masked=masked)
 
-    def table(self, matrix: np.ndarray) -> pd.DataFrame:
-        """A (q_shown, k_shown) matrix with position-qualified headers, for the CSV."""
-        return matrix_table(matrix, self.queries, self.keys, self.rows, self.cols)
+    def table(self, matrix: np.ndarray) -> Callable[[], pd.DataFrame]:
+        """The CSV of a (q_shown, k_shown) matrix with position-qualified headers, made when asked. It holds the
+        matrix and labels, not the trace: a session keeps its download callables after the run."""
+        return partial(matrix_table, matrix, self.queries, self.keys, self.rows, self.cols)
 
     @property
     def rows_note(self) -> str:
@@ -184,7 +186,7 @@ def one_head(c: Choice) -> None:
         st.caption(f"Values are written in the cells only up to {VALUES_UP_TO} tokens; hover for the rest.")
     figure = shown.heatmap(shown.head_pattern, f"{c.where} · head {c.head}", shown.masked)
     st.plotly_chart(figure, key="attention_one_head")
-    downloads(figure, f"{c.name}.{c.head}", "attention_one_head", lambda: c.table(c.head_pattern))
+    downloads(figure, f"{c.name}.{c.head}", "attention_one_head", c.table(c.head_pattern))
 
 
 def layer_heads(c: Choice) -> None:
@@ -218,9 +220,10 @@ def token_lines(c: Choice) -> None:
     heads = range(c.trace.facts.n_heads)
     chosen = heads_col.multiselect("Heads", heads, default=list(heads), key="attention_lines_heads")
     queries = c.queries
-    focus = focus_col.selectbox(
-        "Only the lines of", [None, *range(len(c.rows))], key="attention_lines_focus",
-        format_func=lambda i: "every token" if i is None else f"#{c.rows[i]} {visible_token(queries[i])}")
+    tokens = [f"#{row} {visible_token(query)}" for row, query in zip(c.rows, queries, strict=True)]
+    labels = {None: "every token", **dict(enumerate(tokens))}
+    focus = focus_col.selectbox("Only the lines of", list(labels), key="attention_lines_focus",
+                                format_func=labels.__getitem__)  # labels, not `c`: the session keeps format_func
     figure = head_lines_figure(c.pattern, queries, c.keys, chosen, focus, f"{c.where} · token lines")
     st.plotly_chart(figure, key="attention_lines")
     downloads(figure, f"{c.name}.lines", "attention_lines")
@@ -258,7 +261,7 @@ def statistics(c: Choice) -> None:
     figure = layer_head_heatmap(values.to_numpy(), measure, f"{c.label}: {measure}", c.colorscale)
     st.plotly_chart(figure, key="attention_stats_heatmap")
     downloads(figure, f"{c.name.rsplit('.', 1)[0]}.{measure.split(' (')[0].replace(' ', '-')}",
-              "attention_stats_heatmap", lambda: values)
+              "attention_stats_heatmap", constant(values))
 
 
 def rollout(c: Choice) -> None:
@@ -272,7 +275,7 @@ def rollout(c: Choice) -> None:
     unreachable = c.masked & (rolled == 0)  # a mask cut every path from the query to the key
     figure = c.heatmap(rolled, f"rollout · {c.label}", unreachable)
     st.plotly_chart(figure, key="attention_rollout")
-    downloads(figure, f"{c.name.rsplit('.', 1)[0]}.rollout", "attention_rollout", lambda: c.table(rolled))
+    downloads(figure, f"{c.name.rsplit('.', 1)[0]}.rollout", "attention_rollout", c.table(rolled))
 
 
 def choose(trace: Trace) -> Choice:
@@ -294,10 +297,15 @@ def choose(trace: Trace) -> Choice:
     return Choice(trace, site, layer, head, rows, cols, hide_special, colorscale, show_values)
 
 
-st.header("Attention")
-choice = choose(current_trace())
-shows = [model_view, one_head, layer_heads, token_lines, statistics, rollout]  # in the order of VIEWS
-for tab, show in zip(st.tabs(VIEWS, key="view", bind="query-params"), shows, strict=True):
-    if tab.open:  # the other tabs cost nothing
-        with tab:
-            show(choice)
+def page() -> None:
+    """The page (in a function: no module global holds the trace; see ui/downloads.py)."""
+    st.header("Attention")
+    choice = choose(current_trace())
+    shows = [model_view, one_head, layer_heads, token_lines, statistics, rollout]  # in the order of VIEWS
+    for tab, show in zip(st.tabs(VIEWS, key="view", bind="query-params"), shows, strict=True):
+        if tab.open:  # the other tabs cost nothing
+            with tab:
+                show(choice)
+
+
+page()

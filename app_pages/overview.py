@@ -3,6 +3,8 @@ the text, the tokens it saw, and the model itself."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import streamlit as st
 
@@ -23,7 +25,7 @@ def head_section(trace: Trace) -> None:
     site, layer, head = choose_head(trace)
     if (site, layer, head) == (site_of_note, layer_of_note, head_of_note):
         st.caption(opening_caption(layer, head, share))
-    pattern = trace.pattern(site, layer)[head]  # (q_len, k_len)
+    pattern = trace.pattern(site, layer)[head].copy()  # (q_len, k_len); not a view: the CSV's maker outlives the run
     masked = ~trace.masks[site]  # (q_len, k_len)
     rows, cols = np.arange(pattern.shape[0]), np.arange(pattern.shape[1])
     if max(len(rows), len(cols)) > WINDOW:
@@ -37,7 +39,7 @@ def head_section(trace: Trace) -> None:
                                col_positions=cols, masked=masked[np.ix_(rows, cols)], height=HEAD_HEIGHT)
     st.plotly_chart(figure, key="overview_heatmap")
     name = f"{trace.facts.model_id}.{site}.{layer}.{head}".replace("/", "_")
-    downloads(figure, name, "overview_heatmap", lambda: matrix_table(pattern, queries, keys))
+    downloads(figure, name, "overview_heatmap", partial(matrix_table, pattern, queries, keys))
 
 
 def opening_caption(layer: int, head: int, share: float) -> str:
@@ -107,22 +109,28 @@ def tokens_section(trace: Trace) -> None:
     st.dataframe(tokens, height=min(400, 38 + 35 * len(tokens)), key="overview_tokens")
 
 
-trace = current_trace()
-st.subheader(f"Attention Atlas · {trace.facts.model_id}", anchor=False)
-st.markdown("Attention Atlas runs a real transformer on the text in the sidebar and shows what happens inside it.  \n"
-            "Below: one attention head reading your text (hover a cell for its weight), and what the model made of it.")
-if trace.fallback:
-    st.warning(trace.fallback)
-head_col, output_col = st.columns([3, 2])
-with head_col:
-    head_section(trace)
-with output_col:
-    output_section(trace)
-tokens_col, card_col = st.columns([3, 2])
-with tokens_col:
-    tokens_section(trace)
-with card_col:
-    st.subheader("Model")
-    st.caption(trace.facts.family + (f" · {trace.facts.notes['task']}" if "task" in trace.facts.notes else ""))
-    card = model_card(trace.facts)
-    st.dataframe(card, height=38 + 35 * len(card), key="overview_card")
+def page() -> None:
+    """The page (in a function: no module global holds the trace; see ui/downloads.py)."""
+    trace = current_trace()
+    st.subheader(f"Attention Atlas · {trace.facts.model_id}", anchor=False)
+    st.markdown("Attention Atlas runs a real transformer on the text in the sidebar and shows what happens inside "
+                "it.  \nBelow: one attention head reading your text (hover a cell for its weight), and what the model "
+                "made of it.")
+    if trace.fallback:
+        st.warning(trace.fallback)
+    head_col, output_col = st.columns([3, 2])
+    with head_col:
+        head_section(trace)
+    with output_col:
+        output_section(trace)
+    tokens_col, card_col = st.columns([3, 2])
+    with tokens_col:
+        tokens_section(trace)
+    with card_col:
+        st.subheader("Model")
+        st.caption(trace.facts.family + (f" · {trace.facts.notes['task']}" if "task" in trace.facts.notes else ""))
+        card = model_card(trace.facts)
+        st.dataframe(card, height=38 + 35 * len(card), key="overview_card")
+
+
+page()

@@ -24,8 +24,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
@@ -35,6 +33,7 @@ from transformers.utils import logging as transformers_logging
 
 from model.core.byte_cache import ByteCache
 from model.hf import packaged
+from tests.sessions import peak_of
 from ui import trace_cache
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,24 +50,6 @@ _process = psutil.Process()
 
 def rss() -> int:
     return _process.memory_info().rss
-
-
-@contextmanager
-def peak_rss() -> Iterator[list[int]]:
-    """Samples RSS every 20 ms while the block runs; the list holds the peak seen."""
-    peak, done = [rss()], threading.Event()
-
-    def sample() -> None:
-        while not done.wait(0.02):
-            peak[0] = max(peak[0], rss())
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    try:
-        yield peak
-    finally:
-        done.set()
-        sampler.join()
 
 
 def distinct_text(tokenizer, tokens: int, i: int) -> str:
@@ -130,7 +111,7 @@ def concurrent_peak(model_id: str, tokens: int, sessions: int, first: int) -> tu
     texts = [distinct_text(tokenizer, tokens, first + i) for i in range(sessions)]
     workers = [threading.Thread(target=send, args=(at, model_id, text)) for at, text in zip(apps, texts, strict=True)]
     start = time.perf_counter()
-    with peak_rss() as peak:
+    with peak_of(rss, every_s=0.02) as peak:
         for worker in workers:
             worker.start()
         for worker in workers:
@@ -164,7 +145,7 @@ def main() -> None:
     print(f"RSS less the cache with MiniLM and SmolLM2 loaded: {loaded / GB:.2f} GB (their parameters: "
           f"{params / GB:.2f} GB); after one long text each (the floor): {floor / GB:.2f} GB. "
           f"Target: RSS < floor + budget = {(floor + budget) / GB:.2f} GB")
-    with peak_rss() as peak:
+    with peak_of(rss, every_s=0.02) as peak:
         texts_one_after_another(at, "smollm2", 2048, SMOLLM2_TEXTS, floor)
         texts_one_after_another(at, "minilm", 512, MINILM_TEXTS, floor)
     verdict = "OK" if rss() < floor + budget else "MISSED"

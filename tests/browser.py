@@ -10,6 +10,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -42,14 +43,38 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def serve_app() -> Iterator[str]:
+@dataclass(frozen=True)
+class Server:
+    """A running `streamlit run app.py`: its URL, its process id (for its memory) and its log file."""
+
+    url: str
+    pid: int
+    log: Path
+
+    def rss(self) -> int:
+        """The server process's resident memory now, in bytes (VmRSS of /proc/PID/status)."""
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        raise RuntimeError(f"no VmRSS for process {self.pid}")
+
+
+def serve_app(env: dict[str, str] | None = None, log_name: str = "streamlit.log") -> Iterator[str]:
     """Start `streamlit run app.py` on a free port, wait until healthy, yield its URL, stop it."""
+    for server in start_server(env, log_name):
+        yield server.url
+
+
+def start_server(env: dict[str, str] | None = None, log_name: str = "streamlit.log") -> Iterator[Server]:
+    """As `serve_app`, yielding the Server; `env`: variables to set for it beside this process's environment."""
     port = _free_port()
-    log = open(ARTIFACTS / "streamlit.log", "w")  # noqa: SIM115 (closed below)
+    ARTIFACTS.mkdir(exist_ok=True)
+    log_path = ARTIFACTS / log_name
+    log = open(log_path, "w")  # noqa: SIM115 (closed below)
     process = subprocess.Popen(
         [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
          "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"],
-        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -62,9 +87,9 @@ def serve_app() -> Iterator[str]:
             except OSError:
                 pass
             if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"streamlit did not start; see {ARTIFACTS / 'streamlit.log'}")
+                raise RuntimeError(f"streamlit did not start; see {log_path}")
             time.sleep(0.3)
-        yield url
+        yield Server(url, process.pid, log_path)
     finally:
         process.terminate()
         try:

@@ -12,7 +12,7 @@ import torch
 from model.core.lens import logit_lens
 from model.core.options import RunOptions
 from model.core.shapes import calls_table, shape_trace
-from model.inspection import forward_for, unembedding_for
+from model.inspect.readout import forward_for, unembedding_for
 from model.registry import load_runner, packaged_ids
 from model.scratch.config import TransformerConfig
 from model.scratch.transformer import build_model

@@ -4,16 +4,22 @@ the hooks captured; a bad link falls back with a message; changing a control nev
 from __future__ import annotations
 
 import base64
+import gc
 import json
 import time
+import weakref
 
 import numpy as np
 import pytest
+import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from model.core.options import RunOptions
 from model.registry import load_runner, packaged_ids
+from model.toy.runner import ToyRunner
+from tests.app_session import open_app_page
 from tests.tiny_hf import FAMILIES
+from ui.trace_cache import BUDGET_VARIABLE
 
 PAGE = "app_pages/activations.py"
 VIEWS = ["Residual stream", "FFN neurons", "Norms", "Logit lens", "Trajectories", "Shapes"]
@@ -23,17 +29,7 @@ MEASURES = ["‖residual‖ at each boundary", "‖attn_out‖: what attention w
 
 def _page(model_id: str = "toy-date", text: str | None = None, folder: str | None = None,
           **params: str) -> AppTest:
-    at = AppTest.from_file("../app.py", default_timeout=120)
-    at.query_params.update(params)
-    at.run()
-    at.sidebar.selectbox(key="model_id").set_value(model_id if folder is None else "custom").run()
-    if folder is not None:
-        at.sidebar.text_input(key="custom_model").set_value(folder).run()
-    if text is not None:
-        at.sidebar.text_input(key="text").set_value(text).run()
-    at.switch_page(PAGE).run()
-    assert not at.exception
-    return at
+    return open_app_page(PAGE, model_id, text, folder, params)
 
 
 def _view(at: AppTest, label: str) -> AppTest:
@@ -213,3 +209,24 @@ def test_changing_controls_never_reruns_the_model_and_takes_under_100_ms(toy_run
         _view(at, view)
     assert len(toy_runs) == runs
     assert float(np.median(times)) < 0.1
+
+
+def test_no_view_keeps_its_trace_once_the_run_is_over(monkeypatch) -> None:
+    """What a view hands to Streamlit that outlives the run (download makers, format_func) must not hold a trace
+    (ui/downloads.py): with nothing cached, every trace of the run is freed after it."""
+    monkeypatch.setenv(BUDGET_VARIABLE, "0.001")  # nothing cached: only the session could keep a trace alive
+    traces: list[weakref.ref] = []
+    real_run, real_button = ToyRunner.run, st.download_button
+    monkeypatch.setattr(ToyRunner, "run", lambda self, *a, **k: traces.append(weakref.ref(t := real_run(self, *a, **k)))
+                        or t)
+    kept: list = []  # what the server keeps of a session's download buttons (AppTest drops it)
+    monkeypatch.setattr(st, "download_button", lambda label, data, *a, **k: kept.append(data)
+                        or real_button(label, data, *a, **k))
+    at = _page("toy-date", "may 1 2000")
+    for view in VIEWS:
+        kept.clear()
+        at.query_params["activations_view"] = view  # the tabs are bound to the URL, which wins over the state
+        _view(at, view)
+        assert kept, view
+        gc.collect()
+        assert [t for t in traces if t() is not None] == [], f"{view}: a trace outlives its run"

@@ -64,7 +64,7 @@ def test_a_folder_in_the_link_opens_as_a_custom_model(tmp_path) -> None:
     assert at.sidebar.text_input(key="text").value == "hello world"
     assert _title(at, 0) == "encoder self-attention · layer 1 · head 0"
     missing = _open(model=str(tmp_path / "nothing"))
-    assert "is not in the local Hugging Face cache" in missing.error[0].value.replace("\\", "")
+    assert "nothing does not exist here: give a Hugging Face model folder" in missing.error[0].value.replace("\\", "")
 
 
 def test_display_options_and_the_window_are_in_the_link(monkeypatch) -> None:

@@ -16,6 +16,7 @@ import streamlit as st
 from model.core.options import CausalMode
 from model.core.runner import Runner
 from model.core.trace import Trace
+from ui.messages import show_error
 from ui.runs import RunRequest, get_runner, trace_for
 
 
@@ -31,6 +32,9 @@ class Page:
 PAGES = (  # the navigation, in order; the first is where the app opens
     Page("app_pages/overview.py", "Overview", ":material/summarize:"),
     Page("app_pages/attention.py", "Attention", ":material/grid_on:"),
+    Page("app_pages/masks.py", "Masks", ":material/visibility_off:"),
+    Page("app_pages/positions.py", "Positional encoding", ":material/waves:"),
+    Page("app_pages/step_through.py", "Step through", ":material/footprint:"),
     Page("app_pages/activations.py", "Activations", ":material/stacked_line_chart:"),
 )
 
@@ -39,6 +43,10 @@ PAGES = (  # the navigation, in order; the first is where the app opens
 PERSISTENT_KEYS = (
     "site", "layer", "head", "attention_hide_special", "attention_colorscale", "attention_show_values",
     "attention_window_row", "attention_window_col", "attention_window_diagonal", "attention_stats_measure",
+    "masks_editor", "masks_hide", "masks_for", "masks_window", "masks_pad_to",
+    "positions_stack", "positions_measure", "positions_length", "positions_d_model", "positions_dims",
+    "positions_offset", "positions_pos", "positions_pair",
+    "step_show_values", "step_query",
     "activations_stack", "activations_residual_measure", "activations_layer", "activations_neuron", "activations_topk",
     "activations_norm_log", "activations_lens_start", "activations_shape_filter", "activations_shape_leaves",
     "activations_shape_layer",
@@ -79,8 +87,13 @@ def trace_with(hooks: tuple[str, ...], causal: CausalMode | None = None, pad_to:
                blocked: tuple[tuple[int, int], ...] = ()) -> Trace:
     """This run's input traced again capturing `hooks` (glob patterns; ask only for what the page shows: a
     2,048-token run's every hook is gigabytes), under another causal choice ("auto", "on", "off") or extra
-    masks if given. Cached like the frame's trace."""
-    trace, kept = trace_for(current_request(), hooks, causal, pad_to, blocked)
+    masks if given. Cached like the frame's trace. A run that fails shows why and stops the page (a page with
+    something else to show then calls `ui.runs.trace_for` itself and catches its ValueError)."""
+    try:
+        trace, kept = trace_for(current_request(), hooks, causal, pad_to, blocked)
+    except ValueError as error:
+        show_error(str(error))
+        st.stop()
     if not kept:
         st.info("This page's run is too large to keep in the server's memory budget: changing a choice will "
                 "re-run it.", icon=":material/memory:")

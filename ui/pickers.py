@@ -56,7 +56,8 @@ def choose_head(trace: Trace) -> tuple[str, int, int]:
     sites = trace.sites()
     keep_valid("site", sites)
     col_site, col_layer, col_head = st.columns([2, 1, 1], vertical_alignment="bottom")
-    site = col_site.radio("Attention", sites, key="site", horizontal=True, format_func=lambda s: site_label(trace, s),
+    labels = {s: site_label(trace, s) for s in sites}  # not a function of `trace`: the session keeps format_func
+    site = col_site.radio("Attention", sites, key="site", horizontal=True, format_func=labels.__getitem__,
                           help="Which attention to look at: a stack's self-attention, or the decoder's "
                                "cross-attention to the encoder's output.")
     layers, heads = list(range(trace.n_layers(site))), list(range(trace.facts.n_heads))

@@ -5,22 +5,31 @@ The frame (app.py) makes the run the sidebar asks for, capturing attention patte
 `RunRequest` in the session. A page that needs more than patterns (scores, queries, activations...) or other
 masks (a padding demo, blocked pairs) asks for its own run with `ui.page.trace_with`: the same request with
 other hooks or options, cached under its own key in the same budget.
+
+Whatever goes wrong while loading a model or running it reaches the pages as a ValueError whose message a
+person can read: the model's own ValueErrors as they are, anything else (a bug, a broken folder, an
+out-of-memory error with no CPU to fall back to) as a short message, with the traceback in the server log only.
 """
 
 from __future__ import annotations
 
+import logging
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import streamlit as st
 
-from model.core.devices import pick_device
+from model.core.devices import is_out_of_memory, pick_device
 from model.core.options import CausalMode, RunOptions
 from model.core.runner import Runner
 from model.core.trace import Trace
 from model.registry import list_model_ids, load_runner
 from ui.trace_cache import cached_trace
 
+T = TypeVar("T")
+LOG = logging.getLogger(__name__)
 PATTERNS = ("*.hook_pattern",)  # what the frame's run captures: the Overview and Attention pages read no more
 MAX_CUSTOM_MODELS = 2  # custom folders kept loaded at once (the named models are a fixed, small set)
 
@@ -72,9 +81,8 @@ def get_runner(model_id: str, device: str) -> Runner:
     """One loaded model per id and device, shared by every session and never mutated. The shipped models stay
     loaded; of the custom folders and hub ids, the MAX_CUSTOM_MODELS used last (a server must not keep every
     folder anyone typed). ValueError with a clear message for a model that cannot be loaded."""
-    if model_id in list_model_ids():
-        return _named_runner(model_id, device)
-    return _custom_runner(model_id, device)
+    cached = _named_runner if model_id in list_model_ids() else _custom_runner
+    return _readable_failures(f"Loading {model_id}", lambda: cached(model_id, device))
 
 
 def trace_for(request: RunRequest, hooks: tuple[str, ...] = PATTERNS, causal: CausalMode | None = None,
@@ -85,4 +93,21 @@ def trace_for(request: RunRequest, hooks: tuple[str, ...] = PATTERNS, causal: Ca
     runner = get_runner(request.model_id, request.device)
     options = request.options(hooks, causal, pad_to, blocked)
     key = (request, options)
-    return cached_trace(key, lambda: runner.run(request.text, request.target, options))
+    return _readable_failures(f"Running {request.model_id}", lambda: cached_trace(
+        key, lambda: runner.run(request.text, request.target, options)))
+
+
+def _readable_failures(what: str, work: Callable[[], T]) -> T:
+    """`work()`, with any exception other than a ValueError logged with its traceback and raised again as a
+    ValueError a person can read (Streamlit's own stop and rerun signals are not Exceptions: they pass)."""
+    try:
+        return work()
+    except ValueError:
+        raise
+    except Exception as error:
+        LOG.exception("%s failed", what)
+        if isinstance(error, MemoryError) or is_out_of_memory(error) or "can't allocate memory" in str(error):
+            raise ValueError(f"{what} ran out of memory. Try a shorter text, or another model; the server "
+                             "has let go of that run and keeps working.") from error
+        raise ValueError(f"{what} failed ({type(error).__name__}); the details are in the server's log. Try "
+                         "another text or model: the app keeps working.") from error

@@ -19,14 +19,19 @@ import streamlit as st
 
 RESTORED = "_url_restored"
 PLAIN_TEXT_UP_TO = 1_000
+MAX_TEXT_CHARS = 20_000  # the text box's limit: a longer text from a link is left out, and the person told
 FLAGS = {"hide_special": "attention_hide_special", "values": "attention_show_values",
-         "diagonal": "attention_window_diagonal",
-         "activations_norm_log": "activations_norm_log"}  # URL name -> widget key, "1" / "0"
+         "diagonal": "attention_window_diagonal", "step_values": "step_show_values",
+         "activations_norm_log": "activations_norm_log"}  # URL name -> key, "1"/"0"
 NUMBERS = {"layer": "layer", "head": "head", "row": "attention_window_row", "col": "attention_window_col",
+           "masks_window": "masks_window", "masks_pad_to": "masks_pad_to", "step_query": "step_query",
+           **{name: name for name in ("positions_length", "positions_d_model", "positions_offset", "positions_pos",
+                                      "positions_pair")},
            **{name: name for name in ("activations_layer", "activations_neuron", "activations_topk",
                                       "activations_lens_start")}}
-TEXTS = {"site": "site", "colorscale": "attention_colorscale",
-         "activations_stack": "activations_stack"}  # checked against the choices by the widgets
+TEXTS = {"site": "site", "colorscale": "attention_colorscale", "masks_editor": "masks_editor",
+         "positions_stack": "positions_stack", "positions_measure": "positions_measure",
+         "activations_stack": "activations_stack"}  # checked by the widgets
 
 
 def _as_int(value: str | None) -> int | None:
@@ -67,7 +72,10 @@ def restore_once(model_ids: list[str], custom_choice: str, causal_labels: dict[s
         if not known:
             st.session_state["custom_model"] = model
     text = unpack_text(params)
-    if text is not None:
+    if text is not None and len(text) > MAX_TEXT_CHARS:
+        st.session_state["text_note"] = f"The link's text has {len(text):,} characters; the text box holds at most " \
+                                        f"{MAX_TEXT_CHARS:,}, so it was left out."
+    elif text is not None:
         st.session_state["text"] = text
     if "target" in params:
         st.session_state["decoder_mode"] = "given target"

@@ -1,4 +1,5 @@
-"""Figures as files: PNG and SVG drawn by kaleido in the system's Chromium, and standalone HTML.
+"""Figures as files: plotly's PNG and SVG drawn by kaleido in the system's Chromium, altair's by vl-convert,
+and standalone HTML that opens offline.
 
 Kaleido's first image starts a browser (about 6 s here); later ones take about 0.5 s. One server
 per process, started on first use and shared by every session behind a lock.
@@ -12,7 +13,9 @@ import shutil
 import threading
 import warnings
 
+import altair as alt
 import plotly.graph_objects as go
+import vl_convert
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
 FORMATS = {"png": "image/png", "svg": "image/svg+xml", "html": "text/html"}
@@ -31,7 +34,8 @@ def _start_kaleido() -> None:
 
 @functools.cache
 def available_formats() -> list[str]:
-    """HTML always; PNG and SVG where kaleido and a Chromium or Chrome are installed (looked up once)."""
+    """For plotly figures: HTML always; PNG and SVG where kaleido and a Chromium or Chrome are installed (looked
+    up once). Altair charts have every format."""
     images = importlib.util.find_spec("kaleido") is not None and any(shutil.which(b) for b in BROWSERS)
     return ["png", "svg", "html"] if images else ["html"]
 
@@ -48,3 +52,13 @@ def figure_bytes(fig: go.Figure, fmt: str) -> bytes:
         warnings.simplefilter("ignore", UserWarning)  # plotly warns that a running server ignores its options
         _start_kaleido()
         return fig.to_image(format=fmt, width=width, height=height, scale=2 if fmt == "png" else 1)
+
+
+def chart_bytes(chart: alt.TopLevelMixin, fmt: str) -> bytes:
+    """An altair chart as a `fmt` file; the HTML bundles Vega's JavaScript, so it opens offline."""
+    spec = chart.to_json()
+    if fmt == "html":
+        return vl_convert.vegalite_to_html(spec, bundle=True).encode()
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    return vl_convert.vegalite_to_png(spec, scale=2) if fmt == "png" else vl_convert.vegalite_to_svg(spec).encode()

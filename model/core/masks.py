@@ -71,3 +71,14 @@ def check_every_query_sees_a_key(mask: torch.Tensor | None) -> None:
         raise ValueError(
             f"the mask hides every key from query position(s) {queries}: each query must see at least one key"
         )
+
+
+def hidden_key_pairs(length: int, keys: Iterable[int], queries: Iterable[int] = ()) -> tuple[tuple[int, int], ...]:
+    """The (query, key) pairs that hide `keys` from `queries` (none given: from every query), for RunOptions.blocked."""
+    rows = sorted(set(queries)) or range(length)
+    return tuple((query, key) for query in rows for key in sorted(set(keys)))
+
+
+def outside_window_pairs(length: int, width: int) -> tuple[tuple[int, int], ...]:
+    """A band mask: the (query, key) pairs more than `width` positions apart, for RunOptions.blocked."""
+    return tuple((query, key) for query in range(length) for key in range(length) if abs(query - key) > width)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import time
 from pathlib import Path
@@ -24,6 +25,9 @@ from model.hf.taps import Family, family_for
 
 HUB_HOST = ("huggingface.co", 443)
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+HUB_ID = re.compile(r"[\w.-]{1,96}(/[\w.-]{1,96})?", re.ASCII)
+SHOWN_CHARS = 200  # of a typed folder or id, in messages
+ABSOLUTE_PATH = re.compile(r"(?<![\w.])/(?:[^\s/'\"]+/)*[^\s/'\"]*")  # in a library's message
 
 
 def hub_reachable(timeout: float = 1.5) -> bool:
@@ -37,21 +41,66 @@ def hub_reachable(timeout: float = 1.5) -> bool:
         return False
 
 
-def check_local_folder(folder: Path) -> None:
-    """ValueError unless `folder` looks like a Hugging Face model folder with safetensors weights."""
-    if not folder.is_dir():
-        raise ValueError(f"{folder} is not a folder: give a Hugging Face model folder or a hub id")
+def shown(source: str) -> str:
+    """A typed folder or id as messages quote it: as typed (never expanded: `~` stays `~`), and not too long."""
+    return source if len(source) <= SHOWN_CHARS else source[:SHOWN_CHARS] + "…"
+
+
+def local_folder(source: str) -> Path | None:
+    """The existing path that `source` names (None: it is not one, so it may be a hub id). ValueError for a name
+    that is neither (too long for a path, and no hub id either)."""
+    try:
+        folder = Path(source).expanduser()
+        return folder if folder.exists() else None
+    except (OSError, RuntimeError, ValueError):  # name too long, a user `~name` that does not exist, a NUL
+        raise ValueError(f"{shown(source)!r} is neither a folder here nor a Hugging Face hub id.") from None
+
+
+def check_hub_id(source: str) -> None:
+    """ValueError unless `source` has the form of a hub id (`name` or `owner/name`)."""
+    if source.startswith(("/", ".", "~")):
+        raise ValueError(f"{shown(source)} does not exist here: give a Hugging Face model folder on this server, "
+                         "or a hub id.")
+    if not HUB_ID.fullmatch(source):
+        raise ValueError(f"{shown(source)!r} is neither a folder here nor a Hugging Face hub id (owner/name: "
+                         "letters, digits, '-', '_' and '.', up to 96 characters each).")
+
+
+def read_config(folder: Path, source: str) -> dict[str, Any]:
+    """The folder's config.json as a dict; ValueError saying what is wrong with it otherwise."""
     config = folder / "config.json"
     if not config.is_file():
-        raise ValueError(f"{folder} has no config.json, so it is not a Hugging Face model folder")
-    if "transformers_weights" in json.loads(config.read_text()):
-        raise ValueError(f"{config} points at its own weights file ('transformers_weights'); refused for safety")
+        raise ValueError(f"{shown(source)} has no config.json, so it is not a Hugging Face model folder")
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise ValueError(f"{shown(source)}/config.json cannot be read ({error.strerror}).") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        reason = error.msg if isinstance(error, json.JSONDecodeError) else "not UTF-8 text"
+        raise ValueError(f"{shown(source)}/config.json is not valid JSON ({reason}).") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{shown(source)}/config.json does not hold a JSON object of settings.")
+    return data
+
+
+def check_local_folder(folder: Path, source: str | None = None) -> None:
+    """ValueError unless `folder` looks like a Hugging Face model folder of a supported family with safetensors
+    weights. source: the folder as the person typed it (messages quote that)."""
+    source = str(folder) if source is None else source
+    if not folder.is_dir():
+        raise ValueError(f"{shown(source)} is not a folder: give a Hugging Face model folder or a hub id")
+    config = read_config(folder, source)
+    if "transformers_weights" in config:
+        raise ValueError(f"{shown(source)}/config.json points at its own weights file ('transformers_weights'); "
+                         "refused for safety")
+    family_for(str(config.get("model_type")))  # a clear message for a type this app cannot show
     if not any(folder.glob("*.safetensors")):
         pickles = sorted(p.name for p in folder.iterdir() if p.suffix in PICKLE_SUFFIXES)
         found = f" (found {', '.join(pickles)})" if pickles else ""
         raise ValueError(
-            f"{folder} has no .safetensors weights{found}. Pickle checkpoints are refused because loading one "
-            "can run arbitrary code; convert it to safetensors first (save_pretrained(..., safe_serialization=True))."
+            f"{shown(source)} has no .safetensors weights{found}. Pickle checkpoints are refused because loading "
+            "one can run arbitrary code; convert it to safetensors first (save_pretrained(..., "
+            "safe_serialization=True))."
         )
 
 
@@ -78,13 +127,15 @@ def load_hf_runner(
 
     transformers.utils.logging.disable_progress_bar()
     register_attention()
-    folder = Path(source).expanduser()
-    local = folder.exists()
-    if local:
-        check_local_folder(folder)
+    folder = local_folder(source)
+    local = folder is not None
+    if folder is not None:
+        check_local_folder(folder, source)
+    else:
+        check_hub_id(source)
     common: dict[str, Any] = {"trust_remote_code": False, "local_files_only": local or not hub_reachable()}
     common |= load_kwargs or {}
-    where = str(folder) if local else source
+    where = str(folder) if folder is not None else source
     start = time.perf_counter()
     try:
         config = transformers.AutoConfig.from_pretrained(where, **common)
@@ -99,20 +150,27 @@ def load_hf_runner(
         model = load_model(device)
         tokenizer = transformers.AutoTokenizer.from_pretrained(where, **common)
     except OSError as error:
-        raise ValueError(_explain_load_failure(source, local, common["local_files_only"], error)) from error
+        raise ValueError(_explain_load_failure(source, folder, common["local_files_only"], error)) from error
     origin = origin or ("a local folder" if local else f"the Hugging Face Hub ({source})")
     notes = {"comes from": origin, "load time": f"{time.perf_counter() - start:.1f} s"}
     return HFRunner(model_id or source, model, tokenizer, family, notes, cpu_loader=lambda: load_model("cpu"))
 
 
-def _explain_load_failure(source: str, local: bool, offline: bool, error: OSError) -> str:
-    if local:
-        return f"could not load the model folder {source}: {error}"
+def _explain_load_failure(source: str, folder: Path | None, offline: bool, error: OSError) -> str:
+    if folder is not None:
+        return f"could not load the model folder {shown(source)}: {_without_paths(str(error), folder, source)}"
     if offline:
         return (
             f"{source!r} is not in the local Hugging Face cache and the Hub cannot be reached from here. "
             f"Download it where there is internet (huggingface-cli download {source}) and give its folder instead."
         )
-    return f"could not load {source!r} from the Hugging Face Hub: {error}"
+    return f"could not load {source!r} from the Hugging Face Hub: {_without_paths(str(error), None, source)}"
 
 
+def _without_paths(message: str, folder: Path | None, source: str) -> str:
+    """A library's error message as a person may see it: its first line, the folder as they typed it, and no
+    other path of the server (its home, caches or site-packages)."""
+    first = message.strip().splitlines()[0] if message.strip() else "no reason given"
+    if folder is not None:
+        first = first.replace(str(folder), "\0")
+    return ABSOLUTE_PATH.sub("…", first).replace("\0", shown(source))[:500]

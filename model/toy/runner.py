@@ -132,7 +132,10 @@ class ToyRunner:
             answer = toy.encode_target(target)[:-1]
         seq_ids = options.padded(prompt + answer, toy.tokenizer.pad_id, model.cfg.max_len)
         seq = self._tensor(seq_ids)
-        mask = self._self_mask(seq, options.causal_for("decoder"), options.blocked)
+        blocked = options.blocked  # generated: pairs past what the model wrote under them apply to nothing
+        if target is None:
+            blocked = tuple(pair for pair in blocked if max(pair) < seq.size(1))
+        mask = self._self_mask(seq, options.causal_for("decoder"), blocked)
         log_probs, captured = capture(model, model.hook_points, options.hooks, lambda: model(seq, mask))
         masks = {"decoder.attn": mask[0, 0]}
         return self._trace(text, seq, [], masks, captured, log_probs[0], target, len(prompt) - 1, options, steps)

@@ -1,0 +1,257 @@
+"""Step through: one head of one layer computed again from the model's weights on the person's tokens, with
+the real numbers at every step (X, W_Q/W_K/W_V, Q, K, V, rotation, QKᵀ, scale, mask, softmax, × V, concat,
+W_O, residual, norm), checked against what the model itself computed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from model.core.trace import Site, Trace
+from model.inspect.head_math import HeadSteps, compute_head, concat_heads, output_projection
+from model.inspect.head_weights import HeadWeights, head_weights
+from model.inspect.step_hooks import StepNames, step_names
+from ui import url_state
+from ui.matrix_view import show_matrix
+from ui.page import current_runner, current_trace, trace_with
+from ui.pickers import choose_head, keep_valid
+from ui.trace_cache import per_trace
+from viz.step_through import dimension_names
+from viz.tokens import position_label
+
+ALL_LAYERS_UP_TO = 64 * 2**20  # bytes: see hooks_to_capture
+FLOAT16_NOTE = ("this app keeps Hugging Face attention patterns in float16 (half the memory), so they differ from "
+                "the float32 recomputation by up to about 5·10⁻⁴ of each weight; the head output, computed from the "
+                "model's float32 pattern, is the exact check")
+
+
+@dataclass(frozen=True)
+class Head:
+    """The chosen head: the page's own trace (this layer's hooks), the weights, and every step recomputed."""
+
+    trace: Trace
+    site: str
+    layer: int
+    names: StepNames
+    weights: HeadWeights
+    steps: HeadSteps
+    x: np.ndarray  # (q_len, d_model)
+    x_kv: np.ndarray  # (k_len, d_model)
+
+    def captured(self, hook: str) -> np.ndarray:
+        return self.trace.captured[f"{self.names.attention}.{hook}"]
+
+    @property
+    def stem(self) -> str:
+        """The start of download file names: "toy-date.encoder.attn.1.2"."""
+        return f"{self.trace.facts.model_id.replace('/', '_')}.{self.site}.{self.layer}.{self.weights.head}"
+
+    @property
+    def rows(self) -> list[str]:
+        return [position_label(i, t) for i, t in enumerate(self.trace.query_tokens(self.site))]
+
+    @property
+    def cols(self) -> list[str]:
+        return [position_label(i, t) for i, t in enumerate(self.trace.key_tokens(self.site))]
+
+
+def hooks_to_capture(trace: Trace, site: str, layer: int) -> tuple[str, ...]:
+    """Every layer's hooks of `site` when their scores and patterns (float32) fit in ALL_LAYERS_UP_TO bytes, so
+    that a change of layer reads the same run; else this layer's only (a 2,048-token SmolLM2 run's scores of
+    every layer would be 4.5 GB)."""
+    n_layers = trace.n_layers(site)
+    queries, keys = len(trace.query_tokens(site)), len(trace.key_tokens(site))
+    every_layer = n_layers * trace.facts.n_heads * queries * keys * 2 * 4 <= ALL_LAYERS_UP_TO
+    layers = range(n_layers) if every_layer else (layer,)
+    return tuple(dict.fromkeys(hook for each in layers for hook in step_names(trace.facts, site, each).hooks()))
+
+
+def load_head(trace: Trace, site: str, layer: int, head: int) -> Head:
+    """Trace the layer's hooks (cached), read the head's weights and recompute it (kept with that trace)."""
+    names = step_names(trace.facts, site, layer)
+    full = trace_with(hooks_to_capture(trace, site, layer))
+    x = full.captured[names.x]
+    x_kv = next(full.captured[m] for m in names.memory if m in full.captured) if names.memory else x
+    runner = current_runner()
+    weights = per_trace(full, ("step weights", site, layer, head),
+                        lambda: head_weights(runner, site, layer, head, len(x), len(x_kv)))
+    steps = per_trace(full, ("step head", site, layer, head),
+                      lambda: compute_head(weights, x, x_kv, full.masks[site]))
+    return Head(full, site, layer, names, weights, steps, x, x_kv)
+
+
+def checks(h: Head) -> pd.DataFrame:
+    """Each recomputed step beside the model's own value: the largest absolute difference."""
+    c, head, kv = h.trace.captured, h.weights.head, h.weights.kv_head
+    z_all = h.captured("hook_z")  # (heads, q_len, d_head)
+    hf = h.trace.facts.family.endswith("Hugging Face)")
+    rows = [("Q (before any rotation)", h.steps.q, h.captured("hook_q")[head], "hook_q"),
+            ("K", h.steps.k, h.captured("hook_k")[kv], "hook_k"),
+            ("V", h.steps.v, h.captured("hook_v")[kv], "hook_v")]
+    if h.steps.rot_q is not None:
+        rows += [("Q rotated", h.steps.rot_q, h.captured("hook_rot_q")[head], "hook_rot_q"),
+                 ("K rotated", h.steps.rot_k, h.captured("hook_rot_k")[kv], "hook_rot_k")]
+    rows += [("scores before the mask", h.steps.scores, h.captured("hook_attn_scores")[head], "hook_attn_scores"),
+             ("pattern (softmax)", h.steps.pattern, h.trace.pattern(h.site, h.layer)[head],
+              "hook_pattern" + (" (float16)" if hf else "")),
+             ("head output Z = A V", h.steps.z, z_all[head], "hook_z"),
+             ("Concat(heads) W_O + b_O", output_projection(z_all, h.weights), c[h.names.out], h.names.out),
+             ("residual add", c[h.names.before] + c[h.names.out], c[h.names.after], h.names.after)]
+    return pd.DataFrame([{"step": step, "max |recomputed − model|": f"{np.abs(mine - theirs).max():.2e}",
+                          "the model's value": hook} for step, mine, theirs, hook in rows])
+
+
+def show_check(h: Head) -> None:
+    table = checks(h)
+    worst = dict(zip(table["step"], table["max |recomputed − model|"], strict=True))
+    hf = h.trace.facts.family.endswith("Hugging Face)")
+    st.success(f"Recomputed here from the weights and X: the pattern matches the model's to "
+               f"{worst['pattern (softmax)']}{' (its float16 copy)' if hf else ''}, the head's output to "
+               f"{worst['head output Z = A V']} (largest absolute difference).", icon=":material/check_circle:")
+    with st.expander("Every step checked against the model's own numbers"):
+        st.table(table)
+        if hf:
+            st.caption(f"Pattern: {FLOAT16_NOTE}.")
+
+
+def show_gqa(w: HeadWeights) -> None:
+    if w.n_kv_heads == w.n_heads:
+        return
+    group = w.n_heads // w.n_kv_heads
+    first = w.kv_head * group
+    st.info(f"Grouped-query attention: {w.n_heads} query heads share {w.n_kv_heads} key/value heads, {group} "
+            f"each. Query head {w.head} reads key/value head {w.kv_head} (as do query heads {first}–"
+            f"{first + group - 1}): W_K, W_V, K and V below are that key/value head's.", icon=":material/share:")
+
+
+def show_inputs(h: Head, values: bool) -> None:
+    pre = h.trace.facts.norm.startswith("pre")
+    st.latex(r"X \in \mathbb{R}^{\text{tokens} \times d_{\text{model}}}")
+    st.caption("The layer's input after its norm: this model normalises before attention (pre-norm)." if pre else
+               "The residual stream itself: this model normalises after the residual sum (post-norm).")
+    d_model = dimension_names(h.x.shape[1])
+    show_matrix(h.x, h.rows, d_model, f"X ({h.names.x})", ("tokens", "d_model"), "step_x", show_values=values,
+                stem=h.stem)
+    if Site.of(h.site).is_cross:
+        keys = h.cols
+        st.caption("Cross-attention: keys and values read the encoder's output.")
+        show_matrix(h.x_kv, keys, d_model, "X_enc (the encoder's output)", ("source tokens", "d_model"),
+                    "step_x_enc", show_values=values, stem=h.stem)
+    w = h.weights
+    st.latex(rf"W_Q^{{({w.head})}},\ W_K^{{({w.kv_head})}},\ W_V^{{({w.kv_head})}} \in "
+             rf"\mathbb{{R}}^{{d_{{\text{{model}}}} \times d_{{\text{{head}}}}}},\ d_{{\text{{head}}}} = {w.d_head}")
+    d_head = dimension_names(w.d_head, "h")
+    for name, matrix, index in (("W_Q", w.w_q, w.head), ("W_K", w.w_k, w.kv_head), ("W_V", w.w_v, w.kv_head)):
+        show_matrix(matrix, d_model, d_head, f"{name}, the slice of head {index}", ("d_model", "d_head"),
+                    f"step_{name.lower()}", show_values=values, stem=h.stem)
+
+
+def show_qkv(h: Head, values: bool) -> None:
+    st.latex(r"Q = X W_Q + b_Q,\quad K = X_{kv} W_K + b_K,\quad V = X_{kv} W_V + b_V")
+    d_head = dimension_names(h.weights.d_head, "h")
+    s = h.steps
+    show_matrix(s.q, h.rows, d_head, "Q", ("tokens", "d_head"), "step_q", show_values=values, stem=h.stem)
+    show_matrix(s.k, h.cols, d_head, "K", ("key tokens", "d_head"), "step_k", show_values=values, stem=h.stem)
+    show_matrix(s.v, h.cols, d_head, "V", ("key tokens", "d_head"), "step_v", show_values=values, stem=h.stem)
+    if s.rot_q is not None and s.rot_k is not None:
+        st.markdown("**Rotary positions**: each pair of dimensions (i, i + d_head/2) of Q and K is rotated by an "
+                    "angle proportional to the token's position, so Q·K depends on the two positions' distance.")
+        st.latex(r"\tilde q_p = q_p \cos(p\,\theta) + \mathrm{rotate\_half}(q_p) \sin(p\,\theta)")
+        show_matrix(s.rot_q, h.rows, d_head, "Q after the rotation", ("tokens", "d_head"), "step_rot_q",
+                    show_values=values, stem=h.stem)
+        show_matrix(s.rot_k, h.cols, d_head, "K after the rotation", ("key tokens", "d_head"), "step_rot_k",
+                    show_values=values, stem=h.stem)
+
+
+def scores_latex(w: HeadWeights) -> str:
+    """S as this model computes it: ÷√d_k, T5's unscaled scores plus its relative position bias, or another scale."""
+    bias = r" + B_{\text{relative position}}" if w.position_bias is not None else ""
+    if w.scale == 1.0:
+        return rf"S = Q K^\top{bias}\quad\text{{(no division by }}\sqrt{{d_k}})"
+    if np.isclose(w.scale, w.d_head ** -0.5):
+        return rf"S = \frac{{Q K^\top}}{{\sqrt{{d_k}}}}{bias},\quad d_k = {w.d_head}"
+    return rf"S = Q K^\top \times {w.scale:.4g}{bias}"
+
+
+def show_scores(h: Head, values: bool) -> None:
+    s, w = h.steps, h.weights
+    axes = ("query tokens", "key tokens")
+    show_matrix(s.qk, h.rows, h.cols, "Q Kᵀ", axes, "step_qk", show_values=values, stem=h.stem)
+    st.latex(scores_latex(w))
+    st.caption(f"Scale: {w.scale_text}.")
+    show_matrix(s.scores, h.rows, h.cols, "S, the scaled scores", axes, "step_scores", show_values=values, stem=h.stem)
+    st.latex(r"S_{\text{masked}} = S + M,\quad M_{ij} = \begin{cases}0 & \text{key } j \text{ visible to } i\\"
+             r"-\infty & \text{hidden}\end{cases}")
+    show_matrix(s.masked, h.rows, h.cols, "S + M (hatched: −∞)", axes, "step_masked", show_values=values, stem=h.stem)
+    st.latex(r"A = \mathrm{softmax}(S + M) \quad\text{(each row sums to 1; } e^{-\infty} = 0)")
+    show_matrix(s.pattern, h.rows, h.cols, "A, the attention pattern", axes, "step_pattern", show_values=values,
+                stem=h.stem, zrange=(0.0, 1.0), colorscale="Viridis")
+    show_row(h)
+
+
+def show_row(h: Head) -> None:
+    """One query's row through the steps, as numbers."""
+    positions = list(range(len(h.rows)))
+    keep_valid("step_query", positions)
+    query = st.selectbox("Follow one query through the scores", positions, key="step_query",
+                         format_func=list(h.rows).__getitem__)
+    url_state.write(step_query=query)
+    s = h.steps
+    st.dataframe(pd.DataFrame({"Q·K": s.qk[query], "scaled": s.scores[query], "+ mask": s.masked[query],
+                               "softmax": s.pattern[query]}, index=h.cols).T, key="step_row_table")
+
+
+def show_output(h: Head, values: bool) -> None:
+    s, w = h.steps, h.weights
+    st.latex(r"Z = A V \in \mathbb{R}^{\text{tokens} \times d_{\text{head}}}")
+    show_matrix(s.z, h.rows, dimension_names(w.d_head, "h"), f"Z, head {w.head}'s output", ("tokens", "d_head"),
+                "step_z", show_values=values, stem=h.stem)
+    z_all = h.captured("hook_z")  # (heads, q_len, d_head)
+    concat_cols = [f"head{i}·h{j}" for i in range(w.n_heads) for j in range(w.d_head)]
+    st.latex(r"\mathrm{Concat}(Z_0, \dots, Z_{h-1})\, W_O + b_O")
+    show_matrix(concat_heads(z_all), h.rows, concat_cols, "Concat of every head's Z", ("tokens", "heads·d_head"),
+                "step_concat", show_values=values, stem=h.stem)
+    d_model = dimension_names(w.w_o.shape[1])
+    show_matrix(w.w_o, concat_cols, d_model, "W_O", ("heads·d_head", "d_model"), "step_w_o", show_values=values,
+                stem=h.stem)
+    c = h.trace.captured
+    show_matrix(c[h.names.out], h.rows, d_model, "the attention block's output", ("tokens", "d_model"),
+                "step_attn_out", show_values=values, stem=h.stem)
+    st.latex(r"x_{\text{after}} = x_{\text{before}} + \mathrm{Attention}(x)")
+    show_matrix(c[h.names.after], h.rows, d_model, "the residual sum", ("tokens", "d_model"), "step_resid",
+                show_values=values, stem=h.stem)
+    rms = "RMS" in h.trace.facts.norm
+    st.latex(r"\mathrm{RMSNorm}(x) = \frac{x}{\sqrt{\mathrm{mean}(x^2) + \epsilon}} \odot g" if rms else
+             r"\mathrm{LayerNorm}(x) = \frac{x - \mathrm{mean}(x)}{\sqrt{\mathrm{var}(x) + \epsilon}} \odot g + b")
+    show_matrix(c[h.names.norm], h.rows, d_model, f"normalised by {h.names.norm_label}", ("tokens", "d_model"),
+                "step_norm", show_values=values, stem=h.stem)
+
+
+def page() -> None:
+    """The page (in a function: no module global holds the trace; see ui/downloads.py)."""
+    trace = current_trace()
+    st.header("Step through one head")
+    st.caption("One head of one layer, computed again here from the model's weights on your tokens: the real numbers "
+               "at every step, checked against what the model computed. Hover a cell for its value.")
+    site, layer, head = choose_head(trace)
+    chosen = load_head(trace, site, layer, head)
+    show_check(chosen)
+    show_gqa(chosen.weights)
+    show_values = st.toggle("Write the numbers in the cells (up to 16 × 16)", key="step_show_values")
+    url_state.write(step_values=show_values)
+    inputs, qkv, scores, output = st.tabs(["1 · X and the weights", "2 · Q, K, V", "3 · Scores → pattern",
+                                           "4 · × V, W_O, residual, norm"])
+    with inputs:
+        show_inputs(chosen, show_values)
+    with qkv:
+        show_qkv(chosen, show_values)
+    with scores:
+        show_scores(chosen, show_values)
+    with output:
+        show_output(chosen, show_values)
+
+
+page()

@@ -1,0 +1,61 @@
+"""Which hooks one layer's attention step-through reads, by name, for any model of the hook vocabulary.
+
+The head reads X: the layer's input after the norm where the model normalises first (pre-norm:
+`ln1.hook_normalized`, or `ln_cross.hook_normalized` for cross-attention), or the residual stream itself
+where it normalises after the sum (post-norm: `hook_resid_pre`; the decoder's cross-attention reads the
+self-attention block's normalised output `ln1.hook_normalized`). Cross-attention's keys and values read the
+encoder's output. After the heads: W_O gives `hook_attn_out`, the residual add gives `hook_resid_mid`, and
+the norm that follows gives its `hook_normalized`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from model.core.trace import ModelFacts, Site
+
+ATTENTION_HOOKS = ("hook_q", "hook_k", "hook_v", "hook_rot_q", "hook_rot_k", "hook_attn_scores", "hook_pattern",
+                   "hook_z")
+
+
+@dataclass(frozen=True)
+class StepNames:
+    """Hook names of one layer's attention block."""
+
+    attention: str  # prefix of the per-head hooks: "decoder.1.cross_attn"
+    x: str  # (q_len, d_model) what the queries read
+    memory: tuple[str, ...]  # cross-attention: what keys and values read, the first one captured; else ()
+    before: str  # (q_len, d_model) the residual stream the block's output is added to
+    out: str  # (q_len, d_model) the block's output after W_O
+    after: str  # (q_len, d_model) the residual sum
+    norm: str  # (q_len, d_model) the output of the norm that follows the sum
+    norm_label: str  # how a person names that norm
+
+    def hooks(self) -> tuple[str, ...]:
+        """Everything to capture, and nothing else of the model."""
+        return (*(f"{self.attention}.{h}" for h in ATTENTION_HOOKS), self.x, *self.memory, self.before, self.out,
+                self.after, self.norm)
+
+
+def step_names(facts: ModelFacts, site: str, layer: int) -> StepNames:
+    """The hook names of `site` ("encoder.attn", "decoder.cross_attn") at `layer` for a model with `facts`."""
+    where = Site.of(site)
+    prefix = f"{where.stack}.{layer}"
+    pre_norm = facts.norm.startswith("pre")
+    last_encoder = facts.n_encoder_layers - 1
+    memory = ("encoder.hook_resid_final", f"encoder.{last_encoder}.hook_normalized_resid_post") \
+        if where.is_cross else ()
+    if where.is_cross:
+        x = f"{prefix}.ln_cross.hook_normalized" if pre_norm else f"{prefix}.ln1.hook_normalized"
+        before, out, after = (f"{prefix}.hook_resid_mid" if pre_norm else x, f"{prefix}.hook_cross_attn_out",
+                              f"{prefix}.hook_resid_mid_cross")
+        norm = "ln2" if pre_norm else "ln_cross"
+    else:
+        x = f"{prefix}.ln1.hook_normalized" if pre_norm else f"{prefix}.hook_resid_pre"
+        before, out, after = f"{prefix}.hook_resid_pre", f"{prefix}.hook_attn_out", f"{prefix}.hook_resid_mid"
+        has_cross = where.stack == "decoder" and facts.kind == "encoder-decoder"
+        norm = ("ln_cross" if has_cross else "ln2") if pre_norm else "ln1"
+    label = {"ln1": "the norm after the sum (ln1)", "ln2": "the MLP block's norm (ln2)",
+             "ln_cross": "the cross-attention block's norm (ln_cross)" if pre_norm else "the norm after the sum "
+                         "(ln_cross)"}[norm]
+    return StepNames(f"{prefix}.{where.kind}", x, memory, before, out, after, f"{prefix}.{norm}.hook_normalized", label)
