@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from model.core.lens import Lens
 from model.core.trace import Trace
+from model.inspect.lens import Lens
 from model.inspect.readout import spell_for, unembedding_for
 from ui import url_state
 from ui.activations import (

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from model.core.lens import logit_lens
 from model.core.options import RunOptions
-from model.core.shapes import calls_table, shape_trace
+from model.inspect.lens import logit_lens
 from model.inspect.readout import forward_for, unembedding_for
+from model.inspect.shapes import calls_table, shape_trace
 from model.registry import load_runner, packaged_ids
 from model.scratch.config import TransformerConfig
 from model.scratch.transformer import build_model

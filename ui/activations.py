@@ -10,11 +10,11 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from model.core.lens import Lens, Unembedding, logit_lens
 from model.core.runner import Runner
-from model.core.shapes import calls_table, shape_trace
 from model.core.trace import Trace
+from model.inspect.lens import Lens, Unembedding, logit_lens
 from model.inspect.readout import forward_for
+from model.inspect.shapes import calls_table, shape_trace
 from ui.page import trace_with
 from ui.trace_cache import per_trace
 from viz.residual import cosine_between_layers, norms, write_share

@@ -18,7 +18,7 @@ def without_batch(shapes: str) -> str:
 
 
 def layer_diagram(calls: pd.DataFrame, title: str) -> go.Figure:
-    """calls: one layer's rows of the shape table (model/core/shapes.py `calls_table`). Its leaf modules in the
+    """calls: one layer's rows of the shape table (model/inspect/shapes.py `calls_table`). Its leaf modules in the
     order they ran (plumbing left out), top to bottom, each arrow labelled with the shape its box hands on
     (batch dimension dropped)."""
     boxes = list(calls[calls["leaf"] & ~calls["type"].isin(PLUMBING)].itertuples())

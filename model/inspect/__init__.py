@@ -1,3 +1,4 @@
-"""Reading a loaded model to show what it computes: its position scheme, one head's weights, and that head
-recomputed from them (for the Positional encoding and Step-through pages); its unembedding and one plain forward
-pass (readout.py, for the Activations page). Every family, no Streamlit."""
+"""Reading a loaded model to show what it computes, for every family (no Streamlit): its position scheme
+(positions.py), one head's weights and that head recomputed from them (head_weights.py, head_math.py,
+step_hooks.py), its unembedding and the logit lens (readout.py, lens.py), and the shape of every module's input
+and output in one forward pass (shapes.py)."""

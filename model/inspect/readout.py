@@ -10,10 +10,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from model.core.lens import Unembedding
 from model.core.runner import Runner
 from model.core.trace import Trace
 from model.hf.runner import HFRunner
+from model.inspect.lens import Unembedding
 from model.scratch.transformer import EncoderDecoder
 from model.toy.runner import ToyRunner
 
