@@ -10,7 +10,7 @@ from streamlit.delta_generator import DeltaGenerator
 
 from model.core import sinusoid as pe
 from model.core.trace import Trace
-from model.positions import PositionScheme, position_scheme
+from model.inspect.positions import PositionScheme, position_scheme
 from ui import url_state
 from ui.downloads import downloads
 from ui.page import current_runner, current_trace

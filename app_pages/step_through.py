@@ -11,9 +11,9 @@ import pandas as pd
 import streamlit as st
 
 from model.core.trace import Site, Trace
-from model.head_math import HeadSteps, compute_head, concat_heads, output_projection
-from model.head_weights import HeadWeights, head_weights
-from model.step_hooks import StepNames, step_names
+from model.inspect.head_math import HeadSteps, compute_head, concat_heads, output_projection
+from model.inspect.head_weights import HeadWeights, head_weights
+from model.inspect.step_hooks import StepNames, step_names
 from ui import url_state
 from ui.matrix_view import show_matrix
 from ui.page import current_runner, current_trace, trace_with
@@ -22,6 +22,7 @@ from ui.trace_cache import per_trace
 from viz.step_through import dimension_names
 from viz.tokens import position_label
 
+ALL_LAYERS_UP_TO = 64 * 2**20  # bytes: see hooks_to_capture
 FLOAT16_NOTE = ("this app keeps Hugging Face attention patterns in float16 (half the memory), so they differ from "
                 "the float32 recomputation by up to about 5·10⁻⁴ of each weight; the head output, computed from the "
                 "model's float32 pattern, is the exact check")
@@ -57,10 +58,21 @@ class Head:
         return [position_label(i, t) for i, t in enumerate(self.trace.key_tokens(self.site))]
 
 
+def hooks_to_capture(trace: Trace, site: str, layer: int) -> tuple[str, ...]:
+    """Every layer's hooks of `site` when their scores and patterns (float32) fit in ALL_LAYERS_UP_TO bytes, so
+    that a change of layer reads the same run; else this layer's only (a 2,048-token SmolLM2 run's scores of
+    every layer would be 4.5 GB)."""
+    n_layers = trace.n_layers(site)
+    queries, keys = len(trace.query_tokens(site)), len(trace.key_tokens(site))
+    every_layer = n_layers * trace.facts.n_heads * queries * keys * 2 * 4 <= ALL_LAYERS_UP_TO
+    layers = range(n_layers) if every_layer else (layer,)
+    return tuple(dict.fromkeys(hook for each in layers for hook in step_names(trace.facts, site, each).hooks()))
+
+
 def load_head(trace: Trace, site: str, layer: int, head: int) -> Head:
-    """Trace this layer's hooks (cached), read the head's weights and recompute it (kept with that trace)."""
+    """Trace the layer's hooks (cached), read the head's weights and recompute it (kept with that trace)."""
     names = step_names(trace.facts, site, layer)
-    full = trace_with(names.hooks())
+    full = trace_with(hooks_to_capture(trace, site, layer))
     x = full.captured[names.x]
     x_kv = next(full.captured[m] for m in names.memory if m in full.captured) if names.memory else x
     runner = current_runner()

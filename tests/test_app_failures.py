@@ -121,3 +121,12 @@ def test_a_page_run_that_fails_shows_why_and_stops_that_page(broken_models) -> N
     assert_safe(at)
     assert "Running broken-run failed (KeyError)" in _message(at)
     assert not at.markdown
+
+
+def test_a_page_bug_shows_no_message_or_traceback() -> None:
+    """An error no code expected (a bug in a page) shows its type only: the server's config redacts the message
+    and the traceback, which stay in the server's log (.streamlit/config.toml, client.showErrorDetails)."""
+    at = AppTest.from_string(f"raise RuntimeError({SECRET!r})").run()
+    assert at.exception, "the error is shown"
+    shown = at.exception[0]
+    assert SECRET not in shown.message and not shown.stack_trace

@@ -128,3 +128,19 @@ def test_tiny_hugging_face_models(folders, family: str) -> None:
         assert not at.exception
         _assert_checks_pass(at)
     assert ("no division by" in " ".join(el.value for el in at.get("latex"))) == (family == "t5")
+
+
+def test_a_change_of_layer_reads_the_same_run_for_a_short_text(monkeypatch) -> None:
+    """A sentence's every layer is captured at once (a few MB): choosing another layer runs no model."""
+    at = _page("toy-gpt-date")
+    from model.toy.runner import ToyRunner
+
+    runs: list[int] = []
+    real_run = ToyRunner.run
+    monkeypatch.setattr(ToyRunner, "run", lambda self, *args, **kwargs: runs.append(1) or real_run(self, *args,
+                                                                                                      **kwargs))
+    for layer in (1, 2, 0):
+        at.selectbox(key="layer").set_value(layer).run()
+        assert not at.exception
+        assert "pattern matches the model's" in at.success[0].value
+    assert runs == []

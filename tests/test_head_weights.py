@@ -1,16 +1,16 @@
-"""One head recomputed from its weights (model/head_weights.py, model/head_math.py) equals what the model computed:
-the from-scratch models (encoder self, decoder self, cross), MiniLM, SmolLM2 and tiny GPT-2, Llama (GQA), T5,
-BART and Marian models."""
+"""One head recomputed from its weights (model/inspect/head_weights.py, model/inspect/head_math.py) equals what
+the model computed: the from-scratch models (encoder self, decoder self, cross), MiniLM, SmolLM2 and tiny GPT-2,
+Llama (GQA), T5, BART and Marian models."""
 
 import numpy as np
 import pytest
 
 from model.core.options import RunOptions
 from model.core.trace import Trace
-from model.head_math import HeadSteps, compute_head, output_projection, softmax_rows
-from model.head_weights import HeadWeights, head_weights
+from model.inspect.head_math import HeadSteps, compute_head, output_projection, softmax_rows
+from model.inspect.head_weights import HeadWeights, head_weights
+from model.inspect.step_hooks import step_names
 from model.registry import load_runner
-from model.step_hooks import step_names
 
 TOL = 1e-5
 FLOAT16_STEP = 2.0 ** -11  # float16's relative rounding step: HF patterns are kept in float16

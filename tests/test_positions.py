@@ -1,11 +1,11 @@
 """The sinusoid and its shift identity in float64, size checks, and what each model family does with positions,
-read from its own weights (model/positions.py)."""
+read from its own weights (model/inspect/positions.py)."""
 
 import numpy as np
 import pytest
 
 from model.core import sinusoid as pe
-from model.positions import BART_OFFSET, position_scheme
+from model.inspect.positions import BART_OFFSET, position_scheme
 from model.registry import load_runner
 from model.scratch.layers import sinusoidal_table
 

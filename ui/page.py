@@ -35,6 +35,7 @@ PAGES = (  # the navigation, in order; the first is where the app opens
     Page("app_pages/masks.py", "Masks", ":material/visibility_off:"),
     Page("app_pages/positions.py", "Positional encoding", ":material/waves:"),
     Page("app_pages/step_through.py", "Step through", ":material/footprint:"),
+    Page("app_pages/activations.py", "Activations", ":material/stacked_line_chart:"),
     Page("app_pages/generate.py", "Generate", ":material/play_arrow:"),
 )
 
@@ -47,6 +48,9 @@ PERSISTENT_KEYS = (
     "positions_stack", "positions_measure", "positions_length", "positions_d_model", "positions_dims",
     "positions_offset", "positions_pos", "positions_pair",
     "step_show_values", "step_query",
+    "activations_stack", "activations_residual_measure", "activations_layer", "activations_neuron", "activations_topk",
+    "activations_norm_log", "activations_lens_start", "activations_shape_filter", "activations_shape_leaves",
+    "activations_shape_layer",
     "generate_method", "generate_temperature", "generate_top_k", "generate_top_p", "generate_seed",
     "generate_max_new", "generate_layer",
 )

@@ -9,7 +9,7 @@ import streamlit as st
 
 from model.core import sinusoid as pe
 from model.core.trace import Trace
-from model.positions import PositionScheme
+from model.inspect.positions import PositionScheme
 from ui.downloads import downloads
 from ui.page import trace_with
 from viz import positions as viz

@@ -21,13 +21,17 @@ RESTORED = "_url_restored"
 PLAIN_TEXT_UP_TO = 1_000
 MAX_TEXT_CHARS = 20_000  # the text box's limit: a longer text from a link is left out, and the person told
 FLAGS = {"hide_special": "attention_hide_special", "values": "attention_show_values",
-         "diagonal": "attention_window_diagonal", "step_values": "step_show_values"}  # URL name -> key, "1"/"0"
+         "diagonal": "attention_window_diagonal", "step_values": "step_show_values",
+         "activations_norm_log": "activations_norm_log"}  # URL name -> key, "1"/"0"
 NUMBERS = {"layer": "layer", "head": "head", "row": "attention_window_row", "col": "attention_window_col",
            "masks_window": "masks_window", "masks_pad_to": "masks_pad_to", "step_query": "step_query",
            **{name: name for name in ("positions_length", "positions_d_model", "positions_offset", "positions_pos",
-                                      "positions_pair")}}
+                                      "positions_pair")},
+           **{name: name for name in ("activations_layer", "activations_neuron", "activations_topk",
+                                      "activations_lens_start")}}
 TEXTS = {"site": "site", "colorscale": "attention_colorscale", "masks_editor": "masks_editor",
-         "positions_stack": "positions_stack", "positions_measure": "positions_measure"}  # checked by the widgets
+         "positions_stack": "positions_stack", "positions_measure": "positions_measure",
+         "activations_stack": "activations_stack"}  # checked by the widgets
 
 
 def _as_int(value: str | None) -> int | None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from model.head_weights import HeadWeights
+from model.inspect.head_weights import HeadWeights
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,299 @@
+"""Activations: what the forward hooks capture beyond attention. The residual stream, the FFN neurons of a layer,
+the norms, the logit lens, token trajectories by PCA, and the shape of every module's input and output. Each view
+asks for its own hooks (ui/activations.py); only the open tab is computed."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from model.core.trace import Trace
+from model.inspect.lens import Lens
+from model.inspect.readout import spell_for, unembedding_for
+from ui import url_state
+from ui.activations import (
+    HEATMAP_NEURONS,
+    LENS_WINDOW,
+    STREAM,
+    TEXT_WINDOW,
+    TRAJECTORY_TOKENS,
+    fall_back,
+    layer_count,
+    lens_of,
+    missing_hooks,
+    projection,
+    residual_measures,
+    shapes_of_run,
+    stack_tokens,
+    stream_trace,
+)
+from ui.downloads import constant, downloads, matrix_table
+from ui.page import current_runner, current_trace, trace_with
+from viz.logit_lens import lens_grid, rank_lines
+from viz.neurons import coloured_text, most_active, top_neurons_per_token, top_table
+from viz.residual import boundary_labels, layer_lines, layer_token_heatmap
+from viz.shapes import layer_diagram
+from viz.tokens import position_label
+from viz.trajectories import trajectory_figure
+
+VIEWS = ["Residual stream", "FFN neurons", "Norms", "Logit lens", "Trajectories", "Shapes"]
+MEASURES = {  # residual view: label -> (key in residual_measures, value name)
+    "‖residual‖ at each boundary": ("boundaries", "‖x‖"),
+    "‖attn_out‖: what attention writes": ("attn", "‖attn_out‖"),
+    "‖mlp_out‖: what the MLP writes": ("mlp", "‖mlp_out‖"),
+    "attention's share of resid_mid": ("attn_share", "share"),
+    "the MLP's share of resid_post": ("mlp_share", "share"),
+    "cosine between consecutive layers": ("cosine", "cosine"),
+}
+
+
+def choose_stack(trace: Trace) -> str:
+    stacks = [s for s in ("encoder", "decoder") if layer_count(trace, s)]
+    if st.session_state.get("activations_stack") not in stacks:
+        st.session_state["activations_stack"] = stacks[0]
+    stack = st.radio("Stack", stacks, key="activations_stack", horizontal=True, disabled=len(stacks) == 1,
+                     help="An encoder-decoder has two residual streams: the source's and the output's.")
+    url_state.write(activations_stack=stack if len(stacks) > 1 else None)
+    return stack
+
+
+def file_stem(trace: Trace, stack: str) -> str:
+    return f"{trace.facts.model_id.replace('/', '_')}.{stack}"
+
+
+def residual(trace: Trace, stack: str) -> None:
+    st.latex(r"x^{\ell}_{\mathrm{mid}}=x^{\ell}_{\mathrm{pre}}+\mathrm{Attn}(\cdot),\quad "
+             r"x^{\ell}_{\mathrm{post}}=x^{\ell}_{\mathrm{mid}}+\mathrm{MLP}(\cdot),\quad "
+             r"\cos^{\ell}_t=\frac{x^{\ell}_t\cdot x^{\ell+1}_t}{\lVert x^{\ell}_t\rVert\,\lVert x^{\ell+1}_t\rVert}")
+    st.caption("Every token's residual vector is summed into, block by block (the sums before any norm; post-norm "
+               "models then normalise it, and the next layer reads the normalised vector). The share is "
+               "‖block output‖ / ‖the sum it went into‖; the cosine compares what a layer reads and what it hands on.")
+    streamed = stream_trace(stack)
+    if missing_hooks(streamed, tuple(f"{stack}.0.{hook}" for hook in STREAM[:5])):
+        return
+    measures, tokens = residual_measures(streamed, stack), stack_tokens(streamed, stack)
+    label = st.selectbox("Measure", list(MEASURES), key="activations_residual_measure")
+    name, value_name = MEASURES[label]
+    values = measures[name]  # (rows, pos)
+    layers = layer_count(streamed, stack)
+    rows = boundary_labels(layers) if name == "boundaries" else [f"L{i}" for i in range(layers)]
+    zrange = (-1.0, 1.0) if name == "cosine" else None
+    scale = "RdBu" if name == "cosine" else "Viridis"
+    figure = layer_token_heatmap(values, rows, tokens, f"{stack}: {label}", value_name, scale, zrange)
+    st.plotly_chart(figure, key="activations_residual")
+    downloads(figure, f"{file_stem(trace, stack)}.{name}", "activations_residual",
+              lambda: matrix_table(values, rows, tokens).set_axis(rows, axis=0))
+    peak = np.unravel_index(int(np.argmax(measures["boundaries"])), measures["boundaries"].shape)
+    st.caption(f"Largest residual norm: {measures['boundaries'][peak]:.4g}, at {boundary_labels(layers)[peak[0]]} of "
+               f"token {position_label(int(peak[1]), tokens[peak[1]])}.")
+    lines = layer_lines(np.stack([measures["attn"].mean(1), measures["mlp"].mean(1)]), ["‖attn_out‖", "‖mlp_out‖"],
+                        f"{stack}: what each block writes, mean over tokens", "mean norm")
+    st.plotly_chart(lines, key="activations_writes")
+    downloads(lines, f"{file_stem(trace, stack)}.writes", "activations_writes")
+
+
+def neurons(trace: Trace, stack: str) -> None:
+    st.latex(r"h=\phi(xW_1+b_1)\in\mathbb{R}^{d_{ff}},\qquad \mathrm{MLP}(x)=hW_2+b_2")
+    st.caption("The FFN's hidden layer after its activation φ (gated MLPs such as Llama's: φ(xW_gate)·xW_up). Each "
+               "of its d_ff numbers is a neuron; its row of W₂ is what it writes into the stream.")
+    layers = layer_count(trace, stack)
+    fall_back("activations_layer", layers, "layer")
+    layer_col, neuron_col, k_col = st.columns(3)
+    layer = layer_col.selectbox("Layer", list(range(layers)), key="activations_layer")
+    hook = f"{stack}.{layer}.mlp.hook_post"
+    hooked = trace_with((hook,))
+    if missing_hooks(hooked, (hook,)):
+        return
+    hidden = hooked.captured[hook].astype(np.float32)  # (pos, d_ff)
+    tokens = stack_tokens(trace, stack)
+    fall_back("activations_neuron", hidden.shape[1], "neuron")
+    if "activations_neuron" not in st.session_state:
+        st.session_state["activations_neuron"] = int(most_active(hidden, 1)[0])
+    neuron = neuron_col.number_input(f"Neuron (0–{hidden.shape[1] - 1})", 0, hidden.shape[1] - 1,
+                                     key="activations_neuron", help="Opens on the layer's most active neuron.")
+    top = st.session_state.get("activations_topk", 5)  # a kept or linked value, within the slider's range
+    st.session_state["activations_topk"] = min(max(1, top), 20) if isinstance(top, int) else 5  # no default below
+    k = k_col.slider("Top neurons per token", 1, 20, key="activations_topk")
+    url_state.write(activations_layer=layer, activations_neuron=neuron, activations_topk=k)
+    top_n, top_v = top_neurons_per_token(hidden, k)  # (pos, k) each
+    st.dataframe(top_table(tokens, top_n, top_v), key="activations_top_table", height=260)
+    start = window_start(len(tokens), TEXT_WINDOW, "activations_text_start", "First token shown")
+    shown = slice(start, start + TEXT_WINDOW)
+    text = coloured_text(tokens[shown], hidden[shown, neuron], f"layer {layer} · neuron {neuron} on the text", start)
+    st.plotly_chart(text, key="activations_text")
+    column = pd.DataFrame({"token": [position_label(i, t) for i, t in enumerate(tokens)],
+                           "activation": hidden[:, neuron]})  # (pos,): the maker keeps this, not the layer
+    downloads(text, f"{file_stem(trace, stack)}.{layer}.n{neuron}", "activations_text", constant(column))
+    strongest = most_active(hidden, HEATMAP_NEURONS)
+    names = [f"n{n}" for n in strongest]
+    drawn = hidden[:, strongest].T  # (neurons, pos)
+    top = float(np.abs(drawn).max()) or 1.0
+    grid = layer_token_heatmap(drawn, names, tokens, f"layer {layer}: the {len(names)} most active neurons (by "
+                               "their peak)", "activation", "RdBu_r", (-top, top))
+    st.plotly_chart(grid, key="activations_neurons")
+    downloads(grid, f"{file_stem(trace, stack)}.{layer}.neurons", "activations_neurons",
+              lambda: matrix_table(drawn, names, tokens).set_axis(names, axis=0))
+
+
+def window_start(n: int, width: int, key: str, label: str) -> int:
+    """A slider over the first position of a window of `width` when `n` is longer; 0 otherwise."""
+    if n <= width:
+        return 0
+    st.session_state[key] = min(max(0, st.session_state.get(key, n - width)), n - width)
+    return st.slider(label, 0, n - width, key=key)
+
+
+def norms_view(trace: Trace, stack: str) -> None:
+    st.latex(r"\mathrm{LN}(x)=\gamma\odot\frac{x-\mu}{\sigma}+\beta,\ \sigma=\sqrt{\tfrac1d\textstyle\sum_i"
+             r"(x_i-\mu)^2+\epsilon};\qquad \mathrm{RMS}(x)=\gamma\odot\frac{x}{\sqrt{\tfrac1d\sum_i x_i^2+\epsilon}}")
+    st.caption("What each norm divides its token's vector by (σ for LayerNorm, the RMS for RMSNorm), at every norm "
+               "of the stack. A token with an outsized value carries an outsized vector (often the first token).")
+    scaled = trace_with((f"{stack}.*.ln*.hook_scale", f"{stack}.ln_final.hook_scale"))
+    names = [n for n in scaled.captured if n.startswith(f"{stack}.") and n.endswith("hook_scale")]
+    if not names:
+        st.info(f"{trace.facts.model_id} offers no norm hooks here.")
+        return
+    values = np.stack([scaled.captured[n][:, 0] for n in names]).astype(np.float32)  # (norms, pos)
+    rows = [n.removeprefix(f"{stack}.").removesuffix(".hook_scale") for n in names]
+    log = st.toggle("log₁₀ scale", key="activations_norm_log")
+    url_state.write(activations_norm_log=log or None)
+    tokens = stack_tokens(scaled, stack)
+    shown = np.log10(np.maximum(values, 1e-12)) if log else values
+    figure = layer_token_heatmap(shown, rows, tokens, f"{stack}: what each norm divides by",
+                                 "log₁₀ σ / RMS" if log else "σ / RMS")
+    st.plotly_chart(figure, key="activations_norms")
+    downloads(figure, f"{file_stem(trace, stack)}.norms", "activations_norms",
+              lambda: matrix_table(values, rows, tokens).set_axis(rows, axis=0))
+    ratio = (values / np.maximum(np.median(values, axis=1, keepdims=True), 1e-12)).max(axis=0)  # (pos,)
+    top = np.argsort(-ratio, kind="stable")[:5]
+    st.dataframe(pd.DataFrame({"token": [position_label(int(i), tokens[i]) for i in top],
+                               "largest σ / RMS": values.max(axis=0)[top],
+                               "× the median token (same norm)": ratio[top]}).set_index("token"),
+                 key="activations_norm_table")
+
+
+def lens(trace: Trace, stack: str) -> None:
+    st.latex(r"p^{\ell}=\mathrm{softmax}\big(\mathrm{norm}_{\mathrm{final}}(x^{\ell})\,W_U\big)")
+    unembedding = unembedding_for(current_runner())
+    if isinstance(unembedding, str):
+        st.info(unembedding, icon=":material/info:")
+        return
+    lens_stack = unembedding.stack
+    st.caption(f"The model's own unembedding W_U, after {unembedding.final_norm}, applied to the "
+               f"{lens_stack}'s stream after every layer, as if the model stopped there. At the last layer this is "
+               "the model's own prediction." + (" An encoder-decoder's lens reads its decoder." if stack != lens_stack
+                                                else ""))
+    streamed = stream_trace(lens_stack)
+    tokens = stack_tokens(streamed, lens_stack)
+    start = window_start(len(tokens), LENS_WINDOW, "activations_lens_start", "First position read")
+    positions = np.arange(start, min(len(tokens), start + LENS_WINDOW))
+    url_state.write(activations_lens_start=start if len(tokens) > LENS_WINDOW else None)
+    read = lens_of(streamed, unembedding, positions)
+    shown = [tokens[i] for i in positions]
+    spell = spell_for(current_runner())
+    grid = lens_grid(read.top_ids, read.top_probs, spell, shown, positions,
+                     f"logit lens · {lens_stack}: the top next token at each layer")
+    st.plotly_chart(grid, key="activations_lens")
+    downloads(grid, f"{file_stem(trace, lens_stack)}.lens", "activations_lens",
+              lambda: lens_table(read, shown, spell))
+    chosen = st.multiselect("Positions followed", list(range(len(positions))), default=[len(positions) - 1],
+                            key="activations_lens_positions",
+                            format_func=lambda i: position_label(int(positions[i]), shown[i]))
+    if chosen:
+        finals = spell(read.final_ids.tolist())
+        names = [f"{position_label(int(positions[i]), shown[i])} → {finals[i]!r}" for i in chosen]
+        lines = rank_lines(read.final_ranks[:, chosen], read.final_probs[:, chosen], names,
+                           "rank of the final prediction at each layer")
+        st.plotly_chart(lines, key="activations_lens_ranks")
+        downloads(lines, f"{file_stem(trace, lens_stack)}.lens-ranks", "activations_lens_ranks")
+
+
+def lens_table(read: Lens, tokens: list[str], spell: Callable[[list[int]], list[str]]) -> pd.DataFrame:
+    """The lens as a table: one row per (layer, position), the top tokens and their probabilities."""
+    layers, n, k = read.top_ids.shape
+    words = np.array(spell(read.top_ids.reshape(-1).tolist()), dtype=object).reshape(layers, n, k)
+    rows = [{"layer": layer, "position": position_label(int(read.positions[j]), tokens[j]),
+             **{f"top {r + 1}": words[layer, j, r] for r in range(k)},
+             **{f"p {r + 1}": float(read.top_probs[layer, j, r]) for r in range(k)},
+             "rank of final": int(read.final_ranks[layer, j])} for layer in range(layers) for j in range(n)]
+    return pd.DataFrame(rows)
+
+
+def trajectories(trace: Trace, stack: str) -> None:
+    st.latex(r"z^{\ell}_t=(x^{\ell}_t-\bar x)\,[v_1\ v_2],\quad X-\bar x=U\Sigma V^\top")
+    st.caption("Each token's vector before layer 0 and after every layer, projected on the two directions of "
+               "largest variance of all of them (PCA fitted on every layer's vectors of this text). One line per "
+               "token, from the embedding (small dot) to the last layer (large dot, labelled).")
+    streamed = stream_trace(stack)
+    tokens = stack_tokens(streamed, stack)
+    fit, points = projection(streamed, stack)  # points: (layers + 1, pos, 2)
+    default = np.unique(np.linspace(0, len(tokens) - 1, min(TRAJECTORY_TOKENS, len(tokens))).astype(int)).tolist()
+    chosen = st.multiselect("Tokens", list(range(len(tokens))), default=default, key="activations_traj_tokens",
+                            format_func=lambda i: position_label(i, tokens[i]))
+    if not chosen:
+        st.info("Choose at least one token.")
+        return
+    figure = trajectory_figure(points[:, chosen], [tokens[i] for i in chosen], chosen, fit,
+                               f"{stack}: token trajectories across layers (PCA)")
+    st.plotly_chart(figure, key="activations_trajectories")
+    downloads(figure, f"{file_stem(trace, stack)}.trajectories", "activations_trajectories",
+              lambda: pd.DataFrame({"layer": np.repeat(np.arange(points.shape[0]), len(chosen)),
+                                    "token": [position_label(i, tokens[i]) for i in chosen] * points.shape[0],
+                                    "pc1": points[:, chosen, 0].reshape(-1), "pc2": points[:, chosen, 1].reshape(-1)}))
+
+
+def shapes(trace: Trace, stack: str) -> None:
+    st.latex(r"(n,\,d_{model})\xrightarrow{W_Q,W_K,W_V}(h,\,n,\,d_{head})\xrightarrow{QK^\top/\sqrt{d_{head}}}"
+             r"(h,\,n,\,n)\xrightarrow{\cdot V,\ W_O}(n,\,d_{model})\xrightarrow{W_1}(n,\,d_{ff})"
+             r"\xrightarrow{W_2}(n,\,d_{model})")
+    st.caption("Every module one forward pass over this text entered, in order, with the shapes of its tensor "
+               "inputs and outputs (batch first) and its own parameters (shared weights count in each module "
+               "that holds them).")
+    table = shapes_of_run(trace, current_runner())
+    filter_col, leaves_col = st.columns([2, 1])
+    text = filter_col.text_input("Filter modules", key="activations_shape_filter",
+                                 placeholder="e.g. attn, Linear, layers.0")
+    leaves = leaves_col.toggle("Leaf modules only", key="activations_shape_leaves")
+    shown = table[table["leaf"]] if leaves else table
+    if text:
+        match = shown["module"].str.contains(text, case=False, regex=False)
+        shown = shown[match | shown["type"].str.contains(text, case=False, regex=False)]
+    st.caption(f"{len(shown):,} of {len(table):,} module calls; {int(table['leaf'].sum()):,} leaf calls.")
+    st.dataframe(shown.drop(columns=["depth"]).rename(columns=lambda c: c.replace("_", " ")),
+                 key="activations_shape_table", height=320)
+    downloads_table(shown, f"{file_stem(trace, stack)}.shapes")
+    layers = layer_count(trace, stack)
+    fall_back("activations_shape_layer", layers, "layer")
+    layer = st.selectbox("Diagram of layer", list(range(layers)), key="activations_shape_layer")
+    rows = table[(table["stack"] == stack) & (table["layer"] == layer)]
+    if not len(rows):  # paths without a stack name (GPT-2's h.0, Llama's layers.0)
+        rows = table[table["layer"] == layer]
+    st.caption("The diagram: the layer's leaf modules in the order they ran (dropout left out), each arrow labelled "
+               "with the shape the module above it returned. Modules that read the same input (the Q, K and V "
+               "projections) run one after the other, so they appear one under the other.")
+    figure = layer_diagram(rows, f"{stack} layer {layer}: the shapes on the arrows (batch left out)")
+    st.plotly_chart(figure, key="activations_shape_diagram")
+    downloads(figure, f"{file_stem(trace, stack)}.{layer}.diagram", "activations_shape_diagram")
+
+
+def downloads_table(table: pd.DataFrame, name: str) -> None:
+    st.download_button("CSV", data=lambda: table.to_csv().encode(), file_name=f"{name}.csv", mime="text/csv",
+                       key="activations_shape_csv", on_click="ignore", icon=":material/download:")
+
+
+def page() -> None:
+    """The page (in a function: module globals that held the trace would be kept by what the session keeps)."""
+    st.header("Activations")
+    trace = current_trace()
+    stack = choose_stack(trace)
+    shows = [residual, neurons, norms_view, lens, trajectories, shapes]  # in the order of VIEWS
+    for tab, show in zip(st.tabs(VIEWS, key="activations_view", bind="query-params"), shows, strict=True):
+        if tab.open:
+            with tab:
+                show(trace, stack)
+
+
+page()
