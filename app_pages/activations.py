@@ -12,6 +12,7 @@ import streamlit as st
 
 from model.core.trace import Trace
 from model.inspect.lens import Lens
+from model.inspect.norm_inputs import norm_input
 from model.inspect.readout import spell_for, unembedding_for
 from ui import url_state
 from ui.activations import (
@@ -173,6 +174,26 @@ def norms_view(trace: Trace, stack: str) -> None:
                                "largest σ / RMS": values.max(axis=0)[top],
                                "× the median token (same norm)": ratio[top]}).set_index("token"),
                  key="activations_norm_table")
+    input_means(trace, stack, names, tokens)
+
+
+def input_means(trace: Trace, stack: str, scale_names: list[str], tokens: list[str]) -> None:
+    """The mean of each norm's input per token, read from the residual stream it normalises."""
+    sources = {name: norm_input(trace.facts, name) for name in scale_names}
+    read = [name for name, source in sources.items() if source is not None]
+    if not read:
+        return
+    stream = stream_trace(stack)
+    means = np.stack([stream.captured[sources[name]].astype(np.float32).mean(-1) for name in read])  # (norms, pos)
+    rows = [n.removeprefix(f"{stack}.").removesuffix(".hook_scale") for n in read]
+    rms = "RMS" in trace.facts.norm
+    st.caption("The mean μ of each norm's input over d_model, per token: LayerNorm subtracts it before dividing by σ"
+               + ("; RMSNorm does not subtract it (it divides the raw vector by its RMS)." if rms else ".")
+               + " Read from the residual stream the norm reads (model/inspect/norm_inputs.py).")
+    figure = layer_token_heatmap(means, rows, tokens, f"{stack}: the mean μ of each norm's input", "μ")
+    st.plotly_chart(figure, key="activations_norm_means")
+    downloads(figure, f"{file_stem(trace, stack)}.norm-means", "activations_norm_means",
+              lambda: matrix_table(means, rows, tokens).set_axis(rows, axis=0))
 
 
 def lens(trace: Trace, stack: str) -> None:

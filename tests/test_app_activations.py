@@ -168,7 +168,7 @@ def test_every_view_on_a_tiny_hugging_face_model(folders, family) -> None:
     if len(stacks) > 1:
         at.radio(key="activations_stack").set_value(stacks[-1]).run()
     assert _titles(_view(at, "Shapes"))[0].startswith(f"{stacks[-1]} layer 0")
-    assert len(_view(at, "Norms").get("plotly_chart")) == 1
+    assert len(_view(at, "Norms").get("plotly_chart")) == 2  # what each norm divides by, and its input's mean
 
 
 def test_a_bad_layer_or_neuron_in_the_link_falls_back_with_a_message() -> None:
@@ -230,3 +230,14 @@ def test_no_view_keeps_its_trace_once_the_run_is_over(monkeypatch) -> None:
         assert kept, view
         gc.collect()
         assert [t for t in traces if t() is not None] == [], f"{view}: a trace outlives its run"
+
+
+def test_the_norms_input_means_are_the_means_of_what_each_norm_reads() -> None:
+    """toy-date is post-norm: ln1 reads the sum after attention (resid_mid), ln2 the sum after the MLP."""
+    at = _view(_page("toy-date", "may 1 2000"), "Norms")
+    trace = load_runner("toy-date").run("may 1 2000", None, RunOptions(hooks=("encoder.*.hook_resid_*",)))
+    expected = np.stack([trace.captured[f"encoder.{i}.hook_resid_{w}"].mean(-1) for i in range(2)
+                         for w in ("mid", "post")])  # (4 norms, pos)
+    drawn = _data(at, "encoder: the mean μ of each norm's input")
+    assert drawn["y"] == ["0.ln1", "0.ln2", "1.ln1", "1.ln2"]
+    np.testing.assert_allclose(_array(drawn["z"]), expected, rtol=1e-5, atol=1e-6)

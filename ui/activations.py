@@ -21,7 +21,8 @@ from viz.residual import cosine_between_layers, norms, write_share
 from viz.trajectories import Projection, fit_pca
 
 STREAM = ("hook_resid_pre", "hook_resid_mid", "hook_resid_post", "hook_attn_out", "hook_mlp_out",
-          "hook_normalized_resid_post")  # the residual view's hooks; the lens and the trajectories read them too
+          "hook_normalized_resid_post", "hook_resid_mid_cross")  # the residual view's hooks (read by position); the
+#                                                                  lens, trajectories and norms' inputs read them too
 HEATMAP_NEURONS = 32  # neurons in the token x neuron heatmap
 TEXT_WINDOW = 256  # tokens of coloured text drawn at once
 LENS_WINDOW = 32  # positions the logit lens reads at once (SmolLM2's readout: about 5 ms a position a layer)
