@@ -32,7 +32,7 @@ from ui.activations import (
     stream_trace,
 )
 from ui.downloads import constant, downloads, matrix_table
-from ui.page import current_runner, current_trace, trace_with
+from ui.page import current_runner, current_trace, show_open_tab, trace_with
 from viz.logit_lens import lens_grid, rank_lines
 from viz.neurons import coloured_text, most_active, top_neurons_per_token, top_table
 from viz.residual import boundary_labels, layer_lines, layer_token_heatmap
@@ -311,10 +311,7 @@ def page() -> None:
     trace = current_trace()
     stack = choose_stack(trace)
     shows = [residual, neurons, norms_view, lens, trajectories, shapes]  # in the order of VIEWS
-    for tab, show in zip(st.tabs(VIEWS, key="activations_view", bind="query-params"), shows, strict=True):
-        if tab.open:
-            with tab:
-                show(trace, stack)
+    show_open_tab(VIEWS, shows, "activations_view", trace, stack)
 
 
 page()

@@ -15,7 +15,7 @@ import streamlit as st
 from model.core.trace import Site, Trace
 from ui import url_state
 from ui.downloads import constant, downloads, matrix_table
-from ui.page import current_trace
+from ui.page import current_trace, show_open_tab
 from ui.pickers import choose_head, keep_valid, open_clicked_head, site_label
 from ui.trace_cache import per_trace
 from viz.head_lines import DEFAULT_THRESHOLD, head_lines_figure
@@ -302,10 +302,7 @@ def page() -> None:
     st.header("Attention")
     choice = choose(current_trace())
     shows = [model_view, one_head, layer_heads, token_lines, statistics, rollout]  # in the order of VIEWS
-    for tab, show in zip(st.tabs(VIEWS, key="view", bind="query-params"), shows, strict=True):
-        if tab.open:  # the other tabs cost nothing
-            with tab:
-                show(choice)
+    show_open_tab(VIEWS, shows, "view", choice)
 
 
 page()

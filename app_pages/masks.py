@@ -15,7 +15,7 @@ from model.core.trace import Site, Trace
 from ui import url_state
 from ui.downloads import downloads, matrix_table
 from ui.messages import literal
-from ui.page import current_runner, current_trace, trace_with
+from ui.page import current_runner, current_trace, show_open_tab, trace_with
 from ui.pickers import choose_head, keep_valid, site_label
 from viz.heatmap import attention_heatmap
 from viz.masks import (
@@ -339,10 +339,7 @@ def page() -> None:
     trace = current_trace()
     chosen = choose_head(trace)
     shows = [masks_view, scores_view, on_off_view, custom_view, padding_view, why_view]  # in the order of VIEWS
-    for tab, show in zip(st.tabs(VIEWS, key="masks_view", bind="query-params"), shows, strict=True):
-        if tab.open:
-            with tab:
-                show(trace, *chosen)
+    show_open_tab(VIEWS, shows, "masks_view", trace, *chosen)
 
 
 page()

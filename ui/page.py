@@ -9,6 +9,7 @@ below, and list in PERSISTENT_KEYS the widget keys that should survive a visit e
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import streamlit as st
@@ -101,3 +102,12 @@ def trace_with(hooks: tuple[str, ...], causal: CausalMode | None = None, pad_to:
         st.info("This page's run is too large to keep in the server's memory budget: changing a choice will "
                 "re-run it.", icon=":material/memory:")
     return trace
+
+
+def show_open_tab(views: Sequence[str], shows: Sequence[Callable[..., None]], key: str, *args: object) -> None:
+    """Tabs named `views`, bound to the URL's `key`; only the open one runs its `shows` function with `args` (the
+    others cost nothing and send nothing to the browser)."""
+    for tab, show in zip(st.tabs(list(views), key=key, bind="query-params"), shows, strict=True):
+        if tab.open:
+            with tab:
+                show(*args)
