@@ -31,7 +31,7 @@ from ui.activations import (
     stack_tokens,
     stream_trace,
 )
-from ui.downloads import constant, downloads, matrix_table
+from ui.downloads import constant, downloads, file_name, matrix_table
 from ui.page import current_runner, current_trace, show_open_tab, trace_with
 from viz.logit_lens import lens_grid, rank_lines
 from viz.neurons import coloured_text, most_active, top_neurons_per_token, top_table
@@ -62,7 +62,7 @@ def choose_stack(trace: Trace) -> str:
 
 
 def file_stem(trace: Trace, stack: str) -> str:
-    return f"{trace.facts.model_id.replace('/', '_')}.{stack}"
+    return file_name(trace.facts.model_id, stack)
 
 
 def residual(trace: Trace, stack: str) -> None:

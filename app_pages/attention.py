@@ -14,7 +14,7 @@ import streamlit as st
 
 from model.core.trace import Site, Trace
 from ui import url_state
-from ui.downloads import constant, downloads, matrix_table
+from ui.downloads import constant, downloads, file_name, matrix_table
 from ui.page import current_trace, show_open_tab
 from ui.pickers import choose_head, keep_valid, open_clicked_head, site_label
 from ui.trace_cache import per_trace
@@ -75,7 +75,7 @@ class Choice:
     @property
     def name(self) -> str:
         """A file name stem: model, site, layer."""
-        return f"{self.trace.facts.model_id.replace('/', '_')}.{self.site}.{self.layer}"
+        return file_name(self.trace.facts.model_id, self.site, self.layer)
 
     @property
     def label(self) -> str:

@@ -13,7 +13,7 @@ from model.core.sampling import MAX_NEW_TOKENS, DecodeSettings
 from model.core.stepping import Step, Stepper
 from model.registry import stepper_for
 from ui import generation as gen
-from ui.downloads import constant, downloads, matrix_table
+from ui.downloads import constant, downloads, file_name, matrix_table
 from ui.messages import literal, show_error
 from ui.page import current_request, current_runner, current_trace
 from viz.generation import alternatives_bar, rows_heatmap
@@ -170,7 +170,7 @@ def attention_rows(step: Step, context: list[str], source: list[str], model_id: 
         title = f"Step {index + 1} · {kind}-attention over the {key_title}"
         fig = rows_heatmap(mean, layer_names, keys, f"{title} · mean over heads", key_title)
         st.plotly_chart(fig, key=f"generate_{kind}_layers")
-        downloads(fig, f"{model_id.replace('/', '_')}.step{index + 1}.{kind}.layers", f"generate_{kind}_layers",
+        downloads(fig, file_name(model_id, f"step{index + 1}", kind, "layers"), f"generate_{kind}_layers",
                   constant(matrix_table(mean, layer_names, keys)))
         per_head = rows[layer].astype(np.float32)  # (heads, keys)
         head_names = [f"head {h}" for h in range(heads)]

@@ -13,7 +13,7 @@ import torch
 from model.core.masks import check_every_query_sees_a_key, hidden_key_pairs, outside_window_pairs
 from model.core.trace import Site, Trace
 from ui import url_state
-from ui.downloads import downloads, matrix_table
+from ui.downloads import downloads, file_name, matrix_table
 from ui.messages import literal
 from ui.page import current_runner, current_trace, show_open_tab, trace_with
 from ui.pickers import choose_head, keep_valid, site_label
@@ -39,7 +39,7 @@ TOP = 8  # next tokens compared
 
 def name(trace: Trace, *parts: object) -> str:
     """A file name stem: model, then the parts."""
-    return ".".join([trace.facts.model_id.replace("/", "_"), *map(str, parts)])
+    return file_name(trace.facts.model_id, *parts)
 
 
 def first_self_site(trace: Trace) -> str:

@@ -12,7 +12,7 @@ from model.core import sinusoid as pe
 from model.core.trace import Trace
 from model.inspect.positions import PositionScheme, position_scheme
 from ui import url_state
-from ui.downloads import downloads
+from ui.downloads import downloads, file_name
 from ui.page import current_runner, current_trace
 from ui.pickers import keep_valid
 from ui.position_model_views import model_view, tokens_view
@@ -192,7 +192,7 @@ def page() -> None:
                                      "vectors scaled to length 1).")
     url_state.write(positions_stack=stack, positions_measure=measure)
     length, d_model, problem = choose_size(trace, stack, length_col, d_col)
-    name = f"{trace.facts.model_id.replace('/', '_')}.{stack}"
+    name = file_name(trace.facts.model_id, stack)
     model_length = length if problem is None else len(stack_tokens(trace, stack))  # the text's, when refused
     for tab, view in zip(st.tabs(VIEWS, key="positions_view", bind="query-params"), VIEWS, strict=True):
         if tab.open:  # the other tabs cost nothing

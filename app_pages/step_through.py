@@ -15,6 +15,7 @@ from model.inspect.head_math import HeadSteps, compute_head, concat_heads, outpu
 from model.inspect.head_weights import HeadWeights, head_weights
 from model.inspect.step_hooks import StepNames, step_names
 from ui import url_state
+from ui.downloads import file_name
 from ui.matrix_view import show_matrix
 from ui.page import current_runner, current_trace, trace_with
 from ui.pickers import choose_head, keep_valid
@@ -47,7 +48,7 @@ class Head:
     @property
     def stem(self) -> str:
         """The start of download file names: "toy-date.encoder.attn.1.2"."""
-        return f"{self.trace.facts.model_id.replace('/', '_')}.{self.site}.{self.layer}.{self.weights.head}"
+        return file_name(self.trace.facts.model_id, self.site, self.layer, self.weights.head)
 
     @property
     def rows(self) -> list[str]:

@@ -27,6 +27,12 @@ def matrix_table(
                         columns=[position_label(p, t) for p, t in zip(cols, col_tokens, strict=True)])
 
 
+def file_name(model_id: str, *parts: object) -> str:
+    """A download's file name stem: the model (a folder's slashes made safe), then `parts`, dot-separated:
+    "toy-date.encoder.attn.1"."""
+    return ".".join([model_id.replace("/", "_"), *map(str, parts)])
+
+
 def constant(table: pd.DataFrame) -> Callable[[], pd.DataFrame]:
     """A table maker for `downloads` that returns a table already made."""
     return lambda: table
