@@ -39,6 +39,7 @@ bench: $(VENV)/.dev
 	$(PY) -m bench.sessions
 	$(PY) -m bench.browser_attention
 	$(PY) -m bench.generation
+	$(PY) -m bench.head_scan
 
 # Retrain every shipped toy model (about 5 minutes each on a 2-core CPU).
 train: $(VENV)/.runtime

@@ -46,6 +46,10 @@ def test_hostile_texts_on_every_page(model_id: str) -> None:
             if step:  # the Generate page draws once a token is generated
                 step[0].click().run()
                 assert_safe(at)
+            every = [t for t in at.toggle if t.key == "ablation_every" and not t.value]
+            if every:  # the Ablate heads page draws once heads are chosen
+                every[0].set_value(True).run()
+                assert_safe(at)
             encoder = any("does not generate" in i.value for i in at.info)  # the Generate page, on an encoder
             assert at.error or at.get("plotly_chart") or encoder, (name, page.path)  # a message, or the run drawn
             if name in ("empty", "whitespace"):

@@ -119,6 +119,9 @@ def test_no_page_keeps_its_trace_once_the_run_is_over(monkeypatch, toy_traces) -
             at.run()
             if page.path.endswith("generate.py"):  # its figures (and downloads) come with a generated token
                 at.button(key="generate_step").click().run()
+            if page.path.endswith("ablation.py"):  # its figures come with chosen heads, and with a scan
+                at.toggle(key="ablation_every").set_value(True).run()
+                at.button(key="ablation_scan_button").click().run()
             assert not at.exception
             assert kept, f"{page.path} {view or ''}: no download button"
             gc.collect()  # earlier reruns' page namespaces are garbage cycles (ui/trace_cache.py)

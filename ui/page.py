@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import streamlit as st
 
+from model.core.ablation import AblationMode, Head
 from model.core.options import CausalMode
 from model.core.runner import Runner
 from model.core.trace import Trace
@@ -38,6 +39,7 @@ PAGES = (  # the navigation, in order; the first is where the app opens
     Page("app_pages/step_through.py", "Step through", ":material/footprint:"),
     Page("app_pages/activations.py", "Activations", ":material/stacked_line_chart:"),
     Page("app_pages/generate.py", "Generate", ":material/play_arrow:"),
+    Page("app_pages/ablation.py", "Ablate heads", ":material/content_cut:"),
 )
 
 # Widget keys whose values must survive a visit to a page that does not draw them (Streamlit forgets the
@@ -54,6 +56,7 @@ PERSISTENT_KEYS = (
     "activations_shape_layer",
     "generate_method", "generate_temperature", "generate_top_k", "generate_top_p", "generate_seed",
     "generate_max_new", "generate_layer",
+    "ablation_heads", "ablation_every", "ablation_mode",
 )
 TRACE = "trace"  # session key of the frame's trace for this run (None when there is none)
 REQUEST = "run_request"  # session key of the RunRequest that made it
@@ -88,13 +91,14 @@ def current_runner() -> Runner:
 
 
 def trace_with(hooks: tuple[str, ...], causal: CausalMode | None = None, pad_to: int = 0,
-               blocked: tuple[tuple[int, int], ...] = ()) -> Trace:
+               blocked: tuple[tuple[int, int], ...] = (), ablated: tuple[Head, ...] = (),
+               ablation: AblationMode = "zero") -> Trace:
     """This run's input traced again capturing `hooks` (glob patterns; ask only for what the page shows: a
-    2,048-token run's every hook is gigabytes), under another causal choice ("auto", "on", "off") or extra
-    masks if given. Cached like the frame's trace. A run that fails shows why and stops the page (a page with
-    something else to show then calls `ui.runs.trace_for` itself and catches its ValueError)."""
+    2,048-token run's every hook is gigabytes), under another causal choice ("auto", "on", "off"), extra masks
+    or ablated heads if given. Cached like the frame's trace. A run that fails shows why and stops the page (a
+    page with something else to show then calls `ui.runs.trace_for` itself and catches its ValueError)."""
     try:
-        trace, kept = trace_for(current_request(), hooks, causal, pad_to, blocked)
+        trace, kept = trace_for(current_request(), hooks, causal, pad_to, blocked, ablated, ablation)
     except ValueError as error:
         show_error(str(error))
         st.stop()

@@ -21,6 +21,7 @@ from typing import TypeVar
 
 import streamlit as st
 
+from model.core.ablation import AblationMode, Head
 from model.core.devices import is_out_of_memory, pick_device
 from model.core.options import CausalMode, RunOptions
 from model.core.runner import Runner
@@ -46,9 +47,11 @@ class RunRequest:
     causal: CausalMode
 
     def options(self, hooks: tuple[str, ...] = PATTERNS, causal: CausalMode | None = None, pad_to: int = 0,
-                blocked: tuple[tuple[int, int], ...] = ()) -> RunOptions:
+                blocked: tuple[tuple[int, int], ...] = (), ablated: tuple[Head, ...] = (),
+                ablation: AblationMode = "zero") -> RunOptions:
         """RunOptions capturing `hooks`, under the request's causal choice unless `causal` is given."""
-        return RunOptions(hooks=hooks, causal=causal or self.causal, pad_to=pad_to, blocked=blocked)
+        return RunOptions(hooks=hooks, causal=causal or self.causal, pad_to=pad_to, blocked=blocked,
+                          ablated=ablated, ablation=ablation)
 
 
 @st.cache_resource(show_spinner=False)
@@ -86,12 +89,13 @@ def get_runner(model_id: str, device: str) -> Runner:
 
 
 def trace_for(request: RunRequest, hooks: tuple[str, ...] = PATTERNS, causal: CausalMode | None = None,
-              pad_to: int = 0, blocked: tuple[tuple[int, int], ...] = ()) -> tuple[Trace, bool]:
-    """The trace of `request` capturing `hooks`, under another causal choice or extra masks if given, from the
-    shared cache (computed once). Returns (trace, kept): kept is False when it was too large for the budget
-    (it will be computed again)."""
+              pad_to: int = 0, blocked: tuple[tuple[int, int], ...] = (), ablated: tuple[Head, ...] = (),
+              ablation: AblationMode = "zero") -> tuple[Trace, bool]:
+    """The trace of `request` capturing `hooks`, under another causal choice, extra masks or ablated heads if
+    given, from the shared cache (computed once). Returns (trace, kept): kept is False when it was too large for
+    the budget (it will be computed again)."""
     runner = get_runner(request.model_id, request.device)
-    options = request.options(hooks, causal, pad_to, blocked)
+    options = request.options(hooks, causal, pad_to, blocked, ablated, ablation)
     key = (request, options)
     return _readable_failures(f"Running {request.model_id}", lambda: cached_trace(
         key, lambda: runner.run(request.text, request.target, options)))

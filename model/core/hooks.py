@@ -10,6 +10,11 @@ HookPoints too, for anyone who wants to intervene.
 Code that computes a value only when someone keeps it (the Hugging Face attention function of
 model/hf/heads.py) asks `reports_wanted(module)` which values the thread's capture wants from it, and
 hands those to the same recorder under their hook names.
+
+Interventions (a head's output zeroed, model/core/ablation.py) work the same way: `editing(...)` gives the
+thread a replacement function for some hook points (by name) and reported values (by module and quantity);
+the value is replaced where it is computed, before any recorder sees it, for that thread only. The shared
+model's weights and modules are never changed.
 """
 
 from __future__ import annotations
@@ -23,7 +28,10 @@ from torch import nn
 
 Recorder = Callable[[str, torch.Tensor], None]
 Reports = Mapping[nn.Module, Mapping[str, str]]  # module -> {the quantity it reports: hook name}
-_active = threading.local()  # .recorder: the current thread's Recorder, .reports: its Reports (absent/None: none)
+Edit = Callable[[torch.Tensor], torch.Tensor]  # a value -> its replacement (same shape)
+PointEdits = Mapping[str, Edit]  # hook point name -> its edit
+ReportedEdits = Mapping[nn.Module, Mapping[str, Edit]]  # module -> {quantity computed in its forward: edit}
+_active = threading.local()  # .recorder, .reports, .point_edits, .reported_edits of the current thread (absent: none)
 _NOTHING: Mapping[str, str] = {}
 
 
@@ -39,6 +47,9 @@ class HookPoint(nn.Module):
         self.name = ""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        edits = getattr(_active, "point_edits", None)
+        if edits and self.name in edits:
+            x = edits[self.name](x)
         recorder = getattr(_active, "recorder", None)
         if recorder is not None:
             recorder(self.name, x)
@@ -55,6 +66,24 @@ def recording(recorder: Recorder, reports: Reports | None = None) -> Iterator[No
         yield
     finally:
         _active.recorder, _active.reports = previous
+
+
+@contextmanager
+def editing(point_edits: PointEdits, reported_edits: ReportedEdits) -> Iterator[None]:
+    """While inside, this thread's forward passes replace the values of the named hook points, and the quantities
+    that modules compute and report (model/hf/heads.py), by their edits. Other threads see the model unchanged."""
+    previous = getattr(_active, "point_edits", None), getattr(_active, "reported_edits", None)
+    _active.point_edits, _active.reported_edits = point_edits, reported_edits
+    try:
+        yield
+    finally:
+        _active.point_edits, _active.reported_edits = previous
+
+
+def reported_edit(module: nn.Module, quantity: str) -> Edit | None:
+    """The edit this thread applies to `quantity` computed inside `module`'s forward (None: leave it as it is)."""
+    edits = getattr(_active, "reported_edits", None)
+    return edits.get(module, _NOTHING).get(quantity) if edits else None
 
 
 def active_recorder() -> Recorder | None:

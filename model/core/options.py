@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from model.core.ablation import AblationMode, Head
+
 CausalMode = Literal["auto", "on", "off"]
 Stack = Literal["encoder", "decoder"]
 
@@ -19,6 +21,8 @@ class RunOptions:
     pad_to: int = 0  # append <pad> tokens to the source up to this many tokens, to show the padding mask
     blocked: tuple[tuple[int, int], ...] = ()  # (query, key) pairs hidden in the first self-attention
     #                                           (the encoder's, or a decoder-only model's)
+    ablated: tuple[Head, ...] = ()  # heads whose output is replaced, in this run only (model/core/ablation.py)
+    ablation: AblationMode = "zero"  # by 0, or by its mean over the positions
 
     def causal_for(self, stack: Stack) -> bool:
         """Whether a stack's self-attention is causal in this run: the one place this is decided."""
@@ -36,10 +40,14 @@ class RunOptions:
     def record(self) -> dict[str, Any]:
         """The options as plain JSON-able values (a trace file keeps them so)."""
         return {"hooks": list(self.hooks), "causal": self.causal, "pad_to": self.pad_to,
-                "blocked": [list(pair) for pair in self.blocked]}
+                "blocked": [list(pair) for pair in self.blocked], "ablated": [list(head) for head in self.ablated],
+                "ablation": self.ablation}
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> RunOptions:
-        """Inverse of `record` (a file written before hooks were recorded reads as every hook)."""
+        """Inverse of `record` (a file written before hooks or ablations were recorded reads as every hook and
+        no ablation)."""
         return cls(hooks=tuple(record.get("hooks", ("*",))), causal=record["causal"], pad_to=record["pad_to"],
-                   blocked=tuple(tuple(pair) for pair in record["blocked"]))
+                   blocked=tuple(tuple(pair) for pair in record["blocked"]),
+                   ablated=tuple((site, int(head)) for site, head in record.get("ablated", ())),
+                   ablation=record.get("ablation", "zero"))

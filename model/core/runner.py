@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import numpy as np
 import torch
 
+from model.core.ablation import AblationMode, Head, Outcome
 from model.core.options import RunOptions
 from model.core.trace import ModelFacts, Trace
 
@@ -25,6 +26,11 @@ class Runner(Protocol):
 
     def cautions(self, text: str) -> tuple[str, ...]:
         """What a person should know before reading this text's output (e.g. longer than the model learned)."""
+        ...
+
+    def ablation_outcomes(self, trace: Trace, rows: Sequence[Sequence[Head]], mode: AblationMode) -> Outcome:
+        """What the input of `trace` (unpadded) leads to, once per row of a batch that ablates the heads `rows[b]`
+        in row b (model/core/ablation.py); rows = [()] is the model whole."""
         ...
 
 

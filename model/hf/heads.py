@@ -6,7 +6,8 @@ it query, key and value already split into heads (and rotated, in rotary models)
 and any position bias (T5). Models are loaded with the implementation ATTENTION, registered once here:
 the family's own eager function (so patterns are exactly eager's) that, on the thread of a capture
 asking for them, also reports the per-head values (model/core/hooks.py `reports_wanted`). Asked for nothing,
-it costs one thread-local lookup per layer; the shared model itself is never changed per run.
+it costs two thread-local lookups per layer; the shared model itself is never changed per run. A thread that
+ablates heads (model/core/ablation.py) has each head's output `z` edited here, before W_O.
 
 Rotary models rotate q and k before that call, so their `hook_q`/`hook_k` (before the rotation) are read
 from the projections' outputs with a forward hook instead (ProjectionHeads).
@@ -24,7 +25,7 @@ import torch
 from torch import nn
 
 from model.core.capture import ModuleTap, ReportedTap
-from model.core.hooks import active_recorder, reports_wanted
+from model.core.hooks import active_recorder, reported_edit, reports_wanted
 
 ATTENTION = "atlas_eager"  # the attn_implementation models are loaded with
 EagerAttention = Callable[..., tuple[torch.Tensor, torch.Tensor]]
@@ -70,6 +71,9 @@ def attention(
     if wanted:
         _report_inputs(wanted, query, key, value, kwargs.get("scaling"), kwargs.get("position_bias"))
     out, weights = _eager(type(module))(module, query, key, value, attention_mask, **kwargs)
+    edit = reported_edit(module, "z")
+    if edit is not None:  # an intervention on this thread (model/core/ablation.py)
+        out = edit(out.transpose(1, 2)).transpose(1, 2)  # the edit sees (batch, heads, q_len, d_head)
     if "z" in wanted:
         active_recorder()(wanted["z"], out.transpose(1, 2))  # (batch, heads, q_len, d_head)
     return out, weights

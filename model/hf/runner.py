@@ -10,7 +10,7 @@ The model card's facts come from facts.py.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from model.core.ablation import AblationMode, Head, Outcome, ablating, ablating_rows
 from model.core.capture import ModuleTap, capture
 from model.core.devices import free_accelerator_memory, is_out_of_memory
 from model.core.forcing import score_target
@@ -99,9 +100,11 @@ class HFRunner:
         return ()
 
     def _run(self, model: nn.Module, text: str, target: str | None, options: RunOptions) -> Trace:
-        if self.family.kind == "encoder-decoder":
-            return self._run_encoder_decoder(model, text, target, options)
-        return self._run_single_stack(model, text, target, options)
+        taps = self.taps if model is self.model else self.family.taps(model)
+        with ablating(taps, options.ablated, options.ablation, self.facts.n_heads):  # generation too
+            if self.family.kind == "encoder-decoder":
+                return self._run_encoder_decoder(model, text, target, options)
+            return self._run_single_stack(model, text, target, options)
 
     # -- tokens --------------------------------------------------------------------------------
     def _encode(self, text: str, what: str = "text") -> list[int]:
@@ -161,7 +164,7 @@ class HFRunner:
             outputs |= score_target(logits[:-1], target_ids, self._tokens)
             return self._trace(padded, [], masks, captured, outputs, target, "teacher-forced", options, causal_stacks)
         first = int(outputs["top_next_ids"][0])
-        text_out, kind = self._continuation(model, ids, first, causal, options.blocked)
+        text_out, kind = self._continuation(model, ids, first, options)
         return self._trace(padded, [], masks, captured, outputs, text_out, kind, options, causal_stacks)
 
     def _encode_continuation(self, target: str, prompt_len: int) -> list[int]:
@@ -185,16 +188,18 @@ class HFRunner:
         }
 
     def _continuation(
-        self, model: nn.Module, ids: list[int], first: int, causal: bool, blocked: tuple[tuple[int, int], ...]
+        self, model: nn.Module, ids: list[int], first: int, options: RunOptions
     ) -> tuple[str, OutputKind]:
-        """The greedy continuation under the masks of the traced pass, starting with its top next token `first`.
-        With the masks the model was trained with, `generate` (and its KV cache) gives the same tokens; with
-        others (no causal mask, blocked pairs) every step re-reads the whole sequence under them."""
+        """The greedy continuation under the masks and ablations of the traced pass, starting with its top next
+        token `first`. With the causal mask and every head whole, `generate` (and its KV cache) gives the same
+        tokens; otherwise (no causal mask, blocked pairs, ablated heads) every step re-reads the whole sequence
+        under them (an ablation by the mean over positions needs them all)."""
         if len(ids) > CONTINUATION_MAX_PROMPT:
             return self.tokenizer.decode([first]), "next token"
         sequence = [*ids, first]
+        causal, blocked = options.causal_for("decoder"), options.blocked
         with torch.inference_mode():
-            if causal and not blocked:
+            if causal and not blocked and not options.ablated:
                 generated = model.generate(
                     torch.tensor([sequence], device=model.device),
                     attention_mask=torch.ones(1, len(sequence), device=model.device),
@@ -228,15 +233,11 @@ class HFRunner:
         start = model.config.decoder_start_token_id
 
         def encode() -> Any:
-            return model.get_encoder()(input_ids=src, attention_mask=additive_mask(enc_allowed.to(device), model.dtype))
+            return _encode(model, src, enc_allowed)
 
         def decode(encoder_out: Any, tgt_ids: list[int]) -> Any:
             dec_allowed = self_attention_mask(len(tgt_ids), len(tgt_ids), decoder_causal, ())
-            return model(
-                encoder_outputs=encoder_out, attention_mask=real_keys, use_cache=False,
-                decoder_input_ids=torch.tensor([tgt_ids], device=device),
-                decoder_attention_mask=additive_mask(dec_allowed.to(device), model.dtype),
-            )
+            return _decode(model, encoder_out, real_keys, torch.tensor([tgt_ids], device=device), dec_allowed)
 
         labels = self._generate(encode, decode, start, model) if target is None else self._encode(target, "target")
         tgt_ids = [start, *labels[:-1]]
@@ -276,6 +277,33 @@ class HFRunner:
                     break
         return labels
 
+    # -- ablation ------------------------------------------------------------------------------
+    def ablation_outcomes(self, trace: Trace, rows: Sequence[Sequence[Head]], mode: AblationMode) -> Outcome:
+        """What `trace`'s input leads to, once per row of `rows` (the heads ablated in that row), in one batch: a
+        causal LM's next-token log-probabilities after the last token, an encoder-decoder's at every output
+        position (reading the trace's output), an encoder's last-layer vectors. The trace must be unpadded."""
+        if trace.options.pad_to:
+            raise ValueError("Ablation reads the text as typed: turn padding off.")
+        model, batch = self.model, len(rows)
+        device = model.device
+        ids = torch.tensor([trace.ids], device=device).expand(batch, -1)  # (batch, len)
+        masks = {site: torch.as_tensor(mask, device=device)[None, None].expand(batch, 1, -1, -1)
+                 for site, mask in trace.masks.items()}  # (batch, 1, q_len, k_len)
+        with ablating_rows(self.taps, rows, mode, self.facts.n_heads), torch.inference_mode():
+            if self.family.kind == "encoder-decoder":
+                target = torch.tensor([trace.target_ids], device=device).expand(batch, -1)
+                real_keys = masks["decoder.cross_attn"][:, 0, 0].long()  # (batch, src_len)
+                out = _decode(model, _encode(model, ids, masks["encoder.attn"]), real_keys, target,
+                              masks["decoder.attn"])
+                log_probs = out.logits.float().log_softmax(-1)  # (batch, tgt_len, vocab)
+                return Outcome("distributions", log_probs.cpu().numpy(), tuple(range(len(trace.target_ids))))
+            attention_mask = additive_mask(next(iter(masks.values())), model.dtype)
+            if self.family.kind == "encoder":
+                hidden = model(input_ids=ids, attention_mask=attention_mask).last_hidden_state  # (batch, len, d)
+                return Outcome("embeddings", hidden.float().cpu().numpy(), tuple(range(len(trace.ids))))
+            logits = model(input_ids=ids, attention_mask=attention_mask, logits_to_keep=1).logits  # (batch, 1, vocab)
+            return Outcome("distributions", logits.float().log_softmax(-1).cpu().numpy(), (len(trace.ids) - 1,))
+
     # -- shared --------------------------------------------------------------------------------
     def taps_for_run(self, model: nn.Module, causal_stacks: set[str]) -> dict[str, ModuleTap]:
         """The taps of `model` (this runner's, or its CPU copy's) with attention stored compactly:
@@ -305,6 +333,18 @@ class HFRunner:
             options=options, lower_triangle=packed, output_kind=output_kind,
         )
 
+
+def _encode(model: nn.Module, src: torch.Tensor, allowed: torch.Tensor) -> Any:
+    """An encoder-decoder's encoder on src (batch, src_len) under `allowed` (batch or 1, 1, src_len, src_len)."""
+    return model.get_encoder()(input_ids=src, attention_mask=additive_mask(allowed.to(src.device), model.dtype))
+
+
+def _decode(model: nn.Module, encoder_out: Any, real_keys: torch.Tensor, target: torch.Tensor,
+            allowed: torch.Tensor) -> Any:
+    """Its decoder reading target (batch, tgt_len) under `allowed` (batch or 1, 1, tgt_len, tgt_len), attending to
+    the encoder's real positions (real_keys: (batch, src_len), 1 = a real token)."""
+    return model(encoder_outputs=encoder_out, attention_mask=real_keys, use_cache=False, decoder_input_ids=target,
+                 decoder_attention_mask=additive_mask(allowed.to(target.device), model.dtype))
 
 
 def _cosine_similarity(hidden: torch.Tensor) -> np.ndarray:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
 import numpy as np
 import torch
 
+from model.core.ablation import AblationMode, Head, Outcome, ablating, ablating_rows
 from model.core.capture import capture
 from model.core.forcing import score_target
 from model.core.masks import padding_mask, self_attention_mask
@@ -68,9 +69,32 @@ class ToyRunner:
                 "Its output is outside what it learned and may well be wrong.",)
 
     def run(self, text: str, target: str | None = None, options: RunOptions = RunOptions()) -> Trace:
-        if isinstance(self.toy.model, EncoderDecoder):
-            return self._run_encoder_decoder(text, target, options)
-        return self._run_decoder_only(text, target, options)
+        model = self.toy.model
+        with ablating(model.hook_points, options.ablated, options.ablation, model.cfg.n_heads):  # generation too
+            if isinstance(model, EncoderDecoder):
+                return self._run_encoder_decoder(text, target, options)
+            return self._run_decoder_only(text, target, options)
+
+    def ablation_outcomes(self, trace: Trace, rows: Sequence[Sequence[Head]], mode: AblationMode) -> Outcome:
+        """The log-probabilities `trace`'s input leads to, once per row of `rows` (the heads ablated in that row),
+        in one batch: an encoder-decoder's at every output position (reading the trace's output), a decoder-only
+        model's from its separator on (its answer and the end)."""
+        model, batch = self.toy.model, len(rows)
+        masks = {site: torch.as_tensor(mask, device=model.device)[None, None] for site, mask in trace.masks.items()}
+        source = self._tensor(trace.ids).expand(batch, -1)
+        with ablating_rows(model.hook_points, rows, mode, model.cfg.n_heads), torch.inference_mode():
+            if isinstance(model, EncoderDecoder):
+                target = self._tensor(trace.target_ids).expand(batch, -1)
+                log_probs = model(source, target, masks["encoder.attn"], masks["decoder.attn"],
+                                  masks["decoder.cross_attn"])  # (batch, tgt_len, vocab)
+                positions = tuple(range(len(trace.target_ids)))
+            else:
+                log_probs = model(source, masks["decoder.attn"])  # (batch, len, vocab)
+                positions = tuple(range(trace.ids.index(self._separator_id()), len(trace.ids)))
+        return Outcome("distributions", log_probs[:, list(positions)].float().cpu().numpy(), positions)
+
+    def _separator_id(self) -> int:
+        return self.toy.tokenizer.encode(self.toy.task.separator, 1)[0]
 
     # -- masks ---------------------------------------------------------------------------------
     def _self_mask(self, ids: torch.Tensor, causal: bool, blocked: tuple[tuple[int, int], ...]) -> torch.Tensor:

@@ -1,0 +1,34 @@
+"""Figures of head ablation: the change each head's ablation makes (a layer x head grid), and a change per position."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+
+from viz.tokens import plotly_label
+
+
+def scan_heatmap(effects: np.ndarray, title: str, measure: str) -> go.Figure:
+    """effects (layers, heads): the change the ablation of each head alone made, darker = more."""
+    layers, heads = effects.shape
+    fig = go.Figure(go.Heatmap(
+        z=effects.astype(np.float64), x=list(range(heads)), y=list(range(layers)), colorscale="Reds", zmin=0,
+        colorbar={"title": {"text": measure, "side": "right"}},
+        hovertemplate="layer %{y} · head %{x}<br>" + measure + ": %{z:.4g}<extra></extra>",
+    ))
+    fig.update_xaxes(title="head", dtick=1 if heads <= 16 else None)
+    fig.update_yaxes(title="layer", autorange="reversed", dtick=1 if layers <= 16 else None)
+    fig.update_layout(title=title, height=min(700, 160 + 22 * layers), margin={"l": 60, "r": 20, "t": 50, "b": 50})
+    return fig
+
+
+def change_bars(tokens: Sequence[str], values: np.ndarray, title: str, measure: str) -> go.Figure:
+    """One bar a position: `values` (positions,) of `measure`, labelled by the token at each position."""
+    labels = [f"{i}: {plotly_label(t)}" for i, t in enumerate(tokens)]
+    fig = go.Figure(go.Bar(x=labels, y=np.asarray(values, dtype=np.float64),
+                           hovertemplate="%{x}<br>" + measure + ": %{y:.4g}<extra></extra>"))
+    fig.update_yaxes(title=measure)
+    fig.update_layout(title=title, height=320, margin={"l": 60, "r": 20, "t": 50, "b": 80})
+    return fig
