@@ -4,6 +4,8 @@ The shared model is never changed: the ablation applies to this session's runs o
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pandas as pd
 import streamlit as st
@@ -35,10 +37,15 @@ TOP_K = 10
 SCAN_PICKS = 3  # heads the "ablate the top heads" button chooses
 
 
-def head_label(head: Head) -> str:
-    """("decoder.3.cross_attn", 2) -> "layer 3 · head 2 · cross-attention (decoder → encoder)"."""
+SHORT_SITES = {"encoder.attn": "encoder", "decoder.attn": "decoder", "decoder.cross_attn": "cross"}
+EVERY_HEAD = {"zero": "attention then adds only W_O's bias, the same to every token",
+              "mean": "each head adds its average output to every token, whichever tokens it would have read"}
+
+
+def head_label(head: Head, with_site: bool = True) -> str:
+    """("decoder.3.cross_attn", 2) -> "cross · layer 3 · head 2" ("layer 3 · head 2" without its site)."""
     site, layer = head_site(head)
-    return f"layer {layer} · head {head[1]} · {Site.of(site).label}"
+    return f"{SHORT_SITES[site] + ' · ' if with_site else ''}layer {layer} · head {head[1]}"
 
 
 def choose(trace: Trace) -> tuple[tuple[Head, ...], AblationMode]:
@@ -48,7 +55,8 @@ def choose(trace: Trace) -> tuple[tuple[Head, ...], AblationMode]:
     st.session_state["ablation_heads"] = [head for head in kept if head in heads]
     left, right = st.columns([3, 2])
     every = right.toggle("Every head", key="ablation_every", help="Ablate all the model's heads at once.")
-    chosen = left.multiselect("Heads to ablate", heads, format_func=head_label, key="ablation_heads",
+    label = partial(head_label, with_site=len(trace.masks) > 1)  # plain values only: the session keeps format_func
+    chosen = left.multiselect("Heads to ablate", heads, format_func=label, key="ablation_heads",
                               disabled=every, placeholder="Choose heads, or scan every head below")
     mode = right.radio("Replace each head's output by", ABLATION_MODES, format_func=MODE_LABELS.get,
                        key="ablation_mode", horizontal=True)
@@ -83,8 +91,7 @@ def show_change(trace: Trace, heads: tuple[Head, ...], mode: AblationMode) -> No
     outcome = outcomes(trace, heads, mode)
     change = per_position_change(outcome, 0, 1)  # (positions,)
     measure = change_name(outcome)
-    every = " (every head: attention then adds only W_O's bias; each token passes through the MLPs alone)" \
-        if len(heads) == len(every_head(trace)) else ""
+    every = f" (every head: {EVERY_HEAD[mode]})" if len(heads) == len(every_head(trace)) else ""
     st.metric(f"{measure}, {'mean over the positions' if len(change) > 1 else 'next token'}", f"{change.mean():.4f}")
     st.caption(f"{len(heads)} head{'s' if len(heads) != 1 else ''} replaced by {MODE_LABELS[mode]}{every}.")
     name = file_name(trace.facts.model_id, "ablation", mode)
@@ -102,6 +109,9 @@ def show_change(trace: Trace, heads: tuple[Head, ...], mode: AblationMode) -> No
         values = change if outcome.kind == "distributions" else 1.0 - change
         axis = measure if outcome.kind == "distributions" else "cosine similarity"
         figure = change_bars(tokens, values, f"How {what} changed", axis)
+        if outcome.kind == "distributions":
+            st.caption("A bar per position: how far the distribution of the token after it moved. Both runs read "
+                       "the output the whole model wrote, so the positions line up.")
         st.plotly_chart(figure, key="ablation_positions")
         table = pd.DataFrame({"token": [visible_token(t) for t in tokens], axis: values},
                              index=pd.Index(outcome.positions, name="position"))
@@ -166,6 +176,7 @@ def show_scan(trace: Trace, scan: HeadScan) -> None:
 
 
 def page() -> None:
+    st.header("Ablate heads")
     trace = current_trace()
     st.caption("Ablating a head replaces its output (pattern × V, before W_O) at every position, in this session's "
                "runs only: the model others use stays whole. Later layers read the changed stream.")

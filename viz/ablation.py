@@ -29,6 +29,7 @@ def change_bars(tokens: Sequence[str], values: np.ndarray, title: str, measure: 
     labels = [f"{i}: {plotly_label(t)}" for i, t in enumerate(tokens)]
     fig = go.Figure(go.Bar(x=labels, y=np.asarray(values, dtype=np.float64),
                            hovertemplate="%{x}<br>" + measure + ": %{y:.4g}<extra></extra>"))
+    fig.update_xaxes(title="position: the token read there")
     fig.update_yaxes(title=measure)
-    fig.update_layout(title=title, height=320, margin={"l": 60, "r": 20, "t": 50, "b": 80})
+    fig.update_layout(title=title, height=340, margin={"l": 60, "r": 20, "t": 50, "b": 80})
     return fig

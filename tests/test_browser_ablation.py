@@ -1,0 +1,53 @@
+"""The Ablate heads page in a real browser: a scan of every head of toy-gpt-date with its progress, the top heads
+ablated with one click, and SmolLM2's next token before and after; nothing logs an error."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from playwright.sync_api import expect
+
+from tests.browser import ARTIFACTS, choose_model, figure, heatmap_values, open_page, set_text, wait_idle
+
+pytestmark = pytest.mark.browser
+
+
+def _screenshots(page, name: str) -> None:
+    page.screenshot(path=str(ARTIFACTS / f"ablation-{name}.png"), full_page=True)
+    page.set_viewport_size({"width": 1280, "height": 720})
+    page.screenshot(path=str(ARTIFACTS / f"ablation-{name}-1280.png"))
+    page.set_viewport_size({"width": 1400, "height": 1000})
+
+
+def test_scan_then_ablate_the_top_heads_of_toy_gpt_date(page) -> None:
+    choose_model(page, "toy-gpt-date")
+    set_text(page, "14 feb 1999")
+    open_page(page, "Ablate heads")
+    expect(page.get_by_role("heading", name="Ablate heads")).to_be_visible()
+    page.get_by_role("button", name="Scan every head (16)").click()
+    wait_idle(page)
+    title = "decoder self-attention: the change each head's ablation makes"
+    expect(figure(page, title)).to_be_visible()
+    grid = np.array(heatmap_values(page, title), dtype=float)
+    assert grid.shape == (4, 4) and (grid >= 0).all() and grid.max() > 0
+    page.get_by_role("button", name="Ablate the top 3 heads").click()
+    wait_idle(page)
+    expect(figure(page, "How each next-token distribution changed")).to_be_visible()
+    expect(page.get_by_text("3 heads replaced by zero")).to_be_visible()
+    expect(page.get_by_text("Generated, before")).to_be_visible()
+    _screenshots(page, "toy-gpt-date")
+    assert page.console_errors == []
+
+
+def test_every_head_of_smollm2_by_its_mean(page) -> None:
+    choose_model(page, "smollm2")
+    set_text(page, "The capital of France is")
+    open_page(page, "Ablate heads")
+    page.get_by_text("its mean over the positions").click()
+    wait_idle(page)
+    page.get_by_text("Every head", exact=True).click()
+    wait_idle(page)
+    expect(figure(page, "Next token: the 10 likeliest")).to_be_visible()
+    expect(page.get_by_text("270 heads replaced by its mean over the positions")).to_be_visible()
+    _screenshots(page, "smollm2")
+    assert page.console_errors == []
