@@ -13,6 +13,7 @@ from model.core.sampling import MAX_NEW_TOKENS, DecodeSettings
 from model.core.stepping import Step, Stepper
 from model.registry import stepper_for
 from ui import generation as gen
+from ui import url_state
 from ui.downloads import constant, downloads, file_name, matrix_table
 from ui.messages import literal, show_error
 from ui.page import current_request, current_runner, current_trace
@@ -50,6 +51,10 @@ def choose_settings() -> DecodeSettings:
     seed = cols[3].number_input("Seed", min_value=0, step=1, key="generate_seed", disabled=not sample)
     max_new = cols[4].number_input("Max new tokens", step=1, key="generate_max_new",
                                    help=f"1 to {MAX_NEW_TOKENS}; generation also stops at the end token.")
+    url_state.write(decoding=method, max_new=int(max_new), **{  # a greedy link carries no sampling settings
+        name: value if sample else None
+        for name, value in (("temperature", temperature), ("top_k", int(top_k)), ("top_p", top_p), ("seed", int(seed)))
+    })
     return DecodeSettings(not sample, float(temperature), int(top_k), float(top_p), int(seed), int(max_new))
 
 

@@ -100,3 +100,29 @@ def test_a_long_text_travels_compressed_and_comes_back_whole() -> None:
     assert again.sidebar.text_input(key="text").value == text
     broken = _open(model="minilm", tz="not*base64")
     assert not broken.exception and broken.sidebar.text_input(key="text").value  # falls back to the example
+
+
+def test_decoding_settings_travel_in_the_link() -> None:
+    params = {"decoding": "sample", "temperature": "0.7", "top_k": "5", "top_p": "0.9", "seed": "3", "max_new": "4"}
+    at = _open(model="toy-date", text="14 feb 1999", **params)
+    at.switch_page("app_pages/generate.py").run()
+    assert not at.exception and not at.error
+    assert at.radio(key="generate_method").value == "sample"
+    assert [at.number_input(key=f"generate_{name}").value for name in ("temperature", "top_k", "top_p", "seed",
+                                                                     "max_new")] == [0.7, 5, 0.9, 3, 4]
+    at.number_input(key="generate_seed").set_value(8).run()
+    assert at.query_params["seed"] == "8" and at.query_params["temperature"] == "0.7"
+    at.radio(key="generate_method").set_value("greedy").run()
+    assert at.query_params["decoding"] == "greedy" and at.query_params["max_new"] == "4"
+    assert not {"temperature", "top_k", "top_p", "seed"} & set(at.query_params)  # greedy: nothing to sample with
+
+
+def test_bad_decoding_settings_in_a_link_fall_back() -> None:
+    at = _open(model="toy-date", text="14 feb 1999", decoding="<script>", temperature="nan", top_p="1e999",
+               top_k="-1", seed="x", max_new="9" * 40)
+    at.switch_page("app_pages/generate.py").run()
+    assert not at.exception
+    assert at.radio(key="generate_method").value == "greedy"
+    assert at.number_input(key="generate_temperature").value == 1.0
+    assert at.number_input(key="generate_top_p").value == 1.0
+    assert at.number_input(key="generate_top_k").value == 0 and at.number_input(key="generate_seed").value == 0

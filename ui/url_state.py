@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import math
 import zlib
 
 import streamlit as st
@@ -28,7 +29,10 @@ NUMBERS = {"layer": "layer", "head": "head", "row": "attention_window_row", "col
            **{name: name for name in ("positions_length", "positions_d_model", "positions_offset", "positions_pos",
                                       "positions_pair")},
            **{name: name for name in ("activations_layer", "activations_neuron", "activations_topk",
-                                      "activations_lens_start")}}
+                                      "activations_lens_start")},
+           "top_k": "generate_top_k", "seed": "generate_seed", "max_new": "generate_max_new"}
+DECIMALS = {"temperature": "generate_temperature", "top_p": "generate_top_p"}  # finite numbers only
+CHOICES = {"decoding": ("generate_method", ("greedy", "sample"))}  # URL name -> (key, the values allowed)
 TEXTS = {"site": "site", "colorscale": "attention_colorscale", "masks_editor": "masks_editor",
          "positions_stack": "positions_stack", "positions_measure": "positions_measure",
          "activations_stack": "activations_stack"}  # checked by the widgets
@@ -36,6 +40,15 @@ TEXTS = {"site": "site", "colorscale": "attention_colorscale", "masks_editor": "
 
 def _as_int(value: str | None) -> int | None:
     return int(value) if value is not None and value.isdigit() else None
+
+
+def _as_decimal(value: str | None) -> float | None:
+    """A finite number written plainly ("0.7", "-1"), else None (no "nan", "inf" or "1e999")."""
+    try:
+        number = float(value) if value is not None and len(value) <= 20 else None
+    except ValueError:
+        return None
+    return number if number is not None and math.isfinite(number) else None
 
 
 def pack_text(text: str) -> dict[str, str | None]:
@@ -88,6 +101,12 @@ def restore_once(model_ids: list[str], custom_choice: str, causal_labels: dict[s
     for name, key in NUMBERS.items():
         if _as_int(params.get(name)) is not None:
             st.session_state[key] = _as_int(params[name])
+    for name, key in DECIMALS.items():
+        if _as_decimal(params.get(name)) is not None:
+            st.session_state[key] = _as_decimal(params[name])
+    for name, (key, allowed) in CHOICES.items():
+        if params.get(name) in allowed:
+            st.session_state[key] = params[name]
     for name, key in FLAGS.items():
         if params.get(name) in ("0", "1"):
             st.session_state[key] = params[name] == "1"
