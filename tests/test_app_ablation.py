@@ -124,7 +124,7 @@ def test_the_scan_ranks_every_head_and_offers_the_top_ones() -> None:
 
 
 def test_a_text_too_long_to_scan_says_so() -> None:
-    at = _page("smollm2", " ".join(["word"] * 60))
+    at = _page("smollm2", " ".join(["word"] * 200))
     assert "Shorten the text to scan" in at.info[-1].value
     assert "ablation_scan_button" not in [button.key for button in at.button]
 
