@@ -8,7 +8,7 @@ import weakref
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
-from model.core.devices import available_devices
+from model.core.devices import PRECISION_CHOICES, available_devices
 from model.core.runner import Runner
 from model.core.trace import Trace
 from model.registry import PACKAGED, TOY_PREFIX, default_model, examples_for, list_model_ids
@@ -35,6 +35,10 @@ HELP = {
               "with it (decoders). On everywhere: encoders too. Off everywhere: decoders may look ahead — a what-if "
               "the model never saw in training.",
     "device": "Where the model runs. auto: a GPU when there is one, else the CPU.",
+    "precision": "The dtype of the weights and activations. auto: bfloat16 on a GPU that has it, float16 on other "
+                 "GPUs, float32 on the CPU. Half precision takes half the memory; the numbers shown differ from "
+                 "float32's in the third digit or so. The toy models always run in float32 (the model card says "
+                 "which).",
 }
 
 
@@ -76,11 +80,11 @@ def choose_text(model_id: str) -> str:
     return st.sidebar.text_input("Text", key="text", max_chars=url_state.MAX_TEXT_CHARS, help=HELP["text"])
 
 
-def loading_slot(model_id: str, device: str) -> DeltaGenerator | None:
+def loading_slot(model_id: str, device: str, precision: str) -> DeltaGenerator | None:
     """A model not loaded yet takes seconds: say so in place of the previous page. The message takes the
     place of the page's container (an element replacing a block drops the block's content), so the previous
     model's figures do not linger greyed out; the page is then drawn in the same place. None: loaded already."""
-    if is_loaded(model_id, device):
+    if is_loaded(model_id, device, precision):
         return None
     slot = st.empty()
     slot.info(f"Loading {model_id}…", icon=":material/hourglass_top:")
@@ -98,10 +102,11 @@ def sidebar() -> tuple[Trace | None, DeltaGenerator | None]:
         return None, None
     text = choose_text(model_id)
     device = st.sidebar.selectbox("Device", ["auto", *available_devices()], key="device", help=HELP["device"])
+    precision = st.sidebar.selectbox("Precision", PRECISION_CHOICES, key="precision", help=HELP["precision"])
     url_state.write(model=model_id)
-    slot = loading_slot(model_id, device)
+    slot = loading_slot(model_id, device, precision)
     try:
-        runner = get_runner(model_id, device)
+        runner = get_runner(model_id, device, precision)
     except ValueError as error:
         show_error(str(error))
         return None, slot
@@ -117,7 +122,7 @@ def sidebar() -> tuple[Trace | None, DeltaGenerator | None]:
             target = st.sidebar.text_input("Target", key="target", help="The output the model should read.")
     causal = st.sidebar.selectbox("Causal mask", list(CAUSAL_CHOICES), key="causal", help=HELP["causal"])
     url_state.write(**url_state.pack_text(text), target=target, causal=CAUSAL_CHOICES[causal])
-    return run(runner, RunRequest(model_id, device, text, target, CAUSAL_CHOICES[causal])), slot
+    return run(runner, RunRequest(model_id, device, text, target, CAUSAL_CHOICES[causal], precision)), slot
 
 
 def run(runner: Runner, request: RunRequest) -> Trace | None:

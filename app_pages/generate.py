@@ -205,7 +205,7 @@ def page() -> None:
     if not settings.greedy and settings.temperature <= 0:
         st.info("A temperature of 0 or below means greedy decoding: the most likely token every time.",
                 icon=":material/info:")
-    key = (request.model_id, request.device, request.text, request.causal, settings)
+    key = (request.model_id, request.device, request.precision, request.text, request.causal, settings)
     buttons(key, settings, not settings.problems())
     generation = gen.current(key)
     if generation is None or not generation.steps:

@@ -13,7 +13,7 @@ import argparse
 import json
 import sys
 
-from model.core.devices import DEVICE_CHOICES, pick_device
+from model.core.devices import DEVICE_CHOICES, PRECISION_CHOICES, pick_device, pick_precision
 from model.core.runner import RunOptions
 from model.core.trace import save_trace
 from model.registry import list_model_ids, load_runner
@@ -29,6 +29,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="auto: as trained; on: every self-attention causal; off: no causal mask")
     parser.add_argument("--hooks", nargs="*", default=["*"], help="glob patterns of hook names to keep (default: all)")
     parser.add_argument("--device", choices=DEVICE_CHOICES, default="auto", help="auto: CUDA, then MPS, then CPU")
+    parser.add_argument("--precision", choices=PRECISION_CHOICES, default="auto",
+                        help="the weights' dtype; auto: bfloat16 on a GPU that has it, float16 on other GPUs, "
+                             "float32 on the CPU (toy models: always float32)")
     parser.add_argument("--out", help="write the trace to this .npz file")
     args = parser.parse_args(argv)
     if args.list:
@@ -37,7 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.model or args.text is None:
         parser.error("--model and --text are required (or --list)")
     try:
-        runner = load_runner(args.model, device=pick_device(args.device))
+        device = pick_device(args.device)
+        runner = load_runner(args.model, device=device, precision=pick_precision(args.precision, device))
         trace = runner.run(args.text, args.target, RunOptions(hooks=tuple(args.hooks), causal=args.causal))
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)

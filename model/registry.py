@@ -56,9 +56,11 @@ def list_model_ids() -> list[str]:
 
 
 def load_runner(
-    model_id: str, device: str | torch.device = "cpu", progress: Callable[[str], None] | None = None
+    model_id: str, device: str | torch.device = "cpu", progress: Callable[[str], None] | None = None,
+    precision: torch.dtype = torch.float32,
 ) -> Runner:
-    """Load a model by id, or a Hugging Face folder / hub id. ValueError with a clear message if it cannot be."""
+    """Load a model by id, or a Hugging Face folder / hub id, its weights in `precision` (the toy models are
+    float32 whatever is asked: they are small, and trained so). ValueError with a clear message if it cannot be."""
     if model_id.startswith(TOY_PREFIX):
         if model_id[len(TOY_PREFIX):] not in available_toys():
             raise ValueError(f"unknown model {model_id!r}; known models: {', '.join(list_model_ids())}")
@@ -68,13 +70,14 @@ def load_runner(
 
     try:
         if model_id == "minilm":
-            return load_hf_runner(str(packaged.minilm_path()), model_id, device, origin=_package_origin(model_id))
+            return load_hf_runner(str(packaged.minilm_path()), model_id, device, origin=_package_origin(model_id),
+                                  precision=precision)
         if model_id == "smollm2":
             return load_hf_runner(str(packaged.smollm2_folder(progress)), model_id, device,
-                                  origin=_package_origin(model_id))
+                                  origin=_package_origin(model_id), precision=precision)
     except packaged.ModelPackageMissing as error:
         raise ValueError(str(error)) from error
-    return load_hf_runner(model_id, device=device)
+    return load_hf_runner(model_id, device=device, precision=precision)
 
 
 def stepper_for(runner: Runner, text: str, options: RunOptions) -> Stepper:

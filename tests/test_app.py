@@ -93,6 +93,17 @@ def test_an_example_fills_the_text_and_the_device_can_be_chosen() -> None:
     assert at.dataframe[1].value.loc["device", "value"] == "cpu"
 
 
+def test_the_precision_can_be_chosen_and_the_model_card_says_it() -> None:
+    at = _app()  # MiniLM
+    assert at.sidebar.selectbox(key="precision").value == "auto"
+    assert at.dataframe[1].value.loc["precision", "value"] == "float32"  # auto on a CPU
+    at.sidebar.selectbox(key="precision").set_value("bfloat16").run()
+    assert not at.exception and not at.error
+    assert at.dataframe[1].value.loc["precision", "value"] == "bfloat16"
+    at.sidebar.selectbox(key="model_id").set_value("toy-copy").run()
+    assert at.dataframe[1].value.loc["precision", "value"] == "float32"  # the toy models always are
+
+
 def test_bad_text_shows_a_message_and_the_app_keeps_working() -> None:
     at = _app()
     at.sidebar.selectbox(key="model_id").set_value("toy-copy").run()
@@ -154,7 +165,7 @@ def test_every_sidebar_control_says_what_it_does() -> None:
     at = _app()
     at.sidebar.selectbox(key="model_id").set_value("toy-date").run()
     controls = [*at.sidebar.selectbox, *at.sidebar.text_input, *at.sidebar.radio]
-    assert {c.key for c in controls} >= {"model_id", "text", "device", "decoder_mode", "causal"}
+    assert {c.key for c in controls} >= {"model_id", "text", "device", "precision", "decoder_mode", "causal"}
     assert all(c.help for c in controls), [c.key for c in controls if not c.help]
 
 

@@ -67,6 +67,17 @@ def test_a_hugging_face_folder(tmp_path: Path) -> None:
     assert trace.attention["decoder.0.attn.hook_pattern"].dtype == np.float16
 
 
+def test_precision_is_chosen_and_recorded(tmp_path: Path) -> None:
+    folder = build("llama", tmp_path / "llama")
+    out = tmp_path / "llama.npz"
+    result = _cli("--model", str(folder), "--text", "the quick brown fox", "--precision", "bfloat16", "--out",
+                  str(out))
+    assert result.returncode == 0, result.stderr
+    assert load_trace(out).facts.precision == "bfloat16"
+    auto = _cli("--model", str(folder), "--text", "the fox", "--device", "cpu", "--out", str(out))
+    assert auto.returncode == 0 and load_trace(out).facts.precision == "float32"  # auto, on a CPU
+
+
 def test_bad_text_exits_with_a_message() -> None:
     result = _cli("--model", "toy-reverse", "--text", "Hello")
     assert result.returncode == 2

@@ -87,7 +87,7 @@ def current_request() -> RunRequest:
 def current_runner() -> Runner:
     """The loaded model of this run (shared by every session: read its weights, never change them)."""
     request = current_request()
-    return get_runner(request.model_id, request.device)
+    return get_runner(request.model_id, request.device, request.precision)
 
 
 def trace_with(hooks: tuple[str, ...], causal: CausalMode | None = None, pad_to: int = 0,

@@ -22,7 +22,7 @@ from typing import TypeVar
 import streamlit as st
 
 from model.core.ablation import AblationMode, Head
-from model.core.devices import is_out_of_memory, pick_device
+from model.core.devices import is_out_of_memory, pick_device, pick_precision
 from model.core.options import CausalMode, RunOptions
 from model.core.runner import Runner
 from model.core.trace import Trace
@@ -45,6 +45,7 @@ class RunRequest:
     text: str
     target: str | None
     causal: CausalMode
+    precision: str = "auto"  # "auto", "float32", "bfloat16" or "float16" (model/core/devices.py)
 
     def options(self, hooks: tuple[str, ...] = PATTERNS, causal: CausalMode | None = None, pad_to: int = 0,
                 blocked: tuple[tuple[int, int], ...] = (), ablated: tuple[Head, ...] = (),
@@ -56,36 +57,37 @@ class RunRequest:
 
 @st.cache_resource(show_spinner=False)
 def _loaded() -> weakref.WeakValueDictionary:
-    """(model id, device) -> its runner, while some cache or session still holds it."""
+    """(model id, device, precision) -> its runner, while some cache or session still holds it."""
     return weakref.WeakValueDictionary()
 
 
-def is_loaded(model_id: str, device: str) -> bool:
-    return (model_id, device) in _loaded()
+def is_loaded(model_id: str, device: str, precision: str = "auto") -> bool:
+    return (model_id, device, precision) in _loaded()
 
 
-def _load(model_id: str, device: str) -> Runner:
-    runner = load_runner(model_id, device=pick_device(device))
-    _loaded()[(model_id, device)] = runner
+def _load(model_id: str, device: str, precision: str) -> Runner:
+    where = pick_device(device)
+    runner = load_runner(model_id, device=where, precision=pick_precision(precision, where))
+    _loaded()[(model_id, device, precision)] = runner
     return runner
 
 
 @st.cache_resource(show_spinner="Loading the model… (SmolLM2's first load converts its weights: about 30 s)")
-def _named_runner(model_id: str, device: str) -> Runner:
-    return _load(model_id, device)
+def _named_runner(model_id: str, device: str, precision: str) -> Runner:
+    return _load(model_id, device, precision)
 
 
 @st.cache_resource(show_spinner="Loading the model…", max_entries=MAX_CUSTOM_MODELS)
-def _custom_runner(model_id: str, device: str) -> Runner:
-    return _load(model_id, device)
+def _custom_runner(model_id: str, device: str, precision: str) -> Runner:
+    return _load(model_id, device, precision)
 
 
-def get_runner(model_id: str, device: str) -> Runner:
-    """One loaded model per id and device, shared by every session and never mutated. The shipped models stay
-    loaded; of the custom folders and hub ids, the MAX_CUSTOM_MODELS used last (a server must not keep every
-    folder anyone typed). ValueError with a clear message for a model that cannot be loaded."""
+def get_runner(model_id: str, device: str, precision: str = "auto") -> Runner:
+    """One loaded model per id, device and precision, shared by every session and never mutated. The shipped
+    models stay loaded; of the custom folders and hub ids, the MAX_CUSTOM_MODELS used last (a server must not
+    keep every folder anyone typed). ValueError with a clear message for a model that cannot be loaded."""
     cached = _named_runner if model_id in list_model_ids() else _custom_runner
-    return _readable_failures(f"Loading {model_id}", lambda: cached(model_id, device))
+    return _readable_failures(f"Loading {model_id}", lambda: cached(model_id, device, precision))
 
 
 def trace_for(request: RunRequest, hooks: tuple[str, ...] = PATTERNS, causal: CausalMode | None = None,
@@ -94,7 +96,7 @@ def trace_for(request: RunRequest, hooks: tuple[str, ...] = PATTERNS, causal: Ca
     """The trace of `request` capturing `hooks`, under another causal choice, extra masks or ablated heads if
     given, from the shared cache (computed once). Returns (trace, kept): kept is False when it was too large for
     the budget (it will be computed again)."""
-    runner = get_runner(request.model_id, request.device)
+    runner = get_runner(request.model_id, request.device, request.precision)
     options = request.options(hooks, causal, pad_to, blocked, ablated, ablation)
     key = (request, options)
     return _readable_failures(f"Running {request.model_id}", lambda: cached_trace(

@@ -66,6 +66,7 @@ def model_card(facts: Any) -> pd.DataFrame:
         "normalisation": facts.norm,
         "longest input (tokens)": f"{facts.max_len:,}",
         "device": facts.device,
+        "precision": facts.precision,
     }
     rows |= {str(k): v for k, v in facts.notes.items() if str(k) not in rows}
     return pd.DataFrame({"value": [str(v) for v in rows.values()]}, index=pd.Index(list(rows), name="field"))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 
 DEVICE_CHOICES = ("auto", "cpu", "cuda", "mps")
+PRECISIONS = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+PRECISION_CHOICES = ("auto", *PRECISIONS)
 
 
 def available_devices() -> list[str]:
@@ -27,6 +29,23 @@ def pick_device(preference: str = "auto") -> torch.device:
     if preference not in available:
         raise ValueError(f"{preference} is not available on this machine; available: {', '.join(available)}")
     return torch.device(preference)
+
+
+def pick_precision(preference: str, device: torch.device) -> torch.dtype:
+    """auto: bfloat16 on a CUDA GPU that has it, else float16 on a GPU, float32 on the CPU (a CPU computes
+    bfloat16 and float16 slowly, and float32 is what the models are checked against); or the one asked for."""
+    if preference not in PRECISION_CHOICES:
+        raise ValueError(f"precision must be one of {', '.join(PRECISION_CHOICES)}, not {preference!r}")
+    if preference != "auto":
+        return PRECISIONS[preference]
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.float16 if device.type == "mps" else torch.float32
+
+
+def precision_name(dtype: torch.dtype) -> str:
+    """torch.bfloat16 -> "bfloat16"."""
+    return str(dtype).removeprefix("torch.")
 
 
 def is_out_of_memory(error: BaseException) -> bool:

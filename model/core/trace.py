@@ -148,6 +148,7 @@ class ModelFacts:
     device: str
     notes: dict[str, Any] = field(default_factory=dict)  # e.g. the toy task and its accuracy
     special_ids: list[int] = field(default_factory=list)  # ids of <s>, </s>, [CLS], [SEP], padding, ...
+    precision: str = "float32"  # the weights' and activations' dtype ("bfloat16", "float16")
 
 
 @dataclass

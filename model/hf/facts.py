@@ -6,6 +6,7 @@ from typing import Any
 
 from torch import nn
 
+from model.core.devices import precision_name
 from model.core.trace import ModelFacts
 from model.hf.taps import Family
 
@@ -46,4 +47,5 @@ def model_facts(model_id: str, model: nn.Module, family: Family, notes: dict[str
         n_params=sum(p.numel() for p in model.parameters()),
         device=str(model.device),
         notes=notes,
+        precision=precision_name(model.dtype),
     )

@@ -120,9 +120,11 @@ def load_hf_runner(
     device: torch.device | str = "cpu",
     load_kwargs: dict[str, Any] | None = None,
     origin: str | None = None,
+    precision: torch.dtype = torch.float32,
 ) -> HFRunner:
-    """Load the model at `source` (a folder, or a hub id) on `device` and wrap it in an HFRunner.
-    origin: where it comes from, as the model card says it (default: "a local folder" or the hub id)."""
+    """Load the model at `source` (a folder, or a hub id) on `device` in `precision` and wrap it in an HFRunner
+    (its CPU copy, for runs a GPU cannot hold, is float32). origin: where it comes from, as the model card says
+    it (default: "a local folder" or the hub id)."""
     import transformers
 
     transformers.utils.logging.disable_progress_bar()
@@ -141,13 +143,13 @@ def load_hf_runner(
         config = transformers.AutoConfig.from_pretrained(where, **common)
         family = family_for(config.model_type)
 
-        def load_model(on: torch.device | str) -> nn.Module:
+        def load_model(on: torch.device | str, dtype: torch.dtype = torch.float32) -> nn.Module:
             model = _model_class(family).from_pretrained(
-                where, attn_implementation=ATTENTION, use_safetensors=True, **common
+                where, attn_implementation=ATTENTION, use_safetensors=True, dtype=dtype, **common
             )
             return model.to(on).eval()
 
-        model = load_model(device)
+        model = load_model(device, precision)
         tokenizer = transformers.AutoTokenizer.from_pretrained(where, **common)
     except OSError as error:
         raise ValueError(_explain_load_failure(source, folder, common["local_files_only"], error)) from error
