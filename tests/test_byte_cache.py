@@ -11,7 +11,7 @@ import pytest
 
 from model.core.byte_cache import ByteCache, nbytes
 from model.core.options import RunOptions
-from model.core.trace import Trace, load_trace, pack_lower_triangle, save_trace
+from model.core.trace import load_trace, save_trace
 from model.registry import load_runner
 
 
@@ -133,19 +133,26 @@ def test_trace_nbytes_is_the_sum_of_its_arrays(tmp_path: Path) -> None:
     assert trace.steps and trace.captured and trace.outputs and trace.masks
     save_trace(trace, tmp_path / "t.npz")
     metadata = {"tokens", "ids", "target_tokens", "target_ids", "facts", "options", "output_text", "output_kind",
-                "cautions", "fallback", "step_ids", "lower_triangle"}
+                "cautions", "fallback", "step_ids"}
     with np.load(tmp_path / "t.npz") as arrays:
         assert trace.nbytes == sum(arrays[k].nbytes for k in arrays.files if k not in metadata)
     assert load_trace(tmp_path / "t.npz").nbytes == trace.nbytes
 
 
-def test_trace_nbytes_counts_packed_patterns_as_stored() -> None:
-    square = np.tril(np.ones((2, 100, 100), dtype=np.float16))  # (heads, q, k)
-    name = "decoder.0.attn.hook_pattern"
-    trace = Trace(None, [], [], [], [], {"decoder.attn": np.tril(np.ones((100, 100), bool))},
-                  {name: pack_lower_triangle(square)}, {}, "", RunOptions(), lower_triangle={name})
-    assert trace.nbytes == 2 * 5050 * 2 + 100 * 100 < square.nbytes + 100 * 100
-    assert trace.attention[name].nbytes == square.nbytes  # what a page unpacks is not held
+def test_trace_nbytes_counts_pattern_sources_and_their_shared_mask_once() -> None:
+    """Patterns kept as sources cost their queries and keys; the mask every layer reads is counted once."""
+    runner = load_runner("smollm2")
+    trace = runner.run("The capital of France is", options=RunOptions(hooks=("*.hook_pattern",)))
+    sources = trace.pattern_sources
+    n, layers = len(trace.tokens), len(sources)
+    assert layers == 30 and not trace.captured
+    queries_and_keys = sum(s.query.nbytes + s.key.nbytes for s in sources.values())  # float32
+    assert queries_and_keys == layers * (9 + 3) * n * 64 * 4
+    shared_mask = next(iter(sources.values())).allowed
+    assert all(np.shares_memory(s.allowed, shared_mask) for s in sources.values())
+    outputs = sum(v.nbytes for v in trace.outputs.values()) + sum(m.nbytes for m in trace.masks.values())
+    assert trace.nbytes == queries_and_keys + n * n + outputs  # one (n, n) bool mask for every layer
+    assert trace.attention["decoder.0.attn.hook_pattern"].nbytes == 9 * n * n * 2  # computed when read, not held
 
 
 def test_the_size_of_a_tuple_of_plain_values_is_counted() -> None:

@@ -11,6 +11,7 @@ import torch
 from model.core.options import RunOptions
 from model.core.sampling import MAX_NEW_TOKENS, DecodeSettings, choose_next, next_distribution
 from model.core.stepping import Step, generate
+from model.hf.heads import ATTENTION
 from model.hf.stepper import hf_stepper
 from model.registry import load_runner, stepper_for
 
@@ -139,13 +140,17 @@ def test_hf_rows_equal_output_attentions_of_the_final_sequence(runners, family: 
     runner = runners[family]
     steps, stepper = _steps(runner, "the cat sat", 6)
     model, ids = runner.model, [*stepper.context, *[s.token_id for s in steps]]
-    with torch.inference_mode():
-        if stepper.source:
-            out = model(input_ids=torch.tensor([stepper.source]), decoder_input_ids=torch.tensor([ids]),
-                        output_attentions=True)
-            selfs, crosses = out.decoder_attentions, out.cross_attentions
-        else:
-            selfs, crosses = model(input_ids=torch.tensor([ids]), output_attentions=True).attentions, None
+    model.set_attn_implementation("eager")  # the reference: transformers' own probabilities
+    try:
+        with torch.inference_mode():
+            if stepper.source:
+                out = model(input_ids=torch.tensor([stepper.source]), decoder_input_ids=torch.tensor([ids]),
+                            output_attentions=True)
+                selfs, crosses = out.decoder_attentions, out.cross_attentions
+            else:
+                selfs, crosses = model(input_ids=torch.tensor([ids]), output_attentions=True).attentions, None
+    finally:
+        model.set_attn_implementation(ATTENTION)
     first = len(stepper.context) - 1
     for i, step in enumerate(steps):
         q = first + i

@@ -14,6 +14,7 @@ from model.core.capture import capture
 from model.core.runner import RunOptions
 from model.core.trace import Trace
 from model.hf.heads import ATTENTION, register_attention
+from model.hf.runner import additive_mask
 from model.registry import load_runner
 from tests.tiny_hf import FAMILIES
 
@@ -32,10 +33,8 @@ TOY_OUTPUT_PROJECTION = {"attn": "{stack}.layers.{i}.attn.out_proj",
                          "cross_attn": "{stack}.layers.{i}.cross_attn.out_proj"}
 
 
-def _float32_trace(runner, monkeypatch) -> Trace:
-    """Every hook, patterns kept at float32 (the runner's own taps, not the float16 ones a Trace stores), with
-    padding so that the masks hide some keys; encoder-decoders read a given target."""
-    monkeypatch.setattr(runner, "taps_for_run", lambda model, causal_stacks: runner.taps)
+def _padded_trace(runner) -> Trace:
+    """Every hook, with padding so that the masks hide some keys; encoder-decoders read a given target."""
     n = len(runner.tokenizer(TEXT)["input_ids"])
     target = TARGET if runner.family.kind == "encoder-decoder" else None
     return runner.run(TEXT, target, RunOptions(hooks=("*",), pad_to=n + 3))
@@ -45,16 +44,22 @@ def _attention_sites(trace: Trace) -> list[tuple[str, str, str, int]]:
     """(hook prefix, mask site, attention site, layer) of every attention in the trace, e.g.
     ('decoder.1.cross_attn', 'decoder.cross_attn', 'cross_attn', 1)."""
     sites = []
-    for name in trace.captured:
+    for name in trace.attention:
         if name.endswith(".hook_pattern"):
             stack, layer, attn, _ = name.split(".")
             sites.append((name.removesuffix(".hook_pattern"), f"{stack}.{attn}", attn, int(layer)))
     return sites
 
 
+def _values(trace: Trace) -> dict[str, torch.Tensor]:
+    """Every captured value as a tensor, patterns kept as sources computed in float32."""
+    values = {k: torch.from_numpy(np.asarray(v)) for k, v in trace.captured.items()}
+    return values | {k: torch.from_numpy(s.pattern(dtype=np.float32)) for k, s in trace.pattern_sources.items()}
+
+
 def _check_scores_and_z(trace: Trace, projection: dict[str, str], model: torch.nn.Module) -> None:
     """softmax(scores where the mask allows) = pattern; z through W_O (+ bias) = what attention adds."""
-    c = {k: torch.from_numpy(np.asarray(v)) for k, v in trace.captured.items()}
+    c = _values(trace)
     sites = _attention_sites(trace)
     assert sites
     for prefix, mask_site, attn, layer in sites:
@@ -78,9 +83,9 @@ def _check_scores_and_z(trace: Trace, projection: dict[str, str], model: torch.n
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_scores_and_mask_give_the_pattern_and_z_gives_attn_out(runners, family: str, monkeypatch) -> None:
+def test_scores_and_mask_give_the_pattern_and_z_gives_attn_out(runners, family: str) -> None:
     runner = runners[family]
-    trace = _float32_trace(runner, monkeypatch)
+    trace = _padded_trace(runner)
     assert {name.split(".")[-1] for name in trace.captured} >= {"hook_q", "hook_attn_scores", "hook_z"}
     _check_scores_and_z(trace, OUTPUT_PROJECTION[family], runner.model.base_model)
 
@@ -93,11 +98,11 @@ def test_the_from_scratch_models_recompose_the_same_way(model_id: str) -> None:
     _check_scores_and_z(trace, TOY_OUTPUT_PROJECTION, runner.toy.model)
 
 
-def test_rotary_scores_are_the_rotated_queries_and_shared_keys(runners, monkeypatch) -> None:
+def test_rotary_scores_are_the_rotated_queries_and_shared_keys(runners) -> None:
     """Llama (4 query heads, 2 kv heads): scores = rot_q rot_k^T / sqrt(d_head), query head h reading kv head
     h // 2; hook_q/hook_k are before the rotation (equal at position 0, same norms, different elsewhere)."""
     runner = runners["llama"]
-    c = {k: torch.from_numpy(v) for k, v in _float32_trace(runner, monkeypatch).captured.items()}
+    c = _values(_padded_trace(runner))
     for layer in range(2):
         prefix = f"decoder.{layer}.attn"
         rot_q, rot_k = c[f"{prefix}.hook_rot_q"], c[f"{prefix}.hook_rot_k"]  # (4, pos, d), (2, pos, d)
@@ -111,9 +116,9 @@ def test_rotary_scores_are_the_rotated_queries_and_shared_keys(runners, monkeypa
             assert not torch.allclose(before[:, 1:], after[:, 1:])
 
 
-def test_t5_scores_include_the_relative_position_bias(runners, monkeypatch) -> None:
+def test_t5_scores_include_the_relative_position_bias(runners) -> None:
     runner = runners["t5"]
-    c = {k: torch.from_numpy(v) for k, v in _float32_trace(runner, monkeypatch).captured.items()}
+    c = _values(_padded_trace(runner))
     q, k = c["encoder.0.attn.hook_q"], c["encoder.0.attn.hook_k"]  # T5 does not scale q k^T
     bias = c["encoder.0.attn.hook_attn_scores"] - q @ k.transpose(1, 2)  # (heads, q, k)
     attention = runner.model.encoder.block[0].layer[0].SelfAttention
@@ -124,30 +129,50 @@ def test_t5_scores_include_the_relative_position_bias(runners, monkeypatch) -> N
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_the_default_run_captures_no_per_head_hook(runners, family: str) -> None:
-    captured = runners[family].run(TEXT, options=RunOptions(hooks=("*.hook_pattern",))).captured
-    assert captured and all(name.endswith(".hook_pattern") for name in captured)
+    trace = runners[family].run(TEXT, options=RunOptions(hooks=("*.hook_pattern",)))
+    assert not trace.captured and trace.pattern_sources  # patterns kept as sources, nothing else
+    assert all(name.endswith(".hook_pattern") for name in trace.pattern_sources)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_patterns_and_outputs_are_exactly_eager_ones(folders, runners, family: str) -> None:
-    """The attention implementation the runners load reports per-head values without changing a number."""
+def test_patterns_and_outputs_equal_eager_ones(folders, runners, family: str) -> None:
+    """The fused attention the runners load gives eager's outputs, and the patterns computed from what it kept
+    are eager's `output_attentions`, to 1e-5 in float32 (padding and, for encoder-decoders, a target)."""
     runner = runners[family]
     eager = type(runner.model).from_pretrained(folders[family], attn_implementation="eager").eval()
-    ids = torch.tensor([runner.tokenizer(TEXT)["input_ids"]])
-    kwargs = {"decoder_input_ids": ids[:, :4]} if runner.family.kind == "encoder-decoder" else {}
+    trace = _padded_trace(runner)
+    ids = torch.tensor([trace.ids])
+    masks = {site: additive_mask(torch.from_numpy(mask)[None, None], torch.float32)
+             for site, mask in trace.masks.items()}
     with torch.inference_mode():
-        ours, theirs = (m(input_ids=ids, output_attentions=True, use_cache=False, **kwargs)
-                        for m in (runner.model, eager))
+        if runner.family.kind == "encoder-decoder":
+            target = torch.tensor([trace.target_ids])
+            real_keys = torch.from_numpy(trace.masks["decoder.cross_attn"][:1]).long()  # (1, src_len)
+            encoded = eager.get_encoder()(input_ids=ids, attention_mask=masks["encoder.attn"], output_attentions=True)
+            outputs = [m(input_ids=ids, attention_mask=real_keys, decoder_input_ids=target, use_cache=False,
+                         decoder_attention_mask=masks["decoder.attn"], output_attentions=True,
+                         encoder_outputs=m.get_encoder()(input_ids=ids, attention_mask=masks["encoder.attn"]))
+                       for m in (runner.model, eager)]
+            attentions = {"encoder.attn": encoded.attentions, "decoder.attn": outputs[1].decoder_attentions,
+                          "decoder.cross_attn": outputs[1].cross_attentions}
+        else:
+            outputs = [m(input_ids=ids, attention_mask=next(iter(masks.values())), output_attentions=True)
+                       for m in (runner.model, eager)]
+            attentions = {next(iter(trace.masks)): outputs[1].attentions}
     assert runner.model.config._attn_implementation == ATTENTION
-    keys = [key for key in ours if key.endswith("attentions")]
-    assert keys
-    for key in [*keys, "last_hidden_state" if runner.family.kind == "encoder" else "logits"]:
-        mine, reference = (o[key] if isinstance(o[key], tuple) else (o[key],) for o in (ours, theirs))
-        assert all(torch.equal(a, b) for a, b in zip(mine, reference, strict=True)), key
+    result = "last_hidden_state" if runner.family.kind == "encoder" else "logits"
+    torch.testing.assert_close(outputs[0][result], outputs[1][result], atol=1e-5, rtol=0)
+    for site, layers in attentions.items():
+        assert len(layers) == trace.n_layers(site)
+        for layer, reference in enumerate(layers):
+            source = trace.pattern_source(site, layer)
+            np.testing.assert_allclose(source.pattern(dtype=np.float32), reference[0].numpy(), atol=1e-5, rtol=0,
+                                       err_msg=f"{site} {layer}")
 
 
 def test_gpt2_upcast_attention_stays_its_own(folders) -> None:
-    """GPT-2 configs with reorder_and_upcast_attn take their float32 path under ATTENTION as under eager."""
+    """GPT-2 configs with reorder_and_upcast_attn take their float32 path under ATTENTION as under eager (the
+    same output, to the bit, in bfloat16)."""
     register_attention()
     config = transformers.GPT2Config.from_pretrained(folders["gpt2"], reorder_and_upcast_attn=True)
     model = transformers.GPT2LMHeadModel(config).eval()
@@ -156,12 +181,12 @@ def test_gpt2_upcast_attention_stays_its_own(folders) -> None:
             block.attn.c_attn.weight.mul_(30)  # scores large enough that bfloat16 rounds them differently
     model = model.to(torch.bfloat16)
     ids = torch.tensor([[5, 6, 7, 8, 9, 10, 11, 12]])
-    patterns = {}
+    logits = {}
     for implementation in ("eager", ATTENTION):
         model.set_attn_implementation(implementation)
         with torch.inference_mode():
-            patterns[implementation] = model(ids, output_attentions=True).attentions[1]
-    assert torch.equal(patterns["eager"], patterns[ATTENTION])
+            logits[implementation] = model(ids).logits
+    assert torch.equal(logits["eager"], logits[ATTENTION])
 
 
 def test_per_head_values_stay_with_the_thread_that_asked(runners) -> None:

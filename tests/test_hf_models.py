@@ -14,39 +14,10 @@ from model.core.capture import capture
 from model.core.runner import RunOptions
 from model.core.trace import load_trace, save_trace
 from model.core.vocabulary import in_vocabulary
-from model.hf import runner as hf_runner
 from model.hf.loading import load_hf_runner
 from tests.tiny_hf import FAMILIES, build
 
 TEXT = "the quick brown fox jumps over the lazy dog"
-
-
-def _reference(runner, trace) -> dict[str, torch.Tensor]:
-    """Attention from output_attentions for the trace's own inputs (same masks, no hooks)."""
-    model = runner.model
-    ids = torch.tensor([trace.ids])
-    with torch.inference_mode():
-        if runner.family.kind == "encoder-decoder":
-            out = model(input_ids=ids, decoder_input_ids=torch.tensor([trace.target_ids]), output_attentions=True)
-            return {
-                **{f"encoder.{i}.attn.hook_pattern": a for i, a in enumerate(out.encoder_attentions)},
-                **{f"decoder.{i}.attn.hook_pattern": a for i, a in enumerate(out.decoder_attentions)},
-                **{f"decoder.{i}.cross_attn.hook_pattern": a for i, a in enumerate(out.cross_attentions)},
-            }
-        out = model(input_ids=ids, output_attentions=True)
-    stack = "decoder" if runner.family.kind == "decoder" else "encoder"
-    return {f"{stack}.{i}.attn.hook_pattern": a for i, a in enumerate(out.attentions)}
-
-
-@pytest.mark.parametrize("family", FAMILIES)
-def test_captured_attention_equals_output_attentions(runners, family: str) -> None:
-    runner = runners[family]
-    trace = runner.run(TEXT)
-    expected = _reference(runner, trace)
-    assert sorted(trace.attention) == sorted(expected)
-    for name, reference in expected.items():
-        np.testing.assert_array_equal(trace.attention[name], reference[0].to(torch.float16).numpy(), err_msg=name)
-        assert trace.attention[name].dtype == np.float16
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -199,7 +170,10 @@ def test_outputs_per_kind(runners) -> None:
 
 def test_hook_selection_keeps_only_what_is_asked(runners) -> None:
     trace = runners["llama"].run(TEXT, options=RunOptions(hooks=("*.hook_pattern",)))
-    assert sorted(trace.captured) == ["decoder.0.attn.hook_pattern", "decoder.1.attn.hook_pattern"]
+    assert sorted(trace.attention) == ["decoder.0.attn.hook_pattern", "decoder.1.attn.hook_pattern"]
+    assert not trace.captured  # the patterns are kept as their sources
+    trace = runners["llama"].run(TEXT, options=RunOptions(hooks=("decoder.1.hook_resid_post",)))
+    assert list(trace.captured) == ["decoder.1.hook_resid_post"] and not trace.pattern_sources
 
 
 # -- refusing what cannot or must not be loaded ---------------------------------------------------
@@ -261,23 +235,27 @@ def test_other_errors_are_not_mistaken_for_out_of_memory(folders, monkeypatch) -
         runner.run(TEXT)
 
 
-def test_long_causal_attention_is_stored_as_a_lower_triangle(runners, tmp_path: Path, monkeypatch) -> None:
-    assert not runners["llama"].run(TEXT).lower_triangle  # short: plain squares
-    monkeypatch.setattr(hf_runner, "PACK_FROM_TOKENS", 4)  # as long texts are stored
+def test_patterns_are_kept_as_their_sources_and_survive_a_file(runners, tmp_path: Path) -> None:
+    """A Hugging Face trace keeps O(tokens x d_head) per head for its patterns, reads them whole when asked, and
+    writes and reads them back as sources."""
     trace = runners["llama"].run(TEXT)
-    n = len(trace.tokens)
-    name = "decoder.1.attn.hook_pattern"
-    assert name in trace.lower_triangle
-    assert trace.captured[name].shape == (4, n * (n + 1) // 2)  # half the square
+    n, name = len(trace.tokens), "decoder.1.attn.hook_pattern"
+    source = trace.pattern_sources[name]
+    assert source.query.shape == (4, n, 8) and source.key.shape == (2, n, 8)  # 4 query heads share 2 kv heads
     assert trace.attention[name].shape == trace.shape(name) == (4, n, n)
+    assert trace.attention[name].dtype == np.float16
+    np.testing.assert_allclose(trace.attention[name].sum(-1), 1, atol=2e-3)
+    assert np.triu(trace.attention[name][0], 1).max() == 0  # causal
     assert trace.summary()["hooks"][name] == [4, n, n]
     save_trace(trace, tmp_path / "t.npz")
     again = load_trace(tmp_path / "t.npz")
-    assert again.lower_triangle == trace.lower_triangle
+    assert set(again.pattern_sources) == set(trace.pattern_sources)
     np.testing.assert_array_equal(again.attention[name], trace.attention[name])
     off = runners["llama"].run(TEXT, options=RunOptions(causal="off"))
-    assert not off.lower_triangle and off.captured[name].shape == (4, n, n)
-    assert runners["t5"].run(TEXT).lower_triangle == {"decoder.0.attn.hook_pattern", "decoder.1.attn.hook_pattern"}
+    assert np.triu(off.attention[name][0], 1).max() > 0
+    t5 = runners["t5"].run(TEXT).pattern_sources
+    assert t5["encoder.1.attn.hook_pattern"].bias is not None  # the relative position bias, kept once
+    assert np.shares_memory(t5["encoder.0.attn.hook_pattern"].bias, t5["encoder.1.attn.hook_pattern"].bias)
 
 
 @pytest.mark.parametrize("family", ["t5", "bart", "marian"])

@@ -3,7 +3,6 @@ causal patterns pack into their lower triangle and back."""
 
 import math
 
-import numpy as np
 import pytest
 import torch
 
@@ -14,7 +13,6 @@ from model.core.masks import (
     combine,
     padding_mask,
 )
-from model.core.trace import pack_lower_triangle, unpack_lower_triangle
 from model.scratch.layers import sinusoidal_table
 
 
@@ -58,9 +56,3 @@ def test_a_query_with_no_visible_key_is_refused() -> None:
     check_every_query_sees_a_key(causal_mask(5))
 
 
-def test_lower_triangle_packing_round_trip() -> None:
-    square = np.tril(np.random.default_rng(0).random((3, 5, 5)))
-    packed = pack_lower_triangle(square)
-    assert packed.shape == (3, 15)
-    np.testing.assert_array_equal(unpack_lower_triangle(packed), square)
-    assert packed[0, :3].tolist() == [square[0, 0, 0], square[0, 1, 0], square[0, 1, 1]]  # row by row

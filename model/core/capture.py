@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from model.core.hooks import HookPoint, recording
+from model.core.patterns import PatternInputs, PatternSource
 
 T = TypeVar("T")
 HookSelection = str | Iterable[str] | Callable[[str], bool] | None  # None = every hook point
@@ -89,15 +90,19 @@ def to_numpy(tensor: torch.Tensor) -> np.ndarray:
         return tensor.detach().cpu().numpy()
 
 
+Captured = np.ndarray | PatternSource
+
+
 def capture(
     model: nn.Module,
     taps: Mapping[str, HookPoint | nn.Module | ModuleTap | ReportedTap],
     selection: HookSelection,
     run: Callable[[], T],
-) -> tuple[T, dict[str, np.ndarray]]:
+) -> tuple[T, dict[str, Captured]]:
     """Call `run()` (one forward pass of `model`) under `torch.inference_mode()`, recording the
     selected taps. Returns run's result and {hook name: value as CPU numpy, batch dim kept}, in the
-    order the forward pass reached them."""
+    order the forward pass reached them; a Hugging Face model's `hook_pattern` comes as a PatternSource
+    (model/core/patterns.py), computed when read."""
     wanted_points: set[str] = set()  # names reported to the recorder: HookPoints and ReportedTaps
     reports: dict[nn.Module, dict[str, str]] = {}  # module -> {quantity: hook name}
     module_taps: dict[str, ModuleTap] = {}
@@ -110,7 +115,7 @@ def capture(
             reports.setdefault(tap.module, {})[tap.quantity] = name
         else:
             module_taps[name] = tap if isinstance(tap, ModuleTap) else ModuleTap(tap)
-    store: dict[str, torch.Tensor] = {}  # filled in the order the forward pass reaches the taps
+    store: dict[str, torch.Tensor | PatternInputs] = {}  # in the order the forward pass reaches the taps
 
     def record(name: str, value: torch.Tensor) -> None:
         if name in wanted_points:
@@ -128,7 +133,9 @@ def capture(
         finally:
             for handle in handles:
                 handle.remove()
-    return result, {name: to_numpy(value) for name, value in store.items()}
+    converted: dict[int, np.ndarray] = {}  # tensors shared by several patterns' sources, moved once
+    return result, {name: value.to_host(converted) if isinstance(value, PatternInputs) else to_numpy(value)
+                    for name, value in store.items()}
 
 
 def _thread_hook(name: str, read: Reader, store: dict[str, torch.Tensor]):

@@ -12,9 +12,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from model.core.capture import Captured
+from model.core.patterns import PatternSource
 from model.core.sampling import TOP_ALTERNATIVES
 
-Forward = Callable[[list[int]], tuple[torch.Tensor, Mapping[str, np.ndarray]]]  # ids -> (vocab,), patterns
+Forward = Callable[[list[int]], tuple[torch.Tensor, Mapping[str, Captured]]]  # ids -> (vocab,), patterns
 Chooser = Callable[[torch.Tensor, int], int]  # (logits (vocab,), step index) -> token id
 CROSS = ".cross_attn."
 
@@ -46,15 +48,22 @@ class Stepper:
     source: list[int] = field(default_factory=list)  # what the encoder reads (empty: a causal LM)
 
 
-def attention_rows(patterns: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray | None]:
+def last_row(pattern: Captured) -> np.ndarray:
+    """(heads, k): the last query's row of a captured pattern (1, heads, q, k), computed alone from a source."""
+    if isinstance(pattern, PatternSource):
+        return pattern[0].pattern(rows=[-1], dtype=np.float32)[:, 0]
+    return pattern[0, :, -1]
+
+
+def attention_rows(patterns: Mapping[str, Captured]) -> tuple[np.ndarray, np.ndarray | None]:
     """Captured patterns {hook name: (1, heads, q, k)} in layer order -> the last query's rows, stacked:
     self (layers, heads, k) and cross (layers, heads, source) or None."""
-    self_rows = [p[0, :, -1] for name, p in patterns.items() if CROSS not in name]
-    cross_rows = [p[0, :, -1] for name, p in patterns.items() if CROSS in name]
+    self_rows = [last_row(p) for name, p in patterns.items() if CROSS not in name]
+    cross_rows = [last_row(p) for name, p in patterns.items() if CROSS in name]
     return np.stack(self_rows).astype(np.float32), np.stack(cross_rows).astype(np.float32) if cross_rows else None
 
 
-def make_step(logits: torch.Tensor, patterns: Mapping[str, np.ndarray], token_id: int) -> Step:
+def make_step(logits: torch.Tensor, patterns: Mapping[str, Captured], token_id: int) -> Step:
     """The Step that chose `token_id` from `logits` (vocab,) with these attention patterns."""
     probs = logits.float().softmax(-1)  # (vocab,)
     top = probs.topk(min(TOP_ALTERNATIVES, probs.numel()))

@@ -11,11 +11,12 @@ File layout (`save_trace` / `load_trace`), one numpy array per key:
 - `output:<name>`: model outputs, e.g. `output:log_probs` (len, vocab); with a given target the
   `forced_*` arrays of model/core/forcing.py (each target token's probability, rank and the model's choice);
 - `step:<i>:<hook name>`: generation step i's attention row (heads, k_len), with `step_ids`;
-- `lower_triangle`: names of attention patterns stored packed (below).
+- `source:<hook name>:<part>`: a pattern kept as what it is computed from (model/core/patterns.py), parts
+  `query`, `key`, `scale`, `allowed` and `bias` (if any).
 
-Causal attention is zero above the diagonal, so real models store such a pattern packed as its
-lower triangle, (heads, q_len * (q_len + 1) / 2), row by row: half the memory of the square.
-`Trace.attention[name]` always gives the square (heads, q_len, k_len).
+The Hugging Face models keep their patterns that way: O(tokens x d_head) per head instead of O(tokens²).
+`Trace.attention[name]` and `Trace.pattern(site, layer)` give (heads, q_len, k_len) either way, computed when
+read for a kept source (a view that needs only some heads or rows asks `Trace.pattern_source`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import Any, Literal, TypedDict
 import numpy as np
 
 from model.core.options import RunOptions
+from model.core.patterns import PatternSource
 
 PATTERN_SUFFIX = "hook_pattern"
 OutputKind = Literal["generated", "next token", "teacher-forced", "embeddings"]
@@ -39,44 +41,39 @@ OutputKind = Literal["generated", "next token", "teacher-forced", "embeddings"]
 # embeddings: an encoder, whose output is one vector per token (no text).
 
 
-def pack_lower_triangle(square: np.ndarray) -> np.ndarray:
-    """(..., n, n) -> (..., n * (n + 1) / 2): the entries on and below the diagonal, row by row."""
-    rows, cols = np.tril_indices(square.shape[-1])
-    return square[..., rows, cols]
-
-
-def triangle_side(entries: int) -> int:
-    """n such that a packed lower triangle of `entries` values came from an n x n matrix."""
-    return int((np.sqrt(8 * entries + 1) - 1) / 2)
-
-
-def unpack_lower_triangle(packed: np.ndarray) -> np.ndarray:
-    """Inverse of `pack_lower_triangle`, with zeros above the diagonal."""
-    n = triangle_side(packed.shape[-1])
-    square = np.zeros((*packed.shape[:-1], n, n), dtype=packed.dtype)
-    rows, cols = np.tril_indices(n)
-    square[..., rows, cols] = packed
-    return square
-
-
 class AttentionView(Mapping[str, np.ndarray]):
-    """Attention patterns by hook name, each (heads, q_len, k_len); packed ones are unpacked on access."""
+    """Attention patterns by hook name, each (heads, q_len, k_len): captured ones as they are, kept sources
+    computed on access (float16)."""
 
-    def __init__(self, captured: dict[str, np.ndarray], lower_triangle: set[str]) -> None:
-        self._names = [k for k in captured if k.endswith(PATTERN_SUFFIX)]
-        self._captured, self._packed = captured, lower_triangle
+    def __init__(self, captured: dict[str, np.ndarray], sources: dict[str, PatternSource]) -> None:
+        self._names = [k for k in captured if k.endswith(PATTERN_SUFFIX)] + list(sources)
+        self._captured, self._sources = captured, sources
 
     def __getitem__(self, name: str) -> np.ndarray:
+        if name in self._sources:
+            return self._sources[name].pattern()
         if name not in self._names:
             raise KeyError(name)
-        value = self._captured[name]
-        return unpack_lower_triangle(value) if name in self._packed else value
+        return self._captured[name]
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._names)
 
     def __len__(self) -> int:
         return len(self._names)
+
+
+def _root(array: np.ndarray) -> np.ndarray:
+    """The array that owns `array`'s memory (a view's base, followed to the end)."""
+    while isinstance(array.base, np.ndarray):
+        array = array.base
+    return array
+
+
+def distinct_nbytes(arrays: Iterator[np.ndarray] | list[np.ndarray]) -> int:
+    """Bytes held by these arrays, memory shared by several of them (views of one array) counted once."""
+    roots = {id(_root(a)): _root(a) for a in arrays}
+    return sum(root.nbytes for root in roots.values())
 
 
 @dataclass(frozen=True)
@@ -174,7 +171,7 @@ class Trace:
     output_text: str
     options: RunOptions
     steps: list[DecodeStep] = field(default_factory=list)
-    lower_triangle: set[str] = field(default_factory=set)  # patterns in `captured` stored packed
+    pattern_sources: dict[str, PatternSource] = field(default_factory=dict)  # patterns kept uncomputed
     output_kind: OutputKind = "generated"
     cautions: tuple[str, ...] = ()  # what a person must know to read the output (e.g. outside the training range)
     fallback: str = ""  # why this run left the device the model is on (a GPU out of memory), or ""
@@ -182,23 +179,25 @@ class Trace:
     @property
     def attention(self) -> AttentionView:
         """Attention probabilities by hook name, each (heads, q_len, k_len)."""
-        return AttentionView(self.captured, self.lower_triangle)
+        return AttentionView(self.captured, self.pattern_sources)
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the arrays held: captured values as stored (packed patterns packed), outputs, masks, and
-        the decode steps' attention (token strings and ids are left out: a few bytes a token)."""
+        """Bytes of the arrays held: captured values, kept pattern sources (their shared mask and bias once),
+        outputs, masks, and the decode steps' attention (token strings and ids are left out: a few bytes a
+        token)."""
         arrays = [*self.captured.values(), *self.outputs.values(), *self.masks.values()]
+        arrays += [array for source in self.pattern_sources.values() for array in source.arrays()]
         arrays += [row for step in self.steps for row in step.attention.values()]
-        return sum(array.nbytes for array in arrays)
+        return distinct_nbytes(arrays)
 
     def shape(self, name: str) -> tuple[int, ...]:
-        """The shape of a captured value as a person thinks of it (packed patterns as squares)."""
-        shape = self.captured[name].shape
-        if name in self.lower_triangle:
-            n = triangle_side(shape[-1])
-            return (*shape[:-1], n, n)
-        return shape
+        """The shape of a captured value (a kept pattern: the pattern's, (heads, q_len, k_len))."""
+        return self.pattern_sources[name].shape if name in self.pattern_sources else self.captured[name].shape
+
+    def pattern_source(self, site: str, layer: int) -> PatternSource | None:
+        """What one layer's pattern at a site is computed from, where the trace kept that (else None)."""
+        return self.pattern_sources.get(self.pattern_name(site, layer))
 
     def pattern(self, site: str, layer: int) -> np.ndarray:
         """(heads, q_len, k_len): one layer's attention at a site ("encoder.attn", "decoder.cross_attn", ...)."""
@@ -210,7 +209,7 @@ class Trace:
 
     def sites(self) -> list[str]:
         """Attention sites with captured patterns, in model order ("encoder.attn", "decoder.attn", ...)."""
-        return [site for site in self.masks if self.pattern_name(site, 0) in self.captured]
+        return [site for site in self.masks if self.pattern_name(site, 0) in self.attention]
 
     @staticmethod
     def pattern_name(site: str, layer: int) -> str:
@@ -254,7 +253,7 @@ class Trace:
             "output_kind": self.output_kind,
             "cautions": list(self.cautions),
             "masks": {k: list(v.shape) for k, v in self.masks.items()},
-            "hooks": {k: list(self.shape(k)) for k in self.captured},
+            "hooks": {k: list(self.shape(k)) for k in [*self.captured, *self.pattern_sources]},
         }
 
 
@@ -272,11 +271,14 @@ def save_trace(trace: Trace, path: str | Path) -> None:
         "cautions": np.array(json.dumps(list(trace.cautions))),
         "fallback": np.array(trace.fallback),
         "step_ids": np.array([s.token_id for s in trace.steps], dtype=np.int64),
-        "lower_triangle": np.array(sorted(trace.lower_triangle), dtype=str),
     }
     arrays.update({f"mask:{k}": v for k, v in trace.masks.items()})
     arrays.update(trace.captured)
     arrays.update({f"output:{k}": v for k, v in trace.outputs.items()})
+    for name, source in trace.pattern_sources.items():
+        parts = {"query": source.query, "key": source.key, "scale": np.array(source.scale), "allowed": source.allowed}
+        parts |= {} if source.bias is None else {"bias": source.bias}
+        arrays.update({f"source:{name}:{part}": value for part, value in parts.items()})
     for i, step in enumerate(trace.steps):
         arrays.update({f"step:{i}:{k}": v for k, v in step.attention.items()})
     with open(path, "wb") as f:
@@ -287,10 +289,10 @@ def load_trace(path: str | Path) -> Trace:
     """Read a Trace written by `save_trace` (no pickles: object arrays are refused)."""
     with np.load(path, allow_pickle=False) as data:
         arrays = {k: data[k] for k in data.files}
-    prefixed = {"mask:": {}, "output:": {}, "step:": {}}
+    prefixed = {"mask:": {}, "output:": {}, "step:": {}, "source:": {}}
     captured: dict[str, np.ndarray] = {}
     plain = {"tokens", "ids", "target_tokens", "target_ids", "facts", "options", "output_text", "output_kind",
-             "cautions", "fallback", "step_ids", "lower_triangle"}
+             "cautions", "fallback", "step_ids"}
     for key, value in arrays.items():
         prefix = next((p for p in prefixed if key.startswith(p)), None)
         if prefix:
@@ -302,6 +304,12 @@ def load_trace(path: str | Path) -> Trace:
         DecodeStep(int(token_id), {k.split(":", 1)[1]: v for k, v in step_arrays.items() if k.startswith(f"{i}:")})
         for i, token_id in enumerate(arrays["step_ids"].tolist())
     ]
+    parts: dict[str, dict[str, np.ndarray]] = {}  # hook name -> part -> array
+    for key, value in prefixed["source:"].items():
+        name, part = key.rsplit(":", 1)
+        parts.setdefault(name, {})[part] = value
+    sources = {name: PatternSource(query=p["query"], key=p["key"], scale=float(p["scale"]), allowed=p["allowed"],
+                                   bias=p.get("bias")) for name, p in parts.items()}
     return Trace(
         facts=ModelFacts(**json.loads(str(arrays["facts"]))),
         tokens=arrays["tokens"].tolist(),
@@ -314,7 +322,7 @@ def load_trace(path: str | Path) -> Trace:
         output_text=str(arrays["output_text"]),
         options=RunOptions.from_record(json.loads(str(arrays["options"]))),
         steps=steps,
-        lower_triangle=set(arrays["lower_triangle"].tolist()) if "lower_triangle" in arrays else set(),
+        pattern_sources=sources,
         output_kind=str(arrays["output_kind"]) if "output_kind" in arrays else "generated",
         cautions=tuple(json.loads(str(arrays["cautions"]))) if "cautions" in arrays else (),
         fallback=str(arrays["fallback"]) if "fallback" in arrays else "",

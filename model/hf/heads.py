@@ -1,13 +1,16 @@
-"""Per-head attention hooks of Hugging Face models: q, k, v, rot_q, rot_k, attn_scores and z.
+"""The attention of Hugging Face models: fast, with per-head hooks q, k, v, rot_q, rot_k, attn_scores, pattern, z.
 
 Every supported family (BERT, GPT-2, Llama/Mistral/Qwen2, T5, BART, Marian) computes attention in a
 function it looks up in transformers' attention interface by the name of its implementation, and hands
 it query, key and value already split into heads (and rotated, in rotary models), the mask, its scaling
 and any position bias (T5). Models are loaded with the implementation ATTENTION, registered once here:
-the family's own eager function (so patterns are exactly eager's) that, on the thread of a capture
-asking for them, also reports the per-head values (model/core/hooks.py `reports_wanted`). Asked for nothing,
-it costs two thread-local lookups per layer; the shared model itself is never changed per run. A thread that
-ablates heads (model/core/ablation.py) has each head's output `z` edited here, before W_O.
+softmax(Q K^T x scale + bias + M) V by torch's fused `scaled_dot_product_attention` (never materialising the
+probabilities), which on the thread of a capture also reports what it asks for (model/core/hooks.py
+`reports_wanted`): the per-head inputs, the scores (computed only then), the output z, and for `hook_pattern`
+what the pattern is computed from later, on demand (model/core/patterns.py), instead of the pattern itself.
+GPT-2 configs with reorder_and_upcast_attn keep their own eager float32 path. Asked for nothing, it costs two
+thread-local lookups per layer; the shared model itself is never changed per run. A thread that ablates
+heads (model/core/ablation.py) has each head's output `z` edited here, before W_O.
 
 Rotary models rotate q and k before that call, so their `hook_q`/`hook_k` (before the rotation) are read
 from the projections' outputs with a forward hook instead (ProjectionHeads).
@@ -15,20 +18,19 @@ from the projections' outputs with a forward hook instead (ProjectionHeads).
 
 from __future__ import annotations
 
-import functools
-import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from model.core.capture import ModuleTap, ReportedTap
 from model.core.hooks import active_recorder, reported_edit, reports_wanted
+from model.core.patterns import PatternInputs
 
-ATTENTION = "atlas_eager"  # the attn_implementation models are loaded with
-EagerAttention = Callable[..., tuple[torch.Tensor, torch.Tensor]]
+ATTENTION = "atlas"  # the attn_implementation models are loaded with
 
 
 @dataclass(frozen=True)
@@ -62,66 +64,71 @@ def attention(
     query: torch.Tensor,  # (batch, heads, q_len, d_head), rotated in rotary models
     key: torch.Tensor,  # (batch, kv_heads, k_len, d_head)
     value: torch.Tensor,  # (batch, kv_heads, k_len, d_head)
-    attention_mask: torch.Tensor | None,  # additive, (batch, 1, q_len, k_len)
+    attention_mask: torch.Tensor | None,  # additive, (batch or 1, 1, q_len, >= k_len)
     **kwargs: Any,  # scaling, dropout, position_bias (T5), ...
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The family's eager attention, reporting what the capturing thread asks of `module`.
-    Returns (output (batch, q_len, heads, d_head), probabilities (batch, heads, q_len, k_len))."""
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The family's attention, reporting what the capturing thread asks of `module`.
+    Returns (output (batch, q_len, heads, d_head), None: the probabilities are never materialised here)."""
     wanted = reports_wanted(module)
+    scale = _scale(query, kwargs.get("scaling"))
+    bias = kwargs.get("position_bias")  # (batch or 1, heads, q_len, k_len)
     if wanted:
-        _report_inputs(wanted, query, key, value, kwargs.get("scaling"), kwargs.get("position_bias"))
-    out, weights = _eager(type(module))(module, query, key, value, attention_mask, **kwargs)
+        _report_inputs(wanted, query, key, value, scale, bias, attention_mask)
+    if getattr(module, "reorder_and_upcast_attn", False):  # GPT-2's own float32 path, as eager takes it
+        out, _ = module._upcast_and_reordered_attn(query, key, value, attention_mask)
+    else:
+        out = _fused(query, key, value, attention_mask, scale, bias)
     edit = reported_edit(module, "z")
     if edit is not None:  # an intervention on this thread (model/core/ablation.py)
         out = edit(out.transpose(1, 2)).transpose(1, 2)  # the edit sees (batch, heads, q_len, d_head)
     if "z" in wanted:
         active_recorder()(wanted["z"], out.transpose(1, 2))  # (batch, heads, q_len, d_head)
-    return out, weights
+    return out, None
+
+
+def _scale(query: torch.Tensor, scaling: float | None) -> float:
+    """The scores' factor: the model's own, or 1/sqrt(d_head) as eager attention defaults to."""
+    return query.size(-1) ** -0.5 if scaling is None else float(scaling)
+
+
+def _fused(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None, scale: float,
+           bias: torch.Tensor | None) -> torch.Tensor:
+    """softmax(Q K^T x scale + bias + M) V with torch's fused kernel -> (batch, q_len, heads, d_head)."""
+    additive = None if mask is None else mask[..., : key.size(-2)]
+    if bias is not None:
+        additive = bias if additive is None else additive + bias
+    out = F.scaled_dot_product_attention(query, key, value, attn_mask=additive, scale=scale,
+                                         enable_gqa=query.size(1) != key.size(1))
+    return out.transpose(1, 2)
 
 
 def _report_inputs(
-    wanted: Mapping[str, str], query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-    scaling: float | None, position_bias: torch.Tensor | None,
+    wanted: Mapping[str, str], query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float,
+    position_bias: torch.Tensor | None, mask: torch.Tensor | None,
 ) -> None:
-    """Hand the wanted values going into attention to the thread's recorder; the scores are computed only if wanted."""
+    """Hand the wanted values going into attention to the thread's recorder; the scores are computed only if
+    wanted, and a pattern is handed over as what it is computed from (model/core/patterns.py)."""
     record = active_recorder()
     inputs = {"query": query, "key": key, "value": value}
     for quantity, name in wanted.items():
         if quantity in inputs:
             record(name, inputs[quantity])
         elif quantity == "scores":
-            record(name, _scores(query, key, scaling, position_bias))
+            record(name, _scores(query, key, scale, position_bias))
+        elif quantity == "pattern":
+            record(name, PatternInputs(query, key, scale, mask, position_bias))
 
 
-def _scores(
-    query: torch.Tensor, key: torch.Tensor, scaling: float | None, position_bias: torch.Tensor | None
-) -> torch.Tensor:
-    """(batch, heads, q_len, k_len): Q K^T x scaling (+ position bias), before the mask, as eager computes them;
+def _scores(query: torch.Tensor, key: torch.Tensor, scale: float, position_bias: torch.Tensor | None) -> torch.Tensor:
+    """(batch, heads, q_len, k_len): Q K^T x scale (+ position bias), before the mask, as eager computes them;
     query head h reads key head h // (heads / kv_heads)."""
     key = key.repeat_interleave(query.size(1) // key.size(1), dim=1)  # (batch, heads, k_len, d_head)
-    scores = torch.matmul(query, key.transpose(2, 3)) * (query.size(-1) ** -0.5 if scaling is None else scaling)
+    scores = torch.matmul(query, key.transpose(2, 3)) * scale
     return scores if position_bias is None else scores + position_bias
 
 
-@functools.cache
-def _eager(attention_class: type) -> EagerAttention:
-    """What eager attention runs for `attention_class`: the eager function of the modeling file that defines it,
-    or for GPT-2 configs with reorder_and_upcast_attn, GPT-2's own float32 path (as eager takes it)."""
-    eager = importlib.import_module(attention_class.__module__).eager_attention_forward
-    if not hasattr(attention_class, "_upcast_and_reordered_attn"):
-        return eager
-
-    def gpt2_eager(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                   attention_mask: torch.Tensor | None, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        if module.reorder_and_upcast_attn:
-            return module._upcast_and_reordered_attn(query, key, value, attention_mask)
-        return eager(module, query, key, value, attention_mask, **kwargs)
-
-    return gpt2_eager
-
-
 def register_attention() -> None:
-    """Make ATTENTION a valid attn_implementation (and give it eager's masks); idempotent."""
+    """Make ATTENTION a valid attn_implementation (with eager's additive masks); idempotent."""
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, eager_mask
 

@@ -2,9 +2,9 @@
 
 Masks are built here as one (q_len, k_len) bool matrix per self-attention site (True = may attend)
 and handed to the model as a 4D additive mask, so that a causal mask can be switched on for an
-encoder or off for a decoder without touching the shared model. Attention probabilities are stored
-as float16 (half the memory; drawn as float32), and long causal ones as lower triangles (storage.py).
-The model card's facts come from facts.py.
+encoder or off for a decoder without touching the shared model. Attention runs fused (heads.py); its
+probabilities are kept as what they are computed from, and computed when a page reads them
+(model/core/patterns.py). The model card's facts come from facts.py.
 """
 
 from __future__ import annotations
@@ -19,20 +19,18 @@ import torch
 from torch import nn
 
 from model.core.ablation import AblationMode, Head, Outcome, ablating, ablating_rows
-from model.core.capture import ModuleTap, capture
+from model.core.capture import Captured, ModuleTap, ReportedTap, capture
 from model.core.devices import free_accelerator_memory, is_out_of_memory
 from model.core.forcing import score_target
 from model.core.inputs import validate_text
 from model.core.masks import self_attention_mask
 from model.core.runner import RunOptions, trace_of_run
-from model.core.trace import PATTERN_SUFFIX, OutputKind, Trace
+from model.core.trace import OutputKind, Trace
 from model.hf.examples import EXAMPLES
 from model.hf.facts import model_facts
-from model.hf.storage import is_self_attention_pattern, stored_pattern
 from model.hf.taps import Family
 
 MAX_TEXT_CHARS = 50_000  # before tokenising; the token limit below is the real one
-PACK_FROM_TOKENS = 1024  # causal attention at least this long is stored as lower triangles (half the memory)
 CONTINUATION_TOKENS = 8  # a causal LM's greedy continuation shown as its output
 CONTINUATION_MAX_PROMPT = 512  # longer prompts show the next-token choice only (generating re-reads the prompt)
 MAX_GENERATED = 64  # longest output an encoder-decoder model writes
@@ -100,8 +98,7 @@ class HFRunner:
         return ()
 
     def _run(self, model: nn.Module, text: str, target: str | None, options: RunOptions) -> Trace:
-        taps = self.taps if model is self.model else self.family.taps(model)
-        with ablating(taps, options.ablated, options.ablation, self.facts.n_heads):  # generation too
+        with ablating(self._taps(model), options.ablated, options.ablation, self.facts.n_heads):  # generation too
             if self.family.kind == "encoder-decoder":
                 return self._run_encoder_decoder(model, text, target, options)
             return self._run_single_stack(model, text, target, options)
@@ -145,27 +142,26 @@ class HFRunner:
         device = model.device
         input_ids = torch.tensor([padded], device=device)
         attention_mask = additive_mask(allowed.to(device), model.dtype)
-        causal_stacks = {stack} if causal and len(padded) >= PACK_FROM_TOKENS else set()
         # a causal LM computes the logits of the positions it is asked about only: (len, vocab) of them
         # would be 400 MB at 2k. Those are the last real token, and with a target every position before one.
         scored = torch.arange(len(ids) - 1, len(sequence), device=device)
         run_kwargs = {"logits_to_keep": scored} if is_decoder else {}
         out, captured = capture(
-            model, self.taps_for_run(model, causal_stacks), options.hooks,
+            model, self._taps(model), options.hooks,
             lambda: model(input_ids=input_ids, attention_mask=attention_mask, **run_kwargs),
         )
         masks = {f"{stack}.attn": allowed[0, 0]}
         if not is_decoder:
             outputs = {"token_similarity": _cosine_similarity(out.last_hidden_state[0])}
-            return self._trace(padded, [], masks, captured, outputs, "", "embeddings", options, causal_stacks)
+            return self._trace(padded, [], masks, captured, outputs, "", "embeddings", options)
         logits = out.logits[0]  # (len(scored), vocab)
         outputs = self._top_next(logits[-1])
         if target is not None:
             outputs |= score_target(logits[:-1], target_ids, self._tokens)
-            return self._trace(padded, [], masks, captured, outputs, target, "teacher-forced", options, causal_stacks)
+            return self._trace(padded, [], masks, captured, outputs, target, "teacher-forced", options)
         first = int(outputs["top_next_ids"][0])
         text_out, kind = self._continuation(model, ids, first, options)
-        return self._trace(padded, [], masks, captured, outputs, text_out, kind, options, causal_stacks)
+        return self._trace(padded, [], masks, captured, outputs, text_out, kind, options)
 
     def _encode_continuation(self, target: str, prompt_len: int) -> list[int]:
         """A causal LM's target: its tokens as they continue the prompt (no special tokens added)."""
@@ -241,10 +237,7 @@ class HFRunner:
 
         labels = self._generate(encode, decode, start, model) if target is None else self._encode(target, "target")
         tgt_ids = [start, *labels[:-1]]
-        causal_stacks = {"encoder"} if encoder_causal and len(padded) >= PACK_FROM_TOKENS else set()
-        causal_stacks |= {"decoder"} if decoder_causal and len(tgt_ids) >= PACK_FROM_TOKENS else set()
-        out, captured = capture(model, self.taps_for_run(model, causal_stacks), options.hooks,
-                                lambda: decode(encode(), tgt_ids))
+        out, captured = capture(model, self._taps(model), options.hooks, lambda: decode(encode(), tgt_ids))
         predicted = out.logits[0].argmax(-1).tolist()
         masks = {
             "encoder.attn": enc_allowed[0, 0],
@@ -257,10 +250,9 @@ class HFRunner:
         }
         if target is not None:
             outputs |= score_target(out.logits[0], labels, self._tokens)
-            return self._trace(padded, tgt_ids, masks, captured, outputs, target, "teacher-forced", options,
-                               causal_stacks)
+            return self._trace(padded, tgt_ids, masks, captured, outputs, target, "teacher-forced", options)
         output_text = self.tokenizer.decode(labels, skip_special_tokens=True)
-        return self._trace(padded, tgt_ids, masks, captured, outputs, output_text, "generated", options, causal_stacks)
+        return self._trace(padded, tgt_ids, masks, captured, outputs, output_text, "generated", options)
 
     def _generate(
         self, encode: Callable[[], Any], decode: Callable[[Any, list[int]], Any], start: int, model: nn.Module
@@ -305,33 +297,23 @@ class HFRunner:
             return Outcome("distributions", logits.float().log_softmax(-1).cpu().numpy(), (len(trace.ids) - 1,))
 
     # -- shared --------------------------------------------------------------------------------
-    def taps_for_run(self, model: nn.Module, causal_stacks: set[str]) -> dict[str, ModuleTap]:
-        """The taps of `model` (this runner's, or its CPU copy's) with attention stored compactly:
-        self-attention in `causal_stacks` is packed as lower triangles."""
-        taps = self.taps if model is self.model else self.family.taps(model)
-        return {
-            name: stored_pattern(tap, is_self_attention_pattern(name) and name.split(".")[0] in causal_stacks)
-            if name.endswith(PATTERN_SUFFIX) else tap
-            for name, tap in taps.items()
-        }
+    def _taps(self, model: nn.Module) -> dict[str, ModuleTap | ReportedTap]:
+        """The taps of `model`: this runner's, or its CPU copy's."""
+        return self.taps if model is self.model else self.family.taps(model)
 
     def _trace(
         self,
         ids: list[int],
         target_ids: list[int],
         masks: dict[str, torch.Tensor],
-        captured: dict[str, np.ndarray],
+        captured: dict[str, Captured],
         outputs: dict[str, np.ndarray],
         output_text: str,
         output_kind: OutputKind,
         options: RunOptions,
-        causal_stacks: set[str],
     ) -> Trace:
-        packed = {n for n in captured if is_self_attention_pattern(n) and n.split(".")[0] in causal_stacks}
-        return trace_of_run(
-            self.facts, ids, target_ids, self._tokens, masks, captured, outputs=outputs, output_text=output_text,
-            options=options, lower_triangle=packed, output_kind=output_kind,
-        )
+        return trace_of_run(self.facts, ids, target_ids, self._tokens, masks, captured, outputs=outputs,
+                            output_text=output_text, options=options, output_kind=output_kind)
 
 
 def _encode(model: nn.Module, src: torch.Tensor, allowed: torch.Tensor) -> Any:

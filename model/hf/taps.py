@@ -34,14 +34,6 @@ def first_output(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> tor
     return out if isinstance(out, torch.Tensor) else out[0]
 
 
-def attention_weights(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> torch.Tensor:
-    """(batch, heads, q_len, k_len): eager attention modules return their probabilities last."""
-    weights = out[-1]
-    if not isinstance(weights, torch.Tensor):
-        raise RuntimeError("the attention module returned no probabilities: load the model with eager attention")
-    return weights
-
-
 def first_input(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> torch.Tensor:
     """The hidden states going in (positional, or the keyword `hidden_states`)."""
     return args[0] if args else kwargs["hidden_states"]
@@ -91,7 +83,7 @@ def attention_hooks(prefix: str, path: str, rotary: bool = False) -> TapTable:
                  "hook_rot_q": Reported("query"), "hook_rot_k": Reported("key")}
     else:
         hooks = {"hook_q": Reported("query"), "hook_k": Reported("key"), "hook_v": Reported("value")}
-    hooks |= {"hook_attn_scores": Reported("scores"), "hook_pattern": attention_weights, "hook_z": Reported("z")}
+    hooks |= {"hook_attn_scores": Reported("scores"), "hook_pattern": Reported("pattern"), "hook_z": Reported("z")}
     return {f"{prefix}.{name}": (path, read) for name, read in hooks.items()}
 
 

@@ -181,7 +181,7 @@ class ToyRunner:
             seq = self._tensor(ids)
             log_probs, captured = capture(model, model.hook_points, DECODER_PATTERNS, partial(forward, seq))
             next_id = int(log_probs[0, -1].argmax())
-            steps.append(DecodeStep(next_id, {k: v[0, :, -1] for k, v in captured.items()}))  # (heads, k_len)
+            steps.append(DecodeStep(next_id, {k: v[0, :, -1].copy() for k, v in captured.items()}))  # (heads, k_len)
             ids.append(next_id)
             if next_id == eos:
                 break

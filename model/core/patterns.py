@@ -1,0 +1,103 @@
+"""Attention patterns computed when asked, from what attention read: a pattern costs O(tokens x d_head) to keep.
+
+A fused attention kernel (sdpa, flash) never materialises its probabilities; asking a model for them forces
+the slow eager path and O(tokens²) memory per head. Instead the Hugging Face models run their fast attention
+and, where a capture asks for `hook_pattern`, keep what attention read: the queries and keys as it received
+them (rotated, in rotary models), its scale, any bias added to the scores (T5's relative positions) and the
+mask it applied. `PatternSource.pattern(...)` then computes softmax(Q K^T x scale + bias + M) for the heads
+and query rows a view asks for, exactly as eager attention does (float32: equal to the model's own eager
+probabilities to 1e-5, tests/test_lazy_patterns.py).
+
+Arrays may keep a leading batch dimension until a Trace is made (`source[0]` takes one run of a batch).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import torch
+
+ROW_BLOCK = 512  # query rows computed at once: bounds the scratch to heads x 512 x k_len floats
+
+
+@dataclass(frozen=True)
+class PatternSource:
+    """One layer's attention pattern, not yet computed: (heads, q_len, k_len) on demand."""
+
+    query: np.ndarray  # (heads, q_len, d_head): what attention read (rotated in rotary models)
+    key: np.ndarray  # (kv_heads, k_len, d_head); query head h reads key head h // (heads / kv_heads)
+    scale: float  # the scores' factor (1/sqrt(d_head) in most models; T5: 1)
+    allowed: np.ndarray  # (q_len, k_len) bool: True where the mask let the query see the key
+    bias: np.ndarray | None = None  # (heads, q_len, k_len) added to the scores (T5), shared by the layers
+
+    def __getitem__(self, index: int) -> PatternSource:
+        """Run `index` of a batch (the arrays' leading dimension)."""
+        return replace(self, query=self.query[index], key=self.key[index], allowed=self.allowed[index],
+                       bias=None if self.bias is None else self.bias[index])
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """(heads, q_len, k_len) of the pattern."""
+        return (*self.query.shape[:2], self.key.shape[1])
+
+    def arrays(self) -> list[np.ndarray]:
+        """The arrays held (the bias and the mask may be shared with other layers: count them once)."""
+        return [self.query, self.key, self.allowed, *([] if self.bias is None else [self.bias])]
+
+    def pattern(self, heads: Any = slice(None), rows: Any = slice(None), dtype: type = np.float16) -> np.ndarray:
+        """(len(heads), len(rows), k_len) probabilities of the chosen heads and query rows (all by default)."""
+        query = torch.from_numpy(np.ascontiguousarray(self.query[heads]))
+        if query.dim() == 2:
+            query = query[None]
+        head_ids = np.arange(self.query.shape[0])[heads]
+        head_ids = np.atleast_1d(head_ids)
+        group = self.query.shape[0] // self.key.shape[0]
+        key = torch.from_numpy(np.ascontiguousarray(self.key[head_ids // group]))  # (heads, k_len, d_head)
+        row_ids = np.atleast_1d(np.arange(self.query.shape[1])[rows])
+        out = np.empty((len(head_ids), len(row_ids), self.key.shape[1]), dtype=dtype)
+        for start in range(0, len(row_ids), ROW_BLOCK):
+            block = row_ids[start : start + ROW_BLOCK]
+            scores = torch.matmul(query[:, block].float(), key.float().transpose(1, 2)) * self.scale
+            if self.bias is not None:
+                scores = scores + torch.from_numpy(self.bias[np.ix_(head_ids, block)]).float()
+            hidden = ~torch.from_numpy(self.allowed[block])  # (rows, k_len)
+            scores = scores.masked_fill(hidden, torch.finfo(torch.float32).min)
+            out[:, start : start + len(block)] = scores.softmax(-1).numpy()
+        return out
+
+
+@dataclass
+class PatternInputs:
+    """What attention read, as torch tensors on the model's device (batch kept), until the capture ends."""
+
+    query: torch.Tensor  # (batch, heads, q_len, d_head)
+    key: torch.Tensor  # (batch, kv_heads, k_len, d_head)
+    scale: float
+    mask: torch.Tensor | None  # additive (batch or 1, 1, q_len, >= k_len): the dtype's minimum where hidden
+    bias: torch.Tensor | None  # (batch or 1, heads, q_len, k_len) or None
+
+    def to_host(self, converted: dict[int, np.ndarray]) -> PatternSource:
+        """A PatternSource of CPU numpy arrays; `converted` remembers what was moved already, by tensor: every
+        layer reads the same mask and bias tensors, which so have one host copy (views of it) for all."""
+
+        def host(tensor: torch.Tensor, convert) -> np.ndarray:
+            if id(tensor) not in converted:
+                converted[id(tensor)] = convert(tensor.detach()).cpu().numpy()
+            return converted[id(tensor)]
+
+        batch, _, q_len, _ = self.query.shape
+        k_len = self.key.size(-2)
+        if self.mask is None:
+            allowed = np.ones((1, q_len, k_len), dtype=bool)
+        else:
+            minimum = torch.finfo(self.mask.dtype).min
+            allowed = host(self.mask, lambda m: m > minimum / 2)[:, 0, :, :k_len]  # (batch or 1, q_len, k_len)
+        exact = lambda t: t.float() if t.dtype != torch.float32 else t  # noqa: E731
+        bias = None if self.bias is None else host(self.bias, exact)
+        return PatternSource(
+            query=host(self.query, exact), key=host(self.key, exact), scale=self.scale,
+            allowed=np.broadcast_to(allowed, (batch, q_len, k_len)),
+            bias=None if bias is None else np.broadcast_to(bias, (batch, *bias.shape[1:])),
+        )
