@@ -129,7 +129,7 @@ def model_view_image(trace: Trace, site: str, size: int, hide_special: bool) -> 
     def grid() -> np.ndarray:
         rows, cols = shown_positions(trace, site, hide_special)
         visible = trace.masks[site][np.ix_(rows, cols)]
-        return thumbnail_grid((pattern[:, rows][:, :, cols] for pattern in trace.layer_patterns(site)), size, visible)
+        return thumbnail_grid(trace.layer_thumbnails(site, size, rows, cols), size, visible)
 
     return per_trace(trace, ("model view", site, size, hide_special), grid)
 

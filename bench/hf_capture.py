@@ -1,24 +1,39 @@
-"""Cost of capturing attention + the residual stream on real models: `python -m bench.hf_capture`.
+"""What capturing every layer's attention costs: `python -m bench.hf_capture`.
 
-MiniLM and SmolLM2 at 128 and 512 tokens: the bare eager forward vs the same forward under capture
-of every layer's attention pattern and hook_resid_post, alternated, median of RUNS each, as a ratio.
-Target: ratio <= 1.10.
+MiniLM (512 tokens) and SmolLM2 (512 and 2,048 tokens), four ways, alternated in one run, median of RUNS:
+- sdpa: the same weights loaded with transformers' "sdpa" attention, nothing captured (the fast forward);
+- capture: the app's run of the Attention page's input (every layer's `hook_pattern`): the fused forward
+  keeping each pattern's source (model/core/patterns.py), moved to the host;
+- eager capture: what capture cost before: transformers' eager attention with `output_attentions`, every
+  pattern moved to the host as float16, one copy per tensor;
+- model view: the Attention page's model view image from the kept sources afterwards (every layer's
+  patterns computed a block of query rows at a time and shrunk to thumbnails), once, not part of the capture.
+Also the bytes a trace holds for its attention: the sources vs the float16 patterns.
+
+Targets (issue 13): capture <= 1.2 x sdpa at 512 and 2,048 tokens.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
+from pathlib import Path
 
+import numpy as np
 import torch
 
 from model.core.capture import capture
-from model.hf.runner import PACK_FROM_TOKENS, HFRunner, additive_mask, self_attention_mask
+from model.core.trace import distinct_nbytes
+from model.hf import packaged
+from model.hf.runner import HFRunner, additive_mask, self_attention_mask
 from model.registry import load_runner
+from viz.thumbnails import thumbnail_grid
 
-RUNS = 20
-HOOKS = ("*.attn.hook_pattern", "*.hook_resid_post")
 SENTENCE = "The quick brown fox jumps over the lazy dog while the cat sleeps on the warm mat. "
+CASES = (("minilm", 512), ("smollm2", 512), ("smollm2", 2048))
+RUNS = {512: 7, 2048: 3}
+THUMBNAIL = 32  # pixels a head, as the model view draws SmolLM2's 9 heads
 
 
 def inputs(runner: HFRunner, length: int) -> dict[str, torch.Tensor]:
@@ -28,32 +43,61 @@ def inputs(runner: HFRunner, length: int) -> dict[str, torch.Tensor]:
     return {"input_ids": torch.tensor([ids]), "attention_mask": additive_mask(allowed, runner.model.dtype)}
 
 
-def measure(runner: HFRunner, length: int) -> tuple[float, float]:
-    model, batch = runner.model, inputs(runner, length)
-    packed = runner.family.kind == "decoder" and length >= PACK_FROM_TOKENS
-    sites = runner.taps_for_run(model, {"decoder"} if packed else set())  # stored as a run stores them
-    bare_times, captured_times = [], []
-    for i in range(RUNS + 2):
-        start = time.perf_counter()
+def timed(work: Callable[[], object]) -> tuple[float, object]:
+    start = time.perf_counter()
+    result = work()
+    return time.perf_counter() - start, result
+
+
+def folder(model_id: str) -> Path:
+    return packaged.minilm_path() if model_id == "minilm" else packaged.smollm2_folder()
+
+
+def measure(model_id: str, length: int) -> str:
+    """One row of the table: the medians, their ratios, the model view's time and the bytes held."""
+    runner = load_runner(model_id)
+    cls = type(runner.model)
+    sdpa = cls.from_pretrained(folder(model_id), attn_implementation="sdpa").eval()
+    eager = cls.from_pretrained(folder(model_id), attn_implementation="eager").eval()
+    batch = inputs(runner, length) | ({"logits_to_keep": 1} if runner.family.kind == "decoder" else {})
+
+    def bare() -> None:
         with torch.inference_mode():
-            model(**batch)
-        bare = time.perf_counter() - start
-        start = time.perf_counter()
-        capture(model, sites, HOOKS, lambda: model(**batch))
-        captured = time.perf_counter() - start
-        if i >= 2:  # the first two are warm-up
-            bare_times.append(bare)
-            captured_times.append(captured)
-    return statistics.median(bare_times), statistics.median(captured_times)
+            sdpa(**batch)
+
+    def ours() -> dict:
+        return capture(runner.model, runner.taps, ("*.hook_pattern",), lambda: runner.model(**batch))[1]
+
+    def old() -> list[np.ndarray]:
+        with torch.inference_mode():
+            out = eager(**batch, output_attentions=True)
+        return [a[0].to(torch.float16).numpy() for a in out.attentions]
+
+    times: dict[str, list[float]] = {"sdpa": [], "capture": [], "eager": []}
+    results: dict[str, object] = {}
+    for i in range(RUNS[length] + 1):
+        for name, work in (("sdpa", bare), ("capture", ours), ("eager", old)):
+            seconds, results[name] = timed(work)
+            if i:  # the first round warms up
+                times[name].append(seconds)
+    sources = [source[0] for source in results["capture"].values()]
+    everything = np.arange(length)
+    view_seconds, _ = timed(lambda: thumbnail_grid((s.shrunk(THUMBNAIL, everything, everything) for s in sources),
+                                                   THUMBNAIL))
+    median = {name: statistics.median(values) for name, values in times.items()}
+    kept = distinct_nbytes([a for s in sources for a in s.arrays()]) / 2**20
+    held = sum(p.nbytes for p in results["eager"]) / 2**20
+    return (f"{model_id:<9}{length:>7}{median['sdpa'] * 1e3:>9.0f}{median['capture'] * 1e3:>12.0f}"
+            f"{median['capture'] / median['sdpa']:>8.2f}{median['eager'] * 1e3:>18.0f}"
+            f"{median['eager'] / median['sdpa']:>8.2f}{view_seconds * 1e3:>15.0f}{kept:>10.1f}{held:>11.1f}")
 
 
 def main() -> None:
-    print(f"{'model':<10}{'tokens':>7}{'bare ms':>10}{'capture ms':>12}{'ratio':>8}")
-    for model_id in ("minilm", "smollm2"):
-        runner = load_runner(model_id)
-        for length in (128, 512):
-            bare, captured = measure(runner, length)
-            print(f"{model_id:<10}{length:>7}{bare * 1e3:>10.1f}{captured * 1e3:>12.1f}{captured / bare:>8.2f}")
+    print(f"{torch.get_num_threads()} threads")
+    print(f"{'model':<9}{'tokens':>7}{'sdpa ms':>9}{'capture ms':>12}{'/ sdpa':>8}{'eager capture ms':>18}"
+          f"{'/ sdpa':>8}{'model view ms':>15}{'kept MiB':>10}{'eager MiB':>11}")
+    for model_id, length in CASES:
+        print(measure(model_id, length), flush=True)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ Arrays may keep a leading batch dimension until a Trace is made (`source[0]` tak
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -20,6 +21,7 @@ import numpy as np
 import torch
 
 ROW_BLOCK = 512  # query rows computed at once: bounds the scratch to heads x 512 x k_len floats
+_TORCH = {np.dtype(np.float16): torch.float16, np.dtype(np.float32): torch.float32}
 
 
 @dataclass(frozen=True)
@@ -48,24 +50,63 @@ class PatternSource:
 
     def pattern(self, heads: Any = slice(None), rows: Any = slice(None), dtype: type = np.float16) -> np.ndarray:
         """(len(heads), len(rows), k_len) probabilities of the chosen heads and query rows (all by default)."""
-        query = torch.from_numpy(np.ascontiguousarray(self.query[heads]))
-        if query.dim() == 2:
-            query = query[None]
-        head_ids = np.arange(self.query.shape[0])[heads]
-        head_ids = np.atleast_1d(head_ids)
-        group = self.query.shape[0] // self.key.shape[0]
-        key = torch.from_numpy(np.ascontiguousarray(self.key[head_ids // group]))  # (heads, k_len, d_head)
-        row_ids = np.atleast_1d(np.arange(self.query.shape[1])[rows])
+        head_ids, row_ids = self._ids(heads, rows)
         out = np.empty((len(head_ids), len(row_ids), self.key.shape[1]), dtype=dtype)
+        for start, probabilities in self._blocks(head_ids, row_ids):
+            out[:, start : start + probabilities.shape[1]] = probabilities.to(_TORCH[np.dtype(dtype)]).numpy()
+        return out
+
+    def shrunk(self, size: int, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """(heads, size, size) float32: the pattern's query `rows` x key `cols` shrunk by block means, with the
+        blocks of `viz.thumbnails.resample`, one block of query rows at a time (never the whole pattern). When
+        rows or cols are fewer than `size`, the pattern's rows x cols themselves (the caller resamples)."""
+        if len(rows) < size or len(cols) < size:
+            return self.pattern(rows=rows, dtype=np.float32)[:, :, cols]
+        row_block, row_counts = _blocks_of(len(rows), size)
+        col_block, col_counts = _blocks_of(len(cols), size)
+        heads = self.query.shape[0]
+        every_key = len(cols) == self.key.shape[1] and bool((np.asarray(cols) == np.arange(len(cols))).all())
+        columns = None if every_key else torch.from_numpy(np.asarray(cols))
+        sums = torch.zeros(heads, size, size)
+        for start, probabilities in self._blocks(np.arange(heads), np.asarray(rows)):
+            if columns is not None:
+                probabilities = probabilities[:, :, columns]
+            if len(cols) % size == 0:  # equal blocks: a reshape and a sum
+                by_column = probabilities.unflatten(2, (size, -1)).sum(-1)  # (heads, block, size)
+            else:
+                by_column = torch.zeros(heads, probabilities.shape[1], size).index_add_(2, col_block, probabilities)
+            sums.index_add_(1, row_block[start : start + probabilities.shape[1]], by_column)
+        return (sums / (row_counts[:, None] * col_counts[None, :])).numpy()
+
+    def _ids(self, heads: Any, rows: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Head and query-row indices of a selection (a slice, a list or one index)."""
+        head_ids = np.atleast_1d(np.arange(self.query.shape[0])[heads])
+        return head_ids, np.atleast_1d(np.arange(self.query.shape[1])[rows])
+
+    def _blocks(self, head_ids: np.ndarray, row_ids: np.ndarray) -> Iterator[tuple[int, torch.Tensor]]:
+        """(offset in row_ids, float32 probabilities (heads, block, k_len)) for ROW_BLOCK query rows at a time:
+        softmax(Q K^T x scale + bias + M), as eager attention computes it."""
+        group = self.query.shape[0] // self.key.shape[0]
+        query = torch.from_numpy(self.query)[head_ids].float()  # (heads, q_len, d_head)
+        key = torch.from_numpy(self.key)[head_ids // group].float().transpose(1, 2)  # (heads, d_head, k_len)
+        contiguous = len(row_ids) > 0 and bool((np.diff(row_ids) == 1).all())
         for start in range(0, len(row_ids), ROW_BLOCK):
             block = row_ids[start : start + ROW_BLOCK]
-            scores = torch.matmul(query[:, block].float(), key.float().transpose(1, 2)) * self.scale
+            rows = slice(block[0], block[-1] + 1) if contiguous else block  # a slice copies nothing
+            scores = torch.matmul(query[:, rows], key) * self.scale  # (heads, block, k_len)
             if self.bias is not None:
-                scores = scores + torch.from_numpy(self.bias[np.ix_(head_ids, block)]).float()
-            hidden = ~torch.from_numpy(self.allowed[block])  # (rows, k_len)
-            scores = scores.masked_fill(hidden, torch.finfo(torch.float32).min)
-            out[:, start : start + len(block)] = scores.softmax(-1).numpy()
-        return out
+                scores += torch.from_numpy(self.bias[np.ix_(head_ids, block)]).float()
+            hidden = ~torch.tensor(self.allowed[rows])  # a copy: the mask may be a read-only view shared by layers
+            scores.masked_fill_(hidden, torch.finfo(torch.float32).min)
+            yield start, scores.softmax(-1)
+
+
+def _blocks_of(n: int, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """For n positions shrunk to `size` blocks as `viz.thumbnails.resample` cuts them: each position's block
+    (n,) and each block's count (size,)."""
+    starts = (np.arange(size) * n) // size
+    block = np.searchsorted(starts, np.arange(n), side="right") - 1
+    return torch.from_numpy(block), torch.from_numpy(np.diff(np.append(starts, n))).float()
 
 
 @dataclass

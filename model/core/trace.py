@@ -207,6 +207,15 @@ class Trace:
         """Every layer's (heads, q_len, k_len) at a site, in order, one at a time (packed ones unpacked as read)."""
         return (self.pattern(site, layer) for layer in range(self.n_layers(site)))
 
+    def layer_thumbnails(self, site: str, size: int, rows: np.ndarray, cols: np.ndarray) -> Iterator[np.ndarray]:
+        """Every layer's pattern at a site restricted to query `rows` x key `cols`, one layer at a time: shrunk to
+        (heads, size, size) block means where the trace kept the pattern's source (computed a block of rows at a
+        time), else the (heads, rows, cols) pattern itself; `viz.thumbnails.thumbnail_grid` draws either."""
+        for layer in range(self.n_layers(site)):
+            source = self.pattern_source(site, layer)
+            yield source.shrunk(size, rows, cols) if source is not None else \
+                self.pattern(site, layer)[:, rows][:, :, cols]
+
     def sites(self) -> list[str]:
         """Attention sites with captured patterns, in model order ("encoder.attn", "decoder.attn", ...)."""
         return [site for site in self.masks if self.pattern_name(site, 0) in self.attention]

@@ -1,0 +1,42 @@
+"""Patterns kept as their sources (model/core/patterns.py): computed in parts, they agree with the whole; shrunk
+for the model view, they are the block means the thumbnails draw."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from model.core.options import RunOptions
+from model.registry import load_runner
+from viz.thumbnails import resample
+
+
+@pytest.fixture(scope="module")
+def source():
+    """Layer 3 of SmolLM2 reading 300 tokens: 9 query heads sharing 3 key/value heads, causal."""
+    runner = load_runner("smollm2")
+    text = "The quick brown fox jumps over the lazy dog. " * 30
+    trace = runner.run(text, options=RunOptions(hooks=("*.hook_pattern",)))
+    assert len(trace.tokens) >= 300
+    return trace.pattern_source("decoder.attn", 3)
+
+
+def test_heads_and_rows_computed_apart_equal_the_whole(source) -> None:
+    whole = source.pattern(dtype=np.float32)  # (heads, q, k)
+    np.testing.assert_allclose(whole.sum(-1), 1, atol=1e-5)
+    assert np.triu(whole, 1).max() == 0
+    rows = [0, 5, 299, 17]
+    np.testing.assert_array_equal(source.pattern(heads=[4, 1], rows=rows, dtype=np.float32), whole[[4, 1]][:, rows])
+    np.testing.assert_array_equal(source.pattern(heads=7, dtype=np.float32)[0], whole[7])
+    np.testing.assert_allclose(source.pattern(), whole, atol=1e-3)  # float16 by default
+
+
+@pytest.mark.parametrize("size", [32, 25])  # dividing the length or not
+def test_shrunk_thumbnails_are_the_block_means_of_the_drawn_part(source, size: int) -> None:
+    whole = source.pattern(dtype=np.float32)
+    n = whole.shape[-1]
+    for rows, cols in ((np.arange(n), np.arange(n)), (np.arange(1, n, 2), np.arange(3, n))):
+        expected = np.stack([resample(head[np.ix_(rows, cols)], size) for head in whole])
+        np.testing.assert_allclose(source.shrunk(size, rows, cols), expected, atol=1e-7)
+    few = np.arange(10)  # fewer rows than pixels: the part itself, for the thumbnails to enlarge
+    np.testing.assert_array_equal(source.shrunk(size, few, np.arange(n)), whole[:, few])
