@@ -2,11 +2,9 @@
 
 Every session shares it. Its budget is `ATTENTION_ATLAS_CACHE_MB` megabytes (MiB), 2,560 by default, chosen
 for a 24 GB machine whose server should stay under about 8 GB: the process with MiniLM and SmolLM2 loaded
-takes 1.2 GB, a 2,048-token SmolLM2 run about 1.5 GB until it is cached (its trace and scratch), and at most
-MAX_RUNS run at once. The default holds two 2,048-token SmolLM2 traces (1,084 MiB each, attention patterns
-only) with their derived values, or about 68 MiniLM traces of 512 tokens (37 MiB each). Measured with
-`python -m bench.server_memory`: 3.85 GB after 30 such SmolLM2 texts and 100 MiniLM ones; 6.9 GB at the
-peak of four sessions sending 2,048-token texts at once (7.8 GB, and slower, without the bound on runs).
+takes 1.2 GB, and at most MAX_RUNS run at once. A 2,048-token SmolLM2 trace of the frame's run holds 188 MiB
+(what its patterns are computed from, model/core/patterns.py), a 512-token MiniLM one 10.5 MiB: the default
+holds about 13 of the former or 240 of the latter, with their derived values.
 
 An evicted trace (or one not kept) is freed only once nothing else holds it. Earlier reruns' page namespaces
 are reference cycles (functions <-> module globals) that hold their `trace`, and Streamlit no longer collects
