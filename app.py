@@ -101,8 +101,9 @@ def sidebar() -> tuple[Trace | None, DeltaGenerator | None]:
         st.info("Type the path of a Hugging Face model folder, or a hub id, in the sidebar.")
         return None, None
     text = choose_text(model_id)
-    device = st.sidebar.selectbox("Device", ["auto", *available_devices()], key="device", help=HELP["device"])
-    precision = st.sidebar.selectbox("Precision", PRECISION_CHOICES, key="precision", help=HELP["precision"])
+    device_column, precision_column = st.sidebar.columns(2)
+    device = device_column.selectbox("Device", ["auto", *available_devices()], key="device", help=HELP["device"])
+    precision = precision_column.selectbox("Precision", PRECISION_CHOICES, key="precision", help=HELP["precision"])
     url_state.write(model=model_id)
     slot = loading_slot(model_id, device, precision)
     try:
