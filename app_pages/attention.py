@@ -57,7 +57,7 @@ class Choice:
     @property
     def head_pattern(self) -> np.ndarray:
         """(q_shown, k_shown): the chosen head as drawn, without converting the other heads."""
-        return self.shown(self.trace.pattern(self.site, self.layer)[self.head])
+        return self.shown(self.trace.head_pattern(self.site, self.layer, self.head))
 
     @property
     def masked(self) -> np.ndarray:

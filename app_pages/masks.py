@@ -139,7 +139,7 @@ def compare(runs: dict[str, Trace], site: str, layer: int, head: int, key: str, 
     """Two runs' head side by side (first, second) and second − first, over the positions both runs share."""
     (label_a, a), (label_b, b) = runs.items()
     n_q, n_k = common(a.query_ids(site), b.query_ids(site)), common(a.key_ids(site), b.key_ids(site))
-    pattern_a, pattern_b = (run.pattern(site, layer)[head][:n_q, :n_k] for run in (a, b))  # (n_q, n_k)
+    pattern_a, pattern_b = (run.head_pattern(site, layer, head)[:n_q, :n_k] for run in (a, b))  # (n_q, n_k)
     if n_q < len(a.query_ids(site)) or n_q < len(b.query_ids(site)):
         st.caption(f"The two runs generated different outputs: compared over the {n_q} query positions they share.")
     difference = pattern_b - pattern_a  # (n_q, n_k)
@@ -280,7 +280,7 @@ def padding_view(trace: Trace, site: str, layer: int, head: int) -> None:
     hooks = (Site.of(pad_site).pattern_name(layer), output)
     plain, padded = trace_with(hooks), trace_with(hooks, pad_to=pad_to)
     real = len(plain.tokens)
-    pattern = padded.pattern(pad_site, layer)[head]  # (pad_to, pad_to)
+    pattern = padded.head_pattern(pad_site, layer, head)  # (pad_to, pad_to)
     pad_weight = float(np.abs(pattern[:, real:]).max())
     change = float(np.abs(padded.captured[output][:real] - plain.captured[output][:real]).max())
     st.latex(r"M_{ij}=-\infty\ \text{for every padding key } j\ \Rightarrow\ A_{ij}=0")

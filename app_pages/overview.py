@@ -25,7 +25,7 @@ def head_section(trace: Trace) -> None:
     site, layer, head = choose_head(trace)
     if (site, layer, head) == (site_of_note, layer_of_note, head_of_note):
         st.caption(opening_caption(layer, head, share))
-    pattern = trace.pattern(site, layer)[head].copy()  # (q_len, k_len); not a view: the CSV's maker outlives the run
+    pattern = trace.head_pattern(site, layer, head).copy()  # (q_len, k_len); not a view: the CSV's maker outlives it
     masked = ~trace.masks[site]  # (q_len, k_len)
     rows, cols = np.arange(pattern.shape[0]), np.arange(pattern.shape[1])
     if max(len(rows), len(cols)) > WINDOW:

@@ -96,7 +96,7 @@ def checks(h: Head) -> pd.DataFrame:
         rows += [("Q rotated", h.steps.rot_q, h.captured("hook_rot_q")[head], "hook_rot_q"),
                  ("K rotated", h.steps.rot_k, h.captured("hook_rot_k")[kv], "hook_rot_k")]
     rows += [("scores before the mask", h.steps.scores, h.captured("hook_attn_scores")[head], "hook_attn_scores"),
-             ("pattern (softmax)", h.steps.pattern, h.trace.pattern(h.site, h.layer)[head],
+             ("pattern (softmax)", h.steps.pattern, h.trace.head_pattern(h.site, h.layer, head),
               "hook_pattern" + (" (float16)" if hf else "")),
              ("head output Z = A V", h.steps.z, z_all[head], "hook_z"),
              ("Concat(heads) W_O + b_O", output_projection(z_all, h.weights), c[h.names.out], h.names.out),

@@ -40,3 +40,12 @@ def test_shrunk_thumbnails_are_the_block_means_of_the_drawn_part(source, size: i
         np.testing.assert_allclose(source.shrunk(size, rows, cols), expected, atol=1e-7)
     few = np.arange(10)  # fewer rows than pixels: the part itself, for the thumbnails to enlarge
     np.testing.assert_array_equal(source.shrunk(size, few, np.arange(n)), whole[:, few])
+
+
+@pytest.mark.parametrize("model_id", ["smollm2", "toy-date"])
+def test_one_head_of_a_trace_is_that_head_of_its_layer(model_id: str) -> None:
+    runner = load_runner(model_id)
+    trace = runner.run(runner.examples[0], options=RunOptions(hooks=("*.hook_pattern",)))
+    for site in trace.sites():
+        layer = trace.n_layers(site) - 1
+        np.testing.assert_array_equal(trace.head_pattern(site, layer, 2), trace.pattern(site, layer)[2])

@@ -203,6 +203,11 @@ class Trace:
         """(heads, q_len, k_len): one layer's attention at a site ("encoder.attn", "decoder.cross_attn", ...)."""
         return self.attention[self.pattern_name(site, layer)]
 
+    def head_pattern(self, site: str, layer: int, head: int) -> np.ndarray:
+        """(q_len, k_len): one head's attention, computing only that head where the trace kept its source."""
+        source = self.pattern_source(site, layer)
+        return source.pattern(heads=[head])[0] if source is not None else self.pattern(site, layer)[head]
+
     def layer_patterns(self, site: str) -> Iterator[np.ndarray]:
         """Every layer's (heads, q_len, k_len) at a site, in order, one at a time (packed ones unpacked as read)."""
         return (self.pattern(site, layer) for layer in range(self.n_layers(site)))
