@@ -17,7 +17,6 @@ from model.inspect.ablation import (
     HeadScan,
     change_name,
     every_head,
-    head_site,
     per_position_change,
     scan_heads,
     scan_work,
@@ -26,6 +25,7 @@ from model.inspect.readout import spell_for
 from ui.downloads import constant, downloads, file_name
 from ui.messages import show_error
 from ui.page import current_request, current_runner, current_trace, trace_with
+from ui.pickers import head_label
 from ui.trace_cache import per_trace, run_slots
 from viz.ablation import change_bars, scan_heatmap
 from viz.masks import next_token_comparison
@@ -37,15 +37,8 @@ TOP_K = 10
 SCAN_PICKS = 3  # heads the "ablate the top heads" button chooses
 
 
-SHORT_SITES = {"encoder.attn": "encoder", "decoder.attn": "decoder", "decoder.cross_attn": "cross"}
 EVERY_HEAD = {"zero": "attention then adds only W_O's bias, the same to every token",
               "mean": "each head adds its average output to every token, whichever tokens it would have read"}
-
-
-def head_label(head: Head, with_site: bool = True) -> str:
-    """("decoder.3.cross_attn", 2) -> "cross · layer 3 · head 2" ("layer 3 · head 2" without its site)."""
-    site, layer = head_site(head)
-    return f"{SHORT_SITES[site] + ' · ' if with_site else ''}layer {layer} · head {head[1]}"
 
 
 def choose(trace: Trace) -> tuple[tuple[Head, ...], AblationMode]:

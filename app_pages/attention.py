@@ -1,5 +1,6 @@
 """Attention: the whole model at a glance (the view it opens on: click a head to open it), one head, every
-head of a layer, the token line view, head statistics and rollout, with display options and downloads.
+head of a layer, the token line view, head statistics, rollout, and one head compared across two runs
+(ui/compare.py), with display options and downloads.
 Only the open tab is computed and sent."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import streamlit as st
 
 from model.core.trace import Site, Trace
 from ui import url_state
+from ui.compare import show_compare
 from ui.downloads import constant, downloads, file_name, matrix_table
 from ui.page import current_trace, show_open_tab
 from ui.pickers import choose_head, keep_valid, open_clicked_head, site_label
@@ -24,7 +26,7 @@ from viz.heatmap import COLOR_SCALES, VALUES_UP_TO, WINDOW, attention_heatmap, l
 from viz.thumbnails import thumbnail_figure, thumbnail_grid
 from viz.tokens import visible_token
 
-VIEWS = ["Model view", "One head", "All heads of this layer", "Token lines", "Head statistics", "Rollout"]
+VIEWS = ["Model view", "One head", "All heads of this layer", "Token lines", "Head statistics", "Rollout", "Compare"]
 LAYER_THUMBNAIL = 96  # pixels per head when showing one layer
 MODEL_VIEW_WIDTH = 900  # pixels the model view's thumbnails share across a row of heads
 
@@ -301,7 +303,7 @@ def page() -> None:
     """The page (in a function: no module global holds the trace; see ui/downloads.py)."""
     st.header("Attention")
     choice = choose(current_trace())
-    shows = [model_view, one_head, layer_heads, token_lines, statistics, rollout]  # in the order of VIEWS
+    shows = [model_view, one_head, layer_heads, token_lines, statistics, rollout, show_compare]  # as VIEWS
     show_open_tab(VIEWS, shows, "view", choice)
 
 

@@ -16,7 +16,8 @@ from ui.runs import PATTERNS
 from ui.trace_cache import BUDGET_VARIABLE
 
 TOO_LARGE = "too large to keep"
-ATTENTION_VIEWS = ["Model view", "One head", "All heads of this layer", "Token lines", "Head statistics", "Rollout"]
+ATTENTION_VIEWS = ["Model view", "One head", "All heads of this layer", "Token lines", "Head statistics", "Rollout",
+                   "Compare"]
 
 
 def _infos(at: AppTest) -> list[str]:

@@ -51,3 +51,19 @@ def test_every_head_of_smollm2_by_its_mean(page) -> None:
     expect(page.get_by_text("270 heads replaced by its mean over the positions")).to_be_visible()
     _screenshots(page, "smollm2")
     assert page.console_errors == []
+
+
+def test_compare_mask_on_and_off_on_the_attention_page(page) -> None:
+    choose_model(page, "toy-gpt-date")
+    set_text(page, "14 feb 1999")
+    open_page(page, "Attention")
+    page.get_by_role("tab", name="Compare").click()
+    wait_idle(page)
+    for title in ("A · causal mask on", "B · causal mask off, reads A's output", "B − A"):
+        expect(figure(page, title)).to_be_visible()
+    difference = np.array(heatmap_values(page, "B − A"), dtype=float)
+    assert np.nanmax(np.abs(difference)) > 0.01  # taking the mask off moves attention
+    page.set_viewport_size({"width": 1280, "height": 720})
+    page.screenshot(path=str(ARTIFACTS / "compare-mask-1280.png"), full_page=True)
+    page.set_viewport_size({"width": 1400, "height": 1000})
+    assert page.console_errors == []

@@ -57,6 +57,7 @@ PERSISTENT_KEYS = (
     "generate_method", "generate_temperature", "generate_top_k", "generate_top_p", "generate_seed",
     "generate_max_new", "generate_layer",
     "ablation_heads", "ablation_every", "ablation_mode",
+    "attention_compare_kind", "attention_compare_text", "attention_compare_heads", "attention_compare_mode",
 )
 TRACE = "trace"  # session key of the frame's trace for this run (None when there is none)
 REQUEST = "run_request"  # session key of the RunRequest that made it

@@ -11,18 +11,27 @@ from typing import Any
 
 import streamlit as st
 
+from model.core.ablation import Head
 from model.core.trace import Site, Trace
+from model.inspect.ablation import head_site
 from ui import url_state
 from ui.trace_cache import per_trace
 from viz.head_stats import previous_token_head
 from viz.thumbnails import head_at
 
 HEAD_KEYS = ("site", "layer", "head")
+SHORT_SITES = {"encoder.attn": "encoder", "decoder.attn": "decoder", "decoder.cross_attn": "cross"}
 
 
 def site_label(trace: Trace, site: str) -> str:
     """The site's name, with "(masked)" when a mask of this run hides some key from some query."""
     return Site.of(site).label + (" (masked)" if not trace.masks[site].all() else "")
+
+
+def head_label(head: Head, with_site: bool = True) -> str:
+    """("decoder.3.cross_attn", 2) -> "cross · layer 3 · head 2" ("layer 3 · head 2" without its site)."""
+    site, layer = head_site(head)
+    return f"{SHORT_SITES[site] + ' · ' if with_site else ''}layer {layer} · head {head[1]}"
 
 
 def keep_valid(key: str, options: Sequence[Any]) -> None:
