@@ -153,10 +153,15 @@ def set_text(page, text: str) -> None:
 
 
 def choose(page, label: str, option: str, in_sidebar: bool = False) -> None:
-    """Pick `option` in the selectbox labelled `label` (on the page, or in the sidebar)."""
+    """Pick `option` in the selectbox labelled `label` (on the page, or in the sidebar), and wait until the box
+    shows it and the rerun it starts has ended (on a loaded machine the rerun can start after wait_idle's pause:
+    the box showing the option first, then idle, is what the next action may rely on)."""
     scope = page.get_by_test_id("stSidebar") if in_sidebar else page.get_by_test_id("stMain")
-    scope.get_by_label(label, exact=True).click()
+    box = scope.get_by_label(label, exact=True)
+    box.click()
     page.get_by_role("option", name=option, exact=True).click()
+    expect(page.get_by_role("listbox")).to_have_count(0)  # the list closed: the choice was taken
+    expect(box).to_have_value(option)
     wait_idle(page)
 
 
