@@ -184,3 +184,11 @@ def figure(page, title_part: str):
 def heatmap_values(page, title_part: str) -> list[list[float]]:
     """The z values plotly drew in that figure (its first trace), read back from the page."""
     return figure(page, title_part).first.evaluate("gd => Array.from(gd._fullData[0].z, row => Array.from(row))")
+
+
+def screenshots(page, name: str) -> None:
+    """The whole page at the tests' size, and the view a 1280 x 720 projector shows, as ARTIFACTS/<name>*.png."""
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+    page.set_viewport_size({"width": 1280, "height": 720})
+    page.screenshot(path=str(ARTIFACTS / f"{name}-1280.png"))
+    page.set_viewport_size({"width": 1400, "height": 1000})

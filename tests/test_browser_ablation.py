@@ -7,16 +7,9 @@ import numpy as np
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser import ARTIFACTS, choose_model, figure, heatmap_values, open_page, set_text, wait_idle
+from tests.browser import choose_model, figure, heatmap_values, open_page, screenshots, set_text, wait_idle
 
 pytestmark = pytest.mark.browser
-
-
-def _screenshots(page, name: str) -> None:
-    page.screenshot(path=str(ARTIFACTS / f"ablation-{name}.png"), full_page=True)
-    page.set_viewport_size({"width": 1280, "height": 720})
-    page.screenshot(path=str(ARTIFACTS / f"ablation-{name}-1280.png"))
-    page.set_viewport_size({"width": 1400, "height": 1000})
 
 
 def test_scan_then_ablate_the_top_heads_of_toy_gpt_date(page) -> None:
@@ -35,7 +28,7 @@ def test_scan_then_ablate_the_top_heads_of_toy_gpt_date(page) -> None:
     expect(figure(page, "How each next-token distribution changed")).to_be_visible()
     expect(page.get_by_text("3 heads replaced by zero")).to_be_visible()
     expect(page.get_by_text("Generated, before")).to_be_visible()
-    _screenshots(page, "toy-gpt-date")
+    screenshots(page, "ablation-toy-gpt-date")
     assert page.console_errors == []
 
 
@@ -49,7 +42,7 @@ def test_every_head_of_smollm2_by_its_mean(page) -> None:
     wait_idle(page)
     expect(figure(page, "Next token: the 10 likeliest")).to_be_visible()
     expect(page.get_by_text("270 heads replaced by its mean over the positions")).to_be_visible()
-    _screenshots(page, "smollm2")
+    screenshots(page, "ablation-smollm2")
     assert page.console_errors == []
 
 
@@ -63,7 +56,5 @@ def test_compare_mask_on_and_off_on_the_attention_page(page) -> None:
         expect(figure(page, title)).to_be_visible()
     difference = np.array(heatmap_values(page, "B − A"), dtype=float)
     assert np.nanmax(np.abs(difference)) > 0.01  # taking the mask off moves attention
-    page.set_viewport_size({"width": 1280, "height": 720})
-    page.screenshot(path=str(ARTIFACTS / "compare-mask-1280.png"), full_page=True)
-    page.set_viewport_size({"width": 1400, "height": 1000})
+    screenshots(page, "compare-mask")
     assert page.console_errors == []

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser import ARTIFACTS, choose_model, figure, heatmap_values, open_page, set_text, wait_idle
+from tests.browser import ARTIFACTS, choose_model, figure, heatmap_values, open_page, screenshots, set_text, wait_idle
 
 pytestmark = pytest.mark.browser
 
@@ -26,11 +26,8 @@ def _step_five_times(page, layers: int, heads: int, start_context: int, name: st
         np.testing.assert_allclose(per_head.sum(axis=1), 1, atol=2e-3)  # float16 rows
         np.testing.assert_allclose(per_head.mean(axis=0), mean[0], atol=1e-3)
         expect(figure(page, f"Top 10 at step {step}")).to_be_visible()
-    page.screenshot(path=str(ARTIFACTS / f"generate-{name}.png"), full_page=True)
     figure(page, "every head").first.screenshot(path=str(ARTIFACTS / f"generate-{name}-heads.png"))
-    page.set_viewport_size({"width": 1280, "height": 720})
-    page.screenshot(path=str(ARTIFACTS / f"generate-{name}-1280.png"))
-    page.set_viewport_size({"width": 1400, "height": 1000})
+    screenshots(page, f"generate-{name}")
 
 
 def test_five_steps_with_toy_date(page) -> None:

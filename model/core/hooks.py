@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 import torch
 from torch import nn
@@ -57,27 +57,28 @@ class HookPoint(nn.Module):
 
 
 @contextmanager
-def recording(recorder: Recorder, reports: Reports | None = None) -> Iterator[None]:
+def _for_this_thread(**values: object) -> Iterator[None]:
+    """Set these attributes of the thread's state while inside, then put back what was there."""
+    previous = {name: getattr(_active, name, None) for name in values}
+    for name, value in values.items():
+        setattr(_active, name, value)
+    try:
+        yield
+    finally:
+        for name, value in previous.items():
+            setattr(_active, name, value)
+
+
+def recording(recorder: Recorder, reports: Reports | None = None) -> AbstractContextManager[None]:
     """While inside, every HookPoint run by this thread calls `recorder(name, value)`, and so does code that
     reports values (`reports_wanted`) for the quantities `reports` asks of its module."""
-    previous = getattr(_active, "recorder", None), getattr(_active, "reports", None)
-    _active.recorder, _active.reports = recorder, reports
-    try:
-        yield
-    finally:
-        _active.recorder, _active.reports = previous
+    return _for_this_thread(recorder=recorder, reports=reports)
 
 
-@contextmanager
-def editing(point_edits: PointEdits, reported_edits: ReportedEdits) -> Iterator[None]:
+def editing(point_edits: PointEdits, reported_edits: ReportedEdits) -> AbstractContextManager[None]:
     """While inside, this thread's forward passes replace the values of the named hook points, and the quantities
     that modules compute and report (model/hf/heads.py), by their edits. Other threads see the model unchanged."""
-    previous = getattr(_active, "point_edits", None), getattr(_active, "reported_edits", None)
-    _active.point_edits, _active.reported_edits = point_edits, reported_edits
-    try:
-        yield
-    finally:
-        _active.point_edits, _active.reported_edits = previous
+    return _for_this_thread(point_edits=point_edits, reported_edits=reported_edits)
 
 
 def reported_edit(module: nn.Module, quantity: str) -> Edit | None:
