@@ -14,9 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 from playwright.sync_api import expect, sync_playwright
 
 IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
+OPEN_ATTEMPTS = 3  # times `choose` opens a list whose option does not show
 expect.set_options(timeout=30_000)  # reruns on a loaded 2-core CI machine take seconds
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "test-artifacts"
@@ -158,8 +160,17 @@ def choose(page, label: str, option: str, in_sidebar: bool = False) -> None:
     the box showing the option first, then idle, is what the next action may rely on)."""
     scope = page.get_by_test_id("stSidebar") if in_sidebar else page.get_by_test_id("stMain")
     box = scope.get_by_label(label, exact=True)
-    box.click()
-    page.get_by_role("option", name=option, exact=True).click()
+    expect(box).to_be_visible(timeout=90_000)  # a first run on a loaded machine may still be drawing the page
+    for attempt in range(OPEN_ATTEMPTS):  # a rerun that arrives late redraws the box and closes its open list
+        box.click()
+        try:
+            page.get_by_role("option", name=option, exact=True).click(timeout=10_000)
+            break
+        except PlaywrightTimeoutError:
+            if attempt == OPEN_ATTEMPTS - 1:
+                raise
+            page.keyboard.press("Escape")
+            wait_idle(page)
     expect(page.get_by_role("listbox")).to_have_count(0)  # the list closed: the choice was taken
     expect(box).to_have_value(option)
     wait_idle(page)

@@ -59,6 +59,10 @@ def test_markup_in_every_url_parameter_and_the_text(page, app_url) -> None:
         expect(page.get_by_test_id("stSidebar").get_by_label("Model", exact=True)).to_have_value("Pretrained · minilm")
         if entry.path.endswith("generate.py"):  # an encoder: the page says it does not generate
             expect(page.get_by_text("does not generate")).to_be_visible()
+        elif entry.path.endswith("ablation.py"):  # it draws once heads are chosen: every one of them
+            page.get_by_text("Every head", exact=True).click()
+            wait_idle(page)
+            expect(page.locator(".js-plotly-plot").first).to_be_visible()
         else:
             expect(page.locator(".js-plotly-plot").first).to_be_visible()  # the text ran: its markup is just text
         _assert_harmless(page)
