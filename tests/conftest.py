@@ -31,7 +31,7 @@ def toy_runs(monkeypatch) -> list[str]:
     return calls
 
 from model.hf.loading import load_hf_runner  # noqa: E402
-from tests.browser import app_url, browser, page  # noqa: E402, F401 (the browser tests' fixtures)
+from tests.browser import app_url, browser, fresh_app_url, fresh_page, page  # noqa: E402, F401 (browser fixtures)
 from tests.tiny_hf import FAMILIES, build  # noqa: E402
 
 

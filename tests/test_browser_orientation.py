@@ -80,7 +80,9 @@ def test_a_link_with_display_options_reopens_the_same_view(page, app_url) -> Non
     assert page.console_errors == []
 
 
-def test_loading_a_model_replaces_the_old_figures(page) -> None:
+def test_loading_a_model_replaces_the_old_figures(fresh_page) -> None:
+    """On a server that has not loaded SmolLM2 yet: while it loads, its message replaces the old figures."""
+    page = fresh_page
     expect(page.locator(".js-plotly-plot").first).to_be_visible()
     page.get_by_test_id("stSidebar").get_by_label("Model", exact=True).click()
     page.get_by_role("option", name="Pretrained · smollm2", exact=True).click()
