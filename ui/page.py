@@ -42,8 +42,11 @@ PAGES = (  # the navigation, in order; the first is where the app opens
     Page("app_pages/ablation.py", "Ablate heads", ":material/content_cut:"),
 )
 
-# Widget keys whose values must survive a visit to a page that does not draw them (Streamlit forgets the
-# state of a widget not drawn in a run; writing the value back at the start of every run keeps it).
+# Widget keys whose values must survive a visit to a page that does not draw them, or draws its own widget
+# under the same key. Streamlit ties a widget's state to the widget of the last run: `keep_page_choices` keeps a
+# copy of each value and writes it back when the page changes or the widget's own state is gone. Writing every key
+# back on every run would make each drawn widget push its value to the browser, undoing a choice the person made
+# while that run was still drawing.
 PERSISTENT_KEYS = (
     "site", "layer", "head", "attention_hide_special", "attention_colorscale", "attention_show_values",
     "attention_window_row", "attention_window_col", "attention_window_diagonal", "attention_stats_measure",
@@ -63,11 +66,28 @@ TRACE = "trace"  # session key of the frame's trace for this run (None when ther
 REQUEST = "run_request"  # session key of the RunRequest that made it
 
 
-def keep_page_choices() -> None:
-    """Call at the start of every run, before any widget is drawn."""
+KEPT = "_kept_choices"  # session key of {widget key: its last value}
+LAST_PAGE = "_last_page"  # session key of the url path the last run drew
+
+
+def keep_page_choices(page_path: str) -> None:
+    """Call at the start of every run, before any widget is drawn, with the path of the page this run draws."""
+    kept: dict[str, object] = st.session_state.setdefault(KEPT, {})
+    another_page = st.session_state.get(LAST_PAGE) != page_path
+    st.session_state[LAST_PAGE] = page_path
     for key in PERSISTENT_KEYS:
         if key in st.session_state:
-            st.session_state[key] = st.session_state[key]
+            kept[key] = st.session_state[key]
+        if key in kept and (another_page or key not in st.session_state):
+            st.session_state[key] = kept[key]
+
+
+def forget_choices(*keys: str) -> None:
+    """Drop these choices (and their kept copies), so that the next page opens them on its defaults."""
+    kept: dict[str, object] = st.session_state.get(KEPT, {})
+    for key in keys:
+        st.session_state.pop(key, None)
+        kept.pop(key, None)
 
 
 def current_trace() -> Trace:

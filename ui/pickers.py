@@ -15,6 +15,7 @@ from model.core.ablation import Head
 from model.core.trace import Site, Trace
 from model.inspect.ablation import head_site
 from ui import url_state
+from ui.page import forget_choices
 from ui.trace_cache import per_trace
 from viz.head_stats import previous_token_head
 from viz.thumbnails import head_at
@@ -53,8 +54,7 @@ def opening_head(trace: Trace) -> tuple[str, int, int, float]:
 
 def forget_head() -> None:
     """A new model: the next `choose_head` opens on that model's own opening head."""
-    for key in HEAD_KEYS:
-        st.session_state.pop(key, None)
+    forget_choices(*HEAD_KEYS)
 
 
 def choose_head(trace: Trace) -> tuple[str, int, int]:
