@@ -13,22 +13,22 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from model.core.summary import STATISTICS
 from model.core.trace import Site, Trace
 from ui import url_state
 from ui.compare import show_compare
-from ui.downloads import constant, downloads, file_name, matrix_table
+from ui.downloads import constant, downloads, file_name, matrix_table, whole_csv
 from ui.page import current_trace, show_open_tab
 from ui.pickers import choose_head, keep_valid, open_clicked_head, site_label
+from ui.summary import site_summary, thumbnail_size
 from ui.trace_cache import per_trace
 from viz.head_lines import DEFAULT_THRESHOLD, head_lines_figure
-from viz.head_stats import attention_rollout, head_statistics
-from viz.heatmap import COLOR_SCALES, VALUES_UP_TO, WINDOW, attention_heatmap, layer_head_heatmap
+from viz.heatmap import COLOR_SCALES, VALUES_UP_TO, WINDOW, attention_heatmap, block_labels, layer_head_heatmap
 from viz.thumbnails import thumbnail_figure, thumbnail_grid
 from viz.tokens import visible_token
 
 VIEWS = ["Model view", "One head", "All heads of this layer", "Token lines", "Head statistics", "Rollout", "Compare"]
 LAYER_THUMBNAIL = 96  # pixels per head when showing one layer
-MODEL_VIEW_WIDTH = 900  # pixels the model view's thumbnails share across a row of heads
 
 
 @dataclass(frozen=True)
@@ -47,19 +47,30 @@ class Choice:
 
     def shown(self, matrix: np.ndarray) -> np.ndarray:
         """(..., q_len, k_len) -> (..., q_shown, k_shown) float32 (a copy only where something is left out)."""
-        if len(self.rows) < matrix.shape[-2] or len(self.cols) < matrix.shape[-1]:
-            matrix = matrix[..., self.rows, :][..., self.cols]
+        if len(self.rows) < matrix.shape[-2]:
+            matrix = matrix[..., self.rows, :]
+        return self._columns(matrix)
+
+    def _columns(self, matrix: np.ndarray) -> np.ndarray:
+        """(..., q_shown, k_len) -> (..., q_shown, k_shown) float32."""
+        if len(self.cols) < matrix.shape[-1]:
+            matrix = matrix[..., self.cols]
         return matrix.astype(np.float32, copy=False)
+
+    @property
+    def _query_rows(self) -> np.ndarray | slice:
+        """The rows drawn, as the trace is asked for them (every row: a slice, which copies nothing)."""
+        return slice(None) if len(self.rows) == len(self.trace.query_ids(self.site)) else self.rows
 
     @cached_property
     def pattern(self) -> np.ndarray:
-        """(heads, q_shown, k_shown): the chosen layer as drawn."""
-        return self.shown(self.trace.pattern(self.site, self.layer))
+        """(heads, q_shown, k_shown): the chosen layer as drawn, only the rows drawn computed."""
+        return self._columns(self.trace.pattern_rows(self.site, self.layer, self._query_rows))
 
     @property
     def head_pattern(self) -> np.ndarray:
-        """(q_shown, k_shown): the chosen head as drawn, without converting the other heads."""
-        return self.shown(self.trace.head_pattern(self.site, self.layer, self.head))
+        """(q_shown, k_shown): the chosen head as drawn, only its rows drawn computed."""
+        return self._columns(self.trace.head_pattern(self.site, self.layer, self.head, self._query_rows))
 
     @property
     def masked(self) -> np.ndarray:
@@ -120,29 +131,18 @@ def shown_positions(trace: Trace, site: str, hide_special: bool) -> tuple[np.nda
     return rows, cols
 
 
-def thumbnail_size(heads: int) -> int:
-    """Pixels per head in the model view: the heads of a layer share MODEL_VIEW_WIDTH (SmolLM2's 9: 64 px)."""
-    return max(32, min(64, MODEL_VIEW_WIDTH // heads))
-
-
 def model_view_image(trace: Trace, site: str, size: int, hide_special: bool) -> np.ndarray:
-    """The thumbnail grid of a site, masked pixels marked, computed once per trace (kept with it in the cache)."""
+    """The thumbnail grid of a site, masked pixels marked, computed once per trace (kept with it in the cache):
+    from the site's summary, or with special tokens hidden, from a pass of its own over the other positions."""
 
     def grid() -> np.ndarray:
         rows, cols = shown_positions(trace, site, hide_special)
         visible = trace.masks[site][np.ix_(rows, cols)]
-        return thumbnail_grid(trace.layer_thumbnails(site, size, rows, cols), size, visible)
+        every = len(rows) == len(trace.query_ids(site)) and len(cols) == len(trace.key_ids(site))
+        thumbnails = site_summary(trace, site).thumbnails if every else trace.layer_thumbnails(site, size, rows, cols)
+        return thumbnail_grid(thumbnails, size, visible)
 
     return per_trace(trace, ("model view", site, size, hide_special), grid)
-
-
-def rollout_matrix(trace: Trace, site: str) -> np.ndarray:
-    """(q_len, k_len) attention rollout of a site, computed once per trace (1 s for SmolLM2 at 512 tokens)."""
-
-    def rolled() -> np.ndarray:
-        return attention_rollout(trace.layer_patterns(site))
-
-    return per_trace(trace, ("rollout", site), rolled)
 
 
 def _window_start(label: str, last: int, default: int, key: str) -> int:
@@ -172,7 +172,7 @@ def window(c: Choice) -> Choice:
     shown = replace(c, rows=c.rows[row:row + w_q], cols=c.cols[col:col + w_k])
     st.caption(f"Drawn: query rows #{shown.rows[0]}–#{shown.rows[-1]} × key columns #{shown.cols[0]}–"
                f"#{shown.cols[-1]}, {w_q} × {w_k} of {n_q:,} × {n_k:,} cells (more would be too slow to draw). "
-               "The other tabs show the whole matrix shrunk; the CSV holds all of it.")
+               "The model view, the head statistics and the rollout cover the whole text.")
     if shown.masked.all():
         st.warning("Every cell of this window is masked: its keys all come after its queries. Move the key columns "
                    "left, or let the keys follow the rows.", icon=":material/visibility_off:")
@@ -186,16 +186,20 @@ def one_head(c: Choice) -> None:
     shown = window(c)
     if c.show_values and max(len(shown.rows), len(shown.cols)) > VALUES_UP_TO:
         st.caption(f"Values are written in the cells only up to {VALUES_UP_TO} tokens; hover for the rest.")
-    figure = shown.heatmap(shown.head_pattern, f"{c.where} · head {c.head}", shown.masked)
+    drawn = shown.head_pattern  # (q_shown, k_shown)
+    figure = shown.heatmap(drawn, f"{c.where} · head {c.head}", shown.masked)
     st.plotly_chart(figure, key="attention_one_head")
-    downloads(figure, f"{c.name}.{c.head}", "attention_one_head", c.table(c.head_pattern))
+    whole = whole_csv(len(c.rows), len(c.cols))
+    downloads(figure, f"{c.name}.{c.head}", "attention_one_head", c.table(c.head_pattern) if whole else
+              shown.table(drawn))
 
 
 def layer_heads(c: Choice) -> None:
     st.latex(r"\hat A^{(h)}=A^{(h)}\,/\,\max_{ij}A^{(h)}_{ij}")
     st.caption("Every head of the chosen layer, each scaled to its own maximum. Heads learn different patterns. "
                "Click a head to open it.")
-    grid = thumbnail_grid([c.pattern], LAYER_THUMBNAIL, ~c.masked)
+    thumbnails = c.trace.layer_thumbnail(c.site, c.layer, LAYER_THUMBNAIL, c.rows, c.cols)  # one layer's pass
+    grid = thumbnail_grid([thumbnails], LAYER_THUMBNAIL, ~c.masked)
     heads = c.trace.facts.n_heads
     figure = thumbnail_figure(grid, LAYER_THUMBNAIL, f"layer {c.layer}: all {heads} heads", c.colorscale)
     st.plotly_chart(figure, key="attention_layer_heads", on_select="rerun", selection_mode="points")
@@ -218,6 +222,7 @@ def token_lines(c: Choice) -> None:
              + f"{DEFAULT_THRESHOLD:g}")
     st.caption("Each line joins a query token (left) to a key token (right); thicker = more attention. "
                "One colour per head: click a head in the legend to hide or show it.")
+    c = window(c)
     heads_col, focus_col = st.columns([2, 1])
     heads = range(c.trace.facts.n_heads)
     chosen = heads_col.multiselect("Heads", heads, default=list(heads), key="attention_lines_heads")
@@ -232,14 +237,10 @@ def token_lines(c: Choice) -> None:
 
 
 def site_statistics(trace: Trace, site: str) -> pd.DataFrame:
-    """Every head's statistics, indexed by (layer, head), computed once per trace and site."""
-
-    def table() -> pd.DataFrame:
-        self_attention = not Site.of(site).is_cross
-        tables = [head_statistics(pattern, self_attention) for pattern in trace.layer_patterns(site)]
-        return pd.concat(tables, keys=range(len(tables)), names=["layer"])
-
-    return per_trace(trace, ("statistics", site), table)
+    """Every head's statistics (the site's summary), indexed by (layer, head)."""
+    values = site_summary(trace, site).statistics  # (layers, heads, len(STATISTICS))
+    index = pd.MultiIndex.from_product([range(values.shape[0]), range(values.shape[1])], names=["layer", "head"])
+    return pd.DataFrame(values.reshape(-1, len(STATISTICS)), index=index, columns=list(STATISTICS))
 
 
 def statistics(c: Choice) -> None:
@@ -273,11 +274,34 @@ def rollout(c: Choice) -> None:
     st.latex(r"\tilde A_\ell=\tfrac12\,\overline{A_\ell}+\tfrac12 I,\qquad R=\tilde A_L\tilde A_{L-1}\cdots\tilde A_1")
     st.caption("Attention rollout (Abnar & Zuidema, 2020): heads averaged, the residual connection added, "
                "layers multiplied. Row i: how much output position i draws on each input token.")
-    rolled = c.shown(rollout_matrix(c.trace, c.site))  # (q_shown, k_shown)
+    summary = site_summary(c.trace, c.site)
+    name = f"{c.name.rsplit('.', 1)[0]}.rollout"
+    if not summary.rollout_is_exact:
+        return block_rollout(c, summary.rollout, summary.rollout_starts, name)
+    rolled = c.shown(summary.rollout)  # (q_shown, k_shown)
     unreachable = c.masked & (rolled == 0)  # a mask cut every path from the query to the key
     figure = c.heatmap(rolled, f"rollout · {c.label}", unreachable)
     st.plotly_chart(figure, key="attention_rollout")
-    downloads(figure, f"{c.name.rsplit('.', 1)[0]}.rollout", "attention_rollout", c.table(rolled))
+    downloads(figure, name, "attention_rollout", c.table(rolled))
+
+
+def block_rollout(c: Choice, rolled: np.ndarray, starts: np.ndarray, name: str) -> None:
+    """A long text's rollout, on blocks of consecutive positions (model/core/summary.py)."""
+    blocks = len(starts) - 1
+    st.caption(f"This text's {starts[-1]:,} tokens are cut into {blocks} blocks of {starts[1] - starts[0]} or so "
+               "consecutive positions, and each layer's head-averaged attention into block means (how much a "
+               "block's queries, on average, put on a block's keys); the rollout of those is an approximation of "
+               "the exact one, which would take minutes at this length. Special tokens are included.")
+    labels = block_labels(starts)
+    visible = c.trace.masks[c.site]  # (n, n)
+    cut = starts[:-1]
+    hidden = np.add.reduceat(np.add.reduceat(visible, cut, 0), cut, 1) == 0  # (blocks, blocks): every cell masked
+    figure = attention_heatmap(rolled, labels, labels, f"rollout · {c.label} · {blocks} × {blocks} blocks",
+                               categories=(labels, labels), colorscale=c.colorscale, masked=hidden & (rolled == 0),
+                               axis_titles=("query block", "key block"))
+    st.plotly_chart(figure, key="attention_rollout")
+    table = pd.DataFrame(rolled.astype(np.float32), index=labels, columns=labels)
+    downloads(figure, name, "attention_rollout", constant(table))
 
 
 def choose(trace: Trace) -> Choice:

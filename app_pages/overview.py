@@ -9,7 +9,7 @@ import numpy as np
 import streamlit as st
 
 from model.core.trace import Trace
-from ui.downloads import downloads, matrix_table
+from ui.downloads import downloads, matrix_table, whole_csv
 from ui.page import current_trace
 from ui.pickers import choose_head, opening_head, site_label
 from viz.heatmap import WINDOW, attention_heatmap, similarity_heatmap
@@ -25,21 +25,25 @@ def head_section(trace: Trace) -> None:
     site, layer, head = choose_head(trace)
     if (site, layer, head) == (site_of_note, layer_of_note, head_of_note):
         st.caption(opening_caption(layer, head, share))
-    pattern = trace.head_pattern(site, layer, head).copy()  # (q_len, k_len); not a view: the CSV's maker outlives it
     masked = ~trace.masks[site]  # (q_len, k_len)
-    rows, cols = np.arange(pattern.shape[0]), np.arange(pattern.shape[1])
-    if max(len(rows), len(cols)) > WINDOW:
-        rows, cols = rows[-WINDOW:], cols[-WINDOW:] if len(cols) == len(rows) else cols[:WINDOW]
+    n_q, n_k = masked.shape
+    rows, cols = np.arange(n_q), np.arange(n_k)
+    if max(n_q, n_k) > WINDOW:
+        rows, cols = rows[-WINDOW:], cols[-WINDOW:] if n_k == n_q else cols[:WINDOW]
         st.caption(f"Drawn: query rows {rows[0]}–{rows[-1]} and key columns {cols[0]}–{cols[-1]} of "
-                   f"{pattern.shape[0]:,} × {pattern.shape[1]:,}. The Attention page's *One head* moves this window; "
-                   "the CSV holds the whole matrix.")
+                   f"{n_q:,} × {n_k:,}. The Attention page's *One head* moves this window.")
+    drawn = trace.head_pattern(site, layer, head, rows)[:, cols]  # (q_shown, k_shown): only the rows drawn computed
     queries, keys = trace.query_tokens(site), trace.key_tokens(site)
-    figure = attention_heatmap(pattern[np.ix_(rows, cols)], [queries[i] for i in rows], [keys[i] for i in cols],
+    figure = attention_heatmap(drawn, [queries[i] for i in rows], [keys[i] for i in cols],
                                f"{site_label(trace, site)} · layer {layer} · head {head}", row_positions=rows,
                                col_positions=cols, masked=masked[np.ix_(rows, cols)], height=HEAD_HEIGHT)
     st.plotly_chart(figure, key="overview_heatmap")
     name = f"{trace.facts.model_id}.{site}.{layer}.{head}".replace("/", "_")
-    downloads(figure, name, "overview_heatmap", partial(matrix_table, pattern, queries, keys))
+    if whole_csv(n_q, n_k):  # the whole matrix: a copy, not a view (the CSV's maker outlives the run)
+        table = partial(matrix_table, trace.head_pattern(site, layer, head).copy(), queries, keys)
+    else:
+        table = partial(matrix_table, drawn.copy(), [queries[i] for i in rows], [keys[i] for i in cols], rows, cols)
+    downloads(figure, name, "overview_heatmap", table)
 
 
 def opening_caption(layer: int, head: int, share: float) -> str:

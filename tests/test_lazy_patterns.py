@@ -39,7 +39,8 @@ def test_shrunk_thumbnails_are_the_block_means_of_the_drawn_part(source, size: i
         expected = np.stack([resample(head[np.ix_(rows, cols)], size) for head in whole])
         np.testing.assert_allclose(source.shrunk(size, rows, cols), expected, atol=1e-7)
     few = np.arange(10)  # fewer rows than pixels: the part itself, for the thumbnails to enlarge
-    np.testing.assert_array_equal(source.shrunk(size, few, np.arange(n)), whole[:, few])
+    # (its future keys are not computed: exactly 0, the others as the whole's to float32 rounding)
+    np.testing.assert_allclose(source.shrunk(size, few, np.arange(n)), whole[:, few], atol=1e-6)
 
 
 @pytest.mark.parametrize("model_id", ["smollm2", "toy-date"])

@@ -4,41 +4,12 @@ import json
 
 import numpy as np
 import plotly.io as pio
-import pytest
 
 from model.core.trace import ModelFacts
-from viz.head_stats import attention_rollout, head_statistics
 from viz.heatmap import attention_heatmap, layer_head_heatmap, similarity_heatmap
 from viz.outputs import model_card, next_token_bars
 from viz.thumbnails import GAP, TOP, head_at, resample, thumbnail_figure, thumbnail_grid
 from viz.tokens import plotly_label, visible_token
-
-
-def test_statistics_of_known_heads() -> None:
-    n = 4
-    itself = np.eye(n)
-    previous = np.eye(n, k=-1)
-    previous[0, 0] = 1.0
-    uniform = np.full((n, n), 1 / n)
-    stats = head_statistics(np.stack([itself, previous, uniform]))
-    assert stats.loc[0].tolist() == pytest.approx([0.0, 0.0, 0.25, 0.0, 1.0])
-    assert stats.loc[1, "to previous token"] == 1.0
-    assert stats.loc[1, "mean distance"] == pytest.approx(0.75)  # 0 for the first query, 1 for the rest
-    assert stats.loc[2, "entropy (bits)"] == pytest.approx(2.0)
-    cross = head_statistics(np.full((1, 3, 5), 0.2), self_attention=False)
-    assert np.isnan(cross.loc[0, "mean distance"]) and cross.loc[0, "to first token"] == pytest.approx(0.2)
-
-
-def test_rollout() -> None:
-    n = 3
-    assert np.allclose(attention_rollout([np.eye(n)[None]] * 4), np.eye(n))
-    uniform = np.full((2, n, n), 1 / n)
-    one = attention_rollout([uniform])
-    assert np.allclose(one, 0.5 * np.full((n, n), 1 / n) + 0.5 * np.eye(n))
-    assert np.allclose(attention_rollout([uniform, uniform]).sum(-1), 1.0)
-    assert np.array_equal(attention_rollout(iter([uniform, uniform])), attention_rollout([uniform, uniform]))
-    with pytest.raises(ValueError, match="at least one layer"):
-        attention_rollout([])
 
 
 def test_resample_shrinks_by_block_means_and_grows_by_repeating() -> None:

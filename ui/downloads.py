@@ -14,6 +14,17 @@ import streamlit as st
 from viz.export import FORMATS, available_formats, chart_bytes, figure_bytes
 from viz.tokens import position_label
 
+WHOLE_CSV_UP_TO = 2048  # tokens a side: a matrix's CSV holds it whole up to this (4M cells, about 40 MB)
+
+
+def whole_csv(n_rows: int, n_cols: int, drawn: str = "the window drawn") -> bool:
+    """Whether a matrix's CSV can hold it whole; if not, says under the figure that it holds `drawn`."""
+    if max(n_rows, n_cols) <= WHOLE_CSV_UP_TO:
+        return True
+    st.caption(f"The CSV holds {drawn}: the whole {n_rows:,} × {n_cols:,} matrix would be about "
+               f"{n_rows * n_cols * 10 / 1e9:.1f} GB of text.")
+    return False
+
 
 def matrix_table(
     matrix: np.ndarray, row_tokens: Sequence[str], col_tokens: Sequence[str],

@@ -9,15 +9,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import streamlit as st
 
 from model.core.ablation import Head
+from model.core.summary import STATISTICS
 from model.core.trace import Site, Trace
 from model.inspect.ablation import head_site
 from ui import url_state
 from ui.page import forget_choices
-from ui.trace_cache import per_trace
-from viz.head_stats import previous_token_head
+from ui.summary import site_summary
 from viz.thumbnails import head_at
 
 HEAD_KEYS = ("site", "layer", "head")
@@ -42,14 +43,13 @@ def keep_valid(key: str, options: Sequence[Any]) -> None:
 
 
 def opening_head(trace: Trace) -> tuple[str, int, int, float]:
-    """Where to open: the first self-attention site's clearest previous-token head, and its share (computed
-    once per trace, one layer unpacked at a time)."""
+    """Where to open: the first self-attention site's head that attends most to the previous token (the
+    clearest structure to open an app on), and that share."""
     site = next(s for s in trace.sites() if not Site.of(s).is_cross)
-
-    def find() -> tuple[str, int, int, float]:
-        return site, *previous_token_head(trace.layer_patterns(site))
-
-    return per_trace(trace, "opening head", find)
+    shares = site_summary(trace, site).statistics[:, :, STATISTICS.index("to previous token")]  # (layers, heads)
+    shares = np.nan_to_num(shares)  # one token: no previous one
+    layer, head = np.unravel_index(int(shares.argmax()), shares.shape)
+    return site, int(layer), int(head), float(shares[layer, head])
 
 
 def forget_head() -> None:

@@ -8,6 +8,7 @@ is the matrix plus two label lists, which keeps one head usable at 2048 tokens.
 from __future__ import annotations
 
 import html
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -53,13 +54,15 @@ def matrix_heatmap(
     axis_titles: tuple[str, str] = ("query", "key"),
     masked: np.ndarray | None = None,
     height: int | None = None,
+    categories: tuple[list[str], list[str]] | None = None,
 ) -> go.Figure:
     """values: (rows, cols), rows top to bottom. Positions default to 0..n-1 (pass them when rows or
     columns were left out). The hover reads "#i row → #j col" and the value; `show_values` writes the
     values in the cells when the matrix is at most VALUES_UP_TO on each side. masked: (rows, cols) bool,
     True where a mask hid the key from the query: drawn hatched grey, with a legend entry (viz/masked.py).
-    height: pixels (default: grows with the number of tokens)."""
-    rows, cols = position_labels(row_tokens, row_positions), position_labels(col_tokens, col_positions)
+    height: pixels (default: grows with the number of tokens). categories: the rows' and columns' axis
+    categories, where they are not tokens (blocks of positions, `block_labels`)."""
+    rows, cols = categories or (position_labels(row_tokens, row_positions), position_labels(col_tokens, col_positions))
     z = np.asarray(values, dtype=np.float32)  # float16 is not a plotly array type
     any_masked = masked is not None and bool(masked.any())
     if any_masked:
@@ -87,6 +90,11 @@ def matrix_heatmap(
         data.append(masked_legend_entry())
         layout |= {"images": [hatch_image()], "legend": LEGEND_ABOVE, "plot_bgcolor": "rgba(0,0,0,0)"}
     return go.Figure({"data": data, "layout": layout})  # one dict, validated once: faster than update_* calls
+
+
+def block_labels(starts: Sequence[int]) -> list[str]:
+    """Axis categories of blocks of positions: starts (blocks + 1,) -> "#0–#15", "#16–#31", ..."""
+    return [f"#{a}–#{b - 1}" if b - a > 1 else f"#{a}" for a, b in itertools.pairwise(starts)]
 
 
 def attention_heatmap(

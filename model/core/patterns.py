@@ -52,7 +52,7 @@ class PatternSource:
         """(len(heads), len(rows), k_len) probabilities of the chosen heads and query rows (all by default)."""
         head_ids, row_ids = self._ids(heads, rows)
         out = np.empty((len(head_ids), len(row_ids), self.key.shape[1]), dtype=dtype)
-        for start, probabilities in self._blocks(head_ids, row_ids):
+        for start, probabilities in self.blocks(head_ids, row_ids):
             out[:, start : start + probabilities.shape[1]] = probabilities.to(_TORCH[np.dtype(dtype)]).numpy()
         return out
 
@@ -62,51 +62,80 @@ class PatternSource:
         rows or cols are fewer than `size`, the pattern's rows x cols themselves (the caller resamples)."""
         if len(rows) < size or len(cols) < size:
             return self.pattern(rows=rows, dtype=np.float32)[:, :, cols]
-        row_block, row_counts = _blocks_of(len(rows), size)
-        col_block, col_counts = _blocks_of(len(cols), size)
-        heads = self.query.shape[0]
         every_key = len(cols) == self.key.shape[1] and bool((np.asarray(cols) == np.arange(len(cols))).all())
         columns = None if every_key else torch.from_numpy(np.asarray(cols))
-        sums = torch.zeros(heads, size, size)
-        for start, probabilities in self._blocks(np.arange(heads), np.asarray(rows)):
-            if columns is not None:
-                probabilities = probabilities[:, :, columns]
-            if len(cols) % size == 0:  # equal blocks: a reshape and a sum
-                by_column = probabilities.unflatten(2, (size, -1)).sum(-1)  # (heads, block, size)
-            else:
-                by_column = torch.zeros(heads, probabilities.shape[1], size).index_add_(2, col_block, probabilities)
-            sums.index_add_(1, row_block[start : start + probabilities.shape[1]], by_column)
-        return (sums / (row_counts[:, None] * col_counts[None, :])).numpy()
+        means = BlockMeans((self.query.shape[0],), len(rows), len(cols), size)
+        for start, probabilities in self.blocks(np.arange(self.query.shape[0]), np.asarray(rows)):
+            means.add(start, probabilities if columns is None else probabilities[:, :, columns])
+        return means.result().numpy()
 
     def _ids(self, heads: Any, rows: Any) -> tuple[np.ndarray, np.ndarray]:
         """Head and query-row indices of a selection (a slice, a list or one index)."""
         head_ids = np.atleast_1d(np.arange(self.query.shape[0])[heads])
         return head_ids, np.atleast_1d(np.arange(self.query.shape[1])[rows])
 
-    def _blocks(self, head_ids: np.ndarray, row_ids: np.ndarray) -> Iterator[tuple[int, torch.Tensor]]:
+    def blocks(self, head_ids: np.ndarray, row_ids: np.ndarray) -> Iterator[tuple[int, torch.Tensor]]:
         """(offset in row_ids, float32 probabilities (heads, block, k_len)) for ROW_BLOCK query rows at a time:
-        softmax(Q K^T x scale + bias + M), as eager attention computes it."""
+        softmax(Q K^T x scale + bias + M), as eager attention computes it. Keys hidden from every row of a block
+        (a causal mask's future) are not computed: their probability is exactly 0, as in eager attention."""
         group = self.query.shape[0] // self.key.shape[0]
         query = torch.from_numpy(self.query)[head_ids].float()  # (heads, q_len, d_head)
         key = torch.from_numpy(self.key)[head_ids // group].float().transpose(1, 2)  # (heads, d_head, k_len)
+        k_len = key.shape[-1]
         contiguous = len(row_ids) > 0 and bool((np.diff(row_ids) == 1).all())
         for start in range(0, len(row_ids), ROW_BLOCK):
             block = row_ids[start : start + ROW_BLOCK]
             rows = slice(block[0], block[-1] + 1) if contiguous else block  # a slice copies nothing
-            scores = torch.matmul(query[:, rows], key) * self.scale  # (heads, block, k_len)
+            allowed = self.allowed[rows]  # (block, k_len)
+            seen = np.flatnonzero(allowed.any(0))
+            # where every row sees some key, the keys after the last one seen are exactly 0; a row that sees none
+            # is uniform over all keys in eager attention, so then every key is computed
+            end = int(seen[-1]) + 1 if len(seen) and allowed.any(1).all() else k_len
+            scores = torch.matmul(query[:, rows], key[:, :, :end]) * self.scale  # (heads, block, end)
             if self.bias is not None:
-                scores += torch.from_numpy(self.bias[np.ix_(head_ids, block)]).float()
-            hidden = ~torch.tensor(self.allowed[rows])  # a copy: the mask may be a read-only view shared by layers
+                scores += torch.from_numpy(self.bias[np.ix_(head_ids, block, np.arange(end))]).float()
+            hidden = ~torch.tensor(allowed[:, :end])  # a copy: the mask may be a read-only view shared by layers
             scores.masked_fill_(hidden, torch.finfo(torch.float32).min)
-            yield start, scores.softmax(-1)
+            probabilities = scores.softmax(-1)
+            if end < k_len:
+                probabilities = torch.nn.functional.pad(probabilities, (0, k_len - end))
+            yield start, probabilities
+
+
+class BlockMeans:
+    """Block means of a (..., n_rows, n_cols) matrix given a block of rows at a time, each axis cut into `size`
+    blocks (or one a position, where shorter) as `viz.thumbnails.resample` cuts it: (..., size, size) float32."""
+
+    def __init__(self, lead: tuple[int, ...], n_rows: int, n_cols: int, size: int) -> None:
+        self.row_block, self.row_counts = _blocks_of(n_rows, size)
+        self.col_block, self.col_counts = _blocks_of(n_cols, size)
+        self.equal_columns = n_cols % len(self.col_counts) == 0
+        self.sums = torch.zeros(*lead, len(self.row_counts), len(self.col_counts))
+
+    def add(self, start: int, rows: torch.Tensor) -> None:
+        """Rows start.. of the matrix, (..., block, n_cols) float32."""
+        if self.equal_columns:  # equal blocks: a reshape and a sum
+            by_column = rows.unflatten(-1, (self.sums.shape[-1], -1)).sum(-1)  # (..., block, size)
+        else:
+            by_column = torch.zeros(*rows.shape[:-1], self.sums.shape[-1]).index_add_(-1, self.col_block, rows)
+        self.sums.index_add_(-2, self.row_block[start : start + rows.shape[-2]], by_column)
+
+    def result(self) -> torch.Tensor:
+        return self.sums / (self.row_counts[:, None] * self.col_counts[None, :])
+
+
+def block_starts(n: int, size: int) -> np.ndarray:
+    """(min(n, size) + 1,): the first position of each of `size` blocks of n positions (one a position, where
+    n < size), then n; `viz.thumbnails.resample` cuts them so."""
+    size = min(n, size)
+    return np.append((np.arange(size) * n) // size, n)
 
 
 def _blocks_of(n: int, size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """For n positions shrunk to `size` blocks as `viz.thumbnails.resample` cuts them: each position's block
-    (n,) and each block's count (size,)."""
-    starts = (np.arange(size) * n) // size
-    block = np.searchsorted(starts, np.arange(n), side="right") - 1
-    return torch.from_numpy(block), torch.from_numpy(np.diff(np.append(starts, n))).float()
+    """For n positions cut as `block_starts`: each position's block (n,) and each block's count."""
+    starts = block_starts(n, size)
+    block = np.searchsorted(starts[:-1], np.arange(n), side="right") - 1
+    return torch.from_numpy(block), torch.from_numpy(np.diff(starts)).float()
 
 
 @dataclass

@@ -29,9 +29,10 @@ from pathlib import Path
 from typing import Any, Literal, TypedDict
 
 import numpy as np
+import torch
 
 from model.core.options import RunOptions
-from model.core.patterns import PatternSource
+from model.core.patterns import ROW_BLOCK, PatternSource
 
 PATTERN_SUFFIX = "hook_pattern"
 OutputKind = Literal["generated", "next token", "teacher-forced", "embeddings"]
@@ -203,23 +204,47 @@ class Trace:
         """(heads, q_len, k_len): one layer's attention at a site ("encoder.attn", "decoder.cross_attn", ...)."""
         return self.attention[self.pattern_name(site, layer)]
 
-    def head_pattern(self, site: str, layer: int, head: int) -> np.ndarray:
-        """(q_len, k_len): one head's attention, computing only that head where the trace kept its source."""
+    def head_pattern(self, site: str, layer: int, head: int, rows: Any = slice(None)) -> np.ndarray:
+        """(len(rows), k_len): one head's attention (all query rows by default), computing only that head and
+        those rows where the trace kept its source."""
+        return self.pattern_rows(site, layer, rows, heads=[head])[0]
+
+    def pattern_rows(self, site: str, layer: int, rows: Any, heads: Any = slice(None)) -> np.ndarray:
+        """(len(heads), len(rows), k_len): some query rows of some heads, computing only those where the trace
+        kept the pattern's source (a window of a long text costs its rows, not the whole matrix)."""
         source = self.pattern_source(site, layer)
-        return source.pattern(heads=[head])[0] if source is not None else self.pattern(site, layer)[head]
+        if source is not None:
+            return source.pattern(heads=heads, rows=rows)
+        return self.pattern(site, layer)[heads][:, rows]
 
     def layer_patterns(self, site: str) -> Iterator[np.ndarray]:
         """Every layer's (heads, q_len, k_len) at a site, in order, one at a time (packed ones unpacked as read)."""
         return (self.pattern(site, layer) for layer in range(self.n_layers(site)))
 
+    def pattern_blocks(self, site: str, layer: int) -> Iterator[tuple[np.ndarray, torch.Tensor]]:
+        """One layer's pattern, ROW_BLOCK query rows at a time: (their positions, float32 (heads, rows, k_len))."""
+        source = self.pattern_source(site, layer)
+        if source is not None:
+            heads, q_len, _ = source.shape
+            positions = np.arange(q_len)
+            for start, probabilities in source.blocks(np.arange(heads), positions):
+                yield positions[start : start + probabilities.shape[1]], probabilities
+            return
+        pattern = self.pattern(site, layer)
+        for start in range(0, pattern.shape[1], ROW_BLOCK):
+            block = pattern[:, start : start + ROW_BLOCK].astype(np.float32)
+            yield np.arange(start, start + block.shape[1]), torch.from_numpy(block)
+
     def layer_thumbnails(self, site: str, size: int, rows: np.ndarray, cols: np.ndarray) -> Iterator[np.ndarray]:
-        """Every layer's pattern at a site restricted to query `rows` x key `cols`, one layer at a time: shrunk to
-        (heads, size, size) block means where the trace kept the pattern's source (computed a block of rows at a
-        time), else the (heads, rows, cols) pattern itself; `viz.thumbnails.thumbnail_grid` draws either."""
-        for layer in range(self.n_layers(site)):
-            source = self.pattern_source(site, layer)
-            yield source.shrunk(size, rows, cols) if source is not None else \
-                self.pattern(site, layer)[:, rows][:, :, cols]
+        """Every layer's `layer_thumbnail`, one layer at a time."""
+        return (self.layer_thumbnail(site, layer, size, rows, cols) for layer in range(self.n_layers(site)))
+
+    def layer_thumbnail(self, site: str, layer: int, size: int, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """One layer's pattern at a site restricted to query `rows` x key `cols`: shrunk to (heads, size, size)
+        block means where the trace kept the pattern's source (computed a block of rows at a time), else the
+        (heads, rows, cols) pattern itself; `viz.thumbnails.thumbnail_grid` draws either."""
+        source = self.pattern_source(site, layer)
+        return source.shrunk(size, rows, cols) if source is not None else self.pattern(site, layer)[:, rows][:, :, cols]
 
     def sites(self) -> list[str]:
         """Attention sites with captured patterns, in model order ("encoder.attn", "decoder.attn", ...)."""

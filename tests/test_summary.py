@@ -1,0 +1,128 @@
+"""A site's attention reduced in one pass of row blocks (model/core/summary.py) equals the same numbers computed
+from whole patterns: statistics, thumbnails, rollout (exact up to ROLLOUT_SIZE, block means beyond)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from model.core import summary
+from model.core.options import RunOptions
+from model.core.summary import STATISTICS, summarise, summarise_site
+from model.registry import load_runner
+from viz.thumbnails import resample
+
+
+def blocks_of(pattern: np.ndarray, rows: int = 3):
+    """A (heads, q, k) pattern as summarise reads it, `rows` query rows at a time."""
+    for start in range(0, pattern.shape[1], rows):
+        block = pattern[:, start : start + rows].astype(np.float32)
+        yield np.arange(start, start + block.shape[1]), torch.from_numpy(block)
+
+
+def summarised(layers: list[np.ndarray], size: int = 4, self_attention: bool = True) -> summary.SiteSummary:
+    return summarise((blocks_of(p) for p in layers), layers[0].shape, size, self_attention)
+
+
+def reference_statistics(p: np.ndarray, one_sequence: bool) -> np.ndarray:
+    """(heads, 5) from a whole (heads, q, k) pattern, float64."""
+    p = p.astype(np.float64)
+    _, q, _k = p.shape
+    with np.errstate(divide="ignore", invalid="ignore"):
+        entropy = -np.where(p > 0, p * np.log2(p), 0.0).sum(-1).mean(-1)
+    nan = np.full(len(p), np.nan)
+    if not one_sequence:
+        return np.stack([entropy, nan, p[:, :, 0].mean(-1), nan, nan], 1)
+    i = np.arange(q)
+    distance = (p * np.abs(i[:, None] - i[None, :])).sum(-1).mean(-1)
+    return np.stack([entropy, distance, p[:, :, 0].mean(-1), p[:, i[1:], i[1:] - 1].mean(-1), p[:, i, i].mean(-1)], 1)
+
+
+def reference_rollout(layers: list[np.ndarray]) -> np.ndarray:
+    rolled = None
+    for p in layers:
+        a = 0.5 * p.astype(np.float64).mean(0) + 0.5 * np.eye(p.shape[-1])
+        a /= a.sum(-1, keepdims=True)
+        rolled = a if rolled is None else a @ rolled
+    return rolled
+
+
+def test_statistics_of_known_heads() -> None:
+    n = 4
+    previous = np.eye(n, k=-1)
+    previous[0, 0] = 1.0
+    heads = np.stack([np.eye(n), previous, np.full((n, n), 1 / n)])  # (3, n, n)
+    stats = summarised([heads]).statistics[0]  # (heads, 5)
+    assert stats[0].tolist() == pytest.approx([0.0, 0.0, 0.25, 0.0, 1.0])
+    assert stats[1, STATISTICS.index("to previous token")] == 1.0
+    assert stats[1, STATISTICS.index("mean distance")] == pytest.approx(0.75)  # 0 for the first query, 1 for the rest
+    assert stats[2, STATISTICS.index("entropy (bits)")] == pytest.approx(2.0)
+    cross = summarised([np.full((1, 3, 5), 0.2)], self_attention=False)
+    assert np.isnan(cross.statistics[0, 0, 1]) and cross.statistics[0, 0, 2] == pytest.approx(0.2)
+    assert cross.rollout is None
+
+
+def test_rollout_of_known_layers() -> None:
+    n = 3
+    assert np.allclose(summarised([np.eye(n)[None]] * 4).rollout, np.eye(n))
+    uniform = np.full((2, n, n), 1 / n)
+    assert np.allclose(summarised([uniform]).rollout, 0.5 * np.full((n, n), 1 / n) + 0.5 * np.eye(n))
+    assert np.allclose(summarised([uniform, uniform]).rollout.sum(-1), 1.0)
+
+
+@pytest.fixture(scope="module")
+def smollm2_trace():
+    runner = load_runner("smollm2")
+    text = "The quick brown fox jumps over the lazy dog. " * 30  # about 300 tokens: two row blocks of 256
+    return runner.run(text, options=RunOptions(hooks=("*.hook_pattern",)))
+
+
+def test_a_kept_source_reduces_to_the_numbers_of_its_whole_patterns(smollm2_trace, monkeypatch) -> None:
+    monkeypatch.setattr("model.core.trace.ROW_BLOCK", 256)
+    monkeypatch.setattr("model.core.patterns.ROW_BLOCK", 256)
+    trace, site = smollm2_trace, "decoder.attn"
+    layers = [whole(trace, site, layer) for layer in range(trace.n_layers(site))]
+    got = summarise_site(trace, site, size=32)
+    for layer, pattern in enumerate(layers):
+        np.testing.assert_allclose(got.statistics[layer], reference_statistics(pattern, True), rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(got.thumbnails[layer], np.stack([resample(h, 32) for h in pattern]), atol=1e-6)
+    assert got.rollout_is_exact
+    np.testing.assert_allclose(got.rollout, reference_rollout(layers), atol=1e-6)
+
+
+def test_rollout_of_a_long_text_is_block_means_of_the_exact_one(smollm2_trace, monkeypatch) -> None:
+    """Cut into blocks (here 75 of 4 positions), the rollout approximates the exact one's block means."""
+    trace, site = smollm2_trace, "decoder.attn"
+    n = len(trace.tokens)
+    monkeypatch.setattr(summary, "ROLLOUT_SIZE", n // 4)
+    got = summarise_site(trace, site, size=32)
+    assert not got.rollout_is_exact and got.rollout.shape == (n // 4, n // 4)
+    np.testing.assert_allclose(got.rollout.sum(-1), 1.0, atol=1e-9)
+    starts = got.rollout_starts
+    exact = reference_rollout([whole(trace, site, layer) for layer in range(trace.n_layers(site))])
+    block_sums = np.add.reduceat(np.add.reduceat(exact, starts[:-1], 0), starts[:-1], 1)
+    expected = block_sums / np.diff(starts)[:, None]  # mean over a block's queries, sum over its keys
+    assert np.abs(got.rollout - expected).max() < 0.05
+    assert np.triu(got.rollout, 1).max() == 0  # causal: no block draws on a later block
+
+
+def whole(trace, site: str, layer: int) -> np.ndarray:
+    """(heads, q, k) float32: a captured pattern, or a kept source's computed whole (float32, not float16)."""
+    source = trace.pattern_source(site, layer)
+    return source.pattern(dtype=np.float32) if source is not None else trace.pattern(site, layer).astype(np.float32)
+
+
+@pytest.mark.parametrize("model_id", ["toy-date", "minilm"])
+def test_every_site_of_a_model_reduces_like_its_whole_patterns(model_id: str) -> None:
+    runner = load_runner(model_id)
+    trace = runner.run(runner.examples[0], options=RunOptions(hooks=("*.hook_pattern",)))
+    for site in trace.sites():
+        layers = [whole(trace, site, layer) for layer in range(trace.n_layers(site))]
+        got = summarise_site(trace, site, size=8)
+        one_sequence = "cross" not in site
+        for layer, pattern in enumerate(layers):
+            np.testing.assert_allclose(got.statistics[layer], reference_statistics(pattern, one_sequence),
+                                       rtol=1e-4, atol=1e-6)
+        if one_sequence:
+            np.testing.assert_allclose(got.rollout, reference_rollout(layers), atol=1e-6)

@@ -1,0 +1,22 @@
+"""A trace's attention sites reduced in one pass (model/core/summary.py), computed once per trace and site and
+kept with it in the server's cache: the model view's thumbnails, the head statistics, the rollout, and the head
+the app opens on all read it."""
+
+from __future__ import annotations
+
+from model.core.summary import SiteSummary, summarise_site
+from model.core.trace import Trace
+from ui.trace_cache import per_trace
+
+MODEL_VIEW_WIDTH = 900  # pixels the model view's thumbnails share across a row of heads
+
+
+def thumbnail_size(heads: int) -> int:
+    """Pixels per head in the model view: the heads of a layer share MODEL_VIEW_WIDTH (SmolLM2's 9: 64 px)."""
+    return max(32, min(64, MODEL_VIEW_WIDTH // heads))
+
+
+def site_summary(trace: Trace, site: str) -> SiteSummary:
+    """Every layer of `site` reduced, thumbnails of the model view's size."""
+    return per_trace(trace, ("summary", site),
+                     lambda: summarise_site(trace, site, thumbnail_size(trace.facts.n_heads)))
