@@ -17,6 +17,7 @@ from ui.messages import show_error
 from ui.page import PAGES, REQUEST, TRACE, keep_page_choices
 from ui.pickers import forget_head
 from ui.runs import RunRequest, get_runner, is_loaded, trace_for
+from ui.trace_cache import release_free_memory
 
 CAUSAL_CHOICES = {"as trained": "auto", "on everywhere": "on", "off everywhere": "off"}
 CUSTOM = "custom"
@@ -167,6 +168,7 @@ def main() -> None:
             navigation.run()
     finally:  # between runs, the session holds its trace weakly: the cache decides how long a trace lives
         st.session_state[TRACE] = None if trace is None else weakref.proxy(trace)
+        release_free_memory()
 
 
 main()

@@ -21,14 +21,15 @@ from ui.trace_cache import BUDGET_VARIABLE
 from viz.heatmap import WINDOW, position_labels
 
 pytestmark = [pytest.mark.load, pytest.mark.browser]
-BUDGET_MB = 48  # a 512-token MiniLM trace is 36 MiB (patterns only, float16): one fits, the next evicts it
+BUDGET_MB = 48  # a 512-token MiniLM trace is about 14 MiB with what pages derive from it: 3 fit, the 4th evicts
 LONG_TEXTS = 20
 # Memory the budget does not count, beside the cache: Streamlit's messages and session state, the allocator's
 # free pages, a trace being drawn. Measured on this 2-core machine: 20-130 MB; one long trace left behind per
-# text (a leak) is 36 MiB each, 20 of them are 755 MB.
+# text (a leak) is about 14 MiB each, 20 of them 280 MiB.
 SLACK = 200 * 2**20
 MB = 2**20
-LEFT_BEHIND = 144 * MB  # after 8 sessions close (measured: 17-62 MiB); each keeping its trace: 8 x 36 = 288 MiB
+LEFT_BEHIND = 144 * MB  # after 8 sessions close (measured: 48-74 MiB, with the allocator trimmed after every
+# script run; 166-300 MiB without: each session's scratch stayed in its thread's arena)
 HEAD_TITLE = "encoder self-attention · layer"
 
 

@@ -75,7 +75,7 @@ def cached_trace(key: tuple, compute: Callable[[], Trace]) -> tuple[Trace, bool]
     if not kept or cache.evictions != evictions:
         gc.collect()  # the traces let go of may still be held by garbage cycles (module docstring)
     if ran:
-        _release_free_memory()
+        release_free_memory()
     return trace, kept
 
 
@@ -90,9 +90,10 @@ def per_trace(trace: Trace, name: tuple | str, compute: Callable[[], T]) -> T:
     return value
 
 
-def _release_free_memory() -> None:
-    """Give the C allocator's free pages back to the system. After a 2,048-token SmolLM2 run glibc kept 0.4 to
-    0.6 GB of its scratch (more with runs in several threads); malloc_trim returns it in about 30 ms."""
+def release_free_memory() -> None:
+    """Give the C allocator's free pages back to the system (after a model run, and after every script run: a
+    page's scratch, e.g. a site's summary, is freed into the arena of the session's thread, which keeps it). After
+    a 2,048-token SmolLM2 run glibc kept 0.4 to 0.6 GB of its scratch; malloc_trim returns it in about 30 ms."""
     if _MALLOC_TRIM is not None:
         _MALLOC_TRIM(0)
 
