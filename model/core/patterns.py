@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-ROW_BLOCK = 512  # query rows computed at once: bounds the scratch to heads x 512 x k_len floats
+ROW_BLOCK = 256  # query rows computed at once: bounds the scratch to heads x 256 x k_len floats
 _TORCH = {np.dtype(np.float16): torch.float16, np.dtype(np.float32): torch.float32}
 
 
@@ -51,9 +51,10 @@ class PatternSource:
     def pattern(self, heads: Any = slice(None), rows: Any = slice(None), dtype: type = np.float16) -> np.ndarray:
         """(len(heads), len(rows), k_len) probabilities of the chosen heads and query rows (all by default)."""
         head_ids, row_ids = self._ids(heads, rows)
-        out = np.empty((len(head_ids), len(row_ids), self.key.shape[1]), dtype=dtype)
+        out = np.zeros((len(head_ids), len(row_ids), self.key.shape[1]), dtype=dtype)
         for start, probabilities in self.blocks(head_ids, row_ids):
-            out[:, start : start + probabilities.shape[1]] = probabilities.to(_TORCH[np.dtype(dtype)]).numpy()
+            rows, seen = probabilities.shape[1:]
+            out[:, start : start + rows, :seen] = probabilities.to(_TORCH[np.dtype(dtype)]).numpy()
         return out
 
     def shrunk(self, size: int, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
@@ -66,7 +67,10 @@ class PatternSource:
         columns = None if every_key else torch.from_numpy(np.asarray(cols))
         means = BlockMeans((self.query.shape[0],), len(rows), len(cols), size)
         for start, probabilities in self.blocks(np.arange(self.query.shape[0]), np.asarray(rows)):
-            means.add(start, probabilities if columns is None else probabilities[:, :, columns])
+            if columns is not None:
+                hidden = self.key.shape[1] - probabilities.shape[-1]
+                probabilities = torch.nn.functional.pad(probabilities, (0, hidden))[:, :, columns]
+            means.add(start, probabilities)
         return means.result().numpy()
 
     def _ids(self, heads: Any, rows: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -75,11 +79,12 @@ class PatternSource:
         return head_ids, np.atleast_1d(np.arange(self.query.shape[1])[rows])
 
     def blocks(self, head_ids: np.ndarray, row_ids: np.ndarray) -> Iterator[tuple[int, torch.Tensor]]:
-        """(offset in row_ids, float32 probabilities (heads, block, k_len)) for ROW_BLOCK query rows at a time:
-        softmax(Q K^T x scale + bias + M), as eager attention computes it. Keys hidden from every row of a block
-        (a causal mask's future) are not computed: their probability is exactly 0, as in eager attention."""
+        """(offset in row_ids, float32 probabilities (heads, block, seen)) for ROW_BLOCK query rows at a time:
+        softmax(Q K^T x scale + bias + M), as eager attention computes it, for the keys 0..seen-1. The keys
+        after those, hidden from every row of the block (a causal mask's future), are not computed: their
+        probability is exactly 0, as in eager attention (so a causal pattern costs about half the whole)."""
         group = self.query.shape[0] // self.key.shape[0]
-        query = torch.from_numpy(self.query)[head_ids].float()  # (heads, q_len, d_head)
+        query = torch.from_numpy(self.query)[head_ids].float() * self.scale  # (heads, q_len, d_head), scaled
         key = torch.from_numpy(self.key)[head_ids // group].float().transpose(1, 2)  # (heads, d_head, k_len)
         k_len = key.shape[-1]
         contiguous = len(row_ids) > 0 and bool((np.diff(row_ids) == 1).all())
@@ -91,20 +96,18 @@ class PatternSource:
             # where every row sees some key, the keys after the last one seen are exactly 0; a row that sees none
             # is uniform over all keys in eager attention, so then every key is computed
             end = int(seen[-1]) + 1 if len(seen) and allowed.any(1).all() else k_len
-            scores = torch.matmul(query[:, rows], key[:, :, :end]) * self.scale  # (heads, block, end)
+            scores = torch.matmul(query[:, rows], key[:, :, :end])  # (heads, block, end)
             if self.bias is not None:
                 scores += torch.from_numpy(self.bias[np.ix_(head_ids, block, np.arange(end))]).float()
             hidden = ~torch.tensor(allowed[:, :end])  # a copy: the mask may be a read-only view shared by layers
             scores.masked_fill_(hidden, torch.finfo(torch.float32).min)
-            probabilities = scores.softmax(-1)
-            if end < k_len:
-                probabilities = torch.nn.functional.pad(probabilities, (0, k_len - end))
-            yield start, probabilities
+            yield start, scores.softmax(-1)
 
 
 class BlockMeans:
-    """Block means of a (..., n_rows, n_cols) matrix given a block of rows at a time, each axis cut into `size`
-    blocks (or one a position, where shorter) as `viz.thumbnails.resample` cuts it: (..., size, size) float32."""
+    """Block means of a (..., n_rows, n_cols) matrix given a block of rows at a time (its first columns: the
+    others 0), each axis cut into `size` blocks (or one a position, where shorter) as `viz.thumbnails.resample`
+    cuts it: (..., size, size) float32."""
 
     def __init__(self, lead: tuple[int, ...], n_rows: int, n_cols: int, size: int) -> None:
         self.row_block, self.row_counts = _blocks_of(n_rows, size)
@@ -113,11 +116,13 @@ class BlockMeans:
         self.sums = torch.zeros(*lead, len(self.row_counts), len(self.col_counts))
 
     def add(self, start: int, rows: torch.Tensor) -> None:
-        """Rows start.. of the matrix, (..., block, n_cols) float32."""
-        if self.equal_columns:  # equal blocks: a reshape and a sum
+        """Rows start.. of the matrix, (..., block, width <= n_cols) float32: columns after `width` are 0."""
+        width = rows.shape[-1]
+        if self.equal_columns and width == len(self.col_block):  # equal blocks: a reshape and a sum
             by_column = rows.unflatten(-1, (self.sums.shape[-1], -1)).sum(-1)  # (..., block, size)
         else:
-            by_column = torch.zeros(*rows.shape[:-1], self.sums.shape[-1]).index_add_(-1, self.col_block, rows)
+            by_column = torch.zeros(*rows.shape[:-1], self.sums.shape[-1]).index_add_(-1, self.col_block[:width],
+                                                                                      rows)
         self.sums.index_add_(-2, self.row_block[start : start + rows.shape[-2]], by_column)
 
     def result(self) -> torch.Tensor:

@@ -55,19 +55,21 @@ class _Statistics:
         self.sums = torch.zeros(heads, len(STATISTICS), dtype=torch.float64)
 
     def add(self, positions: np.ndarray, p: torch.Tensor) -> None:
-        """p: (heads, rows, k_len) float32, the attention of the query rows at `positions`."""
+        """p: (heads, rows, width) float32, the attention of the query rows at `positions` on keys 0..width-1
+        (the others 0)."""
         entropy = -torch.special.xlogy(p, p).sum(-1) / np.log(2)  # (heads, rows); 0 log 0 = 0
         self.sums[:, 0] += entropy.double().sum(-1)
         self.sums[:, 2] += p[:, :, 0].double().sum(-1)
         if not self.one_sequence:
             return
+        width = p.shape[-1]
         queries = torch.from_numpy(positions)
-        distance = (queries[:, None] - torch.arange(self.k_len)[None, :]).abs().float()  # (rows, k_len)
+        distance = (queries[:, None] - torch.arange(width)[None, :]).abs().float()  # (rows, width)
         self.sums[:, 1] += (p * distance).sum(-1).double().sum(-1)
         rows = torch.arange(len(positions))
-        after_first = queries > 0
-        self.sums[:, 3] += p[:, rows[after_first], queries[after_first] - 1].double().sum(-1)
-        self.sums[:, 4] += p[:, rows, queries].double().sum(-1)
+        for column, key in ((3, queries - 1), (4, queries)):  # the previous token, itself (0 where not computed)
+            has = (key >= 0) & (key < width)
+            self.sums[:, column] += p[:, rows[has], key[has]].double().sum(-1)
 
     def result(self) -> np.ndarray:
         """(heads, len(STATISTICS)) means over the queries (previous: over those that have one)."""
@@ -84,8 +86,8 @@ class _Statistics:
 def summarise(layers: Iterator[Iterator[tuple[np.ndarray, torch.Tensor]]], shape: tuple[int, int, int], size: int,
               self_attention: bool) -> SiteSummary:
     """Reduce every layer of a site. `layers` yields, per layer, its pattern as (query positions, float32
-    probabilities (heads, rows, k_len)) blocks covering every query row once, in order; shape: (heads, q_len,
-    k_len) of each layer's pattern; size: the thumbnails' side."""
+    probabilities (heads, rows, width <= k_len), the keys after width 0) blocks covering every query row once, in
+    order; shape: (heads, q_len, k_len) of each layer's pattern; size: the thumbnails' side."""
     heads, q_len, k_len = shape
     rolled = self_attention and q_len == k_len
     starts = block_starts(q_len, ROLLOUT_SIZE)

@@ -222,7 +222,8 @@ class Trace:
         return (self.pattern(site, layer) for layer in range(self.n_layers(site)))
 
     def pattern_blocks(self, site: str, layer: int) -> Iterator[tuple[np.ndarray, torch.Tensor]]:
-        """One layer's pattern, ROW_BLOCK query rows at a time: (their positions, float32 (heads, rows, k_len))."""
+        """One layer's pattern, ROW_BLOCK query rows at a time: (their positions, float32 (heads, rows, width)),
+        the keys after width 0 (a kept source does not compute those a causal mask hides from every row)."""
         source = self.pattern_source(site, layer)
         if source is not None:
             heads, q_len, _ = source.shape
