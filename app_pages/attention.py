@@ -290,8 +290,9 @@ def block_rollout(c: Choice, rolled: np.ndarray, starts: np.ndarray, name: str) 
     blocks = len(starts) - 1
     st.caption(f"This text's {starts[-1]:,} tokens are cut into {blocks} blocks of {starts[1] - starts[0]} or so "
                "consecutive positions, and each layer's head-averaged attention into block means (how much a "
-               "block's queries, on average, put on a block's keys); the rollout of those is an approximation of "
-               "the exact one, which would take minutes at this length. Special tokens are included.")
+               "block's queries, on average, put on a block's keys); the rollout of those approximates the exact "
+               "one, whose cost grows with the cube of the length (about 30 s at 2,048 tokens). Special tokens "
+               "are included.")
     labels = block_labels(starts)
     visible = c.trace.masks[c.site]  # (n, n)
     cut = starts[:-1]
@@ -302,6 +303,11 @@ def block_rollout(c: Choice, rolled: np.ndarray, starts: np.ndarray, name: str) 
     st.plotly_chart(figure, key="attention_rollout")
     table = pd.DataFrame(rolled.astype(np.float32), index=labels, columns=labels)
     downloads(figure, name, "attention_rollout", constant(table))
+
+
+def compare(c: Choice) -> None:
+    """The chosen head in two runs (ui/compare.py), a long text through the window."""
+    show_compare(window(c))
 
 
 def choose(trace: Trace) -> Choice:
@@ -327,7 +333,7 @@ def page() -> None:
     """The page (in a function: no module global holds the trace; see ui/downloads.py)."""
     st.header("Attention")
     choice = choose(current_trace())
-    shows = [model_view, one_head, layer_heads, token_lines, statistics, rollout, show_compare]  # as VIEWS
+    shows = [model_view, one_head, layer_heads, token_lines, statistics, rollout, compare]  # as VIEWS
     show_open_tab(VIEWS, shows, "view", choice)
 
 

@@ -1,8 +1,17 @@
 """The Attention page without a browser: every control, every model kind."""
 
 import json
+from collections.abc import Callable
 
+import numpy as np
+import pandas as pd
 from streamlit.testing.v1 import AppTest
+
+import ui.downloads
+from model.core.patterns import block_starts
+from model.core.summary import summarise_site
+from tests.plotly_specs import chart, plotly_array
+from viz.heatmap import block_labels
 
 PAGE = "app_pages/attention.py"
 
@@ -165,3 +174,43 @@ def test_a_window_of_masked_cells_only_says_so(monkeypatch) -> None:
     at.slider(key="attention_window_row").set_value(0).run()
     at.slider(key="attention_window_col").set_value(8).run()
     assert "Every cell of this window is masked" in at.warning[0].value
+
+
+def csv_makers(monkeypatch) -> dict[str, Callable[[], pd.DataFrame]]:
+    """The table makers the pages give their CSV buttons in the runs to come, by button row key."""
+    made: dict[str, Callable[[], pd.DataFrame]] = {}
+    real = ui.downloads.downloads
+
+    def recording(figure, name: str, key: str, table=None) -> None:
+        if table is not None:
+            made[key] = table
+        real(figure, name, key, table)
+
+    monkeypatch.setattr(ui.downloads, "downloads", recording)
+    return made
+
+
+def test_a_long_texts_rollout_is_drawn_on_blocks(monkeypatch) -> None:
+    monkeypatch.setattr("model.core.summary.ROLLOUT_SIZE", 4)  # toy-copy's tokens stand in for 2,048
+    at = _attention_page("toy-copy", "rollout on blocks", view="Rollout")
+    trace = at.session_state["trace"]
+    starts = block_starts(len(trace.tokens), 4)
+    assert f"tokens are cut into 4 blocks of {starts[1]} or so" in " ".join(c.value for c in at.caption)
+    spec = chart(at, "rollout")
+    assert spec["layout"]["title"]["text"] == "rollout · encoder self-attention · 4 × 4 blocks"
+    labels = block_labels(starts)
+    assert spec["data"][0]["y"] == spec["data"][0]["x"] == labels and labels[0] == f"#0–#{starts[1] - 1}"
+    exact = summarise_site(trace, "encoder.attn", 8).rollout  # (4, 4), as computed here
+    np.testing.assert_allclose(plotly_array(spec["data"][0]["z"]), exact, atol=1e-6)
+    np.testing.assert_allclose(exact.sum(-1), 1.0, atol=1e-9)
+
+
+def test_a_window_has_its_own_csv_beyond_the_whole_matrix_limit(monkeypatch) -> None:
+    monkeypatch.setattr("viz.heatmap.WINDOW", 5)
+    monkeypatch.setattr("ui.downloads.WHOLE_CSV_UP_TO", 8)  # toy-copy's 12 tokens stand in for 8,192
+    tables = csv_makers(monkeypatch)
+    at = _attention_page("toy-copy", "hello world")
+    assert any("The CSV holds the window drawn: the whole 12 × 12 matrix" in c.value for c in at.caption)
+    table = tables["attention_one_head"]()
+    assert table.shape == (5, 5) and list(table.index) == ["#7 o", "#8 r", "#9 l", "#10 d", "#11 </s>"]
+    np.testing.assert_allclose(table.to_numpy(), plotly_array(_heatmap(at)["z"]), atol=1e-6)

@@ -217,10 +217,6 @@ class Trace:
             return source.pattern(heads=heads, rows=rows)
         return self.pattern(site, layer)[heads][:, rows]
 
-    def layer_patterns(self, site: str) -> Iterator[np.ndarray]:
-        """Every layer's (heads, q_len, k_len) at a site, in order, one at a time (packed ones unpacked as read)."""
-        return (self.pattern(site, layer) for layer in range(self.n_layers(site)))
-
     def pattern_blocks(self, site: str, layer: int) -> Iterator[tuple[np.ndarray, torch.Tensor]]:
         """One layer's pattern, ROW_BLOCK query rows at a time: (their positions, float32 (heads, rows, width)),
         the keys after width 0 (a kept source does not compute those a causal mask hides from every row)."""
