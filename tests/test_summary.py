@@ -126,3 +126,27 @@ def test_every_site_of_a_model_reduces_like_its_whole_patterns(model_id: str) ->
                                        rtol=1e-4, atol=1e-6)
         if one_sequence:
             np.testing.assert_allclose(got.rollout, reference_rollout(layers), atol=1e-6)
+
+
+@pytest.mark.parametrize("family", ["bert", "gpt2", "llama", "t5", "bart", "marian"])
+def test_a_summary_made_in_the_run_equals_one_made_from_its_trace(runners, family: str) -> None:
+    """RunOptions.summary_size: every site reduced on the model's device before the capture moves to the host
+    (GQA, T5's bias, cross-attention), the same numbers as reducing the trace's kept sources afterwards."""
+    runner = runners[family]
+    text = runner.examples[0]
+    trace = runner.run(text, options=RunOptions(hooks=("*.hook_pattern",), summary_size=8))
+    assert trace.summaries and set(trace.summaries) == set(trace.sites())
+    for site, made in trace.summaries.items():
+        later = summarise_site(trace, site, size=8)
+        np.testing.assert_allclose(made.thumbnails, later.thumbnails, atol=1e-7)
+        np.testing.assert_allclose(made.statistics, later.statistics, atol=1e-9)
+        if later.rollout is None:
+            assert made.rollout is None
+        else:
+            np.testing.assert_allclose(made.rollout, later.rollout, atol=1e-9)
+    assert trace.nbytes > runner.run(text, options=RunOptions(hooks=("*.hook_pattern",))).nbytes  # counted
+
+
+def test_no_summary_is_made_unless_asked() -> None:
+    runner = load_runner("minilm")
+    assert runner.run("a short text", options=RunOptions(hooks=("*.hook_pattern",))).summaries == {}

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 import streamlit as st
@@ -27,6 +27,7 @@ from model.core.options import CausalMode, RunOptions
 from model.core.runner import Runner
 from model.core.trace import Trace
 from model.registry import list_model_ids, load_runner
+from ui.summary import thumbnail_size
 from ui.trace_cache import cached_trace
 
 T = TypeVar("T")
@@ -98,6 +99,8 @@ def trace_for(request: RunRequest, hooks: tuple[str, ...] = PATTERNS, causal: Ca
     the budget (it will be computed again)."""
     runner = get_runner(request.model_id, request.device, request.precision)
     options = request.options(hooks, causal, pad_to, blocked, ablated, ablation)
+    if hooks == PATTERNS:  # a run the Overview and Attention pages read: their summary made in it
+        options = replace(options, summary_size=thumbnail_size(runner.facts.n_heads))
     key = (request, options)
     return _readable_failures(f"Running {request.model_id}", lambda: cached_trace(
         key, lambda: runner.run(request.text, request.target, options)))

@@ -1,6 +1,7 @@
-"""A trace's attention sites reduced in one pass (model/core/summary.py), computed once per trace and site and
-kept with it in the server's cache: the model view's thumbnails, the head statistics, the rollout, and the head
-the app opens on all read it."""
+"""A trace's attention sites reduced in one pass (model/core/summary.py): the model view's thumbnails, the head
+statistics, the rollout, and the head the app opens on all read it. The frame's run of a Hugging Face model
+computes it in the run, on the model's device (RunOptions.summary_size); otherwise it is computed here once per
+trace and site and kept with the trace in the server's cache."""
 
 from __future__ import annotations
 
@@ -18,5 +19,8 @@ def thumbnail_size(heads: int) -> int:
 
 def site_summary(trace: Trace, site: str) -> SiteSummary:
     """Every layer of `site` reduced, thumbnails of the model view's size."""
+    made_in_run = trace.summaries.get(site)
+    if made_in_run is not None and trace.options.summary_size == thumbnail_size(trace.facts.n_heads):
+        return made_in_run
     return per_trace(trace, ("summary", site),
                      lambda: summarise_site(trace, site, thumbnail_size(trace.facts.n_heads)))

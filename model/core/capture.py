@@ -17,7 +17,7 @@ import fnmatch
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import numpy as np
@@ -26,6 +26,7 @@ from torch import nn
 
 from model.core.hooks import HookPoint, recording
 from model.core.patterns import PatternInputs, PatternSource
+from model.core.summary import SiteSummary, summarise_sources
 
 T = TypeVar("T")
 HookSelection = str | Iterable[str] | Callable[[str], bool] | None  # None = every hook point
@@ -80,17 +81,31 @@ def select_hook_names(available: Iterable[str], selection: HookSelection) -> lis
 _NOT_IN_NUMPY = (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2)
 
 
-def to_numpy(tensor: torch.Tensor) -> np.ndarray:
-    """A CPU numpy array, sharing memory where it can (bfloat16 and other types numpy lacks become float32)."""
-    try:
-        return tensor.numpy()  # the common case, a CPU tensor without grad: a view, about 2 µs
-    except (TypeError, RuntimeError):  # on a GPU, needs grad, or a dtype numpy lacks
-        if tensor.dtype in _NOT_IN_NUMPY:
-            tensor = tensor.float()
-        return tensor.detach().cpu().numpy()
+def host_arrays(tensors: Iterable[torch.Tensor]) -> dict[int, np.ndarray]:
+    """{id(tensor): CPU numpy array} for these tensors, moved in one batch. A CPU tensor is shared, not copied; a
+    CUDA tensor is copied into pinned memory without waiting, and the copies are waited for once (one synchronous
+    copy per tensor into pageable memory cost 10x on an H100); types numpy lacks (bfloat16) become float32 first,
+    on their device."""
+    out: dict[int, np.ndarray] = {}
+    pending = []
+    for tensor in tensors:
+        if id(tensor) in out:
+            continue
+        moved = tensor.detach()
+        if moved.dtype in _NOT_IN_NUMPY:
+            moved = moved.float()
+        if moved.is_cuda:
+            host = torch.empty(moved.shape, dtype=moved.dtype, pin_memory=True)
+            host.copy_(moved, non_blocking=True)
+            pending.append(host)
+            moved = host
+        out[id(tensor)] = moved.cpu().numpy()  # CPU: a view; MPS and others: a copy
+    if pending:
+        torch.cuda.synchronize()
+    return out
 
 
-Captured = np.ndarray | PatternSource
+Captured = np.ndarray | PatternSource | SiteSummary  # a site's summary under its site name ("decoder.attn")
 
 
 def capture(
@@ -98,11 +113,14 @@ def capture(
     taps: Mapping[str, HookPoint | nn.Module | ModuleTap | ReportedTap],
     selection: HookSelection,
     run: Callable[[], T],
+    summary_size: int = 0,
 ) -> tuple[T, dict[str, Captured]]:
     """Call `run()` (one forward pass of `model`) under `torch.inference_mode()`, recording the
     selected taps. Returns run's result and {hook name: value as CPU numpy, batch dim kept}, in the
     order the forward pass reached them; a Hugging Face model's `hook_pattern` comes as a PatternSource
-    (model/core/patterns.py), computed when read."""
+    (model/core/patterns.py), computed when read. With `summary_size`, each attention site whose patterns
+    come so is also reduced on the model's device before anything moves to the host (model/core/summary.py:
+    thumbnails of that side, statistics, rollout; batch row 0), under its site name."""
     wanted_points: set[str] = set()  # names reported to the recorder: HookPoints and ReportedTaps
     reports: dict[nn.Module, dict[str, str]] = {}  # module -> {quantity: hook name}
     module_taps: dict[str, ModuleTap] = {}
@@ -133,9 +151,23 @@ def capture(
         finally:
             for handle in handles:
                 handle.remove()
-    converted: dict[int, np.ndarray] = {}  # tensors shared by several patterns' sources, moved once
-    return result, {name: value.to_host(converted) if isinstance(value, PatternInputs) else to_numpy(value)
-                    for name, value in store.items()}
+    shared: dict[int, torch.Tensor] = {}  # the mask and bias every layer reads, converted once
+    on_device = {name: value.source(shared) if isinstance(value, PatternInputs) else value
+                 for name, value in store.items()}
+    sources = {name: value for name, value in on_device.items() if isinstance(value, PatternSource)}
+    summaries = summarise_sources({name: source[0] for name, source in sources.items()}, summary_size) \
+        if summary_size and sources else {}
+    host = host_arrays(tensor for value in on_device.values()
+                       for tensor in (value.arrays() if isinstance(value, PatternSource) else [value]))
+    return result, {**{name: _on_host(value, host) for name, value in on_device.items()}, **summaries}
+
+
+def _on_host(value: torch.Tensor | PatternSource, host: dict[int, np.ndarray]) -> np.ndarray | PatternSource:
+    """A captured value with its tensors replaced by their host arrays (a source then computes on its device)."""
+    if not isinstance(value, PatternSource):
+        return host[id(value)]
+    return replace(value, query=host[id(value.query)], key=host[id(value.key)], allowed=host[id(value.allowed)],
+                   bias=None if value.bias is None else host[id(value.bias)])
 
 
 def _thread_hook(name: str, read: Reader, store: dict[str, torch.Tensor]):

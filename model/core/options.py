@@ -23,6 +23,9 @@ class RunOptions:
     #                                           (the encoder's, or a decoder-only model's)
     ablated: tuple[Head, ...] = ()  # heads whose output is replaced, in this run only (model/core/ablation.py)
     ablation: AblationMode = "zero"  # by 0, or by its mean over the positions
+    summary_size: int = 0  # > 0: reduce every attention site in the run, on the model's device (thumbnails this
+    #                        many pixels a side, statistics, rollout: model/core/summary.py); for patterns kept as
+    #                        sources (Hugging Face models); 0: a view that needs it computes it later
 
     def causal_for(self, stack: Stack) -> bool:
         """Whether a stack's self-attention is causal in this run: the one place this is decided."""
@@ -41,7 +44,7 @@ class RunOptions:
         """The options as plain JSON-able values (a trace file keeps them so)."""
         return {"hooks": list(self.hooks), "causal": self.causal, "pad_to": self.pad_to,
                 "blocked": [list(pair) for pair in self.blocked], "ablated": [list(head) for head in self.ablated],
-                "ablation": self.ablation}
+                "ablation": self.ablation, "summary_size": self.summary_size}
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> RunOptions:
@@ -50,4 +53,4 @@ class RunOptions:
         return cls(hooks=tuple(record.get("hooks", ("*",))), causal=record["causal"], pad_to=record["pad_to"],
                    blocked=tuple(tuple(pair) for pair in record["blocked"]),
                    ablated=tuple((site, int(head)) for site, head in record.get("ablated", ())),
-                   ablation=record.get("ablation", "zero"))
+                   ablation=record.get("ablation", "zero"), summary_size=record.get("summary_size", 0))

@@ -13,7 +13,7 @@ Arrays may keep a leading batch dimension until a Trace is made (`source[0]` tak
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -24,20 +24,27 @@ ROW_BLOCK = 256  # query rows computed at once: bounds the scratch to heads x 25
 _TORCH = {np.dtype(np.float16): torch.float16, np.dtype(np.float32): torch.float32}
 
 
+Array = np.ndarray | torch.Tensor  # numpy on the host; torch on the model's device while a capture summarises
+
+
 @dataclass(frozen=True)
 class PatternSource:
-    """One layer's attention pattern, not yet computed: (heads, q_len, k_len) on demand."""
+    """One layer's attention pattern, not yet computed: (heads, q_len, k_len) on demand, on `device`.
 
-    query: np.ndarray  # (heads, q_len, d_head): what attention read (rotated in rotary models)
-    key: np.ndarray  # (kv_heads, k_len, d_head); query head h reads key head h // (heads / kv_heads)
+    A trace keeps host numpy arrays; while a capture summarises its run (model/core/summary.py) the arrays are the
+    capture's own tensors, still on the model's device. Either way the probabilities are computed on `device`."""
+
+    query: Array  # (heads, q_len, d_head): what attention read (rotated in rotary models)
+    key: Array  # (kv_heads, k_len, d_head); query head h reads key head h // (heads / kv_heads)
     scale: float  # the scores' factor (1/sqrt(d_head) in most models; T5: 1)
-    allowed: np.ndarray  # (q_len, k_len) bool: True where the mask let the query see the key
-    bias: np.ndarray | None = None  # (heads, q_len, k_len) added to the scores (T5), shared by the layers
+    allowed: Array  # (q_len, k_len) bool: True where the mask let the query see the key
+    bias: Array | None = None  # (heads, q_len, k_len) added to the scores (T5), shared by the layers
+    device: str = "cpu"  # where the probabilities are computed: the model's device
 
     def __getitem__(self, index: int) -> PatternSource:
         """Run `index` of a batch (the arrays' leading dimension)."""
-        return replace(self, query=self.query[index], key=self.key[index], allowed=self.allowed[index],
-                       bias=None if self.bias is None else self.bias[index])
+        return replace(self, query=self.query[index], key=self.key[index], allowed=_run(self.allowed, index),
+                       bias=None if self.bias is None else _run(self.bias, index))
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -54,7 +61,7 @@ class PatternSource:
         out = np.zeros((len(head_ids), len(row_ids), self.key.shape[1]), dtype=dtype)
         for start, probabilities in self.blocks(head_ids, row_ids):
             rows, seen = probabilities.shape[1:]
-            out[:, start : start + rows, :seen] = probabilities.to(_TORCH[np.dtype(dtype)]).numpy()
+            out[:, start : start + rows, :seen] = probabilities.to(_TORCH[np.dtype(dtype)]).cpu().numpy()
         return out
 
     def shrunk(self, size: int, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
@@ -64,7 +71,7 @@ class PatternSource:
         if len(rows) < size or len(cols) < size:
             return self.pattern(rows=rows, dtype=np.float32)[:, :, cols]
         every_key = len(cols) == self.key.shape[1] and bool((np.asarray(cols) == np.arange(len(cols))).all())
-        columns = None if every_key else torch.from_numpy(np.asarray(cols))
+        columns = None if every_key else torch.from_numpy(np.asarray(cols)).to(self.device)
         means = BlockMeans((self.query.shape[0],), len(rows), len(cols), size)
         for start, probabilities in self.blocks(np.arange(self.query.shape[0]), np.asarray(rows)):
             if columns is not None:
@@ -78,30 +85,78 @@ class PatternSource:
         head_ids = np.atleast_1d(np.arange(self.query.shape[0])[heads])
         return head_ids, np.atleast_1d(np.arange(self.query.shape[1])[rows])
 
+    def row_blocks(self) -> Iterator[tuple[np.ndarray, torch.Tensor, torch.Tensor]]:
+        """Every head's pattern, a block of query rows at a time: (their positions, `blocks`' probabilities, each
+        row's entropy in bits (heads, rows)), for the one pass that reduces a layer (model/core/summary.py)."""
+        positions = np.arange(self.query.shape[1])
+        for start, log_p in self._log_blocks(np.arange(self.query.shape[0]), positions):
+            p = log_p.exp()
+            entropy = torch.einsum("hrk,hrk->hr", p, log_p).neg_() / np.log(2)  # one fused pass; 0 log 0 = 0 (a
+            #                                                                     hidden key's log_p is finite)
+            yield positions[start : start + p.shape[1]], p, entropy
+
     def blocks(self, head_ids: np.ndarray, row_ids: np.ndarray) -> Iterator[tuple[int, torch.Tensor]]:
-        """(offset in row_ids, float32 probabilities (heads, block, seen)) for ROW_BLOCK query rows at a time:
-        softmax(Q K^T x scale + bias + M), as eager attention computes it, for the keys 0..seen-1. The keys
+        """(offset in row_ids, float32 probabilities (heads, block, seen) on `device`) for ROW_BLOCK query rows at a
+        time: softmax(Q K^T x scale + bias + M), as eager attention computes it, for the keys 0..seen-1. The keys
         after those, hidden from every row of the block (a causal mask's future), are not computed: their
         probability is exactly 0, as in eager attention (so a causal pattern costs about half the whole)."""
+        for start, log_p in self._log_blocks(head_ids, row_ids):
+            yield start, log_p.exp_()
+
+    def _log_blocks(self, head_ids: np.ndarray, row_ids: np.ndarray) -> Iterator[tuple[int, torch.Tensor]]:
+        """`blocks`, as log-probabilities (log_softmax: a hidden key's is the float32 minimum, finite)."""
+        device = torch.device(self.device)
         group = self.query.shape[0] // self.key.shape[0]
-        query = torch.from_numpy(self.query)[head_ids].float() * self.scale  # (heads, q_len, d_head), scaled
-        key = torch.from_numpy(self.key)[head_ids // group].float().transpose(1, 2)  # (heads, d_head, k_len)
-        k_len = key.shape[-1]
+        heads = torch.from_numpy(np.asarray(head_ids))
+        query = _on(self.query, device)[heads.to(device)].float() * self.scale  # (heads, q_len, d_head), scaled
+        key = _on(self.key, device)[(heads // group).to(device)].float().transpose(1, 2)  # (heads, d_head, k_len)
         contiguous = len(row_ids) > 0 and bool((np.diff(row_ids) == 1).all())
         for start in range(0, len(row_ids), ROW_BLOCK):
             block = row_ids[start : start + ROW_BLOCK]
             rows = slice(block[0], block[-1] + 1) if contiguous else block  # a slice copies nothing
-            allowed = self.allowed[rows]  # (block, k_len)
-            seen = np.flatnonzero(allowed.any(0))
-            # where every row sees some key, the keys after the last one seen are exactly 0; a row that sees none
-            # is uniform over all keys in eager attention, so then every key is computed
-            end = int(seen[-1]) + 1 if len(seen) and allowed.any(1).all() else k_len
-            scores = torch.matmul(query[:, rows], key[:, :, :end])  # (heads, block, end)
+            allowed = _on(self.allowed[rows], device)  # (block, k_len) bool
+            end = _seen_end(allowed)
+            scores = torch.matmul(query[:, _on_index(rows, device)], key[:, :, :end])  # (heads, block, end)
             if self.bias is not None:
-                scores += torch.from_numpy(self.bias[np.ix_(head_ids, block, np.arange(end))]).float()
-            hidden = ~torch.tensor(allowed[:, :end])  # a copy: the mask may be a read-only view shared by layers
-            scores.masked_fill_(hidden, torch.finfo(torch.float32).min)
-            yield start, scores.softmax(-1)
+                scores += _on(self.bias[np.ix_(head_ids, block, np.arange(end))] if isinstance(self.bias, np.ndarray)
+                              else self.bias[heads.to(device)][:, _on_index(rows, device), :end], device).float()
+            scores.masked_fill_(~allowed[:, :end], torch.finfo(torch.float32).min)
+            yield start, scores.log_softmax(-1)
+
+
+def _seen_end(allowed: torch.Tensor) -> int:
+    """For a block of rows (rows, k_len) bool: 1 + the last key any of them sees. Where every row sees some key,
+    the keys after that one are exactly 0 for all; a row that sees none is uniform over all keys in eager
+    attention, so then every key counts (k_len)."""
+    if allowed.device.type == "cpu":  # numpy reduces bools several times faster than torch on the CPU
+        host = allowed.numpy()
+        seen, every_row = np.flatnonzero(host.any(0)), bool(host.any(1).all())
+    else:
+        seen, every_row = allowed.any(0).nonzero().flatten(), bool(allowed.any(1).all())
+    return int(seen[-1]) + 1 if len(seen) and every_row else allowed.shape[1]
+
+
+def _run(array: Array, index: int) -> Array:
+    """Run `index` of an array whose leading dimension is the batch, or 1 when every run shares it."""
+    return array[index if len(array) > 1 else 0]
+
+
+def _on(array: Array, device: torch.device) -> torch.Tensor:
+    """A host array or a tensor as a tensor on `device` (a host array on the CPU: shared, not copied, unless it is
+    a read-only view, such as a mask broadcast over a batch)."""
+    if isinstance(array, torch.Tensor):
+        return array.to(device)
+    if not array.flags.writeable:
+        array = array.copy()
+    return torch.from_numpy(array).to(device)
+
+
+def _on_index(rows: slice | np.ndarray, device: torch.device) -> slice | torch.Tensor:
+    """Row positions as an index of a tensor on `device`."""
+    return rows if isinstance(rows, slice) else torch.from_numpy(np.asarray(rows)).to(device)
+
+
+SPLIT_BLOCKS = 128  # up to this many column blocks, a row's block sums are a sum per block (fewer passes)
 
 
 class BlockMeans:
@@ -111,22 +166,34 @@ class BlockMeans:
 
     def __init__(self, lead: tuple[int, ...], n_rows: int, n_cols: int, size: int) -> None:
         self.row_block, self.row_counts = _blocks_of(n_rows, size)
-        self.col_block, self.col_counts = _blocks_of(n_cols, size)
+        self.col_starts = block_starts(n_cols, size)  # (blocks + 1,)
+        self.col_counts = torch.from_numpy(np.diff(self.col_starts)).float()
         self.equal_columns = n_cols % len(self.col_counts) == 0
         self.sums = torch.zeros(*lead, len(self.row_counts), len(self.col_counts))
 
     def add(self, start: int, rows: torch.Tensor) -> None:
-        """Rows start.. of the matrix, (..., block, width <= n_cols) float32: columns after `width` are 0."""
-        width = rows.shape[-1]
-        if self.equal_columns and width == len(self.col_block):  # equal blocks: a reshape and a sum
-            by_column = rows.unflatten(-1, (self.sums.shape[-1], -1)).sum(-1)  # (..., block, size)
-        else:
-            by_column = torch.zeros(*rows.shape[:-1], self.sums.shape[-1]).index_add_(-1, self.col_block[:width],
-                                                                                      rows)
-        self.sums.index_add_(-2, self.row_block[start : start + rows.shape[-2]], by_column)
+        """Rows start.. of the matrix, (..., block, width <= n_cols) float32: columns after `width` are 0. The sums
+        live where the rows do (the model's device, in a capture's summary)."""
+        if self.sums.device != rows.device:
+            self.sums, self.row_block = self.sums.to(rows.device), self.row_block.to(rows.device)
+        self.sums.index_add_(-2, self.row_block[start : start + rows.shape[-2]], self._column_sums(rows))
+
+    def _column_sums(self, rows: torch.Tensor) -> torch.Tensor:
+        """(..., block, width) -> (..., block, column blocks): each row's sum over each block of columns."""
+        width, n_blocks = rows.shape[-1], len(self.col_counts)
+        if self.equal_columns and width == self.col_starts[-1]:  # equal blocks: a reshape and a sum
+            return rows.unflatten(-1, (n_blocks, -1)).sum(-1)
+        bounds = np.minimum(self.col_starts, width)  # blocks after `width` are empty: their sums 0
+        if n_blocks <= SPLIT_BLOCKS:
+            parts = rows.split(np.diff(bounds).tolist(), -1)
+            return torch.stack([part.sum(-1) for part in parts], -1)
+        running = torch.nn.functional.pad(rows.double().cumsum(-1), (1, 0))  # float64: differences stay exact
+        at = torch.from_numpy(bounds).to(rows.device)
+        return (running[..., at[1:]] - running[..., at[:-1]]).float()
 
     def result(self) -> torch.Tensor:
-        return self.sums / (self.row_counts[:, None] * self.col_counts[None, :])
+        """(..., size, size) float32 block means, on the CPU."""
+        return self.sums.cpu() / (self.row_counts[:, None] * self.col_counts[None, :])
 
 
 def block_starts(n: int, size: int) -> np.ndarray:
@@ -153,26 +220,22 @@ class PatternInputs:
     mask: torch.Tensor | None  # additive (batch or 1, 1, q_len, >= k_len): the dtype's minimum where hidden
     bias: torch.Tensor | None  # (batch or 1, heads, q_len, k_len) or None
 
-    def to_host(self, converted: dict[int, np.ndarray]) -> PatternSource:
-        """A PatternSource of CPU numpy arrays; `converted` remembers what was moved already, by tensor: every
-        layer reads the same mask and bias tensors, which so have one host copy (views of it) for all."""
+    def source(self, shared: dict[int, torch.Tensor]) -> PatternSource:
+        """A PatternSource of tensors on the model's device, batch kept (the mask and the bias: batch or 1): queries
+        and keys in float32 (a pattern is computed exactly from them), the mask as bool. `shared` holds what was
+        converted already, by tensor: every layer reads the same mask and bias tensors, converted once for all."""
 
-        def host(tensor: torch.Tensor, convert) -> np.ndarray:
-            if id(tensor) not in converted:
-                converted[id(tensor)] = convert(tensor.detach()).cpu().numpy()
-            return converted[id(tensor)]
+        def once(tensor: torch.Tensor, convert: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+            if id(tensor) not in shared:
+                shared[id(tensor)] = convert(tensor)
+            return shared[id(tensor)]
 
-        batch, _, q_len, _ = self.query.shape
-        k_len = self.key.size(-2)
+        q_len, k_len = self.query.size(-2), self.key.size(-2)
         if self.mask is None:
-            allowed = np.ones((1, q_len, k_len), dtype=bool)
+            allowed = torch.ones(1, q_len, k_len, dtype=torch.bool, device=self.query.device)
         else:
             minimum = torch.finfo(self.mask.dtype).min
-            allowed = host(self.mask, lambda m: m > minimum / 2)[:, 0, :, :k_len]  # (batch or 1, q_len, k_len)
-        exact = lambda t: t.float() if t.dtype != torch.float32 else t  # noqa: E731
-        bias = None if self.bias is None else host(self.bias, exact)
-        return PatternSource(
-            query=host(self.query, exact), key=host(self.key, exact), scale=self.scale,
-            allowed=np.broadcast_to(allowed, (batch, q_len, k_len)),
-            bias=None if bias is None else np.broadcast_to(bias, (batch, *bias.shape[1:])),
-        )
+            allowed = once(self.mask, lambda m: m[:, 0, :, :k_len] > minimum / 2)  # (batch or 1, q_len, k_len)
+        bias = None if self.bias is None else once(self.bias, lambda b: b.float())
+        return PatternSource(query=self.query.float(), key=self.key.float(), scale=self.scale, allowed=allowed,
+                             bias=bias, device=str(self.query.device))

@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
+import numpy as np
 import torch
 
 from model.core.ablation import AblationMode, Head, Outcome
 from model.core.capture import Captured
 from model.core.options import RunOptions
 from model.core.patterns import PatternSource
+from model.core.summary import SiteSummary
 from model.core.trace import ModelFacts, Trace
 
 
@@ -40,12 +42,13 @@ def trace_of_run(
     masks: Mapping[str, torch.Tensor], captured: Mapping[str, Captured], **fields: Any,
 ) -> Trace:
     """The Trace of one run of batch size 1: token strings from `token_strings(ids)`, each mask (q_len, k_len)
-    as numpy, each captured value without its batch dimension (patterns kept as sources apart); `fields` are
-    the Trace's other fields."""
+    as numpy, each captured value without its batch dimension (patterns kept as sources and site summaries
+    apart); `fields` are the Trace's other fields."""
     return Trace(
         facts=facts, tokens=token_strings(ids), ids=ids, target_tokens=token_strings(target_ids),
         target_ids=target_ids, masks={site: mask.cpu().numpy() for site, mask in masks.items()},
-        captured={name: value[0] for name, value in captured.items() if not isinstance(value, PatternSource)},
+        captured={name: value[0] for name, value in captured.items() if isinstance(value, np.ndarray)},
         pattern_sources={name: value[0] for name, value in captured.items() if isinstance(value, PatternSource)},
+        summaries={site: value for site, value in captured.items() if isinstance(value, SiteSummary)},
         **fields,
     )

@@ -13,14 +13,18 @@ head or every layer need, without holding any layer's (heads, q_len, k_len) patt
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-from model.core.patterns import BlockMeans, block_starts
-from model.core.trace import Site, Trace
+from model.core.patterns import BlockMeans, PatternSource, block_starts
+from model.core.sites import Site
+
+if TYPE_CHECKING:  # a trace's patterns are read, never made, here
+    from model.core.trace import Trace
 
 STATISTICS = ("entropy (bits)", "mean distance", "to first token", "to previous token", "to itself")
 ROLLOUT_SIZE = 512  # positions (or blocks of positions) a side of the rollout matrix
@@ -47,35 +51,36 @@ class SiteSummary:
 
 
 class _Statistics:
-    """Per-head sums over query rows, divided into means at the end (float64)."""
+    """Per-head sums over query rows, divided into means at the end (float64, where the rows' device has it)."""
 
     def __init__(self, heads: int, q_len: int, k_len: int, self_attention: bool) -> None:
         self.q_len, self.k_len = q_len, k_len
         self.one_sequence = self_attention and q_len == k_len
         self.sums = torch.zeros(heads, len(STATISTICS), dtype=torch.float64)
 
-    def add(self, positions: np.ndarray, p: torch.Tensor) -> None:
-        """p: (heads, rows, width) float32, the attention of the query rows at `positions` on keys 0..width-1
-        (the others 0)."""
-        entropy = -torch.special.xlogy(p, p).sum(-1) / np.log(2)  # (heads, rows); 0 log 0 = 0
-        self.sums[:, 0] += entropy.double().sum(-1)
-        self.sums[:, 2] += p[:, :, 0].double().sum(-1)
-        if not self.one_sequence:
-            return
-        width = p.shape[-1]
-        queries = torch.from_numpy(positions)
-        distance = (queries[:, None] - torch.arange(width)[None, :]).abs().float()  # (rows, width)
-        self.sums[:, 1] += (p * distance).sum(-1).double().sum(-1)
-        rows = torch.arange(len(positions))
-        for column, key in ((3, queries - 1), (4, queries)):  # the previous token, itself (0 where not computed)
-            has = (key >= 0) & (key < width)
-            self.sums[:, column] += p[:, rows[has], key[has]].double().sum(-1)
+    def add(self, positions: np.ndarray, p: torch.Tensor, entropy: torch.Tensor | None = None) -> None:
+        """p: (heads, rows, width) float32, the attention of the query rows at `positions` (consecutive) on keys
+        0..width-1 (the others 0), on any device (the sums move there); entropy: (heads, rows) in bits, if known."""
+        if self.sums.device != p.device:
+            self.sums = self.sums.to(p.device, torch.float32 if p.device.type == "mps" else torch.float64)
+        exact = self.sums.dtype
+        if entropy is None:
+            entropy = -torch.special.xlogy(p, p).sum(-1) / np.log(2)  # (heads, rows); 0 log 0 = 0
+        self.sums[:, 0] += entropy.to(exact).sum(-1)
+        self.sums[:, 2] += p[:, :, 0].to(exact).sum(-1)
+        if self.one_sequence:
+            self.sums[:, 1] += _distance_sums(positions, p).to(exact)
+            queries = torch.from_numpy(positions).to(p.device)
+            rows, width = torch.arange(len(positions), device=p.device), p.shape[-1]
+            for column, key in ((3, queries - 1), (4, queries)):  # the previous token, itself (0 where not computed)
+                has = (key >= 0) & (key < width)
+                self.sums[:, column] += p[:, rows[has], key[has]].to(exact).sum(-1)
 
     def result(self) -> np.ndarray:
         """(heads, len(STATISTICS)) means over the queries (previous: over those that have one)."""
         counts = torch.tensor([self.q_len, self.q_len, self.q_len, max(self.q_len - 1, 1), self.q_len],
                               dtype=torch.float64)
-        means = (self.sums / counts).numpy()
+        means = (self.sums.cpu().double() / counts).numpy()
         if not self.one_sequence:
             means[:, [1, 3, 4]] = np.nan
         elif self.q_len < 2:
@@ -83,11 +88,30 @@ class _Statistics:
         return means
 
 
-def summarise(layers: Iterator[Iterator[tuple[np.ndarray, torch.Tensor]]], shape: tuple[int, int, int], size: int,
+def _distance_sums(positions: np.ndarray, p: torch.Tensor) -> torch.Tensor:
+    """(heads,) the sum over these rows of sum_k p[i, k] |i - k| (positions: the rows' query positions, consecutive):
+    sum_k p (i - k) by one matrix product, plus 2 p (k - i) for the keys after i, which lie within the band of
+    columns after the block's first row (a causal block's future: at most ROW_BLOCK wide)."""
+    width, first = p.shape[-1], int(positions[0])
+    keys = torch.arange(width, device=p.device, dtype=p.dtype)
+    queries = torch.from_numpy(positions).to(p.device, p.dtype)
+    mass_and_mean = p @ torch.stack([torch.ones_like(keys), keys], -1)  # (heads, rows, 2): sum p, sum p k
+    sums = queries * mass_and_mean[..., 0] - mass_and_mean[..., 1]  # (heads, rows)
+    if width > first + 1:
+        ahead = (keys[first + 1 :][None, :] - queries[:, None]).clamp_(min=0)  # (rows, band): k - i where k > i
+        sums += 2 * (p[:, :, first + 1 :] * ahead).sum(-1)
+    return sums.sum(-1)
+
+
+Block = tuple[np.ndarray, torch.Tensor] | tuple[np.ndarray, torch.Tensor, torch.Tensor]
+
+
+def summarise(layers: Iterator[Iterator[Block]], shape: tuple[int, int, int], size: int,
               self_attention: bool) -> SiteSummary:
     """Reduce every layer of a site. `layers` yields, per layer, its pattern as (query positions, float32
-    probabilities (heads, rows, width <= k_len), the keys after width 0) blocks covering every query row once, in
-    order; shape: (heads, q_len, k_len) of each layer's pattern; size: the thumbnails' side."""
+    probabilities (heads, rows, width <= k_len), the keys after width 0[, the rows' entropy in bits (heads, rows)])
+    blocks of consecutive rows covering every query row once, in order; shape: (heads, q_len, k_len) of each
+    layer's pattern; size: the thumbnails' side."""
     heads, q_len, k_len = shape
     rolled = self_attention and q_len == k_len
     starts = block_starts(q_len, ROLLOUT_SIZE)
@@ -97,12 +121,12 @@ def summarise(layers: Iterator[Iterator[tuple[np.ndarray, torch.Tensor]]], shape
         thumbnail = BlockMeans((heads,), q_len, k_len, size)
         stats = _Statistics(heads, q_len, k_len, self_attention)
         averaged = BlockMeans((), q_len, k_len, ROLLOUT_SIZE) if rolled else None
-        for positions, p in blocks:
+        for positions, p, *entropy in blocks:
             start = int(positions[0])
             thumbnail.add(start, p)
-            stats.add(positions, p)
+            stats.add(positions, p, *entropy)
             if averaged is not None:
-                averaged.add(start, p.mean(0))
+                averaged.add(start, p.sum(0) / heads)
         thumbnails.append(thumbnail.result().numpy())
         statistics.append(stats.result())
         if averaged is not None:
@@ -125,3 +149,16 @@ def summarise_site(trace: Trace, site: str, size: int) -> SiteSummary:
     """Every layer of `site` in `trace` reduced (thumbnails `size` a side), one block of query rows at a time."""
     layers = (trace.pattern_blocks(site, layer) for layer in range(trace.n_layers(site)))
     return summarise(layers, trace.shape(trace.pattern_name(site, 0)), size, not Site.of(site).is_cross)
+
+
+def summarise_sources(sources: Mapping[str, PatternSource], size: int) -> dict[str, SiteSummary]:
+    """{site: its summary} of patterns kept as sources, by hook name ("decoder.3.attn.hook_pattern"), each site's
+    every layer present; computed where the sources compute (a capture's: the model's device)."""
+    by_site: dict[str, dict[int, PatternSource]] = {}
+    for name, source in sources.items():
+        site, layer = Site.of_pattern(name)
+        by_site.setdefault(site.name, {})[layer] = source
+    return {site: summarise((layers[i].row_blocks() for i in sorted(layers)), next(iter(layers.values())).shape, size,
+                            not Site.of(site).is_cross)
+            for site, layers in by_site.items()}
+

@@ -26,15 +26,18 @@ import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 import numpy as np
 import torch
 
 from model.core.options import RunOptions
 from model.core.patterns import ROW_BLOCK, PatternSource
+from model.core.sites import PATTERN_SUFFIX, Site
 
-PATTERN_SUFFIX = "hook_pattern"
+if TYPE_CHECKING:  # summary.py reads traces
+    from model.core.summary import SiteSummary
+
 OutputKind = Literal["generated", "next token", "teacher-forced", "embeddings"]
 # generated: output_text is the model's own greedy output, computed under the masks of this trace;
 # next token: only the most likely next token (a causal LM's prompt too long to continue);
@@ -75,37 +78,6 @@ def distinct_nbytes(arrays: Iterator[np.ndarray] | list[np.ndarray]) -> int:
     """Bytes held by these arrays, memory shared by several of them (views of one array) counted once."""
     roots = {id(_root(a)): _root(a) for a in arrays}
     return sum(root.nbytes for root in roots.values())
-
-
-@dataclass(frozen=True)
-class Site:
-    """An attention location: a stack's self-attention or the decoder's cross-attention. Widgets, links and a
-    Trace's masks name it by `name` ("decoder.cross_attn"); `Site.of(name)` gives the rest."""
-
-    stack: str  # "encoder" or "decoder"
-    kind: str  # "attn" (self-attention) or "cross_attn" (the decoder's attention to the encoder's output)
-
-    @classmethod
-    def of(cls, name: str) -> Site:
-        stack, kind = name.split(".")
-        return cls(stack, kind)
-
-    @property
-    def name(self) -> str:
-        return f"{self.stack}.{self.kind}"
-
-    @property
-    def is_cross(self) -> bool:
-        return self.kind == "cross_attn"
-
-    @property
-    def label(self) -> str:
-        """How a person calls it: "encoder self-attention", "cross-attention (decoder → encoder)"."""
-        return "cross-attention (decoder → encoder)" if self.is_cross else f"{self.stack} self-attention"
-
-    def pattern_name(self, layer: int) -> str:
-        """The hook name of its attention pattern at `layer`: "decoder.1.cross_attn.hook_pattern"."""
-        return f"{self.stack}.{layer}.{self.kind}.{PATTERN_SUFFIX}"
 
 
 class Outputs(TypedDict, total=False):
@@ -173,6 +145,8 @@ class Trace:
     options: RunOptions
     steps: list[DecodeStep] = field(default_factory=list)
     pattern_sources: dict[str, PatternSource] = field(default_factory=dict)  # patterns kept uncomputed
+    summaries: dict[str, SiteSummary] = field(default_factory=dict)  # site -> every layer reduced in the run
+    #                                       (model/core/summary.py; not written to a trace file: derived)
     output_kind: OutputKind = "generated"
     cautions: tuple[str, ...] = ()  # what a person must know to read the output (e.g. outside the training range)
     fallback: str = ""  # why this run left the device the model is on (a GPU out of memory), or ""
@@ -185,12 +159,12 @@ class Trace:
     @property
     def nbytes(self) -> int:
         """Bytes of the arrays held: captured values, kept pattern sources (their shared mask and bias once),
-        outputs, masks, and the decode steps' attention (token strings and ids are left out: a few bytes a
+        summaries, outputs, masks, and the decode steps' attention (token strings and ids are left out: a few bytes a
         token)."""
         arrays = [*self.captured.values(), *self.outputs.values(), *self.masks.values()]
         arrays += [array for source in self.pattern_sources.values() for array in source.arrays()]
         arrays += [row for step in self.steps for row in step.attention.values()]
-        return distinct_nbytes(arrays)
+        return distinct_nbytes(arrays) + sum(summary.nbytes for summary in self.summaries.values())
 
     def shape(self, name: str) -> tuple[int, ...]:
         """The shape of a captured value (a kept pattern: the pattern's, (heads, q_len, k_len))."""
@@ -217,15 +191,13 @@ class Trace:
             return source.pattern(heads=heads, rows=rows)
         return self.pattern(site, layer)[heads][:, rows]
 
-    def pattern_blocks(self, site: str, layer: int) -> Iterator[tuple[np.ndarray, torch.Tensor]]:
-        """One layer's pattern, ROW_BLOCK query rows at a time: (their positions, float32 (heads, rows, width)),
-        the keys after width 0 (a kept source does not compute those a causal mask hides from every row)."""
+    def pattern_blocks(self, site: str, layer: int) -> Iterator[tuple[np.ndarray, torch.Tensor, ...]]:
+        """One layer's pattern, ROW_BLOCK query rows at a time, as `model.core.summary.summarise` reads it: (their
+        positions, float32 (heads, rows, width)[, the rows' entropy]), the keys after width 0 (a kept source does
+        not compute those a causal mask hides from every row, and gives the entropy it computes best)."""
         source = self.pattern_source(site, layer)
         if source is not None:
-            heads, q_len, _ = source.shape
-            positions = np.arange(q_len)
-            for start, probabilities in source.blocks(np.arange(heads), positions):
-                yield positions[start : start + probabilities.shape[1]], probabilities
+            yield from source.row_blocks()
             return
         pattern = self.pattern(site, layer)
         for start in range(0, pattern.shape[1], ROW_BLOCK):

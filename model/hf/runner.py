@@ -148,7 +148,7 @@ class HFRunner:
         run_kwargs = {"logits_to_keep": scored} if is_decoder else {}
         out, captured = capture(
             model, self._taps(model), options.hooks,
-            lambda: model(input_ids=input_ids, attention_mask=attention_mask, **run_kwargs),
+            lambda: model(input_ids=input_ids, attention_mask=attention_mask, **run_kwargs), options.summary_size,
         )
         masks = {f"{stack}.attn": allowed[0, 0]}
         if not is_decoder:
@@ -237,7 +237,8 @@ class HFRunner:
 
         labels = self._generate(encode, decode, start, model) if target is None else self._encode(target, "target")
         tgt_ids = [start, *labels[:-1]]
-        out, captured = capture(model, self._taps(model), options.hooks, lambda: decode(encode(), tgt_ids))
+        out, captured = capture(model, self._taps(model), options.hooks, lambda: decode(encode(), tgt_ids),
+                                 options.summary_size)
         predicted = out.logits[0].argmax(-1).tolist()
         masks = {
             "encoder.attn": enc_allowed[0, 0],
