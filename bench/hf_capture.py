@@ -1,16 +1,18 @@
 """What capturing every layer's attention costs: `python -m bench.hf_capture`.
 
-MiniLM (512 tokens) and SmolLM2 (512 and 2,048 tokens), four ways, alternated in one run, median of RUNS:
+MiniLM (512 tokens) and SmolLM2 (512 and 2,048 tokens; bench/long_capture.py: 8,192), four ways, alternated in
+one run, median of RUNS:
 - sdpa: the same weights loaded with transformers' "sdpa" attention, nothing captured (the fast forward);
 - capture: the app's run of the Attention page's input (every layer's `hook_pattern`): the fused forward
   keeping each pattern's source (model/core/patterns.py), moved to the host;
 - eager capture: what capture cost before: transformers' eager attention with `output_attentions`, every
   pattern moved to the host as float16, one copy per tensor;
-- model view: the Attention page's model view image from the kept sources afterwards (every layer's
-  patterns computed a block of query rows at a time and shrunk to thumbnails), once, not part of the capture.
+- capture + summary: as the app's run makes it: the capture and, before its tensors move to the host, the one
+  pass that reduces every layer for the views of the whole text (model/core/summary.py: the model view's
+  thumbnails, the head statistics, the rollout);
 Also the bytes a trace holds for its attention: the sources vs the float16 patterns.
 
-Targets (issue 13): capture <= 1.2 x sdpa at 512 and 2,048 tokens.
+Targets (issue 13): capture <= 1.2 x sdpa at 512 and 2,048 tokens, thumbnails and statistics counted.
 """
 
 from __future__ import annotations
@@ -28,12 +30,11 @@ from model.core.trace import distinct_nbytes
 from model.hf import packaged
 from model.hf.runner import HFRunner, additive_mask, self_attention_mask
 from model.registry import load_runner
-from viz.thumbnails import thumbnail_grid
 
 SENTENCE = "The quick brown fox jumps over the lazy dog while the cat sleeps on the warm mat. "
 CASES = (("minilm", 512), ("smollm2", 512), ("smollm2", 2048))
 RUNS = {512: 7, 2048: 3}
-THUMBNAIL = 32  # pixels a head, as the model view draws SmolLM2's 9 heads
+THUMBNAIL = 64  # pixels a head, as the model view draws SmolLM2's 9 heads (ui/summary.py thumbnail_size)
 
 
 def inputs(runner: HFRunner, length: int) -> dict[str, torch.Tensor]:
@@ -68,34 +69,35 @@ def measure(model_id: str, length: int) -> str:
     def ours() -> dict:
         return capture(runner.model, runner.taps, ("*.hook_pattern",), lambda: runner.model(**batch))[1]
 
+    def ours_summarised() -> dict:
+        return capture(runner.model, runner.taps, ("*.hook_pattern",), lambda: runner.model(**batch), THUMBNAIL)[1]
+
     def old() -> list[np.ndarray]:
         with torch.inference_mode():
             out = eager(**batch, output_attentions=True)
         return [a[0].to(torch.float16).numpy() for a in out.attentions]
 
-    times: dict[str, list[float]] = {"sdpa": [], "capture": [], "eager": []}
+    times: dict[str, list[float]] = {"sdpa": [], "capture": [], "summary": [], "eager": []}
     results: dict[str, object] = {}
     for i in range(RUNS[length] + 1):
-        for name, work in (("sdpa", bare), ("capture", ours), ("eager", old)):
+        for name, work in (("sdpa", bare), ("capture", ours), ("summary", ours_summarised), ("eager", old)):
             seconds, results[name] = timed(work)
             if i:  # the first round warms up
                 times[name].append(seconds)
     sources = [source[0] for source in results["capture"].values()]
-    everything = np.arange(length)
-    view_seconds, _ = timed(lambda: thumbnail_grid((s.shrunk(THUMBNAIL, everything, everything) for s in sources),
-                                                   THUMBNAIL))
     median = {name: statistics.median(values) for name, values in times.items()}
     kept = distinct_nbytes([a for s in sources for a in s.arrays()]) / 2**20
     held = sum(p.nbytes for p in results["eager"]) / 2**20
     return (f"{model_id:<9}{length:>7}{median['sdpa'] * 1e3:>9.0f}{median['capture'] * 1e3:>12.0f}"
             f"{median['capture'] / median['sdpa']:>8.2f}{median['eager'] * 1e3:>18.0f}"
-            f"{median['eager'] / median['sdpa']:>8.2f}{view_seconds * 1e3:>15.0f}{kept:>10.1f}{held:>11.1f}")
+            f"{median['eager'] / median['sdpa']:>8.2f}{median['summary'] * 1e3:>20.0f}"
+            f"{median['summary'] / median['sdpa']:>8.2f}{kept:>10.1f}{held:>11.1f}")
 
 
 def main() -> None:
     print(f"{torch.get_num_threads()} threads")
     print(f"{'model':<9}{'tokens':>7}{'sdpa ms':>9}{'capture ms':>12}{'/ sdpa':>8}{'eager capture ms':>18}"
-          f"{'/ sdpa':>8}{'model view ms':>15}{'kept MiB':>10}{'eager MiB':>11}")
+          f"{'/ sdpa':>8}{'capture + summary ms':>20}{'/ sdpa':>8}{'kept MiB':>10}{'eager MiB':>11}")
     for model_id, length in CASES:
         print(measure(model_id, length), flush=True)
 

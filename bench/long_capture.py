@@ -4,12 +4,14 @@ SmolLM2 (CPU) at 2,048 and 8,192 tokens (BENCH_TOKENS=2048,8192), every way once
 alternating order (this machine is noisy: compare within a round):
 - sdpa: transformers' sdpa attention, nothing captured (the fast forward);
 - capture: the app's capture of every layer's `hook_pattern`, kept as its source (model/core/patterns.py);
-- capture + summary: and then the one pass that every whole-text view reads (model/core/summary.py: the model
-  view's thumbnails, the head statistics and the opening head, the rollout);
+- capture + summary: and the one pass that every whole-text view reads, made in the capture before its tensors move
+  to the host, as the app's run makes it (RunOptions.summary_size; model/core/summary.py: the model view's
+  thumbnails, the head statistics and the opening head, the rollout);
 - eager: transformers' eager attention with `output_attentions`, every pattern moved to the host as float16
   (what capture cost before), run only where those patterns fit in EAGER_LIMIT_GB.
 Time: seconds from the inputs ready to the result on the host. Memory: the process's peak resident set during
-that work above its resident set when it began (the model loaded), from /proc (VmHWM reset by clear_refs).
+that work above its resident set when it began (the model loaded), from /proc (VmHWM reset by clear_refs), and
+in brackets the process's whole peak (the model, Python and torch included).
 
 Targets (issue 13): capture <= 1.2 x sdpa at 2,048 tokens and 1.5 x at 8,192, thumbnails and statistics counted;
 peak memory at 8,192 <= 1.5 x sdpa's.
@@ -41,12 +43,10 @@ def status_kib(field: str) -> int:
 
 def measure_one(way: str, length: int) -> dict[str, float]:
     """In this process: load, then time `way` once and measure its peak memory above the loaded model's."""
-    import numpy as np
     import torch
 
     from bench.hf_capture import folder, inputs
     from model.core.capture import capture
-    from model.core.summary import summarise
     from model.registry import load_runner
 
     runner = load_runner("smollm2")
@@ -54,12 +54,6 @@ def measure_one(way: str, length: int) -> dict[str, float]:
     model = runner.model
     if way in ("sdpa", "eager"):
         model = type(runner.model).from_pretrained(folder("smollm2"), attn_implementation=way).eval()
-    heads = runner.facts.n_heads
-
-    def blocks(source):
-        positions = np.arange(length)
-        for start, probabilities in source.blocks(np.arange(heads), positions):
-            yield positions[start : start + probabilities.shape[1]], probabilities
 
     def work() -> object:
         if way == "sdpa":
@@ -69,18 +63,16 @@ def measure_one(way: str, length: int) -> dict[str, float]:
             with torch.inference_mode():
                 out = model(**batch, output_attentions=True)
             return [a[0].to(torch.float16).numpy() for a in out.attentions]
-        sources = [source[0] for source in
-                   capture(model, runner.taps, ("*.hook_pattern",), lambda: model(**batch))[1].values()]
-        if way == "capture":
-            return sources
-        return sources, summarise((blocks(s) for s in sources), sources[0].shape, THUMBNAIL, True)
+        summary_size = THUMBNAIL if way == "capture + summary" else 0
+        return capture(model, runner.taps, ("*.hook_pattern",), lambda: model(**batch), summary_size)[1]
 
     Path("/proc/self/clear_refs").write_text("5")  # the peak from here on
     before = status_kib("VmRSS")
     start = time.perf_counter()
     work()
     seconds = time.perf_counter() - start
-    return {"seconds": seconds, "peak_mib": (status_kib("VmHWM") - before) / 1024}
+    peak = status_kib("VmHWM")
+    return {"seconds": seconds, "peak_mib": (peak - before) / 1024, "process_mib": peak / 1024}
 
 
 def run_one(way: str, length: int) -> dict[str, float] | None:
@@ -93,8 +85,9 @@ def run_one(way: str, length: int) -> dict[str, float] | None:
 
 
 def main() -> None:
-    print(f"SmolLM2 on the CPU, {os.cpu_count()} cores; seconds (peak MiB above the loaded model), ratio to sdpa")
-    print(f"{'tokens':>7}" + "".join(f"{way:>30}" for way in WAYS))
+    print(f"SmolLM2 on the CPU, {os.cpu_count()} cores; seconds, ratio to sdpa · peak MiB above the loaded model, "
+          "ratio to sdpa [the process's whole peak MiB]")
+    print(f"{'tokens':>7}" + "".join(f"{way:>42}" for way in WAYS))
     for length in LENGTHS:
         for round_ in range(ROUNDS):
             ways = WAYS if round_ % 2 == 0 else WAYS[::-1]
@@ -104,9 +97,9 @@ def main() -> None:
             for way in WAYS:
                 r = found[way]
                 cells.append("not run (too large)" if r is None else
-                             f"{r['seconds']:.1f} s ({r['peak_mib']:,.0f}) {r['seconds'] / bare['seconds']:.2f}x "
-                             f"{r['peak_mib'] / bare['peak_mib']:.2f}x")
-            print(f"{length:>7}" + "".join(f"{cell:>30}" for cell in cells), flush=True)
+                             f"{r['seconds']:.1f} s {r['seconds'] / bare['seconds']:.2f}x · {r['peak_mib']:,.0f} MiB "
+                             f"{r['peak_mib'] / bare['peak_mib']:.2f}x [{r['process_mib']:,.0f}]")
+            print(f"{length:>7}" + "".join(f"{cell:>42}" for cell in cells), flush=True)
 
 
 if __name__ == "__main__":
