@@ -12,7 +12,7 @@ from model.core.trace import Trace
 from ui.downloads import downloads, matrix_table, whole_csv
 from ui.page import current_trace
 from ui.pickers import choose_head, opening_head, site_label
-from viz.heatmap import WINDOW, attention_heatmap, similarity_heatmap
+from viz.heatmap import SMALL_WINDOW, attention_heatmap, similarity_heatmap
 from viz.outputs import forced_table, model_card, next_token_bars, percent, token_table
 
 HEAD_HEIGHT = 400  # px: the head and the lines above it fit a 1280 x 720 projector without scrolling
@@ -20,7 +20,7 @@ PREVIOUS_TOKEN_HEAD = 0.5  # the share of attention on the previous token from w
 
 
 def head_section(trace: Trace) -> None:
-    """One head, with its CSV; texts longer than WINDOW tokens show their last WINDOW x WINDOW cells."""
+    """One head, with its CSV; a text longer than SMALL_WINDOW tokens shows its last SMALL_WINDOW² cells."""
     site_of_note, layer_of_note, head_of_note, share = opening_head(trace)
     site, layer, head = choose_head(trace)
     if (site, layer, head) == (site_of_note, layer_of_note, head_of_note):
@@ -28,8 +28,8 @@ def head_section(trace: Trace) -> None:
     masked = ~trace.masks[site]  # (q_len, k_len)
     n_q, n_k = masked.shape
     rows, cols = np.arange(n_q), np.arange(n_k)
-    if max(n_q, n_k) > WINDOW:
-        rows, cols = rows[-WINDOW:], cols[-WINDOW:] if n_k == n_q else cols[:WINDOW]
+    if max(n_q, n_k) > SMALL_WINDOW:
+        rows, cols = rows[-SMALL_WINDOW:], cols[-SMALL_WINDOW:] if n_k == n_q else cols[:SMALL_WINDOW]
         st.caption(f"Drawn: query rows {rows[0]}–{rows[-1]} and key columns {cols[0]}–{cols[-1]} of "
                    f"{n_q:,} × {n_k:,}. The Attention page's *One head* moves this window.")
     drawn = trace.head_pattern(site, layer, head, rows)[:, cols]  # (q_shown, k_shown): only the rows drawn computed

@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from tests.plotly_specs import plotly_array
 from tests.tiny_hf import build
+from viz.heatmap import SMALL_WINDOW
 from viz.outputs import percent
 
 APP = "../app.py"
@@ -213,3 +215,23 @@ def test_a_weak_opening_head_is_not_called_a_previous_token_head() -> None:
     caption = at.caption[0].value
     assert "looks at the token before each token more than any other head" in caption
     assert "previous-token head" not in caption
+
+
+def test_a_long_text_shows_the_last_cells_of_the_head_and_says_which() -> None:
+    """Over SMALL_WINDOW tokens the Overview draws the last SMALL_WINDOW x SMALL_WINDOW cells (a diagonal still shows
+    at about 3 px a cell), and its caption names the rows and columns drawn; the figure holds those weights."""
+    at = _app()
+    at.sidebar.text_input(key="text").set_value("the cat sat on the mat " * 40).run()
+    assert not at.exception
+    trace = at.session_state["trace"]
+    n = len(trace.tokens)
+    assert n > SMALL_WINDOW
+    first = n - SMALL_WINDOW
+    assert any(c.value.startswith(f"Drawn: query rows {first}–{n - 1} and key columns {first}–{n - 1} of {n:,} × {n:,}")
+               for c in at.caption)
+    spec = json.loads(at.get("plotly_chart")[0].proto.spec)["data"][0]
+    layer, head = at.selectbox(key="layer").value, at.selectbox(key="head").value
+    drawn = plotly_array(spec["z"]).astype(np.float32)
+    expected = trace.head_pattern("encoder.attn", layer, head)[first:, first:]
+    assert drawn.shape == (SMALL_WINDOW, SMALL_WINDOW)
+    np.testing.assert_allclose(drawn, expected, atol=1e-3)

@@ -21,6 +21,7 @@ from viz.tokens import plotly_label, position_label
 
 TICK_LABELS_UP_TO = 64  # beyond this many tokens plotly thins the axis labels itself
 WINDOW = 512  # the most rows and columns a page should draw cell by cell (2048 x 2048 is 25 MB and 15 s)
+SMALL_WINDOW = 128  # the most a head drawn small (the Overview's, 400 px) shows: ~3 px a cell, so a diagonal shows
 VALUES_UP_TO = 40  # "show values" writes numbers in cells only up to this many rows and columns
 COLOR_SCALES = ["Viridis", "Blues", "Magma", "Cividis", "Greys"]
 
@@ -33,7 +34,7 @@ def position_labels(tokens: Sequence[str], positions: Sequence[int] | None = Non
 
 def _axis(title: str, categories: list[str], tokens: Sequence[str], **extra: Any) -> dict[str, Any]:
     """A categorical axis; short token labels on the ticks when they fit, plotly's own thinning otherwise."""
-    axis = {"title": {"text": title}, "type": "category", **extra}
+    axis = {"title": {"text": title}, "type": "category", "showgrid": False, **extra}  # no lines over hatched cells
     if len(categories) <= TICK_LABELS_UP_TO:
         axis |= {"tickmode": "array", "tickvals": categories, "ticktext": [plotly_label(t) for t in tokens]}
     return axis
