@@ -135,7 +135,7 @@ def run(runner: Runner, request: RunRequest) -> Trace | None:
     if switched and st.session_state.get("model_shown") is not None:
         forget_head()  # another model's layer and head mean nothing here
     try:
-        trace, kept = trace_for(request)
+        trace, kept = trace_for(request, summarised=True)
     except ValueError as error:
         if switched and text != runner.examples[0]:
             st.session_state["pending_text"] = runner.examples[0]

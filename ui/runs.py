@@ -93,13 +93,14 @@ def get_runner(model_id: str, device: str, precision: str = "auto") -> Runner:
 
 def trace_for(request: RunRequest, hooks: tuple[str, ...] = PATTERNS, causal: CausalMode | None = None,
               pad_to: int = 0, blocked: tuple[tuple[int, int], ...] = (), ablated: tuple[Head, ...] = (),
-              ablation: AblationMode = "zero") -> tuple[Trace, bool]:
+              ablation: AblationMode = "zero", summarised: bool = False) -> tuple[Trace, bool]:
     """The trace of `request` capturing `hooks`, under another causal choice, extra masks or ablated heads if
-    given, from the shared cache (computed once). Returns (trace, kept): kept is False when it was too large for
-    the budget (it will be computed again)."""
+    given, from the shared cache (computed once). `summarised`: every attention site reduced in the run, for the
+    views of the whole text (the frame's run: the Overview and Attention pages read it; ui/summary.py). Returns
+    (trace, kept): kept is False when it was too large for the budget (it will be computed again)."""
     runner = get_runner(request.model_id, request.device, request.precision)
     options = request.options(hooks, causal, pad_to, blocked, ablated, ablation)
-    if hooks == PATTERNS:  # a run the Overview and Attention pages read: their summary made in it
+    if summarised:
         options = replace(options, summary_size=thumbnail_size(runner.facts.n_heads))
     key = (request, options)
     return _readable_failures(f"Running {request.model_id}", lambda: cached_trace(
