@@ -91,8 +91,8 @@ class PatternSource:
         positions = np.arange(self.query.shape[1])
         for start, log_p in self._log_blocks(np.arange(self.query.shape[0]), positions):
             p = log_p.exp()
-            entropy = torch.einsum("hrk,hrk->hr", p, log_p).neg_() / np.log(2)  # one fused pass; 0 log 0 = 0 (a
-            #                                                                     hidden key's log_p is finite)
+            # -sum p log p in one fused pass; a hidden key adds 0 x (its finite log_p) = 0
+            entropy = torch.einsum("hrk,hrk->hr", p, log_p).neg_() / np.log(2)  # (heads, rows)
             yield positions[start : start + p.shape[1]], p, entropy
 
     def blocks(self, head_ids: np.ndarray, row_ids: np.ndarray) -> Iterator[tuple[int, torch.Tensor]]:
