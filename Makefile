@@ -32,6 +32,7 @@ lint: $(VENV)/.dev
 bench: $(VENV)/.dev
 	$(PY) -m bench.capture
 	$(PY) -m bench.hf_capture
+	$(PY) -m bench.gpu_capture
 	$(PY) -m bench.smollm2_load
 	$(PY) -m bench.app_rerun
 	$(PY) -m bench.server_memory

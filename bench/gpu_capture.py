@@ -1,0 +1,382 @@
+"""What capturing every layer's attention costs on a CUDA GPU: `python -m bench.gpu_capture`.
+
+The GPU counterpart of bench/hf_capture.py and bench/long_capture.py. Random-weight Llama models of real shapes,
+built from a LlamaConfig (no download), in bfloat16, saved to a temporary folder and loaded by the app's own loader
+(model/hf/loading.py `load_hf_runner`: the "atlas" attention, the runner's taps), at 2,048 and 8,192 random tokens
+with the causal mask as the app's run gives it (a 4D additive mask, `logits_to_keep=1`):
+- SmolLM2-135M shape: hidden 576, 30 layers, 9 heads (3 kv), intermediate 1,536, vocab 49,152;
+- Llama-1B shape: hidden 2,048, 16 layers, 32 heads (8 kv), intermediate 8,192, vocab 128,256;
+- Llama-8B shape: hidden 4,096, 32 layers, 32 heads (8 kv), intermediate 14,336, vocab 128,256.
+Ways, on the same weights (the model's attention implementation switched between them), every way once a round,
+rounds in alternating order after one warm-up round, median of ROUNDS:
+- sdpa: transformers' "sdpa" attention, nothing captured (the fast forward), the same inputs;
+- capture: the app's capture of every layer's `hook_pattern` (model/core/capture.py): the fused forward keeping each
+  pattern's source (model/core/patterns.py), moved to the host in one batch (pinned, non-blocking);
+- capture + summary: the same with `summary_size=64`, as the app's run makes it: the model view's thumbnails, the
+  head statistics and the rollout reduced on the GPU before anything moves to the host (model/core/summary.py);
+- eager: transformers' "eager" attention with `output_attentions`, every pattern moved to the host as float16
+  (what capture cost before), run only where those patterns fit in EAGER_LIMIT_GB of host memory;
+- sdpa, no mask: transformers' sdpa given no mask, so it runs causal (`is_causal`: the flash kernel on a GPU), for
+  reference: what the app's explicit mask costs the fast forward.
+Time: from the inputs ready on the GPU to the result on the host, `torch.cuda.synchronize` before starting and before
+reading the clock. Memory: the GPU's peak allocated during the work above what was allocated before it (the model
+and the inputs), from `torch.cuda.reset_peak_memory_stats` and `max_memory_allocated`; the largest of the rounds.
+After the warm-up round the capture's last-layer pattern (head 0, last rows) is checked against eager's.
+
+Targets (issue 13): capture + summary <= 1.2 x sdpa at 2,048 tokens and <= 1.5 x at 8,192; peak memory at 8,192
+<= 1.5 x sdpa's.
+
+Without CUDA it says so and exits 0, unless BENCH_DEVICE=cpu and BENCH_SHAPES=tiny: then the same code runs on the
+CPU in float32, one thread, with a tiny Llama shape at 64 and 128 tokens (memory: the process's peak resident set
+above its level before, from /proc), to show the script runs end to end. Settings: BENCH_SHAPES (comma list of
+smollm2-135m, llama-1b, llama-8b; tiny), BENCH_TOKENS (comma list), BENCH_ROUNDS (default 5 on a GPU, 3 on the CPU).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+SHAPES: dict[str, tuple[str, dict]] = {  # name -> (label, LlamaConfig settings)
+    "smollm2-135m": ("SmolLM2-135M shape", {
+        "hidden_size": 576, "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3,
+        "intermediate_size": 1536, "vocab_size": 49152, "rope_theta": 100000.0, "max_position_embeddings": 8192,
+        "tie_word_embeddings": True}),
+    "llama-1b": ("Llama-1B shape", {
+        "hidden_size": 2048, "num_hidden_layers": 16, "num_attention_heads": 32, "num_key_value_heads": 8,
+        "intermediate_size": 8192, "vocab_size": 128256, "rope_theta": 500000.0, "max_position_embeddings": 8192,
+        "tie_word_embeddings": True}),
+    "llama-8b": ("Llama-8B shape", {
+        "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+        "intermediate_size": 14336, "vocab_size": 128256, "rope_theta": 500000.0, "max_position_embeddings": 8192}),
+    "tiny": ("tiny Llama shape", {
+        "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "intermediate_size": 128, "vocab_size": 1000, "max_position_embeddings": 8192}),
+}
+GPU_SHAPES, GPU_TOKENS, GPU_ROUNDS = ("smollm2-135m", "llama-1b", "llama-8b"), (2048, 8192), 5
+CPU_TOKENS, CPU_ROUNDS = (64, 128), 3
+WAYS = ("sdpa", "capture", "capture + summary", "eager", "sdpa, no mask")
+SUMMARY_SIZE = 64  # pixels a head of the model view's thumbnails (ui/summary.py)
+EAGER_LIMIT_GB = 20.0  # host memory eager's float16 patterns may take
+TIME_TARGET = {2048: 1.2, 8192: 1.5}  # capture + summary / sdpa, by tokens (up to 2,048: 1.2; beyond: 1.5)
+MEMORY_TARGET = 1.5  # peak memory of capture + summary / sdpa's, beyond 2,048 tokens
+
+
+def settings() -> tuple[torch.device, list[str], tuple[int, ...], int] | None:
+    """(device, shapes, token counts, rounds) from the environment; None where this machine cannot run them."""
+    cpu = os.environ.get("BENCH_DEVICE", "cuda").strip().lower() == "cpu"
+    shapes = [s.strip() for s in os.environ.get("BENCH_SHAPES", "").split(",") if s.strip()]
+    if cpu and shapes != ["tiny"]:
+        sys.exit("BENCH_DEVICE=cpu runs the tiny shape only: set BENCH_SHAPES=tiny")
+    if not cpu and not torch.cuda.is_available():
+        return None
+    for shape in shapes:
+        if shape not in SHAPES:
+            sys.exit(f"unknown shape {shape!r} in BENCH_SHAPES; known: {', '.join(SHAPES)}")
+    tokens = os.environ.get("BENCH_TOKENS")
+    lengths = tuple(int(n) for n in tokens.split(",")) if tokens else CPU_TOKENS if cpu else GPU_TOKENS
+    rounds = int(os.environ.get("BENCH_ROUNDS", CPU_ROUNDS if cpu else GPU_ROUNDS))
+    return torch.device("cpu" if cpu else "cuda"), shapes or list(GPU_SHAPES), lengths, rounds
+
+
+# -- timing and memory -----------------------------------------------------------------------------------------
+
+
+def _status_kib(field: str) -> int:
+    """A /proc/self/status memory field (VmRSS, VmHWM) in KiB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise KeyError(field)
+
+
+@dataclass
+class Measured:
+    seconds: float
+    peak_bytes: float | None  # above what was allocated before; None where it cannot be read
+    result: object
+
+
+def measure(device: torch.device, work: Callable[[], object]) -> Measured:
+    """Run `work` once: its wall time with the device synchronised at both ends, and its peak memory above before
+    (CUDA: allocated on the GPU; CPU: the process's resident set)."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)  # nothing of the previous way still running
+        before = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        start = time.perf_counter()
+        result = work()
+        torch.cuda.synchronize(device)  # every kernel and copy it launched is done
+        seconds = time.perf_counter() - start
+        return Measured(seconds, torch.cuda.max_memory_allocated(device) - before, result)
+    try:
+        Path("/proc/self/clear_refs").write_text("5")  # VmHWM from here on
+        before: int | None = _status_kib("VmRSS")
+    except OSError:  # not Linux, or not allowed
+        before = None
+    start = time.perf_counter()
+    result = work()
+    seconds = time.perf_counter() - start
+    peak = None if before is None else (_status_kib("VmHWM") - before) * 1024.0
+    return Measured(seconds, peak, result)
+
+
+# -- models ----------------------------------------------------------------------------------------------------
+
+
+def _tokenizer():
+    """A word-level tokenizer with the specials a Llama folder names (the inputs are random ids, never text)."""
+    import transformers
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel({"<unk>": 0, "<s>": 1, "</s>": 2}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>",
+                                                eos_token="</s>")
+
+
+def load(shape: str, device: torch.device, dtype: torch.dtype):
+    """An HFRunner of random weights of `shape`, as the app loads a model folder: initialised on `device` in `dtype`,
+    saved to a temporary folder, loaded from it by `load_hf_runner` (attention "atlas", the family's taps)."""
+    import transformers
+
+    from model.hf.loading import load_hf_runner
+
+    transformers.utils.logging.disable_progress_bar()
+    config = transformers.LlamaConfig(**SHAPES[shape][1], bos_token_id=1, eos_token_id=2)
+    with tempfile.TemporaryDirectory(prefix="gpu_capture_") as folder:
+        torch.manual_seed(0)
+        with torch.device(device):
+            model = transformers.LlamaForCausalLM._from_config(config, dtype=dtype)
+        model.save_pretrained(folder)
+        _tokenizer().save_pretrained(folder)
+        del model
+        free(device)
+        return load_hf_runner(folder, shape, device=device, precision=dtype)
+
+
+def free(device: torch.device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def use_attention(model: torch.nn.Module, implementation: str) -> None:
+    """Switch the model's attention implementation (the same weights): "atlas", "sdpa" or "eager"."""
+    if hasattr(model, "set_attn_implementation"):
+        model.set_attn_implementation(implementation)
+    else:  # transformers before set_attn_implementation: every layer reads the shared config's
+        model.config._attn_implementation = implementation
+
+
+# -- one shape and length ---------------------------------------------------------------------------------------
+
+
+def eager_gb(config, length: int) -> float:
+    """Host memory of every layer's float16 pattern (layers x heads x length²)."""
+    return config.num_hidden_layers * config.num_attention_heads * length**2 * 2 / 1e9
+
+
+def ways_of(runner, length: int, device: torch.device) -> dict[str, tuple[str, Callable[[], object]]]:
+    """{way: (attention implementation, work)} for `length` random tokens, inputs as the app's run makes them."""
+    from model.core.capture import capture
+    from model.core.masks import self_attention_mask
+    from model.hf.heads import ATTENTION
+    from model.hf.runner import additive_mask
+
+    model = runner.model
+    generator = torch.Generator().manual_seed(length)
+    ids = torch.randint(0, model.config.vocab_size, (1, length), generator=generator).to(device)
+    allowed = self_attention_mask(length, length, True).to(device)
+    batch = {"input_ids": ids, "attention_mask": additive_mask(allowed, model.dtype), "logits_to_keep": 1}
+
+    def bare() -> object:
+        with torch.inference_mode():
+            return model(**batch).logits
+
+    def unmasked() -> object:
+        with torch.inference_mode():
+            return model(input_ids=ids, logits_to_keep=1).logits
+
+    def captured(summary_size: int) -> Callable[[], object]:
+        return lambda: capture(model, runner.taps, ("*.hook_pattern",), lambda: model(**batch), summary_size)[1]
+
+    def eager() -> object:
+        with torch.inference_mode():
+            out = model(**batch, output_attentions=True)
+        return [a[0].to(torch.float16).cpu().numpy() for a in out.attentions]  # one copy a layer, as before
+
+    return {"sdpa": ("sdpa", bare), "capture": (ATTENTION, captured(0)),
+            "capture + summary": (ATTENTION, captured(SUMMARY_SIZE)), "eager": ("eager", eager),
+            "sdpa, no mask": ("sdpa", unmasked)}
+
+
+def kernels(config, length: int, device: torch.device, dtype: torch.dtype) -> str:
+    """Which fused kernels torch may run one layer's attention with (CUDA): as the "atlas" function calls it (the
+    additive mask, `enable_gqa` where the keys have fewer heads), and as transformers' sdpa does (keys repeated to
+    every head where there is a mask; none: is_causal). Where none may, torch's math kernel materialises every
+    head's (tokens x tokens) scores."""
+    cuda = torch.backends.cuda
+    if device.type != "cuda" or not hasattr(cuda, "SDPAParams"):
+        return ""
+    heads, kv = config.num_attention_heads, config.num_key_value_heads
+    d_head = getattr(config, "head_dim", None) or config.hidden_size // heads
+    query = torch.empty(1, heads, length, d_head, device=device, dtype=dtype)
+    keys = torch.empty(1, kv, length, d_head, device=device, dtype=dtype)
+    mask = torch.zeros(1, 1, length, length, device=device, dtype=dtype)
+    tests = {"flash": "can_use_flash_attention", "efficient": "can_use_efficient_attention",
+             "cudnn": "can_use_cudnn_attention"}
+
+    def usable(q: torch.Tensor, k: torch.Tensor, m: torch.Tensor | None, causal: bool, gqa: bool) -> str:
+        try:
+            params = cuda.SDPAParams(q, k, k, m, 0.0, causal, gqa)
+        except TypeError:  # torch before enable_gqa
+            params = cuda.SDPAParams(q, k, k, m, 0.0, causal)
+        names = [name for name, test in tests.items() if hasattr(cuda, test) and getattr(cuda, test)(params, False)]
+        return ", ".join(names) if names else "none (math)"
+
+    repeated = keys.repeat_interleave(heads // kv, 1)
+    found = (f"atlas (mask{', gqa' if kv != heads else ''}): {usable(query, keys, mask, False, kv != heads)}; "
+             f"sdpa (mask): {usable(query, repeated, mask, False, False)}; "
+             f"sdpa, no mask: {usable(query, keys, None, True, kv != heads)}")
+    del query, keys, mask, repeated
+    return f"  fused kernels torch may use: {found}"
+
+
+def check(captured: dict, patterns: list) -> float:
+    """Largest difference between the capture's last-layer pattern and eager's (head 0, the last 4 query rows)."""
+    import numpy as np
+
+    last = [name for name in captured if name.endswith("hook_pattern")][-1]
+    ours = captured[last][0].pattern(heads=[0], rows=slice(-4, None), dtype=np.float32)[0]
+    return float(np.abs(ours - patterns[-1][0, -4:].astype(np.float32)).max())
+
+
+def bench(runner, length: int, device: torch.device, rounds: int) -> dict[str, list[Measured] | str]:
+    """{way: its measured rounds, or why it was not run}."""
+    ways = ways_of(runner, length, device)
+    found: dict[str, list[Measured] | str] = {way: [] for way in WAYS}
+    gb = eager_gb(runner.model.config, length)
+    if gb > EAGER_LIMIT_GB:
+        found["eager"] = f"not run: its patterns would take {gb:,.1f} GB on the host (over {EAGER_LIMIT_GB:.0f})"
+    from model.core.devices import is_out_of_memory
+    from model.hf.heads import ATTENTION
+
+    try:
+        for round_ in range(rounds + 1):  # round 0 warms up
+            order = WAYS if round_ % 2 == 0 else WAYS[::-1]
+            kept: dict[str, object] = {}
+            for way in order:
+                if isinstance(found[way], str):
+                    continue
+                implementation, work = ways[way]
+                use_attention(runner.model, implementation)
+                try:
+                    done = measure(device, work)
+                except RuntimeError as error:  # torch.OutOfMemoryError among them
+                    if not is_out_of_memory(error):
+                        raise
+                    found[way] = f"not run: out of {device.type.upper()} memory"
+                    free(device)
+                    continue
+                if round_:
+                    found[way].append(Measured(done.seconds, done.peak_bytes, None))
+                elif way in ("capture", "eager"):
+                    kept[way] = done.result
+                del done
+            if round_ == 0 and len(kept) == 2:
+                print(f"  check: capture's last-layer pattern vs eager's, head 0, last 4 rows: max |difference| "
+                      f"{check(kept['capture'], kept['eager']):.2e}", flush=True)
+            del kept
+    finally:
+        use_attention(runner.model, ATTENTION)  # as the app runs it
+    return found
+
+
+def report(length: int, found: dict[str, list[Measured] | str]) -> None:
+    """Rows of one shape and length: median ms, / sdpa, peak MiB (the largest of the rounds), / sdpa, targets."""
+    print(f"  {'way':<20}{'ms':>11}{'/ sdpa':>9}{'peak MiB':>12}{'/ sdpa':>9}   targets")
+    base = found["sdpa"]
+    base_ms = statistics.median(m.seconds for m in base) * 1e3 if isinstance(base, list) and base else None
+    base_peaks = [m.peak_bytes for m in base] if isinstance(base, list) else []
+    base_mib = max(base_peaks) / 2**20 if base_peaks and None not in base_peaks else None
+    for way in WAYS:
+        rounds = found[way]
+        if isinstance(rounds, str):
+            print(f"  {way:<20}{rounds}")
+            continue
+        ms = statistics.median(m.seconds for m in rounds) * 1e3
+        peaks = [m.peak_bytes for m in rounds]
+        mib = max(peaks) / 2**20 if None not in peaks else None
+        time_ratio = ms / base_ms if base_ms else float("nan")
+        memory_ratio = mib / base_mib if mib is not None and base_mib else float("nan")
+        cells = (f"  {way:<20}{ms:>11,.1f}{shown(time_ratio):>9}"
+                 f"{'n/a' if mib is None else f'{mib:,.1f}':>12}{shown(memory_ratio):>9}")
+        print(cells + (f"   {targets(length, time_ratio, memory_ratio)}" if way == "capture + summary" else ""))
+
+
+def verdict(ratio: float, limit: float) -> str:
+    return "unknown" if ratio != ratio else "met" if ratio <= limit else "missed"
+
+
+def shown(ratio: float) -> str:
+    return "-" if ratio != ratio else f"{ratio:.2f}"  # NaN: sdpa's took nothing measurable
+
+
+def targets(length: int, time_ratio: float, memory_ratio: float) -> str:
+    """The targets of capture + summary at this length, each met or missed."""
+    limit = TIME_TARGET[2048] if length <= 2048 else TIME_TARGET[8192]
+    said = [f"time <= {limit} x sdpa: {verdict(time_ratio, limit)}"]
+    if length > 2048:
+        said.append(f"memory <= {MEMORY_TARGET} x sdpa's: {verdict(memory_ratio, MEMORY_TARGET)}")
+    return "; ".join(said)
+
+
+def main() -> None:
+    chosen = settings()
+    if chosen is None:
+        print("bench.gpu_capture: no CUDA GPU here, nothing measured (BENCH_DEVICE=cpu BENCH_SHAPES=tiny runs a tiny "
+              "shape on the CPU)")
+        return
+    device, shapes, lengths, rounds = chosen
+    if device.type == "cpu":
+        torch.set_num_threads(1)  # a tiny model: more threads only wait for each other (and for other work here)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import transformers
+
+    from model.core.devices import PRECISIONS
+
+    dtype = PRECISIONS["bfloat16" if device.type == "cuda" else "float32"]
+    where = (f"{torch.cuda.get_device_name(device)} (CUDA {torch.version.cuda})" if device.type == "cuda"
+             else f"CPU, {torch.get_num_threads()} thread(s)")
+    print(f"{where}; torch {torch.__version__}, transformers {transformers.__version__}; {str(dtype)[6:]}; "
+          f"median of {rounds} rounds after a warm-up, peak memory the largest of them, above the loaded model "
+          f"({'GPU allocated' if device.type == 'cuda' else 'process resident set'})", flush=True)
+    for shape in shapes:
+        label = SHAPES[shape][0]
+        start = time.perf_counter()
+        runner = load(shape, device, dtype)
+        model_mib = (torch.cuda.memory_allocated(device) / 2**20 if device.type == "cuda"
+                     else sum(p.nbytes for p in runner.model.parameters()) / 2**20)
+        print(f"\n{label}: built and loaded in {time.perf_counter() - start:.1f} s, {model_mib:,.0f} MiB", flush=True)
+        for length in lengths:
+            print(f"\n{label}, {length:,} tokens", flush=True)
+            if device.type == "cuda":
+                print(kernels(runner.model.config, length, device, dtype), flush=True)
+            report(length, bench(runner, length, device, rounds))
+        del runner
+        free(device)
+
+
+if __name__ == "__main__":
+    main()
