@@ -87,7 +87,7 @@ def host_arrays(tensors: Iterable[torch.Tensor]) -> dict[int, np.ndarray]:
     copy per tensor into pageable memory cost 10x on an H100); types numpy lacks (bfloat16) become float32 first,
     on their device."""
     out: dict[int, np.ndarray] = {}
-    pending = []
+    copying: set[torch.device] = set()  # the GPUs copies were started from
     for tensor in tensors:
         if id(tensor) in out:
             continue
@@ -97,11 +97,11 @@ def host_arrays(tensors: Iterable[torch.Tensor]) -> dict[int, np.ndarray]:
         if moved.is_cuda:
             host = torch.empty(moved.shape, dtype=moved.dtype, pin_memory=True)
             host.copy_(moved, non_blocking=True)
-            pending.append(host)
+            copying.add(moved.device)
             moved = host
         out[id(tensor)] = moved.cpu().numpy()  # CPU: a view; MPS and others: a copy
-    if pending:
-        torch.cuda.synchronize()
+    for device in copying:
+        torch.cuda.synchronize(device)
     return out
 
 

@@ -97,8 +97,12 @@ def _fused(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: to
     additive = None if mask is None else mask[..., : key.size(-2)]
     if bias is not None:
         additive = bias if additive is None else additive + bias
-    out = F.scaled_dot_product_attention(query, key, value, attn_mask=additive, scale=scale,
-                                         enable_gqa=query.size(1) != key.size(1))
+    grouped = query.size(1) != key.size(1)
+    if grouped and additive is not None and query.is_cuda:  # CUDA's fused kernels take a mask or grouped heads,
+        group = query.size(1) // key.size(1)  # not both (torch would fall back to its O(tokens²) math kernel):
+        key, value = key.repeat_interleave(group, 1), value.repeat_interleave(group, 1)  # repeat, as transformers
+        grouped = False
+    out = F.scaled_dot_product_attention(query, key, value, attn_mask=additive, scale=scale, enable_gqa=grouped)
     return out.transpose(1, 2)
 
 
