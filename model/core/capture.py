@@ -17,7 +17,7 @@ import fnmatch
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
@@ -25,8 +25,10 @@ import torch
 from torch import nn
 
 from model.core.hooks import HookPoint, recording
+from model.core.host import HostCopies
 from model.core.patterns import PatternInputs, PatternSource
-from model.core.summary import SiteSummary, summarise_sources
+from model.core.sites import Site
+from model.core.summary import SiteSummariser, SiteSummary
 
 T = TypeVar("T")
 HookSelection = str | Iterable[str] | Callable[[str], bool] | None  # None = every hook point
@@ -78,33 +80,6 @@ def select_hook_names(available: Iterable[str], selection: HookSelection) -> lis
     return [n for n in names if any(fnmatch.fnmatchcase(n, p) for p in patterns)]
 
 
-_NOT_IN_NUMPY = (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2)
-
-
-def host_arrays(tensors: Iterable[torch.Tensor]) -> dict[int, np.ndarray]:
-    """{id(tensor): CPU numpy array} for these tensors, moved in one batch. A CPU tensor is shared, not copied; a
-    CUDA tensor is copied into pinned memory without waiting, and the copies are waited for once (one synchronous
-    copy per tensor into pageable memory cost 10x on an H100); types numpy lacks (bfloat16) become float32 first,
-    on their device."""
-    out: dict[int, np.ndarray] = {}
-    copying: set[torch.device] = set()  # the GPUs copies were started from
-    for tensor in tensors:
-        if id(tensor) in out:
-            continue
-        moved = tensor.detach()
-        if moved.dtype in _NOT_IN_NUMPY:
-            moved = moved.float()
-        if moved.is_cuda:
-            host = torch.empty(moved.shape, dtype=moved.dtype, pin_memory=True)
-            host.copy_(moved, non_blocking=True)
-            copying.add(moved.device)
-            moved = host
-        out[id(tensor)] = moved.cpu().numpy()  # CPU: a view; MPS and others: a copy
-    for device in copying:
-        torch.cuda.synchronize(device)
-    return out
-
-
 Captured = np.ndarray | PatternSource | SiteSummary  # a site's summary under its site name ("decoder.attn")
 
 
@@ -119,8 +94,9 @@ def capture(
     selected taps. Returns run's result and {hook name: value as CPU numpy, batch dim kept}, in the
     order the forward pass reached them; a Hugging Face model's `hook_pattern` comes as a PatternSource
     (model/core/patterns.py), computed when read. With `summary_size`, each attention site whose patterns
-    come so is also reduced on the model's device before anything moves to the host (model/core/summary.py:
-    thumbnails of that side, statistics, rollout; batch row 0), under its site name."""
+    come so is also reduced on the model's device as each layer reports its pattern (model/core/summary.py:
+    thumbnails of that side, statistics, rollout; batch row 0), under its site name. A pattern's source moves
+    to the host as its layer reports it (model/core/host.py): the device holds no layer's after its own."""
     wanted_points: set[str] = set()  # names reported to the recorder: HookPoints and ReportedTaps
     reports: dict[nn.Module, dict[str, str]] = {}  # module -> {quantity: hook name}
     module_taps: dict[str, ModuleTap] = {}
@@ -133,11 +109,23 @@ def capture(
             reports.setdefault(tap.module, {})[tap.quantity] = name
         else:
             module_taps[name] = tap if isinstance(tap, ModuleTap) else ModuleTap(tap)
-    store: dict[str, torch.Tensor | PatternInputs] = {}  # in the order the forward pass reaches the taps
+    store: dict[str, torch.Tensor | PatternSource] = {}  # in the order the forward pass reaches the taps
+    copies = HostCopies()
+    converted: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # the mask and bias every layer reads, converted once
+    summarisers: dict[str, SiteSummariser] = {}
 
-    def record(name: str, value: torch.Tensor) -> None:
-        if name in wanted_points:
-            store[name] = value  # an inference-mode tensor: nothing to detach
+    def record(name: str, value: torch.Tensor | PatternInputs) -> None:
+        if name not in wanted_points:
+            return
+        if isinstance(value, PatternInputs):  # this layer's pattern: reduced, and on its way to the host, now
+            source = value.source(converted)
+            if summary_size:
+                site, _ = Site.of_pattern(name)
+                if site.name not in summarisers:
+                    summarisers[site.name] = SiteSummariser(source[0].shape, summary_size, not site.is_cross)
+                summarisers[site.name].add_layer(source[0].row_blocks())
+            value = copies.source(source)
+        store[name] = value  # an inference-mode tensor: nothing to detach
 
     lock = model_lock(model) if module_taps else contextlib.nullcontext()
     with lock:
@@ -151,23 +139,10 @@ def capture(
         finally:
             for handle in handles:
                 handle.remove()
-    shared: dict[int, torch.Tensor] = {}  # the mask and bias every layer reads, converted once
-    on_device = {name: value.source(shared) if isinstance(value, PatternInputs) else value
-                 for name, value in store.items()}
-    sources = {name: value for name, value in on_device.items() if isinstance(value, PatternSource)}
-    summaries = summarise_sources({name: source[0] for name, source in sources.items()}, summary_size) \
-        if summary_size and sources else {}
-    host = host_arrays(tensor for value in on_device.values()
-                       for tensor in (value.arrays() if isinstance(value, PatternSource) else [value]))
-    return result, {**{name: _on_host(value, host) for name, value in on_device.items()}, **summaries}
-
-
-def _on_host(value: torch.Tensor | PatternSource, host: dict[int, np.ndarray]) -> np.ndarray | PatternSource:
-    """A captured value with its tensors replaced by their host arrays (a source then computes on its device)."""
-    if not isinstance(value, PatternSource):
-        return host[id(value)]
-    return replace(value, query=host[id(value.query)], key=host[id(value.key)], allowed=host[id(value.allowed)],
-                   bias=None if value.bias is None else host[id(value.bias)])
+    captured = {name: copies.array(value) if isinstance(value, torch.Tensor) else value
+                for name, value in store.items()}
+    copies.wait()
+    return result, {**captured, **{site: summariser.result() for site, summariser in summarisers.items()}}
 
 
 def _thread_hook(name: str, read: Reader, store: dict[str, torch.Tensor]):

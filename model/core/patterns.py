@@ -220,15 +220,16 @@ class PatternInputs:
     mask: torch.Tensor | None  # additive (batch or 1, 1, q_len, >= k_len): the dtype's minimum where hidden
     bias: torch.Tensor | None  # (batch or 1, heads, q_len, k_len) or None
 
-    def source(self, shared: dict[int, torch.Tensor]) -> PatternSource:
+    def source(self, converted: dict[int, tuple[torch.Tensor, torch.Tensor]]) -> PatternSource:
         """A PatternSource of tensors on the model's device, batch kept (the mask and the bias: batch or 1): queries
-        and keys in float32 (a pattern is computed exactly from them), the mask as bool. `shared` holds what was
-        converted already, by tensor: every layer reads the same mask and bias tensors, converted once for all."""
+        and keys in float32 (a pattern is computed exactly from them), the mask as bool. `converted` holds what was
+        converted already, by tensor (kept alive with it): every layer reads the same mask and bias tensors,
+        converted once for all."""
 
         def once(tensor: torch.Tensor, convert: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
-            if id(tensor) not in shared:
-                shared[id(tensor)] = convert(tensor)
-            return shared[id(tensor)]
+            if id(tensor) not in converted:
+                converted[id(tensor)] = (tensor, convert(tensor))
+            return converted[id(tensor)][1]
 
         q_len, k_len = self.query.size(-2), self.key.size(-2)
         if self.mask is None:

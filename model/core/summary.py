@@ -13,14 +13,14 @@ head or every layer need, without holding any layer's (heads, q_len, k_len) patt
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-from model.core.patterns import BlockMeans, PatternSource, block_starts
+from model.core.patterns import BlockMeans, block_starts
 from model.core.sites import Site
 
 if TYPE_CHECKING:  # a trace's patterns are read, never made, here
@@ -106,33 +106,49 @@ def _distance_sums(positions: np.ndarray, p: torch.Tensor) -> torch.Tensor:
 Block = tuple[np.ndarray, torch.Tensor] | tuple[np.ndarray, torch.Tensor, torch.Tensor]
 
 
-def summarise(layers: Iterator[Iterator[Block]], shape: tuple[int, int, int], size: int,
-              self_attention: bool) -> SiteSummary:
-    """Reduce every layer of a site. `layers` yields, per layer, its pattern as (query positions, float32
-    probabilities (heads, rows, width <= k_len), the keys after width 0[, the rows' entropy in bits (heads, rows)])
-    blocks of consecutive rows covering every query row once, in order; shape: (heads, q_len, k_len) of each
-    layer's pattern; size: the thumbnails' side."""
-    heads, q_len, k_len = shape
-    rolled = self_attention and q_len == k_len
-    starts = block_starts(q_len, ROLLOUT_SIZE)
-    thumbnails, statistics = [], []
-    rollout: torch.Tensor | None = None  # (b, b) float64
-    for blocks in layers:
-        thumbnail = BlockMeans((heads,), q_len, k_len, size)
-        stats = _Statistics(heads, q_len, k_len, self_attention)
-        averaged = BlockMeans((), q_len, k_len, ROLLOUT_SIZE) if rolled else None
+class SiteSummariser:
+    """A site's summary made one layer at a time, in layer order (as a forward pass reaches them)."""
+
+    def __init__(self, shape: tuple[int, int, int], size: int, self_attention: bool) -> None:
+        """shape: (heads, q_len, k_len) of each layer's pattern; size: the thumbnails' side."""
+        self.shape, self.size, self.self_attention = shape, size, self_attention
+        self.rolled = self_attention and shape[1] == shape[2]
+        self.starts = block_starts(shape[1], ROLLOUT_SIZE)
+        self.thumbnails: list[np.ndarray] = []
+        self.statistics: list[np.ndarray] = []
+        self.rollout: torch.Tensor | None = None  # (b, b) float64
+
+    def add_layer(self, blocks: Iterator[Block]) -> None:
+        """The next layer's pattern as (query positions, float32 probabilities (heads, rows, width <= k_len), the
+        keys after width 0[, the rows' entropy in bits (heads, rows)]) blocks of consecutive rows covering every
+        query row once, in order."""
+        heads, q_len, k_len = self.shape
+        thumbnail = BlockMeans((heads,), q_len, k_len, self.size)
+        stats = _Statistics(heads, q_len, k_len, self.self_attention)
+        averaged = BlockMeans((), q_len, k_len, ROLLOUT_SIZE) if self.rolled else None
         for positions, p, *entropy in blocks:
             start = int(positions[0])
             thumbnail.add(start, p)
             stats.add(positions, p, *entropy)
             if averaged is not None:
                 averaged.add(start, p.sum(0) / heads)
-        thumbnails.append(thumbnail.result().numpy())
-        statistics.append(stats.result())
+        self.thumbnails.append(thumbnail.result().numpy())
+        self.statistics.append(stats.result())
         if averaged is not None:
-            rollout = _roll(rollout, averaged, starts)
-    return SiteSummary(np.stack(thumbnails), np.stack(statistics), None if rollout is None else rollout.numpy(),
-                       starts)
+            self.rollout = _roll(self.rollout, averaged, self.starts)
+
+    def result(self) -> SiteSummary:
+        return SiteSummary(np.stack(self.thumbnails), np.stack(self.statistics),
+                           None if self.rollout is None else self.rollout.numpy(), self.starts)
+
+
+def summarise(layers: Iterator[Iterator[Block]], shape: tuple[int, int, int], size: int,
+              self_attention: bool) -> SiteSummary:
+    """Reduce every layer of a site (`SiteSummariser`), given as an iterator of each layer's blocks."""
+    summariser = SiteSummariser(shape, size, self_attention)
+    for blocks in layers:
+        summariser.add_layer(blocks)
+    return summariser.result()
 
 
 def _roll(rollout: torch.Tensor | None, averaged: BlockMeans, starts: np.ndarray) -> torch.Tensor:
@@ -149,16 +165,3 @@ def summarise_site(trace: Trace, site: str, size: int) -> SiteSummary:
     """Every layer of `site` in `trace` reduced (thumbnails `size` a side), one block of query rows at a time."""
     layers = (trace.pattern_blocks(site, layer) for layer in range(trace.n_layers(site)))
     return summarise(layers, trace.shape(trace.pattern_name(site, 0)), size, not Site.of(site).is_cross)
-
-
-def summarise_sources(sources: Mapping[str, PatternSource], size: int) -> dict[str, SiteSummary]:
-    """{site: its summary} of patterns kept as sources, by hook name ("decoder.3.attn.hook_pattern"), each site's
-    every layer present; computed where the sources compute (a capture's: the model's device)."""
-    by_site: dict[str, dict[int, PatternSource]] = {}
-    for name, source in sources.items():
-        site, layer = Site.of_pattern(name)
-        by_site.setdefault(site.name, {})[layer] = source
-    return {site: summarise((layers[i].row_blocks() for i in sorted(layers)), next(iter(layers.values())).shape, size,
-                            not Site.of(site).is_cross)
-            for site, layers in by_site.items()}
-
