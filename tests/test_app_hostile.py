@@ -133,11 +133,12 @@ def test_model_folders_and_ids_that_cannot_be_loaded(broken_folders) -> None:
 
 
 def test_a_link_with_a_text_longer_than_the_box_says_it_was_left_out() -> None:
-    from ui.url_state import pack_text
+    from ui.url_state import MAX_TEXT_CHARS, pack_text
 
     long_text = value(CORPUS["texts"]["long_100k"])
     for params in ({"text": long_text}, {key: v for key, v in pack_text(long_text).items() if v}):
         at = _app(model="minilm", **params)
         assert_safe(at)
-        assert "The link's text has 100,004 characters; the text box holds at most 20,000" in at.info[0].value
+        box = f"The link's text has 100,004 characters; the text box holds at most {MAX_TEXT_CHARS:,}"
+        assert box in at.info[0].value
         assert at.get("plotly_chart")  # the model's own example ran instead

@@ -57,13 +57,21 @@ def _configs(vocab: int) -> dict[str, tuple[transformers.PretrainedConfig, type,
 FAMILIES = ("bert", "gpt2", "llama", "t5", "bart", "marian")
 
 
-def build(family: str, folder: Path, safe: bool = True) -> Path:
-    """Save a tiny random `family` model and its tokenizer into `folder` (safe=False: as a pickle only)."""
+def config(family: str, **overrides: object) -> transformers.PretrainedConfig:
+    """The tiny `family` model's config, with `overrides` (e.g. max_position_embeddings=4096)."""
     specials = BERT_SPECIALS if family == "bert" else LM_SPECIALS
-    vocab = len(dict.fromkeys(specials.values())) + len(WORDS)
-    config, model_class, specials, template = _configs(vocab)[family]
+    chosen = _configs(len(dict.fromkeys(specials.values())) + len(WORDS))[family][0]
+    chosen.update(overrides)
+    return chosen
+
+
+def build(family: str, folder: Path, safe: bool = True, **overrides: object) -> Path:
+    """Save a tiny random `family` model and its tokenizer into `folder` (safe=False: as a pickle only), its
+    config changed by `overrides` (e.g. max_position_embeddings=4096)."""
+    specials = BERT_SPECIALS if family == "bert" else LM_SPECIALS
+    _, model_class, specials, template = _configs(len(dict.fromkeys(specials.values())) + len(WORDS))[family]
     torch.manual_seed(0)
-    model = model_class(config).eval()
+    model = model_class(config(family, **overrides)).eval()
     model.save_pretrained(folder)
     if not safe:
         (folder / "model.safetensors").unlink()

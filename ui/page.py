@@ -62,6 +62,8 @@ PERSISTENT_KEYS = (
     "ablation_heads", "ablation_every", "ablation_mode",
     "attention_compare_kind", "attention_compare_text", "attention_compare_heads", "attention_compare_mode",
 )
+PAGE_RUN_MAX_TOKENS = 2048  # longest text of a page's own run that keeps more than attention patterns (the length
+# those pages were built and tested at; 8,192 SmolLM2 tokens of scores or residual streams would be gigabytes)
 TRACE = "trace"  # session key of the frame's trace for this run (None when there is none)
 REQUEST = "run_request"  # session key of the RunRequest that made it
 
@@ -117,7 +119,9 @@ def trace_with(hooks: tuple[str, ...], causal: CausalMode | None = None, pad_to:
     """This run's input traced again capturing `hooks` (glob patterns; ask only for what the page shows: a
     2,048-token run's every hook is gigabytes), under another causal choice ("auto", "on", "off"), extra masks
     or ablated heads if given. Cached like the frame's trace. A run that fails shows why and stops the page (a
-    page with something else to show then calls `ui.runs.trace_for` itself and catches its ValueError)."""
+    page with something else to show then calls `ui.runs.trace_for` itself and catches its ValueError), and so
+    does a text over PAGE_RUN_MAX_TOKENS when `hooks` ask for more than attention patterns."""
+    stop_if_too_long(hooks, pad_to)
     try:
         trace, kept = trace_for(current_request(), hooks, causal, pad_to, blocked, ablated, ablation)
     except ValueError as error:
@@ -127,6 +131,23 @@ def trace_with(hooks: tuple[str, ...], causal: CausalMode | None = None, pad_to:
         st.info("This page's run is too large to keep in the server's memory budget: changing a choice will "
                 "re-run it.", icon=":material/memory:")
     return trace
+
+
+def stop_if_too_long(hooks: tuple[str, ...], pad_to: int = 0) -> None:
+    """Stop the page with a message when its run would keep more than attention patterns (which cost
+    O(tokens x d_head) a layer: model/core/patterns.py) for a text over PAGE_RUN_MAX_TOKENS tokens."""
+    trace = current_trace()
+    length = max(len(trace.tokens), len(trace.target_tokens), pad_to)
+    if length <= PAGE_RUN_MAX_TOKENS or all(hook.endswith(".hook_pattern") for hook in hooks):
+        return
+    if any("attn_scores" in hook for hook in hooks):
+        kept = "each head's scores, a number for every pair of tokens (its memory grows with the length squared)"
+    else:
+        kept = "the model's values at every token (its memory grows with the length)"
+    st.info(f"This page reads texts of up to {PAGE_RUN_MAX_TOKENS:,} tokens, and this one has {length:,}. Its run "
+            f"keeps {kept}, and the page was built and tested up to that length. The Overview and Attention pages "
+            "show the whole text.", icon=":material/straighten:")
+    st.stop()
 
 
 def show_open_tab(views: Sequence[str], shows: Sequence[Callable[..., None]], key: str, *args: object) -> None:

@@ -20,7 +20,8 @@ import streamlit as st
 
 RESTORED = "_url_restored"
 PLAIN_TEXT_UP_TO = 1_000
-MAX_TEXT_CHARS = 20_000  # the text box's limit: a longer text from a link is left out, and the person told
+MAX_TEXT_CHARS = 60_000  # the text box's limit (8,192 tokens of English prose are about 37,000 characters for
+# SmolLM2's tokenizer): a longer text from a link is left out, and the person told
 FLAGS = {"hide_special": "attention_hide_special", "values": "attention_show_values",
          "diagonal": "attention_window_diagonal", "step_values": "step_show_values",
          "activations_norm_log": "activations_norm_log"}  # URL name -> key, "1"/"0"

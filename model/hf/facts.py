@@ -1,7 +1,9 @@
-"""What a person should know about a Hugging Face model, read from its config: the model card's facts."""
+"""What a person should know about a Hugging Face model, read from its config: the model card's facts, and the
+longest text a run may read (`longest_input`)."""
 
 from __future__ import annotations
 
+import bisect
 from typing import Any
 
 from torch import nn
@@ -10,7 +12,8 @@ from model.core.devices import precision_name
 from model.core.trace import ModelFacts
 from model.hf.taps import Family
 
-MAX_TOKENS = 2048  # longest input traced, whatever the model allows (memory grows with its square)
+LONGEST_INPUT = 8192  # tokens at most, whatever the model allows (T5 has no position limit of its own)
+SOURCE_BYTES_LIMIT = 1 << 30  # 1 GiB: the most a run may keep to compute its attention patterns from
 
 
 def _config_value(config: Any, *names: str, default: int = 0) -> int:
@@ -21,12 +24,43 @@ def _config_value(config: Any, *names: str, default: int = 0) -> int:
     return default
 
 
+def source_bytes(config: Any, family: Family, length: int) -> int:
+    """Bytes a run of `length` tokens keeps to compute every attention pattern from (model/core/patterns.py
+    PatternSource), a source and a target of `length` tokens each for an encoder-decoder (an upper bound).
+
+    Per attention site (encoder self, decoder self, decoder cross) and layer, float32:
+      query (heads, L, d_head) and key (kv_heads, L, d_head): O(L x d), the part that grows with the model;
+    per site, shared by its layers:
+      the mask (L, L) bool, and in T5 the position bias (heads, L, L) float32 (cross-attention's is zeros): O(L²).
+    """
+    per_token = per_pair = 0  # bytes that grow with L, and with L²
+    for stack, count in family.layer_counts.items():
+        heads = _config_value(config, f"{stack}_attention_heads", "num_attention_heads", "n_head", "num_heads")
+        kv_heads = _config_value(config, "num_key_value_heads", default=heads)  # fewer in grouped-query attention
+        d_model = _config_value(config, "hidden_size", "n_embd", "d_model")
+        d_head = _config_value(config, "head_dim", "d_kv", default=d_model // heads)
+        sites = 2 if stack == "decoder" and family.kind == "encoder-decoder" else 1  # self, and cross
+        per_token += sites * count(config) * (heads + kv_heads) * d_head * 4
+        per_pair += sites * (1 + (heads * 4 if family.position_bias else 0))
+    return length * per_token + length**2 * per_pair
+
+
+def longest_input(config: Any, family: Family, byte_limit: int = SOURCE_BYTES_LIMIT) -> int:
+    """The most tokens a run reads: the model's own position limit (none, as in T5: LONGEST_INPUT), at most
+    LONGEST_INPUT, and only as many as keep `source_bytes` within `byte_limit`. SmolLM2: 8,192 tokens (784 MiB);
+    MiniLM: its own 512; a tiny T5 (tests/tiny_hf.py): 4,573, where its three (4, L, L) biases fill the limit."""
+    ceiling = min(_config_value(config, "max_position_embeddings", "n_positions", default=LONGEST_INPUT),
+                  LONGEST_INPUT)
+    lengths = range(1, ceiling + 1)  # source_bytes grows with the length: the last that fits, by bisection
+    fitting = bisect.bisect_right(lengths, byte_limit, key=lambda length: source_bytes(config, family, length))
+    return max(1, fitting)
+
+
 def model_facts(model_id: str, model: nn.Module, family: Family, notes: dict[str, Any]) -> ModelFacts:
     c = model.config
     n_heads = _config_value(c, "num_attention_heads", "n_head", "encoder_attention_heads", "num_heads")
     n_kv = _config_value(c, "num_key_value_heads", default=n_heads)
     d_model = _config_value(c, "hidden_size", "n_embd", "d_model")
-    limit = _config_value(c, "max_position_embeddings", "n_positions", default=MAX_TOKENS)
     layers = {stack: count(c) for stack, count in family.layer_counts.items()}
     if n_kv != n_heads:
         notes = {**notes, "grouped-query attention": f"query head h reads key/value head h // {n_heads // n_kv}"}
@@ -41,7 +75,7 @@ def model_facts(model_id: str, model: nn.Module, family: Family, notes: dict[str
         d_model=d_model,
         d_ff=_config_value(c, "intermediate_size", "n_inner", "d_ff", "encoder_ffn_dim", default=4 * d_model),
         vocab_size=c.vocab_size,
-        max_len=min(limit, MAX_TOKENS),
+        max_len=longest_input(c, family),
         positional=family.positional,
         norm=family.norm,
         n_params=sum(p.numel() for p in model.parameters()),

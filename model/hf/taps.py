@@ -98,6 +98,7 @@ class Family:
     stack_taps: dict[str, TapTable]  # stack ("encoder"/"decoder") -> taps once per stack
     layer_taps: dict[str, TapTable]  # stack -> taps once per layer ("{i}" in paths and names)
     layer_counts: dict[str, Callable[[Any], int]]  # stack -> config -> number of layers
+    position_bias: bool = False  # attention adds a (heads, q_len, k_len) bias to the scores (T5's relative positions)
 
     def taps(self, model: nn.Module) -> dict[str, ModuleTap | ReportedTap]:
         """Every hook name of this model, mapped to its module and reader."""
@@ -236,6 +237,7 @@ T5 = Family(
     } for stack in ("encoder", "decoder")},
     layer_taps={stack: _t5_layer(stack) for stack in ("encoder", "decoder")},
     layer_counts={"encoder": lambda c: c.num_layers, "decoder": lambda c: c.num_decoder_layers},
+    position_bias=True,
 )
 
 
