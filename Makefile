@@ -33,11 +33,13 @@ bench: $(VENV)/.dev
 	$(PY) -m bench.capture
 	$(PY) -m bench.hf_capture
 	$(PY) -m bench.gpu_capture
+	$(PY) -m bench.long_capture
 	$(PY) -m bench.smollm2_load
 	$(PY) -m bench.app_rerun
 	$(PY) -m bench.server_memory
 	$(PY) -m bench.sessions
 	$(PY) -m bench.browser_attention
+	$(PY) -m bench.browser_long
 	$(PY) -m bench.generation
 	$(PY) -m bench.head_scan
 
