@@ -9,6 +9,10 @@ head or every layer need, without holding any layer's (heads, q_len, k_len) patt
   consecutive positions and each layer's head-averaged attention into block means, A_blocks[I, J] = mean over the
   queries i of I of the attention i puts on the keys of J (rows still sum to 1): the rollout of those block
   matrices approximates the exact one's block means. Exact: O(n³) a layer, 30 s for SmolLM2 at 2,048 tokens.
+
+A Hugging Face run makes it in its capture, a layer at a time as the forward pass reports each pattern, on the
+model's device (`SiteSummariser`; model/core/capture.py, RunOptions.summary_size); `summarise_site` makes it
+from a trace afterwards (the toy models, whose patterns are captured whole).
 """
 
 from __future__ import annotations
