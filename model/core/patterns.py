@@ -165,18 +165,25 @@ class BlockMeans:
     cuts it: (..., size, size) float32."""
 
     def __init__(self, lead: tuple[int, ...], n_rows: int, n_cols: int, size: int) -> None:
-        self.row_block, self.row_counts = _blocks_of(n_rows, size)
+        row_starts = block_starts(n_rows, size)  # (blocks + 1,)
+        self.row_block = np.searchsorted(row_starts[:-1], np.arange(n_rows), side="right") - 1  # (n_rows,)
+        self.row_counts = torch.from_numpy(np.diff(row_starts)).float()
         self.col_starts = block_starts(n_cols, size)  # (blocks + 1,)
         self.col_counts = torch.from_numpy(np.diff(self.col_starts)).float()
         self.equal_columns = n_cols % len(self.col_counts) == 0
         self.sums = torch.zeros(*lead, len(self.row_counts), len(self.col_counts))
 
     def add(self, start: int, rows: torch.Tensor) -> None:
-        """Rows start.. of the matrix, (..., block, width <= n_cols) float32: columns after `width` are 0. The sums
+        """Rows start.. of the matrix, (..., block, width <= n_cols) float32: columns after `width` are 0. Rows are
+        summed into their blocks first (whole rows added: one pass), then the few block rows by columns. The sums
         live where the rows do (the model's device, in a capture's summary)."""
         if self.sums.device != rows.device:
-            self.sums, self.row_block = self.sums.to(rows.device), self.row_block.to(rows.device)
-        self.sums.index_add_(-2, self.row_block[start : start + rows.shape[-2]], self._column_sums(rows))
+            self.sums = self.sums.to(rows.device)
+        blocks = self.row_block[start : start + rows.shape[-2]]  # each row's block, ascending
+        first, count = int(blocks[0]), int(blocks[-1] - blocks[0]) + 1
+        local = torch.from_numpy(blocks - first).to(rows.device)
+        by_row_block = rows.new_zeros(*rows.shape[:-2], count, rows.shape[-1]).index_add_(-2, local, rows)
+        self.sums[..., first : first + count, :] += self._column_sums(by_row_block)
 
     def _column_sums(self, rows: torch.Tensor) -> torch.Tensor:
         """(..., block, width) -> (..., block, column blocks): each row's sum over each block of columns."""
@@ -201,13 +208,6 @@ def block_starts(n: int, size: int) -> np.ndarray:
     n < size), then n; `viz.thumbnails.resample` cuts them so."""
     size = min(n, size)
     return np.append((np.arange(size) * n) // size, n)
-
-
-def _blocks_of(n: int, size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """For n positions cut as `block_starts`: each position's block (n,) and each block's count."""
-    starts = block_starts(n, size)
-    block = np.searchsorted(starts[:-1], np.arange(n), side="right") - 1
-    return torch.from_numpy(block), torch.from_numpy(np.diff(starts)).float()
 
 
 @dataclass
