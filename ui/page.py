@@ -62,6 +62,12 @@ PERSISTENT_KEYS = (
     "ablation_heads", "ablation_every", "ablation_mode",
     "attention_compare_kind", "attention_compare_text", "attention_compare_heads", "attention_compare_mode",
 )
+# The sidebar's widget keys. Every page draws them, so their state is never lost; but the browser may not hold the
+# value the session gave one (a default or a link's choice, sent once, with the run that set it): a page opened
+# while that run was still drawing (a session's first seconds, on a loaded machine) redraws the sidebar from the new
+# page's run, and the browser falls back to each widget's own default — the model list's first model, an empty
+# text — and sends those with the next click, which switched the model. `keep_page_choices` writes them back too.
+FRAME_KEYS = ("model_id", "custom_model", "text", "device", "precision", "decoder_mode", "target", "causal")
 TRACE = "trace"  # session key of the frame's trace for this run (None when there is none)
 REQUEST = "run_request"  # session key of the RunRequest that made it
 
@@ -80,6 +86,9 @@ def keep_page_choices(page_path: str) -> None:
             kept[key] = st.session_state[key]
         if key in kept and (another_page or key not in st.session_state):
             st.session_state[key] = kept[key]
+    for key in FRAME_KEYS if another_page else ():
+        if key in st.session_state:  # written back: this run sends the session's value to the browser
+            st.session_state[key] = st.session_state[key]
 
 
 def forget_choices(*keys: str) -> None:
