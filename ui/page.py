@@ -64,6 +64,12 @@ PERSISTENT_KEYS = (
 )
 PAGE_RUN_MAX_TOKENS = 2048  # longest text of a page's own run that keeps more than attention patterns (the length
 # those pages were built and tested at; 8,192 SmolLM2 tokens of scores or residual streams would be gigabytes)
+# The sidebar's widget keys. Every page draws them, so their state is never lost; but the browser may not hold the
+# value the session gave one (a default or a link's choice, sent once, with the run that set it): a page opened
+# while that run was still drawing (a session's first seconds, on a loaded machine) redraws the sidebar from the new
+# page's run, and the browser falls back to each widget's own default — the model list's first model, an empty
+# text — and sends those with the next click, which switched the model. `keep_page_choices` writes them back too.
+FRAME_KEYS = ("model_id", "custom_model", "text", "device", "precision", "decoder_mode", "target", "causal")
 TRACE = "trace"  # session key of the frame's trace for this run (None when there is none)
 REQUEST = "run_request"  # session key of the RunRequest that made it
 
@@ -82,6 +88,9 @@ def keep_page_choices(page_path: str) -> None:
             kept[key] = st.session_state[key]
         if key in kept and (another_page or key not in st.session_state):
             st.session_state[key] = kept[key]
+    for key in FRAME_KEYS if another_page else ():
+        if key in st.session_state:  # written back: this run sends the session's value to the browser
+            st.session_state[key] = st.session_state[key]
 
 
 def forget_choices(*keys: str) -> None:

@@ -77,7 +77,6 @@ def restore_once(model_ids: list[str], custom_choice: str, causal_labels: dict[s
     causal_labels: the causal picker's label for each URL value ("auto" -> "as trained")."""
     if st.session_state.get(RESTORED):
         return
-    st.session_state[RESTORED] = True
     params = st.query_params.to_dict()
     model = params.get("model", "").strip()
     if model:
@@ -111,6 +110,7 @@ def restore_once(model_ids: list[str], custom_choice: str, causal_labels: dict[s
     for name, key in FLAGS.items():
         if params.get(name) in ("0", "1"):
             st.session_state[key] = params[name] == "1"
+    st.session_state[RESTORED] = True  # last: a run stopped half-way by a rerun restores the link again
 
 
 def write(**values: str | int | bool | None) -> None:
