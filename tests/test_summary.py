@@ -150,3 +150,12 @@ def test_a_summary_made_in_the_run_equals_one_made_from_its_trace(runners, famil
 def test_no_summary_is_made_unless_asked() -> None:
     runner = load_runner("minilm")
     assert runner.run("a short text", options=RunOptions(hooks=("*.hook_pattern",))).summaries == {}
+
+
+def test_a_trace_keeps_one_copy_of_each_sites_mask(runners) -> None:
+    """The sources of a site's layers hold the site's mask array itself (no second (L, L) copy in the trace)."""
+    for family in ("llama", "bart"):
+        trace = runners[family].run(runners[family].examples[0], options=RunOptions(hooks=("*.hook_pattern",)))
+        for site in trace.sites():
+            for layer in range(trace.n_layers(site)):
+                assert trace.pattern_source(site, layer).allowed is trace.masks[site]

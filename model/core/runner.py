@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -12,6 +13,7 @@ from model.core.ablation import AblationMode, Head, Outcome
 from model.core.capture import Captured
 from model.core.options import RunOptions
 from model.core.patterns import PatternSource
+from model.core.sites import Site
 from model.core.summary import SiteSummary
 from model.core.trace import ModelFacts, Trace
 
@@ -44,11 +46,21 @@ def trace_of_run(
     """The Trace of one run of batch size 1: token strings from `token_strings(ids)`, each mask (q_len, k_len)
     as numpy, each captured value without its batch dimension (patterns kept as sources and site summaries
     apart); `fields` are the Trace's other fields."""
+    site_masks = {site: np.ascontiguousarray(mask.cpu().numpy()) for site, mask in masks.items()}
     return Trace(
         facts=facts, tokens=token_strings(ids), ids=ids, target_tokens=token_strings(target_ids),
-        target_ids=target_ids, masks={site: mask.cpu().numpy() for site, mask in masks.items()},
+        target_ids=target_ids, masks=site_masks,
         captured={name: value[0] for name, value in captured.items() if isinstance(value, np.ndarray)},
-        pattern_sources={name: value[0] for name, value in captured.items() if isinstance(value, PatternSource)},
+        pattern_sources={name: _sharing_its_mask(value[0], site_masks.get(Site.of_pattern(name)[0].name))
+                         for name, value in captured.items() if isinstance(value, PatternSource)},
         summaries={site: value for site, value in captured.items() if isinstance(value, SiteSummary)},
         **fields,
     )
+
+
+def _sharing_its_mask(source: PatternSource, mask: np.ndarray | None) -> PatternSource:
+    """The source holding its site's mask array instead of its own copy, where the two are equal (the (L, L)
+    bool mask: 64 MiB at 8,192 tokens)."""
+    if mask is None or mask is source.allowed or not np.array_equal(mask, source.allowed):
+        return source
+    return replace(source, allowed=mask)
