@@ -50,3 +50,16 @@ def test_one_head_of_a_trace_is_that_head_of_its_layer(model_id: str) -> None:
     for site in trace.sites():
         layer = trace.n_layers(site) - 1
         np.testing.assert_array_equal(trace.head_pattern(site, layer, 2), trace.pattern(site, layer)[2])
+
+
+def test_asking_which_patterns_a_trace_has_computes_none(runners, monkeypatch) -> None:
+    """`name in trace.attention` and `trace.sites()` (every page rerun asks) must not compute a kept pattern: at
+    8,192 tokens one layer's is 1.2 GB and a second."""
+    trace = runners["llama"].run("a few words here", options=RunOptions(hooks=("*.hook_pattern",)))
+
+    def computed(*args, **kwargs):
+        raise AssertionError("a pattern was computed")
+
+    monkeypatch.setattr("model.core.patterns.PatternSource.pattern", computed)
+    assert trace.sites() == ["decoder.attn"]
+    assert "decoder.0.attn.hook_pattern" in trace.attention and "decoder.9.attn.hook_pattern" not in trace.attention

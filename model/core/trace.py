@@ -60,6 +60,9 @@ class AttentionView(Mapping[str, np.ndarray]):
             raise KeyError(name)
         return self._captured[name]
 
+    def __contains__(self, name: object) -> bool:
+        return name in self._names  # Mapping's default reads the value: a kept source's whole pattern
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._names)
 
