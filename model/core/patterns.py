@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 import torch
 
-ROW_BLOCK = 256  # query rows computed at once: bounds the scratch to heads x 256 x k_len floats
+ROW_BLOCK = 256  # query rows computed at once, at most: bounds the scratch to heads x 256 x k_len floats
+BLOCK_BYTES = 32 << 20  # and fewer rows where one (heads, rows, k_len) float32 block would be larger (long texts)
 _TORCH = {np.dtype(np.float16): torch.float16, np.dtype(np.float32): torch.float32}
 
 
@@ -93,13 +94,15 @@ class PatternSource:
             p = log_p.exp()
             # -sum p log p in one fused pass; a hidden key adds 0 x (its finite log_p) = 0
             entropy = torch.einsum("hrk,hrk->hr", p, log_p).neg_() / np.log(2)  # (heads, rows)
+            del log_p  # not held while the block is read
             yield positions[start : start + p.shape[1]], p, entropy
 
     def blocks(self, head_ids: np.ndarray, row_ids: np.ndarray) -> Iterator[tuple[int, torch.Tensor]]:
-        """(offset in row_ids, float32 probabilities (heads, block, seen) on `device`) for ROW_BLOCK query rows at a
-        time: softmax(Q K^T x scale + bias + M), as eager attention computes it, for the keys 0..seen-1. The keys
-        after those, hidden from every row of the block (a causal mask's future), are not computed: their
-        probability is exactly 0, as in eager attention (so a causal pattern costs about half the whole)."""
+        """(offset in row_ids, float32 probabilities (heads, block, seen) on `device`) for up to ROW_BLOCK query rows
+        at a time (BLOCK_BYTES a block at most): softmax(Q K^T x scale + bias + M), as eager attention computes it,
+        for the keys 0..seen-1. The keys after those, hidden from every row of the block (a causal mask's future),
+        are not computed: their probability is exactly 0, as in eager attention (a causal pattern costs about half
+        the whole)."""
         for start, log_p in self._log_blocks(head_ids, row_ids):
             yield start, log_p.exp_()
 
@@ -111,8 +114,9 @@ class PatternSource:
         query = _on(self.query, device)[heads.to(device)].float() * self.scale  # (heads, q_len, d_head), scaled
         key = _on(self.key, device)[(heads // group).to(device)].float().transpose(1, 2)  # (heads, d_head, k_len)
         contiguous = len(row_ids) > 0 and bool((np.diff(row_ids) == 1).all())
-        for start in range(0, len(row_ids), ROW_BLOCK):
-            block = row_ids[start : start + ROW_BLOCK]
+        step = int(np.clip(BLOCK_BYTES // (4 * len(head_ids) * key.shape[-1]), 16, ROW_BLOCK))  # rows a block
+        for start in range(0, len(row_ids), step):
+            block = row_ids[start : start + step]
             rows = slice(block[0], block[-1] + 1) if contiguous else block  # a slice copies nothing
             allowed = _on(self.allowed[rows], device)  # (block, k_len) bool
             end = _seen_end(allowed)
@@ -121,7 +125,9 @@ class PatternSource:
                 scores += _on(self.bias[np.ix_(head_ids, block, np.arange(end))] if isinstance(self.bias, np.ndarray)
                               else self.bias[heads.to(device)][:, _on_index(rows, device), :end], device).float()
             scores.masked_fill_(~allowed[:, :end], torch.finfo(torch.float32).min)
-            yield start, scores.log_softmax(-1)
+            log_p = scores.log_softmax(-1)
+            del scores  # not held while the block is read
+            yield start, log_p
 
 
 def _seen_end(allowed: torch.Tensor) -> int:
