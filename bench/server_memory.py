@@ -73,7 +73,7 @@ def session(model_id: str) -> AppTest:
 
 
 def send(at: AppTest, model_id: str, text: str) -> None:
-    at.sidebar.text_input(key=f"text_{model_id}").set_value(text).run()
+    at.sidebar.text_input(key="text").set_value(text).run()
     assert not at.exception, at.exception
     assert len(at.session_state["trace"].ids) > 1
 
