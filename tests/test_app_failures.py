@@ -106,12 +106,15 @@ def test_out_of_memory_on_the_gpu_reruns_on_the_cpu_and_says_so(broken_models) -
 def test_a_page_run_that_fails_shows_why_and_stops_that_page(broken_models) -> None:
     """`ui.page.trace_with` (a page's own run, other hooks) failing: the message, and nothing after it."""
     def page() -> None:
+        from types import SimpleNamespace
+
         import streamlit as st
 
         from ui.page import REQUEST, TRACE, trace_with
         from ui.runs import RunRequest
 
-        st.session_state[TRACE] = "the frame's trace"  # the frame's run worked; the page's own run fails
+        # the frame's run worked (its trace: a short text); the page's own run fails
+        st.session_state[TRACE] = SimpleNamespace(tokens=["abc"], target_tokens=[])
         st.session_state[REQUEST] = RunRequest("broken-run", "cpu", "abc", None, "auto")
         trace_with(("decoder.0.attn.hook_q",))
         st.write("drawn after a failed run")

@@ -148,10 +148,10 @@ def test_trace_nbytes_counts_pattern_sources_and_their_shared_mask_once() -> Non
     assert layers == 30 and not trace.captured
     queries_and_keys = sum(s.query.nbytes + s.key.nbytes for s in sources.values())  # float32
     assert queries_and_keys == layers * (9 + 3) * n * 64 * 4
-    shared_mask = next(iter(sources.values())).allowed
-    assert all(np.shares_memory(s.allowed, shared_mask) for s in sources.values())
-    outputs = sum(v.nbytes for v in trace.outputs.values()) + sum(m.nbytes for m in trace.masks.values())
-    assert trace.nbytes == queries_and_keys + n * n + outputs  # one (n, n) bool mask for every layer
+    shared_mask = trace.masks["decoder.attn"]  # the site's mask, which every layer's source holds
+    assert all(s.allowed is shared_mask for s in sources.values())
+    outputs = sum(v.nbytes for v in trace.outputs.values())
+    assert trace.nbytes == queries_and_keys + n * n + outputs  # one (n, n) bool mask for every layer and the site
     assert trace.attention["decoder.0.attn.hook_pattern"].nbytes == 9 * n * n * 2  # computed when read, not held
 
 

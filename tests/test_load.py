@@ -18,7 +18,7 @@ from model.registry import load_runner
 from tests.browser import ARTIFACTS, Server, figure, heatmap_values, require_chromium, set_text, start_server
 from tests.sessions import SENTENCES, Session, open_sessions, peak_of, percentile, wait_idle
 from ui.trace_cache import BUDGET_VARIABLE
-from viz.heatmap import WINDOW, position_labels
+from viz.heatmap import SMALL_WINDOW, position_labels
 
 pytestmark = [pytest.mark.load, pytest.mark.browser]
 BUDGET_MB = 48  # a 512-token MiniLM trace is about 14 MiB with what pages derive from it: 3 fit, the 4th evicts
@@ -57,7 +57,7 @@ def minilm() -> Runner:
 
 def long_text(runner: Runner, i: int) -> str:
     """Text number i, about 500 tokens: the eight sentences in an order of its own, ending with its number (the
-    Overview's head shows a text's last WINDOW tokens)."""
+    Overview's head shows a text's last SMALL_WINDOW tokens)."""
     sentences = SENTENCES[i % len(SENTENCES):] + SENTENCES[:i % len(SENTENCES)]
     text = f"Text number {i} of the load test. " + ". ".join(sentences * 7) + f". The end of text {i}."
     assert 450 < len(runner.tokenizer(text)["input_ids"]) <= 512
@@ -87,16 +87,17 @@ def test_eight_sessions_at_once_see_their_own_runs_and_leave_no_memory_behind(wa
 
 
 def shows_its_own_run(session: Session, minilm: Runner) -> None:
-    """The session's head figure has the tokens and the weights of its own text's run (computed here alone)."""
+    """The session's head figure has the tokens and the weights of its own text's run (computed here alone): the
+    Overview draws a long text's last SMALL_WINDOW x SMALL_WINDOW cells."""
     alone = minilm.run(session.text, None, RunOptions(hooks=("*.hook_pattern",)))
-    assert len(alone.tokens) <= WINDOW  # drawn whole
+    drawn = np.arange(len(alone.tokens))[-SMALL_WINDOW:]  # positions drawn
     head = figure(session.page, HEAD_TITLE).first
     expect(head).to_be_visible()
-    columns = head.evaluate("gd => Array.from(gd._fullData[0].x)")  # the key axis's categories, every token
-    assert columns == position_labels(alone.tokens)
+    columns = head.evaluate("gd => Array.from(gd._fullData[0].x)")  # the key axis's categories, one a token drawn
+    assert columns == position_labels([alone.tokens[i] for i in drawn], drawn)
     layer, head_index = (int(part.split()[-1]) for part in head.locator(".gtitle").text_content().split(" · ")[1:])
-    shown = np.array(heatmap_values(session.page, HEAD_TITLE), dtype=float)  # (q_len, k_len)
-    assert np.allclose(shown, alone.pattern("encoder.attn", layer)[head_index], atol=2e-3)
+    shown = np.array(heatmap_values(session.page, HEAD_TITLE), dtype=float)  # (q_drawn, k_drawn)
+    assert np.allclose(shown, alone.pattern("encoder.attn", layer)[head_index][np.ix_(drawn, drawn)], atol=2e-3)
     assert session.console_errors == [] and session.dialogs == []
 
 
