@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from model.core.options import RunOptions
+from model.core.patterns import PatternSource
 from model.registry import load_runner
 from viz.thumbnails import resample
 
@@ -63,3 +64,28 @@ def test_asking_which_patterns_a_trace_has_computes_none(runners, monkeypatch) -
     monkeypatch.setattr("model.core.patterns.PatternSource.pattern", computed)
     assert trace.sites() == ["decoder.attn"]
     assert "decoder.0.attn.hook_pattern" in trace.attention and "decoder.9.attn.hook_pattern" not in trace.attention
+
+
+def test_scores_far_below_a_rows_greatest_give_eagers_probabilities_and_hidden_keys_exactly_0() -> None:
+    """Scores spanning hundreds (tiny probabilities, under float32's smallest normal number, computed from
+    EXP_FLOOR) agree with a float64 softmax to 1e-12; a key the mask hides is exactly 0, wherever it lies."""
+    rng = np.random.default_rng(0)
+    n, d_head = 40, 8
+    query = rng.normal(size=(2, n, d_head)).astype(np.float32) * 6
+    key = rng.normal(size=(1, n, d_head)).astype(np.float32) * 6  # one key head read by both (GQA)
+    allowed = np.tril(np.ones((n, n), dtype=bool))
+    allowed[:, 3] = False  # a key hidden from every row, left of the diagonal
+    allowed[:, 0] = True
+    source = PatternSource(query=query, key=key, scale=1.0, allowed=allowed)
+    got = source.pattern(dtype=np.float32)
+    scores = np.einsum("hqd,kd->hqk", query.astype(np.float64), key[0].astype(np.float64))
+    assert (scores.max(-1, keepdims=True) - np.where(allowed, scores, np.inf)).max() > 200  # the floor is reached
+    scores = np.where(allowed, scores, -np.inf)
+    expected = np.exp(scores - scores.max(-1, keepdims=True))
+    expected /= expected.sum(-1, keepdims=True)
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-12)
+    assert (got[:, ~allowed] == 0).all()
+    _, _, entropy = next(source.row_blocks())
+    with np.errstate(divide="ignore", invalid="ignore"):
+        bits = -np.where(expected > 0, expected * np.log2(expected), 0).sum(-1)
+    np.testing.assert_allclose(entropy.numpy(), bits, rtol=1e-4, atol=1e-6)

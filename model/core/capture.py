@@ -26,7 +26,7 @@ from torch import nn
 
 from model.core.hooks import HookPoint, recording
 from model.core.host import HostCopies
-from model.core.patterns import PatternInputs, PatternSource
+from model.core.patterns import PatternInputs, PatternSource, Scratch
 from model.core.sites import Site
 from model.core.summary import SiteSummariser, SiteSummary
 
@@ -95,7 +95,8 @@ def capture(
     order the forward pass reached them; a Hugging Face model's `hook_pattern` comes as a PatternSource
     (model/core/patterns.py), computed when read. With `summary_size`, each attention site whose patterns
     come so is also reduced on the model's device as each layer reports its pattern (model/core/summary.py:
-    thumbnails of that side, statistics, rollout; batch row 0), under its site name. A pattern's source moves
+    thumbnails of that side, statistics, rollout; batch row 0), under its site name, and in a run of one sequence
+    the layer's attention output is computed from the probabilities that summary reads. A pattern's source moves
     to the host as its layer reports it (model/core/host.py): the device holds no layer's after its own."""
     wanted_points: set[str] = set()  # names reported to the recorder: HookPoints and ReportedTaps
     reports: dict[nn.Module, dict[str, str]] = {}  # module -> {quantity: hook name}
@@ -113,6 +114,7 @@ def capture(
     copies = HostCopies()
     converted: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # the mask and bias every layer reads, converted once
     summarisers: dict[str, SiteSummariser] = {}
+    scratch = Scratch()  # what every layer's summary computes its blocks in
 
     def record(name: str, value: torch.Tensor | PatternInputs) -> None:
         if name not in wanted_points:
@@ -123,7 +125,7 @@ def capture(
                 site, _ = Site.of_pattern(name)
                 if site.name not in summarisers:
                     summarisers[site.name] = SiteSummariser(source[0].shape, summary_size, not site.is_cross)
-                summarisers[site.name].add_layer(source[0].row_blocks())
+                summarisers[site.name].add_layer(value.summary_blocks(source, scratch))
             value = copies.source(source)
         store[name] = value  # an inference-mode tensor: nothing to detach
 

@@ -22,6 +22,9 @@ import torch
 
 ROW_BLOCK = 256  # query rows computed at once, at most: bounds the scratch to heads x 256 x k_len floats
 BLOCK_BYTES = 32 << 20  # and fewer rows where one (heads, rows, k_len) float32 block would be larger (long texts)
+EXP_FLOOR = -87.0  # scores (less each row's greatest) are raised to this before exp: exp(-87) is float32's
+# smallest normal number, and torch's CPU exp took 8x as long where results are smaller (subnormal or 0). A key's
+# probability then differs from eager attention's by under 1e-37, except hidden keys', set to exactly 0.
 _TORCH = {np.dtype(np.float16): torch.float16, np.dtype(np.float32): torch.float32}
 
 
@@ -86,60 +89,104 @@ class PatternSource:
         head_ids = np.atleast_1d(np.arange(self.query.shape[0])[heads])
         return head_ids, np.atleast_1d(np.arange(self.query.shape[1])[rows])
 
-    def row_blocks(self) -> Iterator[tuple[np.ndarray, torch.Tensor, torch.Tensor]]:
+    def row_blocks(self, value: torch.Tensor | None = None, output: torch.Tensor | None = None,
+                   scratch: Scratch | None = None) -> Iterator[tuple[np.ndarray, torch.Tensor, torch.Tensor]]:
         """Every head's pattern, a block of query rows at a time: (their positions, `blocks`' probabilities, each
-        row's entropy in bits (heads, rows)), for the one pass that reduces a layer (model/core/summary.py)."""
+        row's entropy in bits (heads, rows)), for the one pass that reduces a layer (model/core/summary.py). Given
+        the layer's `value` (kv_heads, k_len, d_head) on `device`, each block's attention output (its probabilities
+        times the values) is written into `output` (heads, q_len, d_head) float32 as well, before the block is
+        yielded: the layer's attention computed once for the forward pass and for the summary. `scratch`: buffers
+        to compute in, kept by a caller that reads many layers."""
         positions = np.arange(self.query.shape[1])
-        for start, log_p in self._log_blocks(np.arange(self.query.shape[0]), positions):
-            p = log_p.exp()
-            # -sum p log p in one fused pass; a hidden key adds 0 x (its finite log_p) = 0
-            entropy = torch.einsum("hrk,hrk->hr", p, log_p).neg_() / np.log(2)  # (heads, rows)
-            del log_p  # not held while the block is read
-            yield positions[start : start + p.shape[1]], p, entropy
+        heads = np.arange(self.query.shape[0])
+        value = None if value is None else value.float()
+        for start, p, log_p in self._blocks(heads, positions, scratch or Scratch()):
+            rows = slice(start, start + p.shape[1])
+            if value is not None:  # each group of heads reads one value head: (kv_heads, group x rows, d_head)
+                grouped = torch.matmul(p.view(len(value), -1, p.shape[-1]), value[:, : p.shape[-1]])
+                output[:, rows] = grouped.view(*p.shape[:2], -1)  # (heads, rows, d_head)
+            # -sum p log p, the product made in log_p's scratch; a hidden key adds 0 x (its finite log_p) = 0
+            entropy = log_p.mul_(p).sum(-1).neg_() / np.log(2)  # (heads, rows)
+            yield positions[rows], p, entropy
 
     def blocks(self, head_ids: np.ndarray, row_ids: np.ndarray) -> Iterator[tuple[int, torch.Tensor]]:
         """(offset in row_ids, float32 probabilities (heads, block, seen) on `device`) for up to ROW_BLOCK query rows
         at a time (BLOCK_BYTES a block at most): softmax(Q K^T x scale + bias + M), as eager attention computes it,
         for the keys 0..seen-1. The keys after those, hidden from every row of the block (a causal mask's future),
         are not computed: their probability is exactly 0, as in eager attention (a causal pattern costs about half
-        the whole)."""
-        for start, log_p in self._log_blocks(head_ids, row_ids):
-            yield start, log_p.exp_()
+        the whole). A block is scratch the next one overwrites: read or copy it before asking for the next."""
+        for start, p, _ in self._blocks(head_ids, row_ids, Scratch()):
+            yield start, p
 
-    def _log_blocks(self, head_ids: np.ndarray, row_ids: np.ndarray) -> Iterator[tuple[int, torch.Tensor]]:
-        """`blocks`, as log-probabilities (log_softmax: a hidden key's is the float32 minimum, finite)."""
+    def _blocks(self, head_ids: np.ndarray, row_ids: np.ndarray, scratch: Scratch
+                ) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
+        """`blocks`, with their log-probabilities (a hidden key's is finite, about the float32 minimum), both
+        computed in `scratch`."""
         device = torch.device(self.device)
-        group = self.query.shape[0] // self.key.shape[0]
-        heads = torch.from_numpy(np.asarray(head_ids))
-        query = _on(self.query, device)[heads.to(device)].float() * self.scale  # (heads, q_len, d_head), scaled
-        key = _on(self.key, device)[(heads // group).to(device)].float().transpose(1, 2)  # (heads, d_head, k_len)
+        heads = torch.from_numpy(np.asarray(head_ids)).to(device)
+        query = _on(self.query, device).float()  # (heads, q_len, d_head)
+        key = _on(self.key, device).float()  # (kv_heads, k_len, d_head): query head h reads h // (heads / kv_heads)
+        if len(head_ids) < len(query) or bool((np.asarray(head_ids) != np.arange(len(query))).any()):
+            query, key = query[heads], key[heads // (len(query) // len(key))]  # some heads: a key head each
+        key = key.transpose(1, 2)  # (kv_heads, d_head, k_len); a group of query heads reads each
         contiguous = len(row_ids) > 0 and bool((np.diff(row_ids) == 1).all())
         step = int(np.clip(BLOCK_BYTES // (4 * len(head_ids) * key.shape[-1]), 16, ROW_BLOCK))  # rows a block
         for start in range(0, len(row_ids), step):
             block = row_ids[start : start + step]
             rows = slice(block[0], block[-1] + 1) if contiguous else block  # a slice copies nothing
             allowed = _on(self.allowed[rows], device)  # (block, k_len) bool
-            end = _seen_end(allowed)
-            scores = torch.matmul(query[:, _on_index(rows, device)], key[:, :, :end])  # (heads, block, end)
+            first, end = _mask_span(allowed)
+            shape = (len(head_ids), len(block), end)
+            scores_out, p_out = scratch.buffers(shape, device)
+            grouped = (query[:, _on_index(rows, device)] * self.scale).reshape(len(key), -1, query.shape[-1])
+            torch.matmul(grouped, key[:, :, :end], out=scores_out.view(len(key), -1, end))  # (kv_heads, group x block,
+            scores = scores_out  # end) is (heads, block, end)
             if self.bias is not None:
                 scores += _on(self.bias[np.ix_(head_ids, block, np.arange(end))] if isinstance(self.bias, np.ndarray)
-                              else self.bias[heads.to(device)][:, _on_index(rows, device), :end], device).float()
-            scores.masked_fill_(~allowed[:, :end], torch.finfo(torch.float32).min)
-            log_p = scores.log_softmax(-1)
-            del scores  # not held while the block is read
-            yield start, log_p
+                              else self.bias[heads][:, _on_index(rows, device), :end], device).float()
+            hidden = ~allowed[:, first:end]  # (block, end - first)
+            scores[..., first:end].masked_fill_(hidden, torch.finfo(torch.float32).min)
+            scores -= scores.amax(-1, keepdim=True)  # each row's greatest score 0: exp cannot overflow
+            scores.clamp_(min=EXP_FLOOR)
+            p = torch.exp(scores, out=p_out)
+            p[..., first:end].masked_fill_(hidden, 0.0)  # a hidden key's probability exactly 0, as in eager attention
+            total = p.sum(-1, keepdim=True)  # (heads, block, 1)
+            p /= total
+            scores -= total.log_()  # the log-probabilities
+            yield start, p, scores
 
 
-def _seen_end(allowed: torch.Tensor) -> int:
-    """For a block of rows (rows, k_len) bool: 1 + the last key any of them sees. Where every row sees some key,
-    the keys after that one are exactly 0 for all; a row that sees none is uniform over all keys in eager
-    attention, so then every key counts (k_len)."""
-    if allowed.device.type == "cpu":  # numpy reduces bools several times faster than torch on the CPU
-        host = allowed.numpy()
-        seen, every_row = np.flatnonzero(host.any(0)), bool(host.any(1).all())
+class Scratch:
+    """Two float32 buffers every block of a pattern is computed in, grown when a block needs more: a fresh
+    block-sized tensor a block cost about as much again as the block's arithmetic, in page faults, on the CPU.
+    One pass over many layers keeps one (a capture's summary), so its blocks reuse the same memory."""
+
+    def __init__(self) -> None:
+        self._memory: torch.Tensor | None = None  # (2, floats)
+
+    def buffers(self, shape: tuple[int, ...], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """Two contiguous float32 tensors of `shape` on `device`, overwritten by the next call."""
+        size = int(np.prod(shape))
+        if self._memory is None or self._memory.shape[1] < size or self._memory.device != device:
+            self._memory = torch.empty(2, size, device=device)
+        return self._memory[0, :size].view(shape), self._memory[1, :size].view(shape)
+
+
+def _mask_span(allowed: torch.Tensor) -> tuple[int, int]:
+    """For a block of rows (rows, k_len) bool: (first, end) such that every row sees every key before `first`, so
+    only the scores of keys first..end-1 need masking (a causal block's: the diagonal band), and the keys from
+    `end` on are hidden from every row, their probability exactly 0 (not computed). A row that sees no key is
+    uniform over all keys in eager attention, so then every key counts (end = k_len)."""
+    host = allowed.numpy() if allowed.device.type == "cpu" else None  # numpy reduces bools faster on the CPU
+    if host is not None:
+        seen, every_row, every_key = np.flatnonzero(host.any(0)), bool(host.any(1).all()), host.all(0)
+        hidden = np.flatnonzero(~every_key)
     else:
         seen, every_row = allowed.any(0).nonzero().flatten(), bool(allowed.any(1).all())
-    return int(seen[-1]) + 1 if len(seen) and every_row else allowed.shape[1]
+        hidden = (~allowed.all(0)).nonzero().flatten()
+    end = int(seen[-1]) + 1 if len(seen) and every_row else allowed.shape[1]
+    first = int(hidden[0]) if len(hidden) else end
+    return min(first, end), end
 
 
 def _run(array: Array, index: int) -> Array:
@@ -160,9 +207,6 @@ def _on(array: Array, device: torch.device) -> torch.Tensor:
 def _on_index(rows: slice | np.ndarray, device: torch.device) -> slice | torch.Tensor:
     """Row positions as an index of a tensor on `device`."""
     return rows if isinstance(rows, slice) else torch.from_numpy(np.asarray(rows)).to(device)
-
-
-SPLIT_BLOCKS = 128  # up to this many column blocks, a row's block sums are a sum per block (fewer passes)
 
 
 class BlockMeans:
@@ -192,21 +236,25 @@ class BlockMeans:
         self.sums[..., first : first + count, :] += self._column_sums(by_row_block)
 
     def _column_sums(self, rows: torch.Tensor) -> torch.Tensor:
-        """(..., block, width) -> (..., block, column blocks): each row's sum over each block of columns."""
+        """(..., block rows, width) -> (..., block rows, column blocks): each row's sum over each block of columns
+        (the rows are few: a block of query rows spans few blocks of the thumbnail)."""
         width, n_blocks = rows.shape[-1], len(self.col_counts)
-        if self.equal_columns and width == self.col_starts[-1]:  # equal blocks: a reshape and a sum
+        if self.equal_columns:  # equal blocks: the hidden columns' zeros added, then a reshape and a sum
+            rows = torch.nn.functional.pad(rows, (0, int(self.col_starts[-1]) - width))
             return rows.unflatten(-1, (n_blocks, -1)).sum(-1)
         bounds = np.minimum(self.col_starts, width)  # blocks after `width` are empty: their sums 0
-        if n_blocks <= SPLIT_BLOCKS:
-            parts = rows.split(np.diff(bounds).tolist(), -1)
-            return torch.stack([part.sum(-1) for part in parts], -1)
         running = torch.nn.functional.pad(rows.double().cumsum(-1), (1, 0))  # float64: differences stay exact
         at = torch.from_numpy(bounds).to(rows.device)
         return (running[..., at[1:]] - running[..., at[:-1]]).float()
 
+    def means(self) -> torch.Tensor:
+        """(..., size, size) float32 block means, where the rows were."""
+        counts = self.row_counts[:, None] * self.col_counts[None, :]
+        return self.sums / counts.to(self.sums.device)
+
     def result(self) -> torch.Tensor:
         """(..., size, size) float32 block means, on the CPU."""
-        return self.sums.cpu() / (self.row_counts[:, None] * self.col_counts[None, :])
+        return self.means().cpu()
 
 
 def block_starts(n: int, size: int) -> np.ndarray:
@@ -218,13 +266,30 @@ def block_starts(n: int, size: int) -> np.ndarray:
 
 @dataclass
 class PatternInputs:
-    """What attention read, as torch tensors on the model's device (batch kept), until the capture ends."""
+    """What attention read, as torch tensors on the model's device (batch kept), until the capture ends; and the
+    output, where the capture computed it from the pattern it summarised (`summary_blocks`)."""
 
     query: torch.Tensor  # (batch, heads, q_len, d_head)
     key: torch.Tensor  # (batch, kv_heads, k_len, d_head)
+    value: torch.Tensor  # (batch, kv_heads, k_len, d_head)
     scale: float
     mask: torch.Tensor | None  # additive (batch or 1, 1, q_len, >= k_len): the dtype's minimum where hidden
     bias: torch.Tensor | None  # (batch or 1, heads, q_len, k_len) or None
+    output: torch.Tensor | None = None  # (batch, q_len, heads, d_head) in the query's dtype, once computed
+
+    def summary_blocks(self, source: PatternSource, scratch: Scratch
+                       ) -> Iterator[tuple[np.ndarray, torch.Tensor, torch.Tensor]]:
+        """The row blocks of run 0 of `source` (this layer's) for a summary, computed in `scratch`. For a batch of
+        one run they also make attention's output, set as `output` once every block is read: the fused kernel then
+        has nothing left to do, and the layer's probabilities are computed once, not once for the forward pass and
+        again for the summary."""
+        if len(self.query) > 1:
+            yield from source[0].row_blocks(scratch=scratch)
+            return
+        heads, q_len, d_head = self.query.shape[1:]
+        output = torch.empty(heads, q_len, d_head, device=self.query.device)  # float32
+        yield from source[0].row_blocks(self.value[0], output, scratch)
+        self.output = output.to(self.query.dtype).transpose(0, 1)[None]
 
     def source(self, converted: dict[int, tuple[torch.Tensor, torch.Tensor]]) -> PatternSource:
         """A PatternSource of tensors on the model's device, batch kept (the mask and the bias: batch or 1): queries

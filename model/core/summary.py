@@ -11,8 +11,9 @@ head or every layer need, without holding any layer's (heads, q_len, k_len) patt
   matrices approximates the exact one's block means. Exact: O(n³) a layer, 30 s for SmolLM2 at 2,048 tokens.
 
 A Hugging Face run makes it in its capture, a layer at a time as the forward pass reports each pattern, on the
-model's device (`SiteSummariser`; model/core/capture.py, RunOptions.summary_size); `summarise_site` makes it
-from a trace afterwards (the toy models, whose patterns are captured whole).
+model's device (`SiteSummariser`; model/core/capture.py, RunOptions.summary_size), from the probabilities that
+also make the layer's attention output (model/core/patterns.py PatternInputs.summary_blocks); `summarise_site`
+makes it from a trace afterwards (the toy models, whose patterns are captured whole).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ class SiteSummary:
 
     thumbnails: np.ndarray  # (layers, heads, t_q, t_k) float32 block means, t = min(size, its length)
     statistics: np.ndarray  # (layers, heads, len(STATISTICS)) float64; NaN where a measure needs one sequence
-    rollout: np.ndarray | None  # (b, b) float64, b = min(ROLLOUT_SIZE, n); None for cross-attention
+    rollout: np.ndarray | None  # (b, b) float32, b = min(ROLLOUT_SIZE, n); None for cross-attention
     rollout_starts: np.ndarray  # (b + 1,) int: block I of the rollout covers positions starts[I]..starts[I+1]-1
 
     @property
@@ -94,16 +95,15 @@ class _Statistics:
 
 def _distance_sums(positions: np.ndarray, p: torch.Tensor) -> torch.Tensor:
     """(heads,) the sum over these rows of sum_k p[i, k] |i - k| (positions: the rows' query positions, consecutive):
-    sum_k p (i - k) by one matrix product, plus 2 p (k - i) for the keys after i, which lie within the band of
-    columns after the block's first row (a causal block's future: at most ROW_BLOCK wide)."""
+    sum_k p (i - k) = i sum_k p - sum_k p k (a matrix-vector product), plus 2 p (k - i) for the keys after i, which
+    lie within the band of columns after the block's first row (a causal block's future: at most ROW_BLOCK wide)."""
     width, first = p.shape[-1], int(positions[0])
     keys = torch.arange(width, device=p.device, dtype=p.dtype)
     queries = torch.from_numpy(positions).to(p.device, p.dtype)
-    mass_and_mean = p @ torch.stack([torch.ones_like(keys), keys], -1)  # (heads, rows, 2): sum p, sum p k
-    sums = queries * mass_and_mean[..., 0] - mass_and_mean[..., 1]  # (heads, rows)
+    sums = queries * p.sum(-1) - p @ keys  # (heads, rows)
     if width > first + 1:
         ahead = (keys[first + 1 :][None, :] - queries[:, None]).clamp_(min=0)  # (rows, band): k - i where k > i
-        sums += 2 * (p[:, :, first + 1 :] * ahead).sum(-1)
+        sums += 2 * torch.linalg.vecdot(p[:, :, first + 1 :], ahead)
     return sums.sum(-1)
 
 
@@ -120,7 +120,7 @@ class SiteSummariser:
         self.starts = block_starts(shape[1], ROLLOUT_SIZE)
         self.thumbnails: list[np.ndarray] = []
         self.statistics: list[np.ndarray] = []
-        self.rollout: torch.Tensor | None = None  # (b, b) float64
+        self.rollout: torch.Tensor | None = None  # (b, b) float32, on the rows' device
 
     def add_layer(self, blocks: Iterator[Block]) -> None:
         """The next layer's pattern as (query positions, float32 probabilities (heads, rows, width <= k_len), the
@@ -143,7 +143,7 @@ class SiteSummariser:
 
     def result(self) -> SiteSummary:
         return SiteSummary(np.stack(self.thumbnails), np.stack(self.statistics),
-                           None if self.rollout is None else self.rollout.numpy(), self.starts)
+                           None if self.rollout is None else self.rollout.cpu().numpy(), self.starts)
 
 
 def summarise(layers: Iterator[Iterator[Block]], shape: tuple[int, int, int], size: int,
@@ -157,10 +157,12 @@ def summarise(layers: Iterator[Iterator[Block]], shape: tuple[int, int, int], si
 
 def _roll(rollout: torch.Tensor | None, averaged: BlockMeans, starts: np.ndarray) -> torch.Tensor:
     """One more layer of rollout: 0.5 A + 0.5 I of the head-averaged block means (block sums over keys: rows of
-    A sum to 1), rows renormalised, times the rollout so far."""
-    counts = torch.from_numpy(np.diff(starts)).double()  # (b,) positions per block
-    a = averaged.result().double() * counts[None, :]  # mean over a block's queries, sum over its keys
-    a = 0.5 * a + 0.5 * torch.eye(len(counts), dtype=torch.float64)
+    A sum to 1), rows renormalised, times the rollout so far: float32, where the rows are (float64 cost twice as
+    long, and a layer's product was a tenth of a 512-token forward pass on the CPU)."""
+    means = averaged.means()  # (b, b) float32
+    counts = torch.from_numpy(np.diff(starts)).to(means)  # (b,) positions per block
+    a = means * counts[None, :]  # mean over a block's queries, sum over its keys
+    a = 0.5 * a + 0.5 * torch.eye(len(counts), device=a.device)
     a /= a.sum(-1, keepdim=True)
     return a if rollout is None else a @ rollout
 

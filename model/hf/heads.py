@@ -8,9 +8,13 @@ softmax(Q K^T x scale + bias + M) V by torch's fused `scaled_dot_product_attenti
 probabilities), which on the thread of a capture also reports what it asks for (model/core/hooks.py
 `reports_wanted`): the per-head inputs, the scores (computed only then), the output z, and for `hook_pattern`
 what the pattern is computed from later, on demand (model/core/patterns.py), instead of the pattern itself.
-GPT-2 configs with reorder_and_upcast_attn keep their own eager float32 path. Asked for nothing, it costs two
-thread-local lookups per layer; the shared model itself is never changed per run. A thread that ablates
-heads (model/core/ablation.py) has each head's output `z` edited here, before W_O.
+A capture that summarises its run reduces each layer's probabilities as the layer reports them and computes the
+layer's output from those same probabilities (PatternInputs.summary_blocks): then the fused kernel is skipped, and
+the probabilities are computed once, not once by the kernel and again for the summary (on the CPU the kernel was
+44% of a 2,048-token forward pass). Otherwise GPT-2 configs with reorder_and_upcast_attn keep their own eager
+float32 path. Asked for nothing, it costs two thread-local lookups per layer; the shared model itself is never
+changed per run. A thread that ablates heads (model/core/ablation.py) has each head's output `z` edited here,
+before W_O.
 
 Rotary models rotate q and k before that call, so their `hook_q`/`hook_k` (before the rotation) are read
 from the projections' outputs with a forward hook instead (ProjectionHeads).
@@ -72,9 +76,10 @@ def attention(
     wanted = reports_wanted(module)
     scale = _scale(query, kwargs.get("scaling"))
     bias = kwargs.get("position_bias")  # (batch or 1, heads, q_len, k_len)
-    if wanted:
-        _report_inputs(wanted, query, key, value, scale, bias, attention_mask)
-    if getattr(module, "reorder_and_upcast_attn", False):  # GPT-2's own float32 path, as eager takes it
+    computed = _report_inputs(wanted, query, key, value, scale, bias, attention_mask) if wanted else None
+    if computed is not None:  # by the capture, from the probabilities it summarised (model/core/patterns.py)
+        out = computed
+    elif getattr(module, "reorder_and_upcast_attn", False):  # GPT-2's own float32 path, as eager takes it
         out, _ = module._upcast_and_reordered_attn(query, key, value, attention_mask)
     else:
         out = _fused(query, key, value, attention_mask, scale, bias)
@@ -109,18 +114,23 @@ def _fused(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: to
 def _report_inputs(
     wanted: Mapping[str, str], query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float,
     position_bias: torch.Tensor | None, mask: torch.Tensor | None,
-) -> None:
+) -> torch.Tensor | None:
     """Hand the wanted values going into attention to the thread's recorder; the scores are computed only if
-    wanted, and a pattern is handed over as what it is computed from (model/core/patterns.py)."""
+    wanted, and a pattern is handed over as what it is computed from (model/core/patterns.py). Returns attention's
+    output (batch, q_len, heads, d_head) where the recorder computed it with the pattern, else None."""
     record = active_recorder()
     inputs = {"query": query, "key": key, "value": value}
+    output = None
     for quantity, name in wanted.items():
         if quantity in inputs:
             record(name, inputs[quantity])
         elif quantity == "scores":
             record(name, _scores(query, key, scale, position_bias))
         elif quantity == "pattern":
-            record(name, PatternInputs(query, key, scale, mask, position_bias))
+            pattern = PatternInputs(query, key, value, scale, mask, position_bias)
+            record(name, pattern)
+            output = pattern.output
+    return output
 
 
 def _scores(query: torch.Tensor, key: torch.Tensor, scale: float, position_bias: torch.Tensor | None) -> torch.Tensor:
