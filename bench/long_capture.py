@@ -4,9 +4,9 @@ SmolLM2 (CPU) at 2,048 and 8,192 tokens (BENCH_TOKENS=2048,8192), every way once
 alternating order (this machine is noisy: compare within a round):
 - sdpa: transformers' sdpa attention, nothing captured (the fast forward);
 - capture: the app's capture of every layer's `hook_pattern`, kept as its source (model/core/patterns.py);
-- capture + summary: and the one pass that every whole-text view reads, made in the capture before its tensors move
-  to the host, as the app's run makes it (RunOptions.summary_size; model/core/summary.py: the model view's
-  thumbnails, the head statistics and the opening head, the rollout);
+- capture + summary: as the app's run makes it (RunOptions.summary_size): each layer's attention computed in blocks
+  of query rows whose probabilities make both the layer's output and the reduction every whole-text view reads
+  (model/core/summary.py: the model view's thumbnails, the head statistics and the opening head, the rollout);
 - eager: transformers' eager attention with `output_attentions`, every pattern moved to the host as float16
   (what capture cost before), run only where those patterns fit in EAGER_LIMIT_GB.
 Time: seconds from the inputs ready to the result on the host. Memory: the process's peak resident set during

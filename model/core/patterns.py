@@ -138,9 +138,10 @@ class PatternSource:
             first, end = _mask_span(allowed)
             shape = (len(head_ids), len(block), end)
             scores_out, p_out = scratch.buffers(shape, device)
+            # a group of query heads reads one key head: (kv_heads, group x block, end) is (heads, block, end)
             grouped = (query[:, _on_index(rows, device)] * self.scale).reshape(len(key), -1, query.shape[-1])
-            torch.matmul(grouped, key[:, :, :end], out=scores_out.view(len(key), -1, end))  # (kv_heads, group x block,
-            scores = scores_out  # end) is (heads, block, end)
+            torch.matmul(grouped, key[:, :, :end], out=scores_out.view(len(key), -1, end))
+            scores = scores_out
             if self.bias is not None:
                 scores += _on(self.bias[np.ix_(head_ids, block, np.arange(end))] if isinstance(self.bias, np.ndarray)
                               else self.bias[heads][:, _on_index(rows, device), :end], device).float()
@@ -157,9 +158,9 @@ class PatternSource:
 
 
 class Scratch:
-    """Two float32 buffers every block of a pattern is computed in, grown when a block needs more: a fresh
-    block-sized tensor a block cost about as much again as the block's arithmetic, in page faults, on the CPU.
-    One pass over many layers keeps one (a capture's summary), so its blocks reuse the same memory."""
+    """Two float32 buffers every block of a pattern is computed in, grown when a block needs more: on the CPU a
+    fresh block-sized tensor for every block cost, in page faults, about as much again as the block's arithmetic.
+    One pass over many layers keeps one (a capture's summary), so all its blocks reuse the same memory."""
 
     def __init__(self) -> None:
         self._memory: torch.Tensor | None = None  # (2, floats)
@@ -243,7 +244,8 @@ class BlockMeans:
             rows = torch.nn.functional.pad(rows, (0, int(self.col_starts[-1]) - width))
             return rows.unflatten(-1, (n_blocks, -1)).sum(-1)
         bounds = np.minimum(self.col_starts, width)  # blocks after `width` are empty: their sums 0
-        running = torch.nn.functional.pad(rows.double().cumsum(-1), (1, 0))  # float64: differences stay exact
+        exact = torch.float32 if rows.device.type == "mps" else torch.float64  # differences stay exact (MPS has no
+        running = torch.nn.functional.pad(rows.to(exact).cumsum(-1), (1, 0))  # float64)
         at = torch.from_numpy(bounds).to(rows.device)
         return (running[..., at[1:]] - running[..., at[:-1]]).float()
 
