@@ -3,6 +3,7 @@ links that carry the view, and bad input."""
 
 from __future__ import annotations
 
+import re
 import urllib.parse
 
 import pytest
@@ -90,4 +91,21 @@ def test_huge_empty_and_odd_unicode_text(page) -> None:
     expect(page.get_by_test_id("stAlert")).to_have_count(0)
     expect(page.locator(".js-plotly-plot .xtick text").first).to_have_text("[CLS]")
     page.screenshot(path=str(ARTIFACTS / "unicode.png"), full_page=True)
+    assert page.console_errors == []
+
+
+def test_a_long_run_shows_how_many_attention_layers_it_has_passed(page) -> None:
+    """A run that takes over a second draws a progress bar of the attention layers it has passed, and the bar is
+    gone once the page is drawn."""
+    choose_model(page, "smollm2")
+    box = page.get_by_test_id("stSidebar").get_by_label("Text", exact=True)
+    box.fill("A slow walk along the quiet river bank at dawn. " * 180)  # about 2,000 tokens: seconds on a CPU
+    box.press("Enter")
+    bar = page.get_by_test_id("stProgress")
+    expect(bar).to_contain_text(re.compile(r"^Attention layer ([1-9]|[12]\d|30) of 30$"),
+                                timeout=60_000)
+    page.screenshot(path=str(ARTIFACTS / "run-progress.png"))
+    wait_idle(page)
+    expect(bar).to_have_count(0)
+    expect(page.locator(".js-plotly-plot .heatmaplayer").first).to_be_visible()
     assert page.console_errors == []

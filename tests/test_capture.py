@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from model.core.capture import ModuleTap, capture, select_hook_names
+from model.core.capture import ModuleTap, capture, reporting_progress, select_hook_names
 from model.core.hooks import active_recorder
 from model.core.masks import causal_mask, combine, padding_mask
 from model.scratch.config import TransformerConfig
@@ -138,3 +138,24 @@ def test_uncaptured_forward_in_another_thread_does_not_leak(model, kind: str) ->
     finally:
         stop.set()
         worker.join()
+
+
+def test_a_capture_reports_each_kept_attention_layer_to_its_own_thread_only(model) -> None:
+    """reporting_progress: (layers passed, layers kept) as the forward pass reaches each `hook_pattern` kept, on
+    the thread that asked, not on a capture running meanwhile in another; what `report` raises stops the run."""
+    patterns = [name for name in model.hook_points if name.endswith("hook_pattern")]
+    reports: list[tuple[int, int]] = []
+    other: list[tuple[int, int]] = []
+    with reporting_progress(lambda passed, layers: reports.append((passed, layers))):
+        with ThreadPoolExecutor(1) as pool:
+            pool.submit(capture, model, model.hook_points, None, lambda: _forward(model, *_batch(1))).result()
+        capture(model, model.hook_points, None, lambda: _forward(model, *_batch(2)))
+    with reporting_progress(lambda passed, layers: other.append((passed, layers))):
+        capture(model, model.hook_points, "*.hook_resid_post", lambda: _forward(model, *_batch(3)))
+    assert len(patterns) > 2
+    assert reports == [(passed, len(patterns)) for passed in range(1, len(patterns) + 1)]
+    assert other == []  # no pattern kept, nothing to report
+    stop = reporting_progress(lambda passed, layers: pytest.fail("stopped") if passed == 2 else None)
+    with stop, pytest.raises(pytest.fail.Exception):  # a BaseException, as Streamlit's stop of a script
+        capture(model, model.hook_points, None, lambda: _forward(model, *_batch(4)))
+    assert _hook_count(model) == 0 and active_recorder() is None

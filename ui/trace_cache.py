@@ -15,23 +15,27 @@ After each run, the C allocator's free pages go back to the system (glibc's mall
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import gc
 import os
 import sys
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 import streamlit as st
 
 from model.core.byte_cache import ByteCache
+from model.core.capture import reporting_progress
 from model.core.trace import Trace
 
 T = TypeVar("T")
 BUDGET_VARIABLE = "ATTENTION_ATLAS_CACHE_MB"
 DEFAULT_BUDGET_MB = 2560
 MAX_RUNS = 2  # model runs at once in the server; more wait (2 cores: more would not finish sooner anyway)
+PROGRESS_AFTER_S = 1.0  # a run that has taken this long shows how many attention layers it has passed
 _MALLOC_TRIM = getattr(ctypes.CDLL(None), "malloc_trim", None) if sys.platform == "linux" else None  # glibc's
 
 
@@ -70,13 +74,35 @@ def cached_trace(key: tuple, compute: Callable[[], Trace]) -> tuple[Trace, bool]
 
     cache = shared_cache(budget_bytes())
     evictions = cache.evictions
-    with st.spinner("Running the model…"):  # shown only if it takes over half a second
+    with st.spinner("Running the model…"), layer_progress():  # the spinner: only after half a second
         trace, kept = cache.get_or_compute(key, run)
     if not kept or cache.evictions != evictions:
         gc.collect()  # the traces let go of may still be held by garbage cycles (module docstring)
     if ran:
         release_free_memory()
     return trace, kept
+
+
+@contextlib.contextmanager
+def layer_progress() -> Iterator[None]:
+    """A progress bar of the attention layers a run on this thread has passed, drawn once the run has taken
+    PROGRESS_AFTER_S, gone when it ends. Drawing it is also where Streamlit stops a run whose session asked for
+    another (the person changed the text): the stale run ends within a layer instead of holding a run slot."""
+    started = time.monotonic()
+    bar = None  # made only when first drawn: a quick run (or a cached trace) adds no element to the page
+
+    def report(passed: int, layers: int) -> None:
+        nonlocal bar
+        if time.monotonic() - started >= PROGRESS_AFTER_S:
+            bar = st.empty() if bar is None else bar
+            bar.progress(passed / layers, text=f"Attention layer {passed} of {layers}")
+
+    try:
+        with reporting_progress(report):
+            yield
+    finally:
+        if bar is not None:
+            bar.empty()
 
 
 def per_trace(trace: Trace, name: tuple | str, compute: Callable[[], T]) -> T:

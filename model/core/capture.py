@@ -16,7 +16,7 @@ import contextlib
 import fnmatch
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -27,7 +27,7 @@ from torch import nn
 from model.core.hooks import HookPoint, recording
 from model.core.host import HostCopies
 from model.core.patterns import PatternInputs, PatternSource, Scratch
-from model.core.sites import Site
+from model.core.sites import PATTERN_SUFFIX, Site
 from model.core.summary import SiteSummariser, SiteSummary
 
 T = TypeVar("T")
@@ -56,6 +56,7 @@ class ReportedTap:
     quantity: str
 
 
+_progress = threading.local()  # .report: the current thread's `reporting_progress` callback, if any
 _locks: weakref.WeakKeyDictionary[nn.Module, threading.RLock] = weakref.WeakKeyDictionary()
 _locks_guard = threading.Lock()
 
@@ -67,6 +68,19 @@ def model_lock(model: nn.Module) -> threading.RLock:
         if lock is None:
             lock = _locks[model] = threading.RLock()
         return lock
+
+
+@contextlib.contextmanager
+def reporting_progress(report: Callable[[int, int], None]) -> Iterator[None]:
+    """While open, every capture on this thread calls report(attention layers passed, attention layers kept) as its
+    forward pass reaches each layer whose pattern it keeps: a run of 8,192 tokens takes most of a minute on the CPU,
+    and a page can show how far it is. Whatever `report` raises stops the run there."""
+    previous = getattr(_progress, "report", None)
+    _progress.report = report
+    try:
+        yield
+    finally:
+        _progress.report = previous
 
 
 def select_hook_names(available: Iterable[str], selection: HookSelection) -> list[str]:
@@ -115,6 +129,8 @@ def capture(
     converted: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # the mask and bias every layer reads, converted once
     summarisers: dict[str, SiteSummariser] = {}
     scratch = Scratch()  # what every layer's summary computes its blocks in
+    report = getattr(_progress, "report", None)
+    patterns = {name for name in wanted_points if name.endswith(PATTERN_SUFFIX)}  # the layers `report` counts
 
     def record(name: str, value: torch.Tensor | PatternInputs) -> None:
         if name not in wanted_points:
@@ -128,6 +144,8 @@ def capture(
                 summarisers[site.name].add_layer(value.summary_blocks(source, scratch))
             value = copies.source(source)
         store[name] = value  # an inference-mode tensor: nothing to detach
+        if report is not None and name in patterns:
+            report(len(patterns & store.keys()), len(patterns))
 
     lock = model_lock(model) if module_taps else contextlib.nullcontext()
     with lock:
