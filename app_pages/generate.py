@@ -58,8 +58,8 @@ def choose_settings() -> DecodeSettings:
     return DecodeSettings(not sample, float(temperature), int(top_k), float(top_p), int(seed), int(max_new))
 
 
-def buttons(key: tuple, settings: DecodeSettings, usable: bool) -> None:
-    """Step, Run and Reset; a click generates (the model runs only here)."""
+def buttons(key: tuple, settings: DecodeSettings, stepper: Stepper, usable: bool) -> None:
+    """Step, Run and Reset; a click generates with `stepper` (the model runs only here)."""
     current = gen.current(key)  # Reset (a callback) has already run
     done = current is not None and bool(current.stopped)
     with st.container(horizontal=True, key="generate_buttons"):
@@ -70,9 +70,6 @@ def buttons(key: tuple, settings: DecodeSettings, usable: bool) -> None:
         st.button("Reset", key="generate_reset", icon=":material/restart_alt:", help="Back to the prompt.",
                   on_click=gen.reset)  # a callback: runs before this run draws Step and Run
     if not (step or run):
-        return
-    stepper = make_stepper()
-    if stepper is None:
         return
     try:
         generation = current or gen.start(key, stepper)
@@ -205,11 +202,19 @@ def page() -> None:
     if not settings.greedy and settings.temperature <= 0:
         st.info("A temperature of 0 or below means greedy decoding: the most likely token every time.",
                 icon=":material/info:")
+    stepper = make_stepper()  # reads the text (tokens only): the model runs on a click
+    if stepper is None:
+        return
+    too_long = gen.context_problem(stepper)
+    if too_long is not None:  # said before a click, and Step and Run are off
+        st.info(too_long, icon=":material/info:")
     key = (request.model_id, request.device, request.precision, request.text, request.causal, settings)
-    buttons(key, settings, not settings.problems())
+    buttons(key, settings, stepper, not settings.problems() and too_long is None)
     generation = gen.current(key)
     if generation is None or not generation.steps:
-        st.info("Press **Step** to add one token, or **Run** to generate up to the limit.", icon=":material/info:")
+        if too_long is None:
+            st.info("Press **Step** to add one token, or **Run** to generate up to the limit.",
+                    icon=":material/info:")
         return
     sequence_section(generation, hf_causal_lm, request.text)
     step_section(generation, settings)

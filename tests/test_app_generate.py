@@ -7,7 +7,9 @@ import json
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from model.registry import load_runner
 from tests.app_session import open_app_page
+from ui.generation import MAX_CONTEXT_TOKENS
 
 PAGE = "app_pages/generate.py"
 DATE = "14 feb 1999"
@@ -162,3 +164,17 @@ def test_tiny_hugging_face_folders(folders, family: str) -> None:
     assert 1 <= len(at.selectbox(key="generate_pick").options) <= 4
     assert _heatmap_rows(at, "self-attention over the context · mean") == 2
     assert any("cross-attention" in t for t in _titles(at)) == (family in ("t5", "bart"))
+
+
+def test_a_prompt_too_long_to_generate_from_is_refused_before_a_click() -> None:
+    """A text over the page's MAX_CONTEXT_TOKENS is said at once, with Step and Run off (not after a click)."""
+    text = "One more sentence about the weather today. " * 150  # about 1,200 SmolLM2 tokens
+    at = _page("smollm2", text)
+    assert not at.exception
+    assert [info.value for info in at.info] == [
+        f"The text is {len(load_runner('smollm2')._encode(text)):,} tokens long; this page generates from at most "
+        f"{MAX_CONTEXT_TOKENS:,}. Shorten it."]
+    assert at.button(key="generate_step").disabled and at.button(key="generate_run").disabled
+    assert not at.get("plotly_chart")
+    short = _page("smollm2", "The capital of France is")
+    assert not short.button(key="generate_step").disabled and "Press **Step**" in short.info[0].value

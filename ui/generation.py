@@ -46,12 +46,20 @@ def reset() -> None:
     st.session_state.pop(STATE, None)
 
 
-def start(key: tuple, stepper: Stepper) -> Generation:
-    """A new, empty generation kept in the session. ValueError for a context too long to generate from."""
+def context_problem(stepper: Stepper) -> str | None:
+    """Why this page cannot generate from the stepper's context (a text or source too long), or None."""
     for what, ids in (("text", stepper.context), ("source", stepper.source)):
         if len(ids) > MAX_CONTEXT_TOKENS:
-            raise ValueError(f"The {what} is {len(ids):,} tokens long; this page generates from at most "
-                             f"{MAX_CONTEXT_TOKENS:,}. Shorten it.")
+            return (f"The {what} is {len(ids):,} tokens long; this page generates from at most "
+                    f"{MAX_CONTEXT_TOKENS:,}. Shorten it.")
+    return None
+
+
+def start(key: tuple, stepper: Stepper) -> Generation:
+    """A new, empty generation kept in the session. ValueError for a context too long to generate from."""
+    problem = context_problem(stepper)
+    if problem is not None:
+        raise ValueError(problem)
     generation = Generation(key, stepper.tokens(stepper.context), stepper.tokens(stepper.source))
     st.session_state[STATE] = generation
     return generation
