@@ -17,6 +17,7 @@ from ui import url_state
 from ui.downloads import constant, downloads, file_name, matrix_table
 from ui.messages import literal, show_error
 from ui.page import current_request, current_runner, current_trace
+from ui.trace_cache import run_slots
 from viz.generation import alternatives_bar, rows_heatmap
 from viz.tokens import visible_token
 
@@ -79,8 +80,9 @@ def buttons(key: tuple, settings: DecodeSettings, stepper: Stepper, usable: bool
     n = 1 if step else settings.max_new
     bar = st.progress(0.0, text="Generating…") if run else None
     total = max(1, min(n, settings.max_new - len(generation.ids)))
-    gen.extend(generation, stepper, settings, n,
-               lambda k: bar.progress(k / total, text=f"Generating… {k}/{total}") if bar else None)
+    with run_slots():  # the model runs: one of the server's MAX_RUNS at once
+        gen.extend(generation, stepper, settings, n,
+                   lambda k: bar.progress(k / total, text=f"Generating… {k}/{total}") if bar else None)
     st.session_state["generate_follow"] = True  # show the newest token
     st.rerun()  # the buttons above were drawn before this generation: draw them again (Step off once it ends)
 
@@ -153,7 +155,8 @@ def alternatives(generation: gen.Generation, settings: DecodeSettings, step: Ste
     if st.button("Force and continue", key="generate_force", icon=":material/call_split:"):
         stepper = make_stepper()
         if stepper is not None:
-            gen.force(generation, stepper, settings, index, int(step.top_ids[pick]))
+            with run_slots():
+                gen.force(generation, stepper, settings, index, int(step.top_ids[pick]))
             st.rerun()
 
 

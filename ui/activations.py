@@ -16,7 +16,7 @@ from model.inspect.lens import Lens, Unembedding, logit_lens
 from model.inspect.readout import forward_for
 from model.inspect.shapes import calls_table, shape_trace
 from ui.page import trace_with
-from ui.trace_cache import per_trace
+from ui.trace_cache import per_trace, run_slots
 from viz.residual import cosine_between_layers, norms, write_share
 from viz.trajectories import Projection, fit_pca
 
@@ -96,7 +96,7 @@ def shapes_of_run(trace: Trace, runner: Runner) -> pd.DataFrame:
     """The shape trace of one forward pass over this trace's tokens, once per trace."""
 
     def compute() -> pd.DataFrame:
-        with st.spinner("Tracing every module…"):
+        with st.spinner("Tracing every module…"), run_slots():  # a forward pass: one of the server's MAX_RUNS
             return calls_table(shape_trace(*forward_for(runner, trace)))
 
     return per_trace(trace, "activations shapes", compute)
