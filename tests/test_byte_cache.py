@@ -160,29 +160,3 @@ def test_the_size_of_a_tuple_of_plain_values_is_counted() -> None:
 
     assert nbytes(("encoder.attn", 0, 2, 0.99)) > nbytes(("encoder.attn", 0)) > 0
     assert nbytes((np.zeros(1000, dtype=np.uint8),)) > 1000
-
-
-class _Stopped(BaseException):
-    """As Streamlit's StopException and RerunException: not an Exception."""
-
-
-def test_a_computation_stopped_by_its_own_session_is_computed_by_a_waiter() -> None:
-    """A run that its session's rerun stops (a BaseException raised in its thread) does not stop the other
-    sessions waiting for the same key: one of them computes it and both get a value."""
-    cache = ByteCache(budget=100)
-    started, release = threading.Event(), threading.Event()
-
-    def stopped() -> np.ndarray:
-        started.set()
-        release.wait(10)
-        raise _Stopped
-
-    with ThreadPoolExecutor(2) as pool:
-        first = pool.submit(cache.get_or_compute, "k", stopped)
-        started.wait(10)
-        second = pool.submit(cache.get_or_compute, "k", lambda: _array(3))
-        release.set()
-        with pytest.raises(_Stopped):
-            first.result()
-        value, kept = second.result()
-    assert len(value) == 3 and kept and "k" in cache

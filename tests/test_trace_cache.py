@@ -1,10 +1,13 @@
 """The app's side of the cache: the budget from the environment, and at most MAX_RUNS model runs at once."""
 
+import contextlib
 import threading
 
 import numpy as np
 import pytest
 
+from model.core.options import RunOptions
+from model.registry import load_runner
 from ui import trace_cache
 from ui.trace_cache import BUDGET_VARIABLE, DEFAULT_BUDGET_MB, budget_bytes, cached_trace
 
@@ -44,3 +47,47 @@ def test_at_most_max_runs_run_at_once(monkeypatch) -> None:
     for thread in threads:
         thread.join(30)
     assert most[0] == trace_cache.MAX_RUNS
+
+
+class _Stopped(BaseException):
+    """As Streamlit's StopException and RerunException, raised in a script's thread when its session asks for another
+    run."""
+
+
+DATE = "14 feb 1999"
+
+
+def test_a_run_goes_on_and_is_cached_when_the_script_waiting_for_it_is_stopped(monkeypatch) -> None:
+    """The run computes in a worker; the waiting script draws its progress (layers passed of layers kept) and may be
+    stopped there (the person opened another page): the run finishes anyway and the next request finds it cached."""
+    monkeypatch.setenv(BUDGET_VARIABLE, "1")
+    monkeypatch.setattr(trace_cache, "PROGRESS_AFTER_S", 0.0)
+    halfway, finish = threading.Event(), threading.Event()
+    drawn: list[tuple[int, int]] = []
+
+    runner = load_runner("toy-date")
+    patterns = RunOptions(hooks=("*.hook_pattern",))  # toy-date: 2 layers of 3 sites (encoder, decoder, cross)
+
+    def compute():  # a real run (its capture reports each layer), then a wait: the script draws meanwhile
+        trace = runner.run(DATE, options=patterns)
+        halfway.set()
+        finish.wait(30)
+        return trace
+
+    @contextlib.contextmanager
+    def stopping_bar():
+        def draw(passed: int, layers: int) -> None:
+            drawn.append((passed, layers))
+            raise _Stopped
+
+        yield draw
+
+    monkeypatch.setattr(trace_cache, "layer_bar", stopping_bar)
+    with pytest.raises(_Stopped):
+        cached_trace(("stopped script",), compute)
+    assert halfway.is_set() and len(drawn) == 1  # drawn from the worker's reports, then stopped
+    passed, layers = drawn[0]
+    assert layers == 6 and 1 <= passed <= 6
+    finish.set()
+    trace, kept = cached_trace(("stopped script",), lambda: pytest.fail("computed twice"))
+    assert kept and trace.tokens

@@ -23,6 +23,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
 import streamlit as st
@@ -35,7 +36,10 @@ T = TypeVar("T")
 BUDGET_VARIABLE = "ATTENTION_ATLAS_CACHE_MB"
 DEFAULT_BUDGET_MB = 2560
 MAX_RUNS = 2  # model runs at once in the server; more wait (2 cores: more would not finish sooner anyway)
+RUN_WORKERS = 16  # threads that compute traces (runs waiting for a slot, or for another session's same run, wait
+# in them too)
 PROGRESS_AFTER_S = 1.0  # a run that has taken this long shows how many attention layers it has passed
+POLL_S = 0.2  # how often a waiting script looks at its run's progress
 _MALLOC_TRIM = getattr(ctypes.CDLL(None), "malloc_trim", None) if sys.platform == "linux" else None  # glibc's
 
 
@@ -62,20 +66,23 @@ def run_slots() -> threading.BoundedSemaphore:
 
 
 def cached_trace(key: tuple, compute: Callable[[], Trace]) -> tuple[Trace, bool]:
-    """The trace of `key` (plain values: model, text, options...), computed once if not cached.
+    """The trace of `key` (plain values: model, text, options...), computed once if not cached, in one of the
+    server's run workers (`run_workers`) while this script waits and shows how far the run is (`layer_bar`).
     Returns (trace, kept): kept is False for a trace larger than the whole budget, which is not cached."""
     ran = False
+    progress = RunProgress()
 
     def run() -> Trace:
         nonlocal ran
-        with run_slots():
+        with run_slots(), reporting_progress(progress.report):
             ran = True
             return compute()
 
     cache = shared_cache(budget_bytes())
     evictions = cache.evictions
-    with st.spinner("Running the model…"), layer_progress():  # the spinner: only after half a second
-        trace, kept = cache.get_or_compute(key, run)
+    future = run_workers().submit(cache.get_or_compute, key, run)
+    with st.spinner("Running the model…"), layer_bar() as draw:  # the spinner: only after half a second
+        trace, kept = await_run(future, progress, draw)
     if not kept or cache.evictions != evictions:
         gc.collect()  # the traces let go of may still be held by garbage cycles (module docstring)
     if ran:
@@ -83,23 +90,51 @@ def cached_trace(key: tuple, compute: Callable[[], Trace]) -> tuple[Trace, bool]
     return trace, kept
 
 
-@contextlib.contextmanager
-def layer_progress() -> Iterator[None]:
-    """A progress bar of the attention layers a run on this thread has passed, drawn once the run has taken
-    PROGRESS_AFTER_S, gone when it ends. Drawing it is also where Streamlit stops a run whose session asked for
-    another (the person changed the text): the stale run ends within a layer instead of holding a run slot."""
-    started = time.monotonic()
-    bar = None  # made only when first drawn: a quick run (or a cached trace) adds no element to the page
+@st.cache_resource(show_spinner=False)
+def run_workers() -> ThreadPoolExecutor:
+    """The threads that compute traces, shared by every session. A run goes on when the script that asked for it is
+    stopped (its session asked for another run: the person opened another page, or changed the text while the bar
+    was drawn): a page that asks for the same trace again waits for that run instead of starting over, and an
+    abandoned one is cached for a return. RUN_WORKERS bounds the threads, MAX_RUNS the runs among them."""
+    return ThreadPoolExecutor(RUN_WORKERS, thread_name_prefix="atlas-run")
 
-    def report(passed: int, layers: int) -> None:
+
+class RunProgress:
+    """The attention layers a run in a worker has passed, written there, read by the script waiting for it."""
+
+    def __init__(self) -> None:
+        self.state = (0, 0)  # (layers passed, layers kept): one tuple, replaced whole
+
+    def report(self, passed: int, layers: int) -> None:
+        self.state = (passed, layers)
+
+
+def await_run(future: Future[T], progress: RunProgress, draw: Callable[[int, int], None]) -> T:
+    """The result of `future`, calling draw(layers passed, layers kept) every POLL_S once it has taken
+    PROGRESS_AFTER_S (a quick run, or a cached trace, draws nothing). What `draw` raises (Streamlit stopping this
+    script) leaves the run going on in its worker."""
+    started = time.monotonic()
+    while True:
+        try:
+            return future.result(timeout=POLL_S)
+        except TimeoutError:
+            passed, layers = progress.state
+            if layers and time.monotonic() - started >= PROGRESS_AFTER_S:
+                draw(passed, layers)
+
+
+@contextlib.contextmanager
+def layer_bar() -> Iterator[Callable[[int, int], None]]:
+    """draw(passed, layers): a progress bar "Attention layer 12 of 30", made when first drawn and gone at the end."""
+    bar = None
+
+    def draw(passed: int, layers: int) -> None:
         nonlocal bar
-        if time.monotonic() - started >= PROGRESS_AFTER_S:
-            bar = st.empty() if bar is None else bar
-            bar.progress(passed / layers, text=f"Attention layer {passed} of {layers}")
+        bar = st.empty() if bar is None else bar
+        bar.progress(passed / layers, text=f"Attention layer {passed} of {layers}")
 
     try:
-        with reporting_progress(report):
-            yield
+        yield draw
     finally:
         if bar is not None:
             bar.empty()

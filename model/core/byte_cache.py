@@ -110,26 +110,17 @@ class ByteCache:
         self, flight: Hashable, lookup: Callable[[], Any], compute: Callable[[], Any], store: Callable[[Any], Any]
     ) -> Any:
         """lookup() under the lock, else compute() once for every concurrent caller of `flight`; store(value),
-        called under the lock, gives what every one of them returns (or they all get compute's exception). A
-        computation stopped by what is not an Exception (a Streamlit rerun or stop of its session's script, raised
-        in its thread) is that caller's alone: the others start over, one of them computing it."""
-        while True:
-            with self._lock:
-                result = lookup()
-                if result is not _MISSING:
-                    return result
-                future = self._pending.get(flight)
-                owner = future is None
-                if owner:
-                    future = self._pending[flight] = Future()
+        called under the lock, gives what every one of them returns (or they all get compute's exception)."""
+        with self._lock:
+            result = lookup()
+            if result is not _MISSING:
+                return result
+            future = self._pending.get(flight)
+            owner = future is None
             if owner:
-                break
-            try:
-                return future.result()  # another thread is computing it
-            except Exception:
-                raise
-            except BaseException:
-                continue  # its computation was stopped, not failed
+                future = self._pending[flight] = Future()
+        if not owner:
+            return future.result()  # another thread is computing it
         try:
             value = compute()
             with self._lock:
