@@ -127,7 +127,7 @@ def sequence_section(generation: gen.Generation, continues_text: bool, text: str
                    "the sidebar's Output becomes 'given target' with the generated text.")
 
 
-def step_section(generation: gen.Generation, settings: DecodeSettings) -> None:
+def step_section(generation: gen.Generation, settings: DecodeSettings, stepper: Stepper) -> None:
     """One step: its alternatives (force one) and its attention rows."""
     labels = [f"{i + 1}: {visible_token(t)} ({p.probability:.1%}, {how})"
               for i, (t, p, how) in enumerate(zip(generation.tokens, generation.steps, generation.how, strict=True))]
@@ -139,12 +139,13 @@ def step_section(generation: gen.Generation, settings: DecodeSettings) -> None:
     context = generation.context_tokens + generation.tokens[:index]
     left, right = st.columns([1, 2])
     with left:
-        alternatives(generation, settings, step, index)
+        alternatives(generation, settings, stepper, step, index)
     with right:
         attention_rows(step, context, generation.source_tokens, generation.key[0], index)
 
 
-def alternatives(generation: gen.Generation, settings: DecodeSettings, step: Step, index: int) -> None:
+def alternatives(generation: gen.Generation, settings: DecodeSettings, stepper: Stepper, step: Step,
+                 index: int) -> None:
     """The ten most likely tokens at this step, and forcing one."""
     names = generation.alternatives[index]
     chosen = next((i for i, t in enumerate(step.top_ids) if t == step.token_id), None)
@@ -153,11 +154,9 @@ def alternatives(generation: gen.Generation, settings: DecodeSettings, step: Ste
     pick = st.selectbox("Force instead", range(len(names)), key="generate_force_pick",
                         format_func=lambda i: f"{i + 1}. {visible_token(names[i])} ({step.top_probs[i]:.1%})")
     if st.button("Force and continue", key="generate_force", icon=":material/call_split:"):
-        stepper = make_stepper()
-        if stepper is not None:
-            with run_slots():
-                gen.force(generation, stepper, settings, index, int(step.top_ids[pick]))
-            st.rerun()
+        with run_slots():
+            gen.force(generation, stepper, settings, index, int(step.top_ids[pick]))
+        st.rerun()
 
 
 def attention_rows(step: Step, context: list[str], source: list[str], model_id: str, index: int) -> None:
@@ -220,7 +219,7 @@ def page() -> None:
                     icon=":material/info:")
         return
     sequence_section(generation, hf_causal_lm, request.text)
-    step_section(generation, settings)
+    step_section(generation, settings, stepper)
 
 
 page()

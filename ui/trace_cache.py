@@ -80,9 +80,12 @@ def cached_trace(key: tuple, compute: Callable[[], Trace]) -> tuple[Trace, bool]
 
     cache = shared_cache(budget_bytes())
     evictions = cache.evictions
-    future = run_workers().submit(cache.get_or_compute, key, run)
-    with st.spinner("Running the model…"), layer_bar() as draw:  # the spinner: only after half a second
-        trace, kept = await_run(future, progress, draw)
+    if key in cache:  # served here: a cached trace never waits behind runs queued for a worker
+        trace, kept = cache.get_or_compute(key, run)
+    else:
+        future = run_workers().submit(cache.get_or_compute, key, run)
+        with st.spinner("Running the model…"), layer_bar() as draw:  # the spinner: only after half a second
+            trace, kept = await_run(future, progress, draw)
     if not kept or cache.evictions != evictions:
         gc.collect()  # the traces let go of may still be held by garbage cycles (module docstring)
     if ran:

@@ -47,20 +47,25 @@ def trace_of_run(
     as numpy, each captured value without its batch dimension (patterns kept as sources and site summaries
     apart); `fields` are the Trace's other fields."""
     site_masks = {site: np.ascontiguousarray(mask.cpu().numpy()) for site, mask in masks.items()}
+    equal: dict[tuple[int, int], bool] = {}  # compared once: every layer of a site holds the same mask array
     return Trace(
         facts=facts, tokens=token_strings(ids), ids=ids, target_tokens=token_strings(target_ids),
         target_ids=target_ids, masks=site_masks,
         captured={name: value[0] for name, value in captured.items() if isinstance(value, np.ndarray)},
-        pattern_sources={name: _sharing_its_mask(value[0], site_masks.get(Site.of_pattern(name)[0].name))
+        pattern_sources={name: _sharing_its_mask(value[0], site_masks.get(Site.of_pattern(name)[0].name), equal)
                          for name, value in captured.items() if isinstance(value, PatternSource)},
         summaries={site: value for site, value in captured.items() if isinstance(value, SiteSummary)},
         **fields,
     )
 
 
-def _sharing_its_mask(source: PatternSource, mask: np.ndarray | None) -> PatternSource:
+def _sharing_its_mask(source: PatternSource, mask: np.ndarray | None,
+                      equal: dict[tuple[int, int], bool]) -> PatternSource:
     """The source holding its site's mask array instead of its own copy, where the two are equal (the (L, L)
-    bool mask: 64 MiB at 8,192 tokens)."""
-    if mask is None or mask is source.allowed or not np.array_equal(mask, source.allowed):
+    bool mask: 64 MiB at 8,192 tokens); `equal` remembers the comparisons made, by the two arrays' ids."""
+    if mask is None or mask is source.allowed:
         return source
-    return replace(source, allowed=mask)
+    pair = (id(source.allowed), id(mask))
+    if pair not in equal:
+        equal[pair] = np.array_equal(mask, source.allowed)
+    return replace(source, allowed=mask) if equal[pair] else source
