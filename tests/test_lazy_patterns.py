@@ -89,3 +89,20 @@ def test_scores_far_below_a_rows_greatest_give_eagers_probabilities_and_hidden_k
     with np.errstate(divide="ignore", invalid="ignore"):
         bits = -np.where(expected > 0, expected * np.log2(expected), 0).sum(-1)
     np.testing.assert_allclose(entropy.numpy(), bits, rtol=1e-4, atol=1e-6)
+
+
+def test_a_row_that_sees_no_key_is_uniform_as_in_eager_attention() -> None:
+    """Eager attention's softmax over a row of the mask's minimum only is uniform over every key; the other rows
+    keep their hidden keys at exactly 0."""
+    rng = np.random.default_rng(1)
+    n = 6
+    allowed = np.tril(np.ones((n, n), dtype=bool))
+    allowed[2] = False  # query 2 sees nothing
+    source = PatternSource(query=rng.normal(size=(3, n, 4)).astype(np.float32),
+                           key=rng.normal(size=(3, n, 4)).astype(np.float32), scale=0.5, allowed=allowed)
+    got = source.pattern(dtype=np.float32)
+    np.testing.assert_allclose(got[:, 2], 1 / n, rtol=1e-6)
+    seeing = np.ones(n, dtype=bool)
+    seeing[2] = False
+    assert (got[:, seeing][:, ~allowed[seeing]] == 0).all()
+    np.testing.assert_allclose(got.sum(-1), 1, rtol=1e-6)

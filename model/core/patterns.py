@@ -22,9 +22,10 @@ import torch
 
 ROW_BLOCK = 256  # query rows computed at once, at most: bounds the scratch to heads x 256 x k_len floats
 BLOCK_BYTES = 32 << 20  # and fewer rows where one (heads, rows, k_len) float32 block would be larger (long texts)
-EXP_FLOOR = -87.0  # scores (less each row's greatest) are raised to this before exp: exp(-87) is float32's
-# smallest normal number, and torch's CPU exp took 8x as long where results are smaller (subnormal or 0). A key's
-# probability then differs from eager attention's by under 1e-37, except hidden keys', set to exactly 0.
+EXP_FLOOR = -87.0  # scores (less each row's greatest) are raised to this before the softmax: exp(-87) is float32's
+# smallest normal number, and torch's CPU softmax took twice as long where results are smaller (subnormal or 0; its
+# exp alone, 10x). A key's probability then differs from eager attention's by under 1e-37, except hidden keys', set
+# to exactly 0.
 _TORCH = {np.dtype(np.float16): torch.float16, np.dtype(np.float32): torch.float32}
 
 
@@ -100,13 +101,15 @@ class PatternSource:
         positions = np.arange(self.query.shape[1])
         heads = np.arange(self.query.shape[0])
         value = None if value is None else value.float()
-        for start, p, log_p in self._blocks(heads, positions, scratch or Scratch()):
+        for start, p, shifted in self._blocks(heads, positions, scratch or Scratch()):
             rows = slice(start, start + p.shape[1])
             if value is not None:  # each group of heads reads one value head: (kv_heads, group x rows, d_head)
                 grouped = torch.matmul(p.view(len(value), -1, p.shape[-1]), value[:, : p.shape[-1]])
                 output[:, rows] = grouped.view(*p.shape[:2], -1)  # (heads, rows, d_head)
-            # -sum p log p, the product made in log_p's scratch; a hidden key adds 0 x (its finite log_p) = 0
-            entropy = log_p.mul_(p).sum(-1).neg_() / np.log(2)  # (heads, rows)
+            # -sum p log p, log p = shifted - log Z, and the greatest p is exp(0) / Z: -sum p log p =
+            # -log(max p) - sum p shifted, two sums of terms >= 0 (a hidden key adds 0 x its finite score = 0); the
+            # products made in the scores' scratch
+            entropy = p.amax(-1).log_().add_(shifted.mul_(p).sum(-1)).neg_() / np.log(2)  # (heads, rows)
             yield positions[rows], p, entropy
 
     def blocks(self, head_ids: np.ndarray, row_ids: np.ndarray) -> Iterator[tuple[int, torch.Tensor]]:
@@ -120,8 +123,8 @@ class PatternSource:
 
     def _blocks(self, head_ids: np.ndarray, row_ids: np.ndarray, scratch: Scratch
                 ) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
-        """`blocks`, with their log-probabilities (a hidden key's is finite, about the float32 minimum), both
-        computed in `scratch`."""
+        """`blocks`, with the scores they are the softmax of, less each row's greatest (so <= 0; floored at
+        EXP_FLOOR, a hidden key's too), both computed in `scratch`."""
         device = torch.device(self.device)
         heads = torch.from_numpy(np.asarray(head_ids)).to(device)
         query = _on(self.query, device).float()  # (heads, q_len, d_head)
@@ -135,7 +138,7 @@ class PatternSource:
             block = row_ids[start : start + step]
             rows = slice(block[0], block[-1] + 1) if contiguous else block  # a slice copies nothing
             allowed = _on(self.allowed[rows], device)  # (block, k_len) bool
-            first, end = _mask_span(allowed)
+            first, end, every_row = _mask_span(allowed)
             shape = (len(head_ids), len(block), end)
             scores_out, p_out = scratch.buffers(shape, device)
             # a group of query heads reads one key head: (kv_heads, group x block, end) is (heads, block, end)
@@ -145,39 +148,42 @@ class PatternSource:
             if self.bias is not None:
                 scores += _on(self.bias[np.ix_(head_ids, block, np.arange(end))] if isinstance(self.bias, np.ndarray)
                               else self.bias[heads][:, _on_index(rows, device), :end], device).float()
-            hidden = ~allowed[:, first:end]  # (block, end - first)
-            scores[..., first:end].masked_fill_(hidden, torch.finfo(torch.float32).min)
-            scores -= scores.amax(-1, keepdim=True)  # each row's greatest score 0: exp cannot overflow
+            # the band's mask as floats: adding and multiplying took a seventh of masked_fill's time on the CPU
+            keep = allowed[:, first:end].float()  # (block, end - first): 1 where seen, 0 where hidden
+            if end > first:
+                scores[..., first:end] += (1 - keep) * torch.finfo(torch.float32).min
+            scores -= scores.amax(-1, keepdim=True)  # each row's greatest score 0
             scores.clamp_(min=EXP_FLOOR)
-            p = torch.exp(scores, out=p_out)
-            p[..., first:end].masked_fill_(hidden, 0.0)  # a hidden key's probability exactly 0, as in eager attention
-            total = p.sum(-1, keepdim=True)  # (heads, block, 1)
-            p /= total
-            scores -= total.log_()  # the log-probabilities
+            p = torch.softmax(scores, -1, out=p_out)
+            if end > first:
+                if not every_row:  # a row that sees no key stays uniform (its scores all the minimum), as in eager
+                    keep[~allowed.any(-1)] = 1.0
+                p[..., first:end] *= keep  # a hidden key's probability exactly 0, as in eager attention
             yield start, p, scores
 
 
 class Scratch:
-    """Two float32 buffers every block of a pattern is computed in, grown when a block needs more: on the CPU a
-    fresh block-sized tensor for every block cost, in page faults, about as much again as the block's arithmetic.
-    One pass over many layers keeps one (a capture's summary), so all its blocks reuse the same memory."""
+    """`count` float32 buffers to compute blocks in, grown when a block needs more: on the CPU a fresh block-sized
+    tensor for every block cost, in page faults, about as much again as the block's arithmetic. One pass over many
+    layers keeps one (a capture's summary), so all its blocks reuse the same memory."""
 
-    def __init__(self) -> None:
-        self._memory: torch.Tensor | None = None  # (2, floats)
+    def __init__(self, count: int = 2) -> None:
+        self.count = count
+        self._memory: torch.Tensor | None = None  # (count, floats)
 
-    def buffers(self, shape: tuple[int, ...], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """Two contiguous float32 tensors of `shape` on `device`, overwritten by the next call."""
+    def buffers(self, shape: tuple[int, ...], device: torch.device) -> tuple[torch.Tensor, ...]:
+        """`count` contiguous float32 tensors of `shape` on `device`, overwritten by the next call."""
         size = int(np.prod(shape))
         if self._memory is None or self._memory.shape[1] < size or self._memory.device != device:
-            self._memory = torch.empty(2, size, device=device)
-        return self._memory[0, :size].view(shape), self._memory[1, :size].view(shape)
+            self._memory = torch.empty(self.count, size, device=device)
+        return tuple(buffer[:size].view(shape) for buffer in self._memory)
 
 
-def _mask_span(allowed: torch.Tensor) -> tuple[int, int]:
-    """For a block of rows (rows, k_len) bool: (first, end) such that every row sees every key before `first`, so
-    only the scores of keys first..end-1 need masking (a causal block's: the diagonal band), and the keys from
-    `end` on are hidden from every row, their probability exactly 0 (not computed). A row that sees no key is
-    uniform over all keys in eager attention, so then every key counts (end = k_len)."""
+def _mask_span(allowed: torch.Tensor) -> tuple[int, int, bool]:
+    """For a block of rows (rows, k_len) bool: (first, end, every row sees a key) such that every row sees every
+    key before `first`, so only the scores of keys first..end-1 need masking (a causal block's: the diagonal band),
+    and the keys from `end` on are hidden from every row, their probability exactly 0 (not computed). A row that
+    sees no key is uniform over all keys in eager attention, so then every key counts (end = k_len)."""
     host = allowed.numpy() if allowed.device.type == "cpu" else None  # numpy reduces bools faster on the CPU
     if host is not None:
         seen, every_row, every_key = np.flatnonzero(host.any(0)), bool(host.any(1).all()), host.all(0)
@@ -187,7 +193,7 @@ def _mask_span(allowed: torch.Tensor) -> tuple[int, int]:
         hidden = (~allowed.all(0)).nonzero().flatten()
     end = int(seen[-1]) + 1 if len(seen) and every_row else allowed.shape[1]
     first = int(hidden[0]) if len(hidden) else end
-    return min(first, end), end
+    return min(first, end), end, every_row
 
 
 def _run(array: Array, index: int) -> Array:
@@ -219,9 +225,10 @@ class BlockMeans:
         row_starts = block_starts(n_rows, size)  # (blocks + 1,)
         self.row_block = np.searchsorted(row_starts[:-1], np.arange(n_rows), side="right") - 1  # (n_rows,)
         self.row_counts = torch.from_numpy(np.diff(row_starts)).float()
+        self.rows_each = n_rows // len(self.row_counts) if n_rows % len(self.row_counts) == 0 else 0  # 0: unequal
         self.col_starts = block_starts(n_cols, size)  # (blocks + 1,)
         self.col_counts = torch.from_numpy(np.diff(self.col_starts)).float()
-        self.equal_columns = n_cols % len(self.col_counts) == 0
+        self.cols_each = n_cols // len(self.col_counts) if n_cols % len(self.col_counts) == 0 else 0
         self.sums = torch.zeros(*lead, len(self.row_counts), len(self.col_counts))
 
     def add(self, start: int, rows: torch.Tensor) -> None:
@@ -230,18 +237,27 @@ class BlockMeans:
         live where the rows do (the model's device, in a capture's summary)."""
         if self.sums.device != rows.device:
             self.sums = self.sums.to(rows.device)
-        blocks = self.row_block[start : start + rows.shape[-2]]  # each row's block, ascending
+        n, width = rows.shape[-2:]
+        blocks = self.row_block[start : start + n]  # each row's block, ascending
         first, count = int(blocks[0]), int(blocks[-1] - blocks[0]) + 1
-        local = torch.from_numpy(blocks - first).to(rows.device)
-        by_row_block = rows.new_zeros(*rows.shape[:-2], count, rows.shape[-1]).index_add_(-2, local, rows)
-        self.sums[..., first : first + count, :] += self._column_sums(by_row_block)
+        if self.rows_each and start % self.rows_each == 0 and n % self.rows_each == 0:  # whole equal blocks
+            by_row_block = rows if self.rows_each == 1 else rows.unflatten(-2, (count, self.rows_each)).sum(-2)
+        else:
+            local = torch.from_numpy(blocks - first).to(rows.device)
+            by_row_block = rows.new_zeros(*rows.shape[:-2], count, width).index_add_(-2, local, rows)
+        target = self.sums[..., first : first + count, :]
+        if self.cols_each == 1:  # a block a column
+            target[..., :width] += by_row_block
+        else:
+            target += self._column_sums(by_row_block)
 
     def _column_sums(self, rows: torch.Tensor) -> torch.Tensor:
         """(..., block rows, width) -> (..., block rows, column blocks): each row's sum over each block of columns
         (the rows are few: a block of query rows spans few blocks of the thumbnail)."""
         width, n_blocks = rows.shape[-1], len(self.col_counts)
-        if self.equal_columns:  # equal blocks: the hidden columns' zeros added, then a reshape and a sum
-            rows = torch.nn.functional.pad(rows, (0, int(self.col_starts[-1]) - width))
+        if self.cols_each:  # equal blocks: the hidden columns' zeros added, then a reshape and a sum
+            if width < self.col_starts[-1]:
+                rows = torch.nn.functional.pad(rows, (0, int(self.col_starts[-1]) - width))
             return rows.unflatten(-1, (n_blocks, -1)).sum(-1)
         bounds = np.minimum(self.col_starts, width)  # blocks after `width` are empty: their sums 0
         exact = torch.float32 if rows.device.type == "mps" else torch.float64  # differences stay exact (MPS has no

@@ -9,6 +9,9 @@ head or every layer need, without holding any layer's (heads, q_len, k_len) patt
   consecutive positions and each layer's head-averaged attention into block means, A_blocks[I, J] = mean over the
   queries i of I of the attention i puts on the keys of J (rows still sum to 1): the rollout of those block
   matrices approximates the exact one's block means. Exact: O(n³) a layer, 30 s for SmolLM2 at 2,048 tokens.
+  The pass keeps each layer's 0.5 A + 0.5 I; the product is made when the Rollout view first asks (one product
+  of b x b matrices a layer cost as much as a tenth of a 512-token forward pass on the CPU: the model view, which
+  every run draws first, should not wait for it).
 
 A Hugging Face run makes it in its capture, a layer at a time as the forward pass reports each pattern, on the
 model's device (`SiteSummariser`; model/core/capture.py, RunOptions.summary_size), from the probabilities that
@@ -20,12 +23,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-from model.core.patterns import BlockMeans, block_starts
+from model.core.patterns import BlockMeans, Scratch, block_starts
 from model.core.sites import Site
 
 if TYPE_CHECKING:  # a trace's patterns are read, never made, here
@@ -41,70 +45,80 @@ class SiteSummary:
 
     thumbnails: np.ndarray  # (layers, heads, t_q, t_k) float32 block means, t = min(size, its length)
     statistics: np.ndarray  # (layers, heads, len(STATISTICS)) float64; NaN where a measure needs one sequence
-    rollout: np.ndarray | None  # (b, b) float32, b = min(ROLLOUT_SIZE, n); None for cross-attention
+    layer_flows: tuple[np.ndarray, ...] | None  # (b, b) float32 a layer, b = min(ROLLOUT_SIZE, n): each layer's
+    # 0.5 A + 0.5 I, rows summing to 1 (the rollout's factors); None for cross-attention
     rollout_starts: np.ndarray  # (b + 1,) int: block I of the rollout covers positions starts[I]..starts[I+1]-1
 
     @property
     def nbytes(self) -> int:
-        rollout = 0 if self.rollout is None else self.rollout.nbytes
-        return self.thumbnails.nbytes + self.statistics.nbytes + rollout + self.rollout_starts.nbytes
+        """Bytes held, the rollout counted before it is made."""
+        flows = 0 if self.layer_flows is None else sum(flow.nbytes for flow in self.layer_flows)
+        rollout = 0 if self.layer_flows is None else self.layer_flows[0].nbytes
+        return self.thumbnails.nbytes + self.statistics.nbytes + flows + rollout + self.rollout_starts.nbytes
 
     @property
     def rollout_is_exact(self) -> bool:
         """Whether every rollout block is one position."""
         return bool((np.diff(self.rollout_starts) == 1).all())
 
+    @cached_property
+    def rollout(self) -> np.ndarray | None:
+        """(b, b) float32: the layers' flows multiplied, the last layer's on the left; None for cross-attention.
+        Made on first use (float32: float64 cost twice as long for no visible digit)."""
+        if self.layer_flows is None:
+            return None
+        rolled = torch.from_numpy(self.layer_flows[0])
+        for flow in self.layer_flows[1:]:
+            rolled = torch.from_numpy(flow) @ rolled
+        return rolled.numpy()
+
 
 class _Statistics:
-    """Per-head sums over query rows, divided into means at the end (float64, where the rows' device has it)."""
+    """Per-head sums over query rows, divided into means at the end: float32 sums of each block's rows, added up
+    across blocks in float64."""
 
-    def __init__(self, heads: int, q_len: int, k_len: int, self_attention: bool) -> None:
+    def __init__(self, heads: int, q_len: int, k_len: int, self_attention: bool, scratch: Scratch) -> None:
+        """scratch: one buffer for the products of a block's probabilities and distances."""
         self.q_len, self.k_len = q_len, k_len
         self.one_sequence = self_attention and q_len == k_len
-        self.sums = torch.zeros(heads, len(STATISTICS), dtype=torch.float64)
+        self.heads = heads
+        self.blocks: list[torch.Tensor] = []  # (heads, len(STATISTICS)) float32 sums, a block of rows each
+        self.scratch = scratch
+        self.keys: torch.Tensor | None = None  # (k_len,) float32 positions, where the rows are
 
     def add(self, positions: np.ndarray, p: torch.Tensor, entropy: torch.Tensor | None = None) -> None:
         """p: (heads, rows, width) float32, the attention of the query rows at `positions` (consecutive) on keys
-        0..width-1 (the others 0), on any device (the sums move there); entropy: (heads, rows) in bits, if known."""
-        if self.sums.device != p.device:
-            self.sums = self.sums.to(p.device, torch.float32 if p.device.type == "mps" else torch.float64)
-        exact = self.sums.dtype
+        0..width-1 (the others 0), on any device; entropy: (heads, rows) in bits, if known."""
         if entropy is None:
             entropy = -torch.special.xlogy(p, p).sum(-1) / np.log(2)  # (heads, rows); 0 log 0 = 0
-        self.sums[:, 0] += entropy.to(exact).sum(-1)
-        self.sums[:, 2] += p[:, :, 0].to(exact).sum(-1)
-        if self.one_sequence:
-            self.sums[:, 1] += _distance_sums(positions, p).to(exact)
-            queries = torch.from_numpy(positions).to(p.device)
-            rows, width = torch.arange(len(positions), device=p.device), p.shape[-1]
-            for column, key in ((3, queries - 1), (4, queries)):  # the previous token, itself (0 where not computed)
-                has = (key >= 0) & (key < width)
-                self.sums[:, column] += p[:, rows[has], key[has]].to(exact).sum(-1)
+        sums = [entropy.sum(-1), p[:, :, 0].sum(-1)]
+        if self.one_sequence:  # query i = first + r is row r; key k is column k
+            first = int(positions[0])
+            sums.append(self._distance_sums(first, p))
+            for offset in (first - 1, first):  # the previous token, itself (0 where not computed)
+                sums.append(torch.diagonal(p, offset, 1, 2).sum(-1))
+        self.blocks.append(torch.stack(sums, -1))
+
+    def _distance_sums(self, first: int, p: torch.Tensor) -> torch.Tensor:
+        """(heads,) the sum over the rows of p (queries first, first + 1, ...) of sum_k p[i, k] |i - k|, the
+        products made in the scratch."""
+        rows, width = p.shape[-2:]
+        if self.keys is None or self.keys.device != p.device:
+            self.keys = torch.arange(self.k_len, device=p.device, dtype=torch.float32)
+        distance = (self.keys[None, :width] - self.keys[first : first + rows, None]).abs_()  # (rows, width)
+        product, = self.scratch.buffers(p.shape, p.device)
+        return torch.mul(p, distance, out=product).sum((-2, -1))
 
     def result(self) -> np.ndarray:
         """(heads, len(STATISTICS)) means over the queries (previous: over those that have one)."""
-        counts = torch.tensor([self.q_len, self.q_len, self.q_len, max(self.q_len - 1, 1), self.q_len],
-                              dtype=torch.float64)
-        means = (self.sums.cpu().double() / counts).numpy()
-        if not self.one_sequence:
-            means[:, [1, 3, 4]] = np.nan
-        elif self.q_len < 2:
-            means[:, 3] = np.nan
+        sums = torch.stack(self.blocks).cpu().double().sum(0).numpy()  # (heads, measures)
+        means = np.full((self.heads, len(STATISTICS)), np.nan)
+        means[:, [0, 2]] = sums[:, :2] / self.q_len
+        if self.one_sequence:
+            means[:, [1, 4]] = sums[:, [2, 4]] / self.q_len
+            if self.q_len > 1:
+                means[:, 3] = sums[:, 3] / (self.q_len - 1)
         return means
-
-
-def _distance_sums(positions: np.ndarray, p: torch.Tensor) -> torch.Tensor:
-    """(heads,) the sum over these rows of sum_k p[i, k] |i - k| (positions: the rows' query positions, consecutive):
-    sum_k p (i - k) = i sum_k p - sum_k p k (a matrix-vector product), plus 2 p (k - i) for the keys after i, which
-    lie within the band of columns after the block's first row (a causal block's future: at most ROW_BLOCK wide)."""
-    width, first = p.shape[-1], int(positions[0])
-    keys = torch.arange(width, device=p.device, dtype=p.dtype)
-    queries = torch.from_numpy(positions).to(p.device, p.dtype)
-    sums = queries * p.sum(-1) - p @ keys  # (heads, rows)
-    if width > first + 1:
-        ahead = (keys[first + 1 :][None, :] - queries[:, None]).clamp_(min=0)  # (rows, band): k - i where k > i
-        sums += 2 * torch.linalg.vecdot(p[:, :, first + 1 :], ahead)
-    return sums.sum(-1)
 
 
 Block = tuple[np.ndarray, torch.Tensor] | tuple[np.ndarray, torch.Tensor, torch.Tensor]
@@ -120,7 +134,8 @@ class SiteSummariser:
         self.starts = block_starts(shape[1], ROLLOUT_SIZE)
         self.thumbnails: list[np.ndarray] = []
         self.statistics: list[np.ndarray] = []
-        self.rollout: torch.Tensor | None = None  # (b, b) float32, on the rows' device
+        self.flows: list[torch.Tensor] = []  # each layer's (b, b) float32, on the rows' device
+        self.scratch = Scratch(1)  # every layer's statistics compute in it
 
     def add_layer(self, blocks: Iterator[Block]) -> None:
         """The next layer's pattern as (query positions, float32 probabilities (heads, rows, width <= k_len), the
@@ -128,22 +143,25 @@ class SiteSummariser:
         query row once, in order."""
         heads, q_len, k_len = self.shape
         thumbnail = BlockMeans((heads,), q_len, k_len, self.size)
-        stats = _Statistics(heads, q_len, k_len, self.self_attention)
+        stats = _Statistics(heads, q_len, k_len, self.self_attention, self.scratch)
         averaged = BlockMeans((), q_len, k_len, ROLLOUT_SIZE) if self.rolled else None
         for positions, p, *entropy in blocks:
             start = int(positions[0])
             thumbnail.add(start, p)
             stats.add(positions, p, *entropy)
             if averaged is not None:
-                averaged.add(start, p.sum(0) / heads)
+                averaged.add(start, p.sum(0).div_(heads))
         self.thumbnails.append(thumbnail.result().numpy())
         self.statistics.append(stats.result())
         if averaged is not None:
-            self.rollout = _roll(self.rollout, averaged, self.starts)
+            self.flows.append(_flow(averaged, self.starts))
 
     def result(self) -> SiteSummary:
-        return SiteSummary(np.stack(self.thumbnails), np.stack(self.statistics),
-                           None if self.rollout is None else self.rollout.cpu().numpy(), self.starts)
+        flows = None
+        if self.flows:  # on the CPU, the layers' own arrays; from a GPU, one copy of them all
+            flows = tuple(f.numpy() for f in self.flows) if self.flows[0].device.type == "cpu" else tuple(
+                torch.stack(self.flows).cpu().numpy())
+        return SiteSummary(np.stack(self.thumbnails), np.stack(self.statistics), flows, self.starts)
 
 
 def summarise(layers: Iterator[Iterator[Block]], shape: tuple[int, int, int], size: int,
@@ -155,16 +173,14 @@ def summarise(layers: Iterator[Iterator[Block]], shape: tuple[int, int, int], si
     return summariser.result()
 
 
-def _roll(rollout: torch.Tensor | None, averaged: BlockMeans, starts: np.ndarray) -> torch.Tensor:
-    """One more layer of rollout: 0.5 A + 0.5 I of the head-averaged block means (block sums over keys: rows of
-    A sum to 1), rows renormalised, times the rollout so far: float32, where the rows are (float64 cost twice as
-    long, and a layer's product was a tenth of a 512-token forward pass on the CPU)."""
+def _flow(averaged: BlockMeans, starts: np.ndarray) -> torch.Tensor:
+    """A layer's factor of the rollout: 0.5 A + 0.5 I of its head-averaged block means (block sums over keys: rows
+    of A sum to 1), rows renormalised; (b, b) float32, where the rows are."""
     means = averaged.means()  # (b, b) float32
     counts = torch.from_numpy(np.diff(starts)).to(means)  # (b,) positions per block
     a = means * counts[None, :]  # mean over a block's queries, sum over its keys
     a = 0.5 * a + 0.5 * torch.eye(len(counts), device=a.device)
-    a /= a.sum(-1, keepdim=True)
-    return a if rollout is None else a @ rollout
+    return a / a.sum(-1, keepdim=True)
 
 
 def summarise_site(trace: Trace, site: str, size: int) -> SiteSummary:
