@@ -13,6 +13,7 @@ Arrays may keep a leading batch dimension until a Trace is made (`source[0]` tak
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
@@ -229,14 +230,21 @@ class BlockMeans:
         self.col_starts = block_starts(n_cols, size)  # (blocks + 1,)
         self.col_counts = torch.from_numpy(np.diff(self.col_starts)).float()
         self.cols_each = n_cols // len(self.col_counts) if n_cols % len(self.col_counts) == 0 else 0
+        self.counts = self.row_counts[:, None] * self.col_counts[None, :]  # (size, size) positions a block
         self.sums = torch.zeros(*lead, len(self.row_counts), len(self.col_counts))
+
+    def restarted(self) -> BlockMeans:
+        """The same blocks with every sum 0, where the sums are: one layout serves every layer of a summary."""
+        fresh = copy.copy(self)
+        fresh.sums = torch.zeros_like(self.sums)
+        return fresh
 
     def add(self, start: int, rows: torch.Tensor) -> None:
         """Rows start.. of the matrix, (..., block, width <= n_cols) float32: columns after `width` are 0. Rows are
         summed into their blocks first (whole rows added: one pass), then the few block rows by columns. The sums
         live where the rows do (the model's device, in a capture's summary)."""
         if self.sums.device != rows.device:
-            self.sums = self.sums.to(rows.device)
+            self.sums, self.counts = self.sums.to(rows.device), self.counts.to(rows.device)
         n, width = rows.shape[-2:]
         blocks = self.row_block[start : start + n]  # each row's block, ascending
         first, count = int(blocks[0]), int(blocks[-1] - blocks[0]) + 1
@@ -267,8 +275,7 @@ class BlockMeans:
 
     def means(self) -> torch.Tensor:
         """(..., size, size) float32 block means, where the rows were."""
-        counts = self.row_counts[:, None] * self.col_counts[None, :]
-        return self.sums / counts.to(self.sums.device)
+        return self.sums / self.counts
 
     def result(self) -> torch.Tensor:
         """(..., size, size) float32 block means, on the CPU."""

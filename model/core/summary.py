@@ -129,9 +129,12 @@ class SiteSummariser:
 
     def __init__(self, shape: tuple[int, int, int], size: int, self_attention: bool) -> None:
         """shape: (heads, q_len, k_len) of each layer's pattern; size: the thumbnails' side."""
-        self.shape, self.size, self.self_attention = shape, size, self_attention
-        self.rolled = self_attention and shape[1] == shape[2]
-        self.starts = block_starts(shape[1], ROLLOUT_SIZE)
+        heads, q_len, k_len = shape
+        self.shape, self.self_attention = shape, self_attention
+        self.starts = block_starts(q_len, ROLLOUT_SIZE)
+        self.thumbnail = BlockMeans((heads,), q_len, k_len, size)  # the layouts every layer's sums restart from
+        rolled = self_attention and q_len == k_len
+        self.averaged = BlockMeans((), q_len, k_len, ROLLOUT_SIZE) if rolled else None
         self.thumbnails: list[np.ndarray] = []
         self.statistics: list[np.ndarray] = []
         self.flows: list[torch.Tensor] = []  # each layer's (b, b) float32, on the rows' device
@@ -142,19 +145,19 @@ class SiteSummariser:
         keys after width 0[, the rows' entropy in bits (heads, rows)]) blocks of consecutive rows covering every
         query row once, in order."""
         heads, q_len, k_len = self.shape
-        thumbnail = BlockMeans((heads,), q_len, k_len, self.size)
+        thumbnail = self.thumbnail.restarted()
         stats = _Statistics(heads, q_len, k_len, self.self_attention, self.scratch)
-        averaged = BlockMeans((), q_len, k_len, ROLLOUT_SIZE) if self.rolled else None
+        summed = None if self.averaged is None else self.averaged.restarted()  # the heads' sum
         for positions, p, *entropy in blocks:
             start = int(positions[0])
             thumbnail.add(start, p)
             stats.add(positions, p, *entropy)
-            if averaged is not None:
-                averaged.add(start, p.sum(0).div_(heads))
+            if summed is not None:
+                summed.add(start, p.sum(0))
         self.thumbnails.append(thumbnail.result().numpy())
         self.statistics.append(stats.result())
-        if averaged is not None:
-            self.flows.append(_flow(averaged, self.starts))
+        if summed is not None:
+            self.flows.append(_flow(summed, heads))
 
     def result(self) -> SiteSummary:
         flows = None
@@ -173,14 +176,13 @@ def summarise(layers: Iterator[Iterator[Block]], shape: tuple[int, int, int], si
     return summariser.result()
 
 
-def _flow(averaged: BlockMeans, starts: np.ndarray) -> torch.Tensor:
-    """A layer's factor of the rollout: 0.5 A + 0.5 I of its head-averaged block means (block sums over keys: rows
-    of A sum to 1), rows renormalised; (b, b) float32, where the rows are."""
-    means = averaged.means()  # (b, b) float32
-    counts = torch.from_numpy(np.diff(starts)).to(means)  # (b,) positions per block
-    a = means * counts[None, :]  # mean over a block's queries, sum over its keys
-    a = 0.5 * a + 0.5 * torch.eye(len(counts), device=a.device)
-    return a / a.sum(-1, keepdim=True)
+def _flow(summed: BlockMeans, heads: int) -> torch.Tensor:
+    """A layer's factor of the rollout from the block sums of its heads' summed attention: A (the heads' mean,
+    summed over a block's keys, averaged over its queries: rows sum to 1), 0.5 A + 0.5 I, rows renormalised against
+    rounding; (b, b) float32, where the sums are."""
+    a = summed.sums / (summed.row_counts.to(summed.sums.device)[:, None] * heads)  # (b, b)
+    a.diagonal().add_(1.0)  # A + I: halved by the renormalisation
+    return a.div_(a.sum(-1, keepdim=True))
 
 
 def summarise_site(trace: Trace, site: str, size: int) -> SiteSummary:
