@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 import torch
 
-ROW_BLOCK = 256  # query rows computed at once, at most: bounds the scratch to heads x 256 x k_len floats
+ROW_BLOCK = 128  # query rows computed at once, at most: bounds the scratch to heads x 128 x k_len floats; fewer rows
+# skip more of a causal mask's hidden keys, at a fixed cost a block (128 was the fastest at 512 and 2,048 tokens)
 BLOCK_BYTES = 32 << 20  # and fewer rows where one (heads, rows, k_len) float32 block would be larger (long texts)
 EXP_FLOOR = -87.0  # scores (less each row's greatest) are raised to this before the softmax: exp(-87) is float32's
 # smallest normal number, and torch's CPU softmax took twice as long where results are smaller (subnormal or 0; its
