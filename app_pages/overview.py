@@ -14,6 +14,7 @@ from ui.page import current_trace
 from ui.pickers import choose_head, opening_head, site_label
 from viz.heatmap import SMALL_WINDOW, attention_heatmap, similarity_heatmap
 from viz.outputs import forced_table, model_card, next_token_bars, percent, token_table
+from viz.tokens import visible_token
 
 HEAD_HEIGHT = 400  # px: the head and the lines above it fit a 1280 x 720 projector without scrolling
 PREVIOUS_TOKEN_HEAD = 0.5  # the share of attention on the previous token from which a head is called one
@@ -72,7 +73,10 @@ def output_section(trace: Trace) -> None:
         forced_section(trace, outside)
     else:
         st.subheader("Output" + outside)
-        st.code(trace.output_text or "∅", language=None, wrap_lines=True)  # literal: spaces, markdown, specials
+        # literal (spaces, markdown, specials); one token alone with its whitespace made visible (a newline would
+        # look like no output)
+        shown = visible_token(trace.output_text) if trace.output_kind == "next token" else trace.output_text or "∅"
+        st.code(shown, language=None, wrap_lines=True)
         st.caption(output_caption(trace))
     if "top_next_tokens" in outputs:
         after = "the text and the target" if trace.output_kind == "teacher-forced" else "the text"
@@ -88,7 +92,8 @@ def output_caption(trace: Trace) -> str:
     masks = "the masks the model was trained with" if trace.options.trained_masks else \
         "the masks chosen in the sidebar (re-reading the whole sequence at every step)"
     if trace.output_kind == "next token":
-        return "The most likely next token only: longer continuations are computed for prompts up to 512 tokens."
+        return ("The most likely next token only (· a space, \\n a newline): longer continuations are computed "
+                "for prompts up to 512 tokens.")
     if trace.facts.kind == "decoder":
         return f"The model's greedy continuation of the text, under {masks}; its first token is the top bar below."
     return f"The model's greedy output, one token at a time, under {masks}."

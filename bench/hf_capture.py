@@ -9,7 +9,8 @@ one run, median of RUNS:
   pattern moved to the host as float16, one copy per tensor;
 - capture + summary: as the app's run makes it: the capture, with each layer's attention computed in blocks of
   query rows whose probabilities make both the layer's output and the reduction every view of the whole text reads
-  (model/core/summary.py: the model view's thumbnails, the head statistics, the rollout; no fused kernel call);
+  (model/core/summary.py: the model view's thumbnails, the head statistics, each layer's rollout factor;
+  no fused kernel call; the rollout's product is made when its view asks);
 Also the bytes a trace holds for its attention: the sources vs the float16 patterns.
 
 Targets (issue 13): capture <= 1.2 x sdpa at 512 and 2,048 tokens, thumbnails and statistics counted.

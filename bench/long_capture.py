@@ -6,7 +6,8 @@ alternating order (this machine is noisy: compare within a round):
 - capture: the app's capture of every layer's `hook_pattern`, kept as its source (model/core/patterns.py);
 - capture + summary: as the app's run makes it (RunOptions.summary_size): each layer's attention computed in blocks
   of query rows whose probabilities make both the layer's output and the reduction every whole-text view reads
-  (model/core/summary.py: the model view's thumbnails, the head statistics and the opening head, the rollout);
+  (model/core/summary.py: the model view's thumbnails, the head statistics and the opening head, each
+  layer's rollout factor);
 - eager: transformers' eager attention with `output_attentions`, every pattern moved to the host as float16
   (what capture cost before), run only where those patterns fit in EAGER_LIMIT_GB.
 Time: seconds from the inputs ready to the result on the host. Memory: the process's peak resident set during

@@ -1,7 +1,9 @@
-"""The app's side of the cache: the budget from the environment, and at most MAX_RUNS model runs at once."""
+"""The app's side of the cache: the budget from the environment, at most MAX_RUNS model runs at once, runs that go on
+when their script is stopped, and runs nobody waits for that stop."""
 
 import contextlib
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -90,4 +92,48 @@ def test_a_run_goes_on_and_is_cached_when_the_script_waiting_for_it_is_stopped(m
     assert layers == 6 and 1 <= passed <= 6
     finish.set()
     trace, kept = cached_trace(("stopped script",), lambda: pytest.fail("computed twice"))
+    assert kept and trace.tokens
+
+
+def test_a_run_nobody_waits_for_stops_at_its_next_layer_and_frees_its_slot(monkeypatch) -> None:
+    """The person changed the text during a long run: once no script has waited for it for ABANDON_AFTER_S, the
+    run stops at its next attention layer, its run slot is free again, and a later request runs it anew."""
+    monkeypatch.setenv(BUDGET_VARIABLE, "1")
+    monkeypatch.setattr(trace_cache, "PROGRESS_AFTER_S", 0.0)
+    monkeypatch.setattr(trace_cache, "ABANDON_AFTER_S", 0.2)
+    stopped, outcome = threading.Event(), []
+    runner = load_runner("toy-date")
+    patterns = RunOptions(hooks=("*.hook_pattern",))
+
+    def compute():  # two passes: the script is stopped while drawing the first; the second finds nobody waiting
+        runner.run(DATE, options=patterns)
+        stopped.wait(30)
+        time.sleep(0.4)
+        try:
+            return runner.run(DATE, options=patterns)
+        except trace_cache.RunAbandoned:
+            outcome.append("abandoned")
+            raise
+
+    @contextlib.contextmanager
+    def stopping_bar():
+        def draw(passed: int, layers: int) -> None:
+            stopped.set()
+            raise _Stopped
+
+        yield draw
+
+    monkeypatch.setattr(trace_cache, "layer_bar", stopping_bar)
+    with pytest.raises(_Stopped):
+        cached_trace(("abandoned run",), compute)
+    slots = trace_cache.run_slots()
+    deadline = time.monotonic() + 30
+    while not outcome and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert outcome == ["abandoned"]
+    assert all(slots.acquire(timeout=5) for _ in range(trace_cache.MAX_RUNS))  # every slot free again
+    for _ in range(trace_cache.MAX_RUNS):
+        slots.release()
+    monkeypatch.setattr(trace_cache, "PROGRESS_AFTER_S", 60.0)  # a quick run: the stopping bar is not drawn
+    trace, kept = cached_trace(("abandoned run",), lambda: runner.run(DATE, options=patterns))
     assert kept and trace.tokens

@@ -14,6 +14,7 @@ from model.registry import load_runner
 from viz.heatmap import attention_heatmap
 from viz.masked import MASKED_LABEL
 from viz.thumbnails import MASKED, thumbnail_grid
+from viz.tokens import visible_token
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 ATTENTION = "app_pages/attention.py"
@@ -61,6 +62,18 @@ def test_a_causal_lm_continues_under_the_masks_of_its_next_token_bars() -> None:
     assert at.code[0].value == trace.output_text and trace.output_text.startswith(top)
     assert _figure(at, "next token")["data"][0]["text"][0] == f"{trace.outputs['top_next_probs'][0]:.1%}"
     assert "under the masks chosen in the sidebar" in " ".join(c.value for c in at.caption)
+
+
+def test_a_long_prompts_one_next_token_is_shown_with_its_whitespace_visible() -> None:
+    """Past 512 tokens the Overview's output is the top next token alone: a newline or a space must not read as
+    no output."""
+    at = _app("smollm2", "The quick brown fox jumps over the lazy dog. " * 60)
+    trace = at.session_state["trace"]
+    top = trace.outputs["top_next_tokens"][0]
+    assert trace.output_kind == "next token" and trace.output_text == top
+    assert top != visible_token(top)  # a token with whitespace, as SmolLM2's next token after a sentence
+    assert at.code[0].value == visible_token(top)
+    assert "· a space" in " ".join(c.value for c in at.caption)
 
 
 def test_an_encoder_decoder_shows_the_output_its_decoder_rows_read() -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import gc
 import os
 import sys
@@ -39,6 +40,8 @@ MAX_RUNS = 2  # model runs at once in the server; more wait (2 cores: more would
 RUN_WORKERS = 16  # threads that compute traces (runs waiting for a slot, or for another session's same run, wait
 # in them too)
 PROGRESS_AFTER_S = 1.0  # a run that has taken this long shows how many attention layers it has passed
+ABANDON_AFTER_S = 5.0  # a run no script has waited for this long stops at its next attention layer (the person
+# changed the text): its slot goes to the runs people wait for. A page change asks for the same run again at once.
 POLL_S = 0.2  # how often a waiting script looks at its run's progress
 _MALLOC_TRIM = getattr(ctypes.CDLL(None), "malloc_trim", None) if sys.platform == "linux" else None  # glibc's
 
@@ -70,22 +73,23 @@ def cached_trace(key: tuple, compute: Callable[[], Trace]) -> tuple[Trace, bool]
     server's run workers (`run_workers`) while this script waits and shows how far the run is (`layer_bar`).
     Returns (trace, kept): kept is False for a trace larger than the whole budget, which is not cached."""
     ran = False
-    progress = RunProgress()
+    waiters = run_waiters()
 
-    def run() -> Trace:
+    def run(progress: RunProgress) -> Trace:
         nonlocal ran
-        with run_slots(), reporting_progress(progress.report):
-            ran = True
-            return compute()
+        with waiters.running(key), run_slots():
+            if waiters.abandoned(key):  # while it waited for a slot
+                raise RunAbandoned
+            with reporting_progress(progress.report):
+                ran = True
+                return compute()
 
     cache = shared_cache(budget_bytes())
     evictions = cache.evictions
     if key in cache:  # served here: a cached trace never waits behind runs queued for a worker
-        trace, kept = cache.get_or_compute(key, run)
+        trace, kept = cache.get_or_compute(key, lambda: run(RunProgress(lambda: False)))
     else:
-        future = run_workers().submit(cache.get_or_compute, key, run)
-        with st.spinner("Running the model…"), layer_bar() as draw:  # the spinner: only after half a second
-            trace, kept = await_run(future, progress, draw)
+        trace, kept = _await_in_worker(cache, key, run, waiters)
     if not kept or cache.evictions != evictions:
         gc.collect()  # the traces let go of may still be held by garbage cycles (module docstring)
     if ran:
@@ -93,23 +97,100 @@ def cached_trace(key: tuple, compute: Callable[[], Trace]) -> tuple[Trace, bool]
     return trace, kept
 
 
+def _await_in_worker(cache: ByteCache, key: tuple, run: Callable[[RunProgress], Trace], waiters: Waiters
+                     ) -> tuple[Trace, bool]:
+    """cache.get_or_compute(key, ...) in a run worker, this script waiting for it (and counted as waiting) and
+    drawing its progress; run again if the run it found under way had just been abandoned."""
+    while True:
+        progress = RunProgress(lambda: waiters.abandoned(key))
+        with waiters.waiting(key):
+            future = run_workers().submit(cache.get_or_compute, key, functools.partial(run, progress))
+            with st.spinner("Running the model…"), layer_bar() as draw:  # the spinner: only after half a second
+                try:
+                    return await_run(future, progress, draw)
+                except RunAbandoned:
+                    continue
+
+
+class RunAbandoned(Exception):
+    """Raised in a run's worker when no script has waited for the run for ABANDON_AFTER_S."""
+
+
+class Waiters:
+    """How many scripts wait for each run in flight, and since when none has: such a run is abandoned once
+    ABANDON_AFTER_S has passed with none (`abandoned`)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[tuple, int] = {}  # key -> scripts waiting for its run
+        self._running: set[tuple] = set()  # keys whose run is in flight
+        self._unwatched_since: dict[tuple, float] = {}  # key in flight -> when its last waiting script left
+
+    @contextlib.contextmanager
+    def waiting(self, key: tuple) -> Iterator[None]:
+        """While open, a script waits for the run of `key`."""
+        with self._lock:
+            self._counts[key] = self._counts.get(key, 0) + 1
+            self._unwatched_since.pop(key, None)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._counts[key] -= 1
+                if not self._counts[key]:
+                    del self._counts[key]
+                    if key in self._running:
+                        self._unwatched_since[key] = time.monotonic()
+
+    @contextlib.contextmanager
+    def running(self, key: tuple) -> Iterator[None]:
+        """While open, the run of `key` is in flight."""
+        with self._lock:
+            self._running.add(key)
+            if key not in self._counts:  # its scripts left before the run began (or it runs in a script's thread)
+                self._unwatched_since.setdefault(key, time.monotonic())
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._running.discard(key)
+                self._unwatched_since.pop(key, None)
+
+    def abandoned(self, key: tuple) -> bool:
+        """Whether no script has waited for the run of `key` for ABANDON_AFTER_S."""
+        with self._lock:
+            since = self._unwatched_since.get(key)
+        return since is not None and time.monotonic() - since >= ABANDON_AFTER_S
+
+
+@st.cache_resource(show_spinner=False)
+def run_waiters() -> Waiters:
+    """The scripts waiting for runs, shared by every session."""
+    return Waiters()
+
+
 @st.cache_resource(show_spinner=False)
 def run_workers() -> ThreadPoolExecutor:
     """The threads that compute traces, shared by every session. A run goes on when the script that asked for it is
     stopped (its session asked for another run: the person opened another page, or changed the text while the bar
-    was drawn): a page that asks for the same trace again waits for that run instead of starting over, and an
-    abandoned one is cached for a return. RUN_WORKERS bounds the threads, MAX_RUNS the runs among them."""
+    was drawn): a page that asks for the same trace again waits for that run instead of starting over. A run that
+    no script has waited for in ABANDON_AFTER_S stops at its next attention layer (`Waiters`). RUN_WORKERS bounds
+    the threads, MAX_RUNS the runs among them."""
     return ThreadPoolExecutor(RUN_WORKERS, thread_name_prefix="atlas-run")
 
 
 class RunProgress:
-    """The attention layers a run in a worker has passed, written there, read by the script waiting for it."""
+    """The attention layers a run in a worker has passed, written there, read by the script waiting for it; the
+    run stops there (RunAbandoned) once `abandoned()` says nobody waits for it any more."""
 
-    def __init__(self) -> None:
+    def __init__(self, abandoned: Callable[[], bool]) -> None:
         self.state = (0, 0)  # (layers passed, layers kept): one tuple, replaced whole
+        self.abandoned = abandoned
 
     def report(self, passed: int, layers: int) -> None:
         self.state = (passed, layers)
+        if self.abandoned():
+            raise RunAbandoned
 
 
 def await_run(future: Future[T], progress: RunProgress, draw: Callable[[int, int], None]) -> T:

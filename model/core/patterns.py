@@ -165,20 +165,19 @@ class PatternSource:
 
 
 class Scratch:
-    """`count` float32 buffers to compute blocks in, grown when a block needs more: on the CPU a fresh block-sized
-    tensor for every block cost, in page faults, about as much again as the block's arithmetic. One pass over many
-    layers keeps one (a capture's summary), so all its blocks reuse the same memory."""
+    """Two float32 buffers every block of a pattern is computed in, grown when a block needs more: on the CPU a
+    fresh block-sized tensor for every block cost, in page faults, about as much again as the block's arithmetic.
+    One pass over many layers keeps one (a capture's summary), so all its blocks reuse the same memory."""
 
-    def __init__(self, count: int = 2) -> None:
-        self.count = count
-        self._memory: torch.Tensor | None = None  # (count, floats)
+    def __init__(self) -> None:
+        self._memory: torch.Tensor | None = None  # (2, floats)
 
-    def buffers(self, shape: tuple[int, ...], device: torch.device) -> tuple[torch.Tensor, ...]:
-        """`count` contiguous float32 tensors of `shape` on `device`, overwritten by the next call."""
+    def buffers(self, shape: tuple[int, ...], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """Two contiguous float32 tensors of `shape` on `device`, overwritten by the next call."""
         size = int(np.prod(shape))
         if self._memory is None or self._memory.shape[1] < size or self._memory.device != device:
-            self._memory = torch.empty(self.count, size, device=device)
-        return tuple(buffer[:size].view(shape) for buffer in self._memory)
+            self._memory = torch.empty(2, size, device=device)
+        return self._memory[0, :size].view(shape), self._memory[1, :size].view(shape)
 
 
 def _mask_span(allowed: torch.Tensor) -> tuple[int, int, bool]:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from model.core.patterns import BlockMeans, Scratch, block_starts
+from model.core.patterns import BlockMeans, block_starts
 from model.core.sites import Site
 
 if TYPE_CHECKING:  # a trace's patterns are read, never made, here
@@ -77,13 +77,11 @@ class _Statistics:
     """Per-head sums over query rows, divided into means at the end: float32 sums of each block's rows, added up
     across blocks in float64."""
 
-    def __init__(self, heads: int, q_len: int, k_len: int, self_attention: bool, scratch: Scratch) -> None:
-        """scratch: one buffer for the products of a block's probabilities and distances."""
+    def __init__(self, heads: int, q_len: int, k_len: int, self_attention: bool) -> None:
         self.q_len, self.k_len = q_len, k_len
         self.one_sequence = self_attention and q_len == k_len
         self.heads = heads
         self.blocks: list[torch.Tensor] = []  # (heads, len(STATISTICS)) float32 sums, a block of rows each
-        self.scratch = scratch
         self.keys: torch.Tensor | None = None  # (k_len,) float32 positions, where the rows are
 
     def add(self, positions: np.ndarray, p: torch.Tensor, entropy: torch.Tensor | None = None) -> None:
@@ -100,14 +98,22 @@ class _Statistics:
         self.blocks.append(torch.stack(sums, -1))
 
     def _distance_sums(self, first: int, p: torch.Tensor) -> torch.Tensor:
-        """(heads,) the sum over the rows of p (queries first, first + 1, ...) of sum_k p[i, k] |i - k|, the
-        products made in the scratch."""
+        """(heads,) the sum over the rows of p (queries i = first, first + 1, ...) of sum_k p[i, k] |i - k|: over the
+        keys before the block's first query, sum p (i - k) = i sum p - p @ k; after its last, p @ k - i sum p; the
+        band of keys between, by its distances. No (rows, width) temporary: at 8,192 tokens each was 4 MB a block."""
         rows, width = p.shape[-2:]
         if self.keys is None or self.keys.device != p.device:
             self.keys = torch.arange(self.k_len, device=p.device, dtype=torch.float32)
-        distance = (self.keys[None, :width] - self.keys[first : first + rows, None]).abs_()  # (rows, width)
-        product, = self.scratch.buffers(p.shape, p.device)
-        return torch.mul(p, distance, out=product).sum((-2, -1))
+        queries, end = self.keys[first : first + rows], min(first + rows, width)
+        band = (self.keys[None, first:end] - queries[:, None]).abs_()  # (rows, end - first)
+        sums = (p[..., first:end] * band).sum(-1)  # (heads, rows)
+        if first:
+            before = p[..., :first]
+            sums += queries * before.sum(-1) - before @ self.keys[:first]
+        if width > end:
+            after = p[..., end:]
+            sums += after @ self.keys[end:width] - queries * after.sum(-1)
+        return sums.sum(-1)
 
     def result(self) -> np.ndarray:
         """(heads, len(STATISTICS)) means over the queries (previous: over those that have one)."""
@@ -138,7 +144,6 @@ class SiteSummariser:
         self.thumbnails: list[np.ndarray] = []
         self.statistics: list[np.ndarray] = []
         self.flows: list[torch.Tensor] = []  # each layer's (b, b) float32, on the rows' device
-        self.scratch = Scratch(1)  # every layer's statistics compute in it
 
     def add_layer(self, blocks: Iterator[Block]) -> None:
         """The next layer's pattern as (query positions, float32 probabilities (heads, rows, width <= k_len), the
@@ -146,7 +151,7 @@ class SiteSummariser:
         query row once, in order."""
         heads, q_len, k_len = self.shape
         thumbnail = self.thumbnail.restarted()
-        stats = _Statistics(heads, q_len, k_len, self.self_attention, self.scratch)
+        stats = _Statistics(heads, q_len, k_len, self.self_attention)
         summed = None if self.averaged is None else self.averaged.restarted()  # the heads' sum
         for positions, p, *entropy in blocks:
             start = int(positions[0])
