@@ -87,7 +87,8 @@ def cached_trace(key: tuple, compute: Callable[[], Trace]) -> tuple[Trace, bool]
     cache = shared_cache(budget_bytes())
     evictions = cache.evictions
     if key in cache:  # served here: a cached trace never waits behind runs queued for a worker
-        trace, kept = cache.get_or_compute(key, lambda: run(RunProgress(lambda: False)))
+        with waiters.waiting(key):  # (should it be evicted meanwhile, the run here is waited for: never abandoned)
+            trace, kept = cache.get_or_compute(key, functools.partial(run, RunProgress(lambda: False)))
     else:
         trace, kept = _await_in_worker(cache, key, run, waiters)
     if not kept or cache.evictions != evictions:
@@ -147,7 +148,7 @@ class Waiters:
         """While open, the run of `key` is in flight."""
         with self._lock:
             self._running.add(key)
-            if key not in self._counts:  # its scripts left before the run began (or it runs in a script's thread)
+            if key not in self._counts:  # its scripts left before the run began
                 self._unwatched_since.setdefault(key, time.monotonic())
         try:
             yield

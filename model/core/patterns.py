@@ -151,13 +151,13 @@ class PatternSource:
                 scores += _on(self.bias[np.ix_(head_ids, block, np.arange(end))] if isinstance(self.bias, np.ndarray)
                               else self.bias[heads][:, _on_index(rows, device), :end], device).float()
             # the band's mask as floats: adding and multiplying took a seventh of masked_fill's time on the CPU
-            keep = allowed[:, first:end].float()  # (block, end - first): 1 where seen, 0 where hidden
-            if end > first:
+            keep = allowed[:, first:end].float() if end > first else None  # (block, band): 1 seen, 0 hidden
+            if keep is not None:
                 scores[..., first:end] += (1 - keep) * torch.finfo(torch.float32).min
             scores -= scores.amax(-1, keepdim=True)  # each row's greatest score 0
             scores.clamp_(min=EXP_FLOOR)
             p = torch.softmax(scores, -1, out=p_out)
-            if end > first:
+            if keep is not None:
                 if not every_row:  # a row that sees no key stays uniform (its scores all the minimum), as in eager
                     keep[~allowed.any(-1)] = 1.0
                 p[..., first:end] *= keep  # a hidden key's probability exactly 0, as in eager attention
