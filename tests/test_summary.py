@@ -75,7 +75,7 @@ def test_rollout_of_known_layers() -> None:
 @pytest.fixture(scope="module")
 def smollm2_trace():
     runner = load_runner("smollm2")
-    text = "The quick brown fox jumps over the lazy dog. " * 30  # about 300 tokens: two row blocks of 256
+    text = "The quick brown fox jumps over the lazy dog. " * 30  # about 300 tokens: two or three row blocks
     return runner.run(text, options=RunOptions(hooks=("*.hook_pattern",)))
 
 
@@ -89,6 +89,19 @@ def test_a_kept_source_reduces_to_the_numbers_of_its_whole_patterns(smollm2_trac
         np.testing.assert_allclose(got.statistics[layer], reference_statistics(pattern, True), rtol=1e-4, atol=1e-6)
         np.testing.assert_allclose(got.thumbnails[layer], np.stack([resample(h, 32) for h in pattern]), atol=1e-6)
     assert got.rollout_is_exact
+    np.testing.assert_allclose(got.rollout, reference_rollout(layers), atol=1e-6)
+    n = len(trace.tokens)  # causal: each layer's rollout factor kept as its lower triangle, half the bytes
+    assert all(flow.shape == (n * (n + 1) // 2,) for flow in got.layer_flows)
+
+
+def test_a_full_masks_rollout_factors_are_kept_whole() -> None:
+    """Bidirectional attention's factors have numbers above the diagonal: kept as (b, b) matrices."""
+    runner = load_runner("minilm")
+    trace = runner.run("The cat sat on the mat.", options=RunOptions(hooks=("*.hook_pattern",)))
+    got = summarise_site(trace, "encoder.attn", size=8)
+    n = len(trace.tokens)
+    assert all(flow.shape == (n, n) for flow in got.layer_flows)
+    layers = [whole(trace, "encoder.attn", layer) for layer in range(trace.n_layers("encoder.attn"))]
     np.testing.assert_allclose(got.rollout, reference_rollout(layers), atol=1e-6)
 
 

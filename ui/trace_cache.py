@@ -2,9 +2,9 @@
 
 Every session shares it. Its budget is `ATTENTION_ATLAS_CACHE_MB` megabytes (MiB), 2,560 by default, chosen
 for a 24 GB machine whose server should stay under about 8 GB: the process with MiniLM and SmolLM2 loaded
-takes 1.2 GB, and at most MAX_RUNS run at once. A 2,048-token SmolLM2 trace of the frame's run holds 188 MiB
-(what its patterns are computed from, model/core/patterns.py), a 512-token MiniLM one 10.5 MiB: the default
-holds about 13 of the former or 240 of the latter, with their derived values.
+takes 1.2 GB, and at most MAX_RUNS run at once. A 2,048-token SmolLM2 trace of the frame's run holds 204 MiB
+(what its patterns are computed from, model/core/patterns.py, and its summary), a 512-token MiniLM one 18 MiB:
+the default holds about 12 of the former or 139 of the latter, with their derived values.
 
 An evicted trace (or one not kept) is freed only once nothing else holds it. Earlier reruns' page namespaces
 are reference cycles (functions <-> module globals) that hold their `trace`, and Streamlit no longer collects

@@ -45,16 +45,19 @@ class SiteSummary:
 
     thumbnails: np.ndarray  # (layers, heads, t_q, t_k) float32 block means, t = min(size, its length)
     statistics: np.ndarray  # (layers, heads, len(STATISTICS)) float64; NaN where a measure needs one sequence
-    layer_flows: tuple[np.ndarray, ...] | None  # (b, b) float32 a layer, b = min(ROLLOUT_SIZE, n): each layer's
-    # 0.5 A + 0.5 I, rows summing to 1 (the rollout's factors); None for cross-attention
+    layer_flows: tuple[np.ndarray, ...] | None  # float32 a layer, b = min(ROLLOUT_SIZE, n): each layer's 0.5 A +
+    # 0.5 I, rows summing to 1 (the rollout's factors), (b, b), or its lower triangle row by row where nothing lies
+    # above it (a causal mask's: half the bytes); None for cross-attention
     rollout_starts: np.ndarray  # (b + 1,) int: block I of the rollout covers positions starts[I]..starts[I+1]-1
 
     @property
     def nbytes(self) -> int:
         """Bytes held, the rollout counted before it is made."""
-        flows = 0 if self.layer_flows is None else sum(flow.nbytes for flow in self.layer_flows)
-        rollout = 0 if self.layer_flows is None else self.layer_flows[0].nbytes
-        return self.thumbnails.nbytes + self.statistics.nbytes + flows + rollout + self.rollout_starts.nbytes
+        if self.layer_flows is None:
+            return self.thumbnails.nbytes + self.statistics.nbytes + self.rollout_starts.nbytes
+        b = len(self.rollout_starts) - 1
+        flows = sum(flow.nbytes for flow in self.layer_flows)
+        return self.thumbnails.nbytes + self.statistics.nbytes + flows + 4 * b * b + self.rollout_starts.nbytes
 
     @property
     def rollout_is_exact(self) -> bool:
@@ -67,10 +70,26 @@ class SiteSummary:
         Made on first use (float32: float64 cost twice as long for no visible digit)."""
         if self.layer_flows is None:
             return None
-        rolled = torch.from_numpy(self.layer_flows[0])
+        b = len(self.rollout_starts) - 1
+        rolled = _square(self.layer_flows[0], b)
         for flow in self.layer_flows[1:]:
-            rolled = torch.from_numpy(flow) @ rolled
+            rolled = _square(flow, b) @ rolled
         return rolled.numpy()
+
+
+def _square(flow: np.ndarray, b: int) -> torch.Tensor:
+    """A layer's flow as its (b, b) matrix (a lower triangle kept alone: zeros above it)."""
+    if flow.ndim == 2:
+        return torch.from_numpy(flow)
+    square = torch.zeros(b, b)
+    square.view(-1)[_lower_triangle(b, square.device)] = torch.from_numpy(flow)
+    return square
+
+
+def _lower_triangle(b: int, device: torch.device) -> torch.Tensor:
+    """(b (b + 1) / 2,) the flat indices of a (b, b) matrix's lower triangle, row by row."""
+    rows, cols = torch.tril_indices(b, b, device=device)
+    return rows * b + cols
 
 
 class _Statistics:
@@ -143,7 +162,8 @@ class SiteSummariser:
         self.averaged = BlockMeans((), q_len, k_len, ROLLOUT_SIZE) if rolled else None
         self.thumbnails: list[np.ndarray] = []
         self.statistics: list[np.ndarray] = []
-        self.flows: list[torch.Tensor] = []  # each layer's (b, b) float32, on the rows' device
+        self.flows: list[torch.Tensor] = []  # each layer's, as SiteSummary keeps it, on the rows' device
+        self.lower: torch.Tensor | None = None  # `_lower_triangle`, where the flows are
 
     def add_layer(self, blocks: Iterator[Block]) -> None:
         """The next layer's pattern as (query positions, float32 probabilities (heads, rows, width <= k_len), the
@@ -162,14 +182,25 @@ class SiteSummariser:
         self.thumbnails.append(thumbnail.result().numpy())
         self.statistics.append(stats.result())
         if summed is not None:
-            self.flows.append(_flow(summed, heads))
+            flow = _flow(summed, heads)
+            if not torch.triu(flow, 1).any():  # a causal mask's (0.1 ms at b = 512 on the CPU)
+                if self.lower is None or self.lower.device != flow.device:
+                    self.lower = _lower_triangle(len(flow), flow.device)
+                flow = flow.view(-1)[self.lower]
+            self.flows.append(flow)
 
     def result(self) -> SiteSummary:
-        flows = None
-        if self.flows:  # on the CPU, the layers' own arrays; from a GPU, one copy of them all
-            flows = tuple(f.numpy() for f in self.flows) if self.flows[0].device.type == "cpu" else tuple(
-                torch.stack(self.flows).cpu().numpy())
+        flows = _on_host(self.flows) if self.flows else None
         return SiteSummary(np.stack(self.thumbnails), np.stack(self.statistics), flows, self.starts)
+
+
+def _on_host(tensors: list[torch.Tensor]) -> tuple[np.ndarray, ...]:
+    """Tensors as host arrays: on the CPU, the tensors themselves; from another device, one copy of them all."""
+    if tensors[0].device.type == "cpu":
+        return tuple(t.numpy() for t in tensors)
+    flat = torch.cat([t.reshape(-1) for t in tensors]).cpu()
+    parts = flat.split([t.numel() for t in tensors])
+    return tuple(part.view(t.shape).numpy() for part, t in zip(parts, tensors, strict=True))
 
 
 def summarise(layers: Iterator[Iterator[Block]], shape: tuple[int, int, int], size: int,
