@@ -181,6 +181,7 @@ class SiteSummariser:
                 summed.add(start, p.sum(0))
         self.thumbnails.append(thumbnail.result().numpy())
         self.statistics.append(stats.result())
+        self.thumbnail, self.averaged = thumbnail, summed  # the next layer's sums start where these are (device)
         if summed is not None:
             flow = _flow(summed, heads)
             if not torch.triu(flow, 1).any():  # a causal mask's (0.1 ms at b = 512 on the CPU)
