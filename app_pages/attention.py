@@ -137,8 +137,8 @@ def model_view_image(trace: Trace, site: str, size: int, hide_special: bool) -> 
 
     def grid() -> np.ndarray:
         rows, cols = shown_positions(trace, site, hide_special)
-        visible = trace.masks[site][np.ix_(rows, cols)]
         every = len(rows) == len(trace.query_ids(site)) and len(cols) == len(trace.key_ids(site))
+        visible = trace.masks[site] if every else trace.masks[site][np.ix_(rows, cols)]  # no copy of the whole
         thumbnails = site_summary(trace, site).thumbnails if every else trace.layer_thumbnails(site, size, rows, cols)
         return thumbnail_grid(thumbnails, size, visible)
 

@@ -8,7 +8,7 @@ import plotly.io as pio
 from model.core.trace import ModelFacts
 from viz.heatmap import attention_heatmap, layer_head_heatmap, similarity_heatmap
 from viz.outputs import model_card, next_token_bars
-from viz.thumbnails import GAP, TOP, head_at, resample, thumbnail_figure, thumbnail_grid
+from viz.thumbnails import GAP, TOP, head_at, masked_pixels, resample, thumbnail_figure, thumbnail_grid
 from viz.tokens import plotly_label, visible_token
 
 
@@ -17,6 +17,16 @@ def test_resample_shrinks_by_block_means_and_grows_by_repeating() -> None:
     assert resample(m, 2).tolist() == [[2.5, 4.5], [10.5, 12.5]]
     assert resample(np.array([[1.0, 2.0], [3.0, 4.0]]), 4)[:, 0].tolist() == [1, 1, 3, 3]
     assert resample(np.ones((700, 5)), 40).shape == (40, 40)
+
+
+def test_masked_pixels_are_those_whose_every_cell_is_masked() -> None:
+    """The same pixels as the block means of the mask (`resample`) being 0, shrinking (evenly or not) or growing."""
+    rng = np.random.default_rng(0)
+    for shape, size in (((64, 64), 8), ((50, 37), 8), ((5, 7), 12), ((300, 300), 64)):
+        for visible in (rng.random(shape) < 0.05, np.tril(np.ones(shape, dtype=bool)), np.ones(shape, dtype=bool)):
+            expected = resample(visible, size) == 0
+            np.testing.assert_array_equal(masked_pixels(visible, size), expected)
+    assert masked_pixels(np.tril(np.ones((64, 64), dtype=bool)), 8)[0, 7]  # a causal mask's corner
 
 
 def test_thumbnail_grid_is_one_small_image() -> None:

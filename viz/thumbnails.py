@@ -39,6 +39,18 @@ def resample(matrix: np.ndarray, size: int) -> np.ndarray:
     return out
 
 
+def masked_pixels(visible: np.ndarray, size: int) -> np.ndarray:
+    """(q, k) bool mask (True = may attend) -> (size, size) bool: True where every cell of the pixel is masked,
+    the pixels cut as `resample` cuts them. A logical or of each block, not its mean: at 8,192 tokens the mean
+    made a float copy of the whole mask (268 MB) and took about a second."""
+    out = np.asarray(visible, dtype=bool)
+    for axis in (0, 1):
+        n = out.shape[axis]
+        at = (np.arange(size) * n) // size
+        out = np.logical_or.reduceat(out, at, axis=axis) if n >= size else np.take(out, at, axis=axis)
+    return ~out
+
+
 def thumbnail_grid(
     layer_patterns: Iterable[np.ndarray], size: int = 40, visible: np.ndarray | None = None
 ) -> np.ndarray:
@@ -47,7 +59,7 @@ def thumbnail_grid(
     time: given a generator, only one layer's pattern is held at once. visible: (q, k) bool, the mask
     (True = may attend); pixels whose every cell is masked get the value MASKED."""
     cell = size + GAP
-    hidden = resample(visible, size) == 0 if visible is not None else None  # (size, size) bool
+    hidden = masked_pixels(visible, size) if visible is not None else None  # (size, size) bool
     rows = []  # one (cell, heads * cell) strip per layer
     for pattern in layer_patterns:
         row = np.zeros((cell, pattern.shape[0] * cell), dtype=np.uint8)
