@@ -26,8 +26,8 @@ def head_section(trace: Trace) -> None:
     site, layer, head = choose_head(trace)
     if (site, layer, head) == (site_of_note, layer_of_note, head_of_note):
         st.caption(opening_caption(layer, head, share))
-    masked = ~trace.masks[site]  # (q_len, k_len)
-    n_q, n_k = masked.shape
+    visible = trace.masks[site]  # (q_len, k_len)
+    n_q, n_k = visible.shape
     rows, cols = np.arange(n_q), np.arange(n_k)
     if max(n_q, n_k) > SMALL_WINDOW:
         rows, cols = rows[-SMALL_WINDOW:], cols[-SMALL_WINDOW:] if n_k == n_q else cols[:SMALL_WINDOW]
@@ -37,7 +37,7 @@ def head_section(trace: Trace) -> None:
     queries, keys = trace.query_tokens(site), trace.key_tokens(site)
     figure = attention_heatmap(drawn, [queries[i] for i in rows], [keys[i] for i in cols],
                                f"{site_label(trace, site)} · layer {layer} · head {head}", row_positions=rows,
-                               col_positions=cols, masked=masked[np.ix_(rows, cols)], height=HEAD_HEIGHT)
+                               col_positions=cols, masked=~visible[np.ix_(rows, cols)], height=HEAD_HEIGHT)
     st.plotly_chart(figure, key="overview_heatmap")
     name = f"{trace.facts.model_id}.{site}.{layer}.{head}".replace("/", "_")
     if whole_csv(n_q, n_k):  # the whole matrix: a copy, not a view (the CSV's maker outlives the run)
