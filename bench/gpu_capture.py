@@ -13,7 +13,8 @@ rounds in alternating order after one warm-up round, median of ROUNDS:
 - capture: the app's capture of every layer's `hook_pattern` (model/core/capture.py): the fused forward keeping each
   pattern's source (model/core/patterns.py), moved to the host in one batch (pinned, non-blocking);
 - capture + summary: the same with `summary_size=64`, as the app's run makes it: the model view's thumbnails, the
-  head statistics and the rollout reduced on the GPU before anything moves to the host (model/core/summary.py);
+  head statistics and each layer's rollout factor reduced on the GPU before anything moves to the host
+  (model/core/summary.py; the rollout's product is made when its view asks);
 - eager: transformers' "eager" attention with `output_attentions`, every pattern moved to the host as float16
   (what capture cost before), run only where those patterns fit in EAGER_LIMIT_GB of host memory;
 - sdpa, no mask: transformers' sdpa given no mask, so it runs causal (`is_causal`: the flash kernel on a GPU), for
