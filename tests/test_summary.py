@@ -142,6 +142,20 @@ def test_every_site_of_a_model_reduces_like_its_whole_patterns(model_id: str) ->
             np.testing.assert_allclose(got.rollout, reference_rollout(layers), atol=1e-6)
 
 
+def test_padded_rows_that_see_only_keys_before_their_block_reduce_like_their_whole_patterns() -> None:
+    """MiniLM padded to 160 tokens: the second block of query rows (128-159, all padding) sees only the text's
+    few keys, every one before the block's first row."""
+    runner = load_runner("minilm")
+    trace = runner.run("The cat sat on the mat.", options=RunOptions(hooks=("*.hook_pattern",), pad_to=160,
+                                                                   summary_size=8))
+    made, site = trace.summaries["encoder.attn"], "encoder.attn"
+    assert len(trace.tokens) == 160 and trace.masks[site][150].sum() < 20
+    layers = [whole(trace, site, layer) for layer in range(trace.n_layers(site))]
+    for layer, pattern in enumerate(layers):
+        np.testing.assert_allclose(made.statistics[layer], reference_statistics(pattern, True), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(summarise_site(trace, site, size=8).statistics, made.statistics, atol=1e-9)
+
+
 @pytest.mark.parametrize("family", ["bert", "gpt2", "llama", "t5", "bart", "marian"])
 def test_a_summary_made_in_the_run_equals_one_made_from_its_trace(runners, family: str) -> None:
     """RunOptions.summary_size: every site reduced on the model's device before the capture moves to the host

@@ -2,11 +2,14 @@
 when their script is stopped, and runs nobody waits for that stop."""
 
 import contextlib
+import gc
 import threading
 import time
+import weakref
 
 import numpy as np
 import pytest
+import torch
 
 from model.core.options import RunOptions
 from model.registry import load_runner
@@ -101,7 +104,7 @@ def test_a_run_nobody_waits_for_stops_at_its_next_layer_and_frees_its_slot(monke
     monkeypatch.setenv(BUDGET_VARIABLE, "1")
     monkeypatch.setattr(trace_cache, "PROGRESS_AFTER_S", 0.0)
     monkeypatch.setattr(trace_cache, "ABANDON_AFTER_S", 0.2)
-    stopped, outcome = threading.Event(), []
+    stopped, outcome, held = threading.Event(), [], []
     runner = load_runner("toy-date")
     patterns = RunOptions(hooks=("*.hook_pattern",))
 
@@ -109,6 +112,8 @@ def test_a_run_nobody_waits_for_stops_at_its_next_layer_and_frees_its_slot(monke
         runner.run(DATE, options=patterns)
         stopped.wait(30)
         time.sleep(0.4)
+        during = torch.zeros(4)  # stands in for the forward pass's tensors, held by the frames the exception crosses
+        held.append(weakref.ref(during))
         try:
             return runner.run(DATE, options=patterns)
         except trace_cache.RunAbandoned:
@@ -124,14 +129,19 @@ def test_a_run_nobody_waits_for_stops_at_its_next_layer_and_frees_its_slot(monke
         yield draw
 
     monkeypatch.setattr(trace_cache, "layer_bar", stopping_bar)
-    with pytest.raises(_Stopped):
-        cached_trace(("abandoned run",), compute)
-    slots = trace_cache.run_slots()
-    deadline = time.monotonic() + 30
-    while not outcome and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert outcome == ["abandoned"]
-    assert all(slots.acquire(timeout=5) for _ in range(trace_cache.MAX_RUNS))  # every slot free again
+    gc.disable()  # what the abandoned run held must go without a collection (a traceback's cycle would keep it)
+    try:
+        with pytest.raises(_Stopped):
+            cached_trace(("abandoned run",), compute)
+        slots = trace_cache.run_slots()
+        deadline = time.monotonic() + 30
+        while not outcome and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert outcome == ["abandoned"]
+        assert all(slots.acquire(timeout=5) for _ in range(trace_cache.MAX_RUNS))  # every slot free again
+        assert held[0]() is None
+    finally:
+        gc.enable()
     for _ in range(trace_cache.MAX_RUNS):
         slots.release()
     monkeypatch.setattr(trace_cache, "PROGRESS_AFTER_S", 60.0)  # a quick run: the stopping bar is not drawn

@@ -80,15 +80,18 @@ def cached_trace(key: tuple, compute: Callable[[], Trace]) -> tuple[Trace, bool]
         with waiters.running(key), run_slots():
             if waiters.abandoned(key):  # while it waited for a slot
                 raise RunAbandoned
-            with reporting_progress(progress.report):
-                ran = True
-                return compute()
+            try:
+                with reporting_progress(progress.report):
+                    ran = True
+                    return compute()
+            except RunAbandoned:
+                pass  # its traceback holds the forward pass's frames, and their tensors, in a cycle: not kept
+            raise RunAbandoned
 
     cache = shared_cache(budget_bytes())
     evictions = cache.evictions
     if key in cache:  # served here: a cached trace never waits behind runs queued for a worker
-        with waiters.waiting(key):  # (should it be evicted meanwhile, the run here is waited for: never abandoned)
-            trace, kept = cache.get_or_compute(key, functools.partial(run, RunProgress(lambda: False)))
+        trace, kept = _served_here(cache, key, run, waiters)
     else:
         trace, kept = _await_in_worker(cache, key, run, waiters)
     if not kept or cache.evictions != evictions:
@@ -96,6 +99,19 @@ def cached_trace(key: tuple, compute: Callable[[], Trace]) -> tuple[Trace, bool]
     if ran:
         release_free_memory()
     return trace, kept
+
+
+def _served_here(cache: ByteCache, key: tuple, run: Callable[[RunProgress], Trace], waiters: Waiters
+                 ) -> tuple[Trace, bool]:
+    """cache.get_or_compute(key, ...) in this script's thread, counted as waiting (should the trace be evicted
+    meanwhile, the run here is waited for: never abandoned); again if it met another session's run of the same key
+    just as that run was abandoned."""
+    while True:
+        try:
+            with waiters.waiting(key):
+                return cache.get_or_compute(key, functools.partial(run, RunProgress(lambda: False)))
+        except RunAbandoned:
+            continue
 
 
 def _await_in_worker(cache: ByteCache, key: tuple, run: Callable[[RunProgress], Trace], waiters: Waiters

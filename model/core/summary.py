@@ -71,9 +71,10 @@ class SiteSummary:
         if self.layer_flows is None:
             return None
         b = len(self.rollout_starts) - 1
-        rolled = _square(self.layer_flows[0], b)
+        lower = _lower_triangle(b, torch.device("cpu")) if any(f.ndim == 1 for f in self.layer_flows) else None
+        rolled = _square(self.layer_flows[0], b, lower).clone()  # never the kept flow's own memory
         for flow in self.layer_flows[1:]:
-            rolled = _square(flow, b) @ rolled
+            rolled = _square(flow, b, lower) @ rolled
         return rolled.numpy()
 
 
@@ -111,9 +112,9 @@ class _Statistics:
         queries, end = self.keys[first : first + rows], min(first + rows, width)
         band = (self.keys[None, first:end] - queries[:, None]).abs_()  # (rows, end - first)
         sums = (p[..., first:end] * band).sum(-1)  # (heads, rows)
-        if first:
-            before = p[..., :first]
-            sums += queries * before.sum(-1) - before @ self.keys[:first]
+        if first:  # (keys past `width` are 0, and may start before the block: padding, hidden keys)
+            before = p[..., : min(first, width)]
+            sums += queries * before.sum(-1) - before @ self.keys[: before.shape[-1]]
         if width > end:
             after = p[..., end:]
             sums += after @ self.keys[end:width] - queries * after.sum(-1)
@@ -211,12 +212,13 @@ def _flow(summed: BlockMeans, heads: int) -> torch.Tensor:
     return a.div_(a.sum(-1, keepdim=True))
 
 
-def _square(flow: np.ndarray, b: int) -> torch.Tensor:
-    """A layer's flow as its (b, b) matrix (a lower triangle kept alone: zeros above it)."""
+def _square(flow: np.ndarray, b: int, lower: torch.Tensor | None) -> torch.Tensor:
+    """A layer's flow as its (b, b) matrix (a lower triangle kept alone, at the flat indices `lower`: zeros above
+    it)."""
     if flow.ndim == 2:
         return torch.from_numpy(flow)
     square = torch.zeros(b, b)
-    square.view(-1)[_lower_triangle(b, square.device)] = torch.from_numpy(flow)
+    square.view(-1)[lower] = torch.from_numpy(flow)
     return square
 
 
