@@ -24,7 +24,7 @@ from ui.summary import site_summary, thumbnail_size
 from ui.trace_cache import per_trace
 from viz.head_lines import DEFAULT_THRESHOLD, head_lines_figure
 from viz.heatmap import COLOR_SCALES, VALUES_UP_TO, WINDOW, attention_heatmap, block_labels, layer_head_heatmap
-from viz.thumbnails import thumbnail_figure, thumbnail_grid
+from viz.thumbnails import masked_pixels, thumbnail_figure, thumbnail_grid
 from viz.tokens import visible_token
 
 VIEWS = ["Model view", "One head", "All heads of this layer", "Token lines", "Head statistics", "Rollout", "Compare"]
@@ -295,9 +295,7 @@ def block_rollout(c: Choice, rolled: np.ndarray, starts: np.ndarray, name: str) 
                "are included.")
     labels = block_labels(starts)
     visible = c.trace.masks[c.site]  # (n, n)
-    cut = starts[:-1]
-    # (blocks, blocks): every cell masked; a logical or, not a sum (0.2 s at 8,192 tokens, not 1.3)
-    hidden = ~np.logical_or.reduceat(np.logical_or.reduceat(visible, cut, 0), cut, 1)
+    hidden = masked_pixels(visible, blocks)  # (blocks, blocks): every cell masked (the rollout's blocks)
     figure = attention_heatmap(rolled, labels, labels, f"rollout · {c.label} · {blocks} × {blocks} blocks",
                                categories=(labels, labels), colorscale=c.colorscale, masked=hidden & (rolled == 0),
                                axis_titles=("query block", "key block"))
