@@ -78,16 +78,35 @@ class SiteSummary:
         return rolled.numpy()
 
 
+class _Distances:
+    """|query - key| for a block of query rows, (rows, width) float32, made in one buffer that every block and layer
+    of a site reuses (where the rows are)."""
+
+    def __init__(self, k_len: int) -> None:
+        self.k_len = k_len
+        self._positions: torch.Tensor | None = None  # (k_len,) float32
+        self._memory: torch.Tensor | None = None  # (floats,) float32
+
+    def block(self, first: int, rows: int, width: int, device: torch.device) -> torch.Tensor:
+        """(rows, width): |first + r - k| for query row r and key k, overwritten by the next call."""
+        if self._positions is None or self._positions.device != device:
+            self._positions, self._memory = torch.arange(self.k_len, device=device, dtype=torch.float32), None
+        if self._memory is None or len(self._memory) < rows * width:
+            self._memory = torch.empty(rows * width, device=device)
+        out = self._memory[: rows * width].view(rows, width)
+        queries = self._positions[first : first + rows, None]  # (rows, 1)
+        return torch.sub(self._positions[None, :width], queries, out=out).abs_()
+
+
 class _Statistics:
     """Per-head sums over query rows, divided into means at the end: float32 sums of each block's rows, added up
     across blocks in float64."""
 
-    def __init__(self, heads: int, q_len: int, k_len: int, self_attention: bool) -> None:
-        self.q_len, self.k_len = q_len, k_len
-        self.one_sequence = self_attention and q_len == k_len
-        self.heads = heads
+    def __init__(self, heads: int, q_len: int, distances: _Distances | None) -> None:
+        """distances: for a self-attention site whose queries and keys are one sequence; None otherwise (no mean
+        distance, previous token or itself)."""
+        self.q_len, self.heads, self.distances = q_len, heads, distances
         self.blocks: list[torch.Tensor] = []  # (heads, len(STATISTICS)) float32 sums, a block of rows each
-        self.keys: torch.Tensor | None = None  # (k_len,) float32 positions, where the rows are
 
     def add(self, positions: np.ndarray, p: torch.Tensor, entropy: torch.Tensor | None = None) -> None:
         """p: (heads, rows, width) float32, the attention of the query rows at `positions` (consecutive) on keys
@@ -95,37 +114,20 @@ class _Statistics:
         if entropy is None:
             entropy = -torch.special.xlogy(p, p).sum(-1) / np.log(2)  # (heads, rows); 0 log 0 = 0
         sums = [entropy.sum(-1), p[:, :, 0].sum(-1)]
-        if self.one_sequence:  # query i = first + r is row r; key k is column k
-            first = int(positions[0])
-            sums.append(self._distance_sums(first, p))
+        if self.distances is not None:  # query i = first + r is row r; key k is column k
+            first, (heads, rows, width) = int(positions[0]), p.shape
+            # sum over rows and keys of p |i - k|: one matrix-vector product a block (heads, rows x width)
+            sums.append(torch.mv(p.reshape(heads, -1), self.distances.block(first, rows, width, p.device).view(-1)))
             for offset in (first - 1, first):  # the previous token, itself (0 where not computed)
                 sums.append(torch.diagonal(p, offset, 1, 2).sum(-1))
         self.blocks.append(torch.stack(sums, -1))
-
-    def _distance_sums(self, first: int, p: torch.Tensor) -> torch.Tensor:
-        """(heads,) the sum over the rows of p (queries i = first, first + 1, ...) of sum_k p[i, k] |i - k|: over the
-        keys before the block's first query, sum p (i - k) = i sum p - p @ k; after its last, p @ k - i sum p; the
-        band of keys between, by its distances. No (rows, width) temporary: at 8,192 tokens each was 4 MB a block."""
-        rows, width = p.shape[-2:]
-        if self.keys is None or self.keys.device != p.device:
-            self.keys = torch.arange(self.k_len, device=p.device, dtype=torch.float32)
-        queries, end = self.keys[first : first + rows], min(first + rows, width)
-        band = (self.keys[None, first:end] - queries[:, None]).abs_()  # (rows, end - first)
-        sums = (p[..., first:end] * band).sum(-1)  # (heads, rows)
-        if first:  # (keys past `width` are 0, and may start before the block: padding, hidden keys)
-            before = p[..., : min(first, width)]
-            sums += queries * before.sum(-1) - before @ self.keys[: before.shape[-1]]
-        if width > end:
-            after = p[..., end:]
-            sums += after @ self.keys[end:width] - queries * after.sum(-1)
-        return sums.sum(-1)
 
     def result(self) -> np.ndarray:
         """(heads, len(STATISTICS)) means over the queries (previous: over those that have one)."""
         sums = torch.stack(self.blocks).cpu().double().sum(0).numpy()  # (heads, measures)
         means = np.full((self.heads, len(STATISTICS)), np.nan)
         means[:, [0, 2]] = sums[:, :2] / self.q_len
-        if self.one_sequence:
+        if self.distances is not None:
             means[:, [1, 4]] = sums[:, [2, 4]] / self.q_len
             if self.q_len > 1:
                 means[:, 3] = sums[:, 3] / (self.q_len - 1)
@@ -143,9 +145,10 @@ class SiteSummariser:
         heads, q_len, k_len = shape
         self.shape, self.self_attention = shape, self_attention
         self.starts = block_starts(q_len, ROLLOUT_SIZE)
-        self.thumbnail = BlockMeans((heads,), q_len, k_len, size)  # the layouts every layer's sums restart from
-        rolled = self_attention and q_len == k_len
-        self.averaged = BlockMeans((), q_len, k_len, ROLLOUT_SIZE) if rolled else None
+        self.thumbnail = BlockMeans((heads,), q_len, k_len, size)  # sums every layer restarts, on the rows' device
+        one_sequence = self_attention and q_len == k_len  # queries and keys: the same positions
+        self.averaged = BlockMeans((), q_len, k_len, ROLLOUT_SIZE) if one_sequence else None
+        self.distances = _Distances(k_len) if one_sequence else None
         self.thumbnails: list[np.ndarray] = []
         self.statistics: list[np.ndarray] = []
         self.flows: list[torch.Tensor] = []  # each layer's, as SiteSummary keeps it, on the rows' device
@@ -155,27 +158,30 @@ class SiteSummariser:
         """The next layer's pattern as (query positions, float32 probabilities (heads, rows, width <= k_len), the
         keys after width 0[, the rows' entropy in bits (heads, rows)]) blocks of consecutive rows covering every
         query row once, in order."""
-        heads, q_len, k_len = self.shape
-        thumbnail = self.thumbnail.restarted()
-        stats = _Statistics(heads, q_len, k_len, self.self_attention)
-        summed = None if self.averaged is None else self.averaged.restarted()  # the heads' sum
+        heads, q_len, _ = self.shape
+        thumbnail, summed = self.thumbnail, self.averaged  # summed: the heads' sum
+        thumbnail.restart()
+        if summed is not None:
+            summed.restart()
+        stats = _Statistics(heads, q_len, self.distances)
+        causal_shaped = True  # no row saw a key after the last row of its block
         for positions, p, *entropy in blocks:
             start = int(positions[0])
             thumbnail.add(start, p)
             stats.add(positions, p, *entropy)
             if summed is not None:
                 summed.add(start, p.sum(0))
+            causal_shaped = causal_shaped and p.shape[-1] <= positions[-1] + 1
         self.thumbnails.append(thumbnail.result().numpy())
         self.statistics.append(stats.result())
-        self.thumbnail, self.averaged = thumbnail, summed  # the next layer's sums start where these are (device)
         if summed is not None:
-            self.flows.append(self._kept(_flow(summed, heads)))
+            flow = _flow(summed, heads)
+            self.flows.append(self._lower(flow) if causal_shaped and not torch.triu(flow, 1).any() else flow)
 
-    def _kept(self, flow: torch.Tensor) -> torch.Tensor:
-        """A layer's flow as SiteSummary keeps it: its lower triangle alone where nothing lies above it (a causal
-        mask's: half the bytes; the check took 0.1 ms at b = 512 on the CPU)."""
-        if torch.triu(flow, 1).any():
-            return flow
+    def _lower(self, flow: torch.Tensor) -> torch.Tensor:
+        """A layer's flow with nothing above its diagonal (a causal mask's) as SiteSummary keeps it: its lower
+        triangle alone, half the bytes. The check for it (0.1-0.2 ms at b = 512 on the CPU) is made only where no
+        block was wider than its last row."""
         if self.lower is None or self.lower.device != flow.device:
             self.lower = _lower_triangle(len(flow), flow.device)
         return flow.view(-1)[self.lower]
