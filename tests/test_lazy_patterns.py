@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
+from model.core import patterns
 from model.core.options import RunOptions
-from model.core.patterns import PatternSource
+from model.core.patterns import PatternSource, Scratch, mask_spans
 from model.registry import load_runner
 from viz.thumbnails import resample
 
@@ -106,3 +108,38 @@ def test_a_row_that_sees_no_key_is_uniform_as_in_eager_attention() -> None:
     seeing[2] = False
     assert (got[:, seeing][:, ~allowed[seeing]] == 0).all()
     np.testing.assert_allclose(got.sum(-1), 1, rtol=1e-6)
+
+
+def _span_by_definition(block: np.ndarray) -> tuple[int, int, bool]:
+    """(first, end, every row sees a key) of one block of mask rows, read off its definition key by key."""
+    k_len = block.shape[1]
+    every_row = bool(all(row.any() for row in block))
+    seen = [k for k in range(k_len) if block[:, k].any()]
+    end = seen[-1] + 1 if every_row else k_len
+    hidden = [k for k in range(k_len) if not block[:, k].all()]
+    return min(hidden[0] if hidden else k_len, end), end, every_row
+
+
+@pytest.mark.parametrize(("rows", "keys", "step"), [(300, 300, 128), (130, 140, 16), (7, 9, 16)])
+def test_mask_spans_of_every_block_at_once_are_each_blocks_own(rows: int, keys: int, step: int) -> None:
+    """Causal, full, random with rows that see nothing, and padded masks; whole blocks and a shorter last one."""
+    rng = np.random.default_rng(rows)
+    padded = np.tril(np.ones((rows, keys), bool))
+    padded[:, :5], padded[-3:] = False, False
+    hiding = rng.random((rows, keys)) < 0.3
+    hiding[rng.integers(0, rows, 3)] = False
+    for mask in (np.tril(np.ones((rows, keys), bool)), np.ones((rows, keys), bool), hiding, padded):
+        expected = [_span_by_definition(mask[start : start + step]) for start in range(0, rows, step)]
+        assert mask_spans(torch.from_numpy(mask), step) == expected
+
+
+def test_a_scratch_finds_a_masks_spans_once_for_every_view_of_it(monkeypatch) -> None:
+    """Every layer of a capture reads the same mask through a view of its own: its spans are reduced once."""
+    calls = []
+    monkeypatch.setattr(patterns, "mask_spans", lambda allowed, step: calls.append(step) or [(0, 1, True)])
+    mask = torch.ones(2, 16, 16, dtype=torch.bool)
+    scratch = Scratch()
+    assert scratch.spans(mask[0], 16) == scratch.spans(mask[0], 16) == [(0, 1, True)]
+    scratch.spans(mask[1], 16)  # another run's mask
+    scratch.spans(mask[0], 8)  # other blocks
+    assert calls == [16, 16, 8]

@@ -134,11 +134,12 @@ class PatternSource:
         key = key.transpose(1, 2)  # (kv_heads, d_head, k_len); a group of query heads reads each
         contiguous = len(row_ids) > 0 and bool((np.diff(row_ids) == 1).all())
         step = int(np.clip(BLOCK_BYTES // (4 * len(head_ids) * key.shape[-1]), 16, ROW_BLOCK))  # rows a block
-        for start in range(0, len(row_ids), step):
+        selected = slice(row_ids[0], row_ids[-1] + 1) if contiguous else row_ids  # a slice copies nothing
+        spans = scratch.spans(_on(self.allowed[selected], device), step) if len(row_ids) else []
+        for (first, end, every_row), start in zip(spans, range(0, len(row_ids), step), strict=True):
             block = row_ids[start : start + step]
-            rows = slice(block[0], block[-1] + 1) if contiguous else block  # a slice copies nothing
+            rows = slice(block[0], block[-1] + 1) if contiguous else block
             allowed = _on(self.allowed[rows], device)  # (block, k_len) bool
-            first, end, every_row = _mask_span(allowed)
             shape = (len(head_ids), len(block), end)
             scores_out, p_out = scratch.buffers(shape, device)
             # a group of query heads reads one key head: (kv_heads, group x block, end) is (heads, block, end)
@@ -170,10 +171,12 @@ class PatternSource:
 class Scratch:
     """Two float32 buffers every block of a pattern is computed in, grown when a block needs more: on the CPU a
     fresh block-sized tensor for every block cost, in page faults, about as much again as the block's arithmetic.
-    One pass over many layers keeps one (a capture's summary), so all its blocks reuse the same memory."""
+    One pass over many layers keeps one (a capture's summary), so all its blocks reuse the same memory, and each
+    mask's spans (`mask_spans`) are found once for every layer that reads it."""
 
     def __init__(self) -> None:
         self._memory: torch.Tensor | None = None  # (2, floats)
+        self._spans: dict[tuple, tuple[torch.Tensor, list[tuple[int, int, bool]]]] = {}  # by mask: (mask, spans)
 
     def buffers(self, shape: tuple[int, ...], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """Two contiguous float32 tensors of `shape` on `device`, overwritten by the next call."""
@@ -182,22 +185,33 @@ class Scratch:
             self._memory = torch.empty(2, size, device=device)
         return self._memory[0, :size].view(shape), self._memory[1, :size].view(shape)
 
+    def spans(self, allowed: torch.Tensor, step: int) -> list[tuple[int, int, bool]]:
+        """`mask_spans(allowed, step)`, remembered while this scratch lives. The mask is known by its memory, which
+        the remembered entry keeps alive (so no other tensor can take its place), as every layer of a model reads
+        the same mask through views of its own."""
+        key = (allowed.data_ptr(), allowed.device, tuple(allowed.shape), allowed.stride(), step)
+        if key not in self._spans:
+            self._spans[key] = (allowed, mask_spans(allowed, step))
+        return self._spans[key][1]
 
-def _mask_span(allowed: torch.Tensor) -> tuple[int, int, bool]:
-    """For a block of rows (rows, k_len) bool: (first, end, every row sees a key) such that every row sees every
-    key before `first`, so only the scores of keys first..end-1 need masking (a causal block's: the diagonal band),
-    and the keys from `end` on are hidden from every row, their probability exactly 0 (not computed). A row that
-    sees no key is uniform over all keys in eager attention, so then every key counts (end = k_len)."""
-    host = allowed.numpy() if allowed.device.type == "cpu" else None  # numpy reduces bools faster on the CPU
-    if host is not None:
-        seen, every_row, every_key = np.flatnonzero(host.any(0)), bool(host.any(1).all()), host.all(0)
-        hidden = np.flatnonzero(~every_key)
-    else:
-        seen, every_row = allowed.any(0).nonzero().flatten(), bool(allowed.any(1).all())
-        hidden = (~allowed.all(0)).nonzero().flatten()
-    end = int(seen[-1]) + 1 if len(seen) and every_row else allowed.shape[1]
-    first = int(hidden[0]) if len(hidden) else end
-    return min(first, end), end, every_row
+
+def mask_spans(allowed: torch.Tensor, step: int) -> list[tuple[int, int, bool]]:
+    """For each block of `step` rows of a (rows, k_len) bool mask: (first, end, every row sees a key) such that
+    every row of the block sees every key before `first`, so only the scores of keys first..end-1 need masking (a
+    causal block's: the diagonal band), and the keys from `end` on are hidden from every row, their probability
+    exactly 0 (not computed). A row that sees no key is uniform over all keys in eager attention, so then every key
+    counts (end = k_len). Reduced on the mask's device, all blocks at once: one copy to the host."""
+    rows, k_len = allowed.shape
+    whole = rows // step * step  # rows in whole blocks; then the last block's, if fewer
+    parts = [allowed[:whole].reshape(-1, step, k_len)] * bool(whole) + [allowed[whole:][None]] * (whole < rows)
+    seen = torch.cat([part.any(1) for part in parts])  # (blocks, k_len): some row of the block sees the key
+    every_key = torch.cat([part.all(1) for part in parts])  # every row of the block sees the key
+    every_row = torch.cat([part.any(2).all(1) for part in parts])  # (blocks,) every row sees some key
+    keys = torch.arange(1, k_len + 1, device=allowed.device)  # a key's position + 1
+    end = torch.where(every_row, (seen * keys).amax(1), k_len)  # after the last key seen
+    first = torch.where(every_key, k_len + 1, keys).amin(1) - 1  # the first key hidden from some row, or k_len
+    host = torch.stack([torch.minimum(first, end), end, every_row]).cpu().tolist()
+    return [(first, end, bool(every)) for first, end, every in zip(*host, strict=True)]
 
 
 def _run(array: Array, index: int) -> Array:
