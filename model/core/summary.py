@@ -99,14 +99,15 @@ class _Distances:
 
 
 class _Statistics:
-    """Per-head sums over query rows, divided into means at the end: float32 sums of each block's rows, added up
-    across blocks in float64."""
+    """Per-head sums over query rows of every layer of a site, divided into means at the end: float32 sums of each
+    block's rows, kept where the rows are, added up across blocks in float64 on the host (one copy for all layers)."""
 
     def __init__(self, heads: int, q_len: int, distances: _Distances | None) -> None:
         """distances: for a self-attention site whose queries and keys are one sequence; None otherwise (no mean
         distance, previous token or itself)."""
         self.q_len, self.heads, self.distances = q_len, heads, distances
-        self.blocks: list[torch.Tensor] = []  # (heads, len(STATISTICS)) float32 sums, a block of rows each
+        self.layers: list[torch.Tensor] = []  # (blocks, heads, len(STATISTICS)) float32 sums a layer
+        self.blocks: list[torch.Tensor] = []  # the next layer's so far: (heads, len(STATISTICS)) a block of rows
 
     def add(self, positions: np.ndarray, p: torch.Tensor, entropy: torch.Tensor | None = None) -> None:
         """p: (heads, rows, width) float32, the attention of the query rows at `positions` (consecutive) on keys
@@ -122,15 +123,20 @@ class _Statistics:
                 sums.append(torch.diagonal(p, offset, 1, 2).sum(-1))
         self.blocks.append(torch.stack(sums, -1))
 
+    def end_layer(self) -> None:
+        """The blocks added since the last call were one layer's."""
+        self.layers.append(torch.stack(self.blocks))
+        self.blocks = []
+
     def result(self) -> np.ndarray:
-        """(heads, len(STATISTICS)) means over the queries (previous: over those that have one)."""
-        sums = torch.stack(self.blocks).cpu().double().sum(0).numpy()  # (heads, measures)
-        means = np.full((self.heads, len(STATISTICS)), np.nan)
-        means[:, [0, 2]] = sums[:, :2] / self.q_len
+        """(layers, heads, len(STATISTICS)) means over the queries (previous: over those that have one)."""
+        sums = np.stack([layer.sum(0) for layer in _on_host(self.layers)], dtype=np.float64)  # (layers, heads, m)
+        means = np.full((len(sums), self.heads, len(STATISTICS)), np.nan)
+        means[..., [0, 2]] = sums[..., :2] / self.q_len
         if self.distances is not None:
-            means[:, [1, 4]] = sums[:, [2, 4]] / self.q_len
+            means[..., [1, 4]] = sums[..., [2, 4]] / self.q_len
             if self.q_len > 1:
-                means[:, 3] = sums[:, 3] / (self.q_len - 1)
+                means[..., 3] = sums[..., 3] / (self.q_len - 1)
         return means
 
 
@@ -149,8 +155,8 @@ class SiteSummariser:
         one_sequence = self_attention and q_len == k_len  # queries and keys: the same positions
         self.averaged = BlockMeans((), q_len, k_len, ROLLOUT_SIZE) if one_sequence else None
         self.distances = _Distances(k_len) if one_sequence else None
-        self.thumbnails: list[np.ndarray] = []
-        self.statistics: list[np.ndarray] = []
+        self.statistics = _Statistics(heads, q_len, self.distances)  # every layer's
+        self.thumbnails: list[torch.Tensor] = []  # (heads, t_q, t_k) float32 a layer, where the rows are
         self.flows: list[torch.Tensor] = []  # each layer's, as SiteSummary keeps it, on the rows' device
         self.lower: torch.Tensor | None = None  # `_lower_triangle`, where the flows are
 
@@ -158,22 +164,21 @@ class SiteSummariser:
         """The next layer's pattern as (query positions, float32 probabilities (heads, rows, width <= k_len), the
         keys after width 0[, the rows' entropy in bits (heads, rows)]) blocks of consecutive rows covering every
         query row once, in order."""
-        heads, q_len, _ = self.shape
+        heads = self.shape[0]
         thumbnail, summed = self.thumbnail, self.averaged  # summed: the heads' sum
         thumbnail.restart()
         if summed is not None:
             summed.restart()
-        stats = _Statistics(heads, q_len, self.distances)
         causal_shaped = True  # no row saw a key after the last row of its block
         for positions, p, *entropy in blocks:
             start = int(positions[0])
             thumbnail.add(start, p)
-            stats.add(positions, p, *entropy)
+            self.statistics.add(positions, p, *entropy)
             if summed is not None:
                 summed.add(start, p.sum(0))
             causal_shaped = causal_shaped and p.shape[-1] <= positions[-1] + 1
-        self.thumbnails.append(thumbnail.result().numpy())
-        self.statistics.append(stats.result())
+        self.statistics.end_layer()
+        self.thumbnails.append(thumbnail.means())
         if summed is not None:
             flow = _flow(summed, heads)
             self.flows.append(self._lower(flow) if causal_shaped and not torch.triu(flow, 1).any() else flow)
@@ -187,8 +192,9 @@ class SiteSummariser:
         return flow.view(-1)[self.lower]
 
     def result(self) -> SiteSummary:
+        """The summary on the host: what every layer left on the device copied at once (a GPU waits once)."""
         flows = _on_host(self.flows) if self.flows else None
-        return SiteSummary(np.stack(self.thumbnails), np.stack(self.statistics), flows, self.starts)
+        return SiteSummary(np.stack(_on_host(self.thumbnails)), self.statistics.result(), flows, self.starts)
 
 
 def _on_host(tensors: list[torch.Tensor]) -> tuple[np.ndarray, ...]:
