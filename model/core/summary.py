@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from model.core.patterns import BlockMeans, block_starts
+from model.core.patterns import BlockMeans, block_starts, on_host
 from model.core.sites import Site
 
 if TYPE_CHECKING:  # a trace's patterns are read, never made, here
@@ -130,7 +130,7 @@ class _Statistics:
 
     def result(self) -> np.ndarray:
         """(layers, heads, len(STATISTICS)) means over the queries (previous: over those that have one)."""
-        sums = np.stack([layer.sum(0) for layer in _on_host(self.layers)], dtype=np.float64)  # (layers, heads, m)
+        sums = np.stack([layer.sum(0) for layer in on_host(self.layers)], dtype=np.float64)  # (layers, heads, m)
         means = np.full((len(sums), self.heads, len(STATISTICS)), np.nan)
         means[..., [0, 2]] = sums[..., :2] / self.q_len
         if self.distances is not None:
@@ -193,17 +193,8 @@ class SiteSummariser:
 
     def result(self) -> SiteSummary:
         """The summary on the host: what every layer left on the device copied at once (a GPU waits once)."""
-        flows = _on_host(self.flows) if self.flows else None
-        return SiteSummary(np.stack(_on_host(self.thumbnails)), self.statistics.result(), flows, self.starts)
-
-
-def _on_host(tensors: list[torch.Tensor]) -> tuple[np.ndarray, ...]:
-    """Tensors as host arrays: on the CPU, the tensors themselves; from another device, one copy of them all."""
-    if tensors[0].device.type == "cpu":
-        return tuple(t.numpy() for t in tensors)
-    flat = torch.cat([t.reshape(-1) for t in tensors]).cpu()
-    parts = flat.split([t.numel() for t in tensors])
-    return tuple(part.view(t.shape).numpy() for part, t in zip(parts, tensors, strict=True))
+        flows = on_host(self.flows) if self.flows else None
+        return SiteSummary(np.stack(on_host(self.thumbnails)), self.statistics.result(), flows, self.starts)
 
 
 def summarise(layers: Iterator[Iterator[Block]], shape: tuple[int, int, int], size: int,
