@@ -13,7 +13,7 @@ import torch
 from model.core.masks import check_every_query_sees_a_key, hidden_key_pairs, outside_window_pairs
 from model.core.trace import Site, Trace
 from ui import url_state
-from ui.downloads import downloads, file_name, matrix_table
+from ui.downloads import WHOLE_CSV_UP_TO, downloads, file_name, matrix_table
 from ui.messages import literal
 from ui.page import current_runner, current_trace, show_open_tab, trace_with
 from ui.pickers import choose_head, keep_valid, site_label
@@ -21,6 +21,7 @@ from viz.heatmap import attention_heatmap
 from viz.masks import (
     after_mask,
     difference_figure,
+    hidden_counts,
     hidden_reasons,
     mask_figure,
     next_token_comparison,
@@ -47,14 +48,16 @@ def first_self_site(trace: Trace) -> str:
     return "decoder.attn" if trace.facts.kind == "decoder" else "encoder.attn"
 
 
-def reasons(trace: Trace, site: str) -> dict[str, np.ndarray]:
+def hiding(trace: Trace, site: str) -> tuple[bool, tuple[tuple[int, int], ...]]:
+    """(whether the causal mask hides keys at `site`, the blocked pairs that apply to it)."""
     s = Site.of(site)
     blocked = trace.options.blocked if site == first_self_site(trace) else ()
-    return hidden_reasons(trace.masks[site], not s.is_cross and trace.options.causal_for(s.stack), blocked)
+    return not s.is_cross and trace.options.causal_for(s.stack), tuple(blocked)
 
 
 def heatmap(matrix: np.ndarray, trace: Trace, site: str, title: str, key: str, file: str, **options) -> None:
-    """A (q_len, k_len) matrix of `trace` at `site`, its first DRAWN rows and columns, with its downloads."""
+    """A (q_len, k_len) matrix of `trace` at `site`, its first DRAWN rows and columns, with its downloads: the CSV
+    holds the whole matrix up to WHOLE_CSV_UP_TO tokens a side, else the corner drawn."""
     queries, keys = trace.query_tokens(site), trace.key_tokens(site)
     n_q, n_k = min(len(queries), DRAWN), min(len(keys), DRAWN)
     masked = options.pop("masked", None)
@@ -62,27 +65,27 @@ def heatmap(matrix: np.ndarray, trace: Trace, site: str, title: str, key: str, f
         matrix[:n_q, :n_k], queries[:n_q], keys[:n_k], title, height=420,
         **({"masked": masked[:n_q, :n_k]} if masked is not None else {}), **options)
     st.plotly_chart(figure, key=key)
+    whole = max(len(queries), len(keys)) <= WHOLE_CSV_UP_TO
     if max(len(queries), len(keys)) > max(n_q, n_k):
-        st.caption(f"Drawn: the first {n_q} × {n_k} of {len(queries):,} × {len(keys):,} cells; the CSV holds all.")
+        st.caption(f"Drawn: the first {n_q} × {n_k} of {len(queries):,} × {len(keys):,} cells; "
+                   + ("the CSV holds all." if whole else "the CSV holds those drawn (all would be about "
+                      f"{len(queries) * len(keys) * 10 / 1e9:.1f} GB of text)."))
+    if not whole:  # the session keeps the table's maker, and with it what it closes over: the corner alone
+        matrix, queries, keys = np.array(matrix[:n_q, :n_k]), queries[:n_q], keys[:n_k]
     downloads(figure, file, key, lambda: matrix_table(matrix, queries, keys))
 
 
 def draw_mask(trace: Trace, site: str, key: str) -> None:
     visible = trace.masks[site]  # (q_len, k_len) bool
-    why = reasons(trace, site)
+    causal, blocked = hiding(trace, site)
 
-    def draw(matrix: np.ndarray, *labels, **options):
-        return mask_figure(matrix > 0, restricted(why, matrix), *labels, **options)
+    def draw(matrix: np.ndarray, *labels, **options):  # the drawn corner of the mask
+        return mask_figure(matrix, hidden_reasons(matrix, causal, blocked), *labels, **options)
 
-    heatmap(visible.astype(np.float32), trace, site, f"mask · {Site.of(site).label}", key,
-            name(trace, site, "mask"), draw=draw)
-    counts = ", ".join(f"{int(cells.sum()):,} {reason}" for reason, cells in why.items())
-    st.caption(f"{int((~visible).sum()):,} of {visible.size:,} cells hidden" + (f" ({counts})." if counts else "."))
-
-
-def restricted(why: dict[str, np.ndarray], drawn: np.ndarray) -> dict[str, np.ndarray]:
-    """The reasons cut to the drawn corner of the matrix."""
-    return {reason: cells[:drawn.shape[0], :drawn.shape[1]] for reason, cells in why.items()}
+    heatmap(visible, trace, site, f"mask · {Site.of(site).label}", key, name(trace, site, "mask"), draw=draw)
+    counts = ", ".join(f"{count:,} {reason}" for reason, count in hidden_counts(visible, causal, blocked).items())
+    hidden = visible.size - np.count_nonzero(visible)
+    st.caption(f"{hidden:,} of {visible.size:,} cells hidden" + (f" ({counts})." if counts else "."))
 
 
 def masks_view(trace: Trace, site: str, layer: int, head: int) -> None:

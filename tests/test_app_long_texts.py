@@ -81,3 +81,12 @@ def test_a_text_of_exactly_2048_tokens_is_read_by_every_page(folder) -> None:
     for view in ("Residual stream", "Norms"):
         assert _open(at, "app_pages/activations.py", "activations_view", view).get("plotly_chart"), view
         assert not _stopped(at)
+
+
+def test_a_long_texts_mask_is_drawn_in_its_corner_counted_whole_and_its_csv_holds_the_corner(folder) -> None:
+    at = open_app_page("app_pages/masks.py", folder=folder, text=LONG)
+    n = len(at.session_state["trace"].tokens)
+    captions = [caption.value for caption in at.caption]
+    assert (f"Drawn: the first 96 × 96 of {n:,} × {n:,} cells; the CSV holds those drawn (all would be about "
+            f"{n * n * 10 / 1e9:.1f} GB of text).") in captions
+    assert f"{n * (n - 1) // 2:,} of {n * n:,} cells hidden ({n * (n - 1) // 2:,} causal)." in captions

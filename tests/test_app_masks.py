@@ -139,6 +139,11 @@ def test_a_custom_mask_reruns_and_one_that_leaves_a_query_no_key_is_refused() ->
     assert "hidden by your custom mask" in legend
     with_mask = _z(specs["with your mask"])
     assert np.isnan(with_mask[4:, 3]).all()  # key 3 hidden from every later query (earlier: causal anyway)
+    n = len(at.session_state["trace"].tokens)  # the mask's cells hidden, counted by what hides them:
+    causal, blocked = n * (n - 1) // 2, n - 3  # every key after its query; key 3 from queries 3..n-1 (before 3:
+    # causal already)
+    assert f"{causal + blocked:,} of {n * n:,} cells hidden ({causal:,} causal, {blocked:,} blocked)." in [
+        caption.value for caption in at.caption]
     at.multiselect(key="masks_hide").set_value([0]).run()  # query 0 sees only key 0 under the causal mask
     assert not at.exception
     assert "hides every key from query position(s) [0]" in at.warning[0].value.replace("\\", "")  # Markdown-escaped

@@ -3,6 +3,7 @@ causal patterns pack into their lower triangle and back."""
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -14,6 +15,7 @@ from model.core.masks import (
     padding_mask,
 )
 from model.scratch.layers import sinusoidal_table
+from viz.masks import hidden_counts, hidden_reasons
 
 
 @pytest.mark.parametrize("d_model", [8, 64, 512])
@@ -56,3 +58,20 @@ def test_a_query_with_no_visible_key_is_refused() -> None:
     check_every_query_sees_a_key(causal_mask(5))
 
 
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_hidden_counts_count_the_cells_hidden_reasons_marks(causal: bool) -> None:
+    """Counted a few rows at a time (here 3), without the whole-matrix arrays, they are the marked cells' counts."""
+    rng = np.random.default_rng(7)
+    for q_len, k_len in ((10, 10), (7, 12), (12, 5)):
+        visible = rng.random((q_len, k_len)) < 0.6
+        if causal:
+            visible &= np.tril(np.ones((q_len, k_len), dtype=bool))
+        blocked = [(0, 0), (2, 1), (2, 1), (6, 4), (q_len + 3, 0), (1, 3)]  # a repeat, one outside, one causal
+        for q, k in blocked[:4]:
+            if q < q_len and k < k_len:
+                visible[q, k] = False
+        expected = {reason: int(cells.sum()) for reason, cells in hidden_reasons(visible, causal, blocked).items()}
+        assert hidden_counts(visible, causal, blocked, rows_at_once=3) == expected
+        assert sum(expected.values()) == int((~visible).sum())

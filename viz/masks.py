@@ -34,6 +34,21 @@ def hidden_reasons(visible: np.ndarray, causal: bool, blocked: Sequence[tuple[in
     return {name: cells for name, cells in reasons.items() if cells.any()}
 
 
+def hidden_counts(visible: np.ndarray, causal: bool, blocked: Sequence[tuple[int, int]] = (),
+                  rows_at_once: int = 512) -> dict[str, int]:
+    """reason -> how many cells it hides, as `hidden_reasons` marks them, counted a block of rows at a time (no
+    (q_len, k_len) array made: at 8,192 tokens each was 67 MB)."""
+    q_len, k_len = visible.shape
+    hidden = visible.size - np.count_nonzero(visible)
+    above = 0  # hidden cells above the diagonal
+    if causal:
+        for first in range(0, q_len, rows_at_once):
+            above += np.count_nonzero(np.triu(~visible[first : first + rows_at_once], first + 1))
+    pairs = {(q, k) for q, k in blocked if q < q_len and k < k_len and not visible[q, k] and not (causal and k > q)}
+    counts = {"causal": above, "blocked": len(pairs), "padding": hidden - above - len(pairs)}
+    return {name: count for name, count in counts.items() if count}
+
+
 def _legend(name: str, colour: str) -> dict[str, Any]:
     return {"type": "scatter", "x": [None], "y": [None], "mode": "markers", "name": name, "showlegend": True,
             "hoverinfo": "skip", "marker": {"symbol": "square", "size": 14, "color": colour}}
