@@ -9,7 +9,7 @@ import torch
 
 from model.core import patterns
 from model.core.options import RunOptions
-from model.core.patterns import PatternSource, Scratch, mask_spans
+from model.core.patterns import PatternSource, Scratch, block_reductions, mask_spans
 from model.registry import load_runner
 from viz.thumbnails import resample
 
@@ -120,7 +120,7 @@ def _span_by_definition(block: np.ndarray) -> tuple[int, int, bool]:
     return min(hidden[0] if hidden else k_len, end), end, every_row
 
 
-@pytest.mark.parametrize(("rows", "keys", "step"), [(300, 300, 128), (130, 140, 16), (7, 9, 16)])
+@pytest.mark.parametrize(("rows", "keys", "step"), [(300, 300, 128), (256, 200, 128), (130, 140, 16), (7, 9, 16)])
 def test_mask_spans_of_every_block_at_once_are_each_blocks_own(rows: int, keys: int, step: int) -> None:
     """Causal, full, random with rows that see nothing, and padded masks; whole blocks and a shorter last one."""
     rng = np.random.default_rng(rows)
@@ -143,3 +143,13 @@ def test_a_scratch_finds_a_masks_spans_once_for_every_view_of_it(monkeypatch) ->
     scratch.spans(mask[1], 16)  # another run's mask
     scratch.spans(mask[0], 8)  # other blocks
     assert calls == [16, 16, 8]
+
+
+@pytest.mark.parametrize(("rows", "keys", "step"), [(256, 300, 128), (130, 140, 16)])
+def test_a_masks_block_reductions_are_the_same_in_torch_as_in_numpy(rows: int, keys: int, step: int) -> None:
+    """Off the CPU a mask's spans are reduced by torch, on its device: the same reductions as numpy's."""
+    mask = np.random.default_rng(rows).random((rows, keys)) < 0.5
+    mask[3] = False  # a row that sees nothing
+    for in_numpy, in_torch in zip(block_reductions(mask, step), block_reductions(torch.from_numpy(mask), step),
+                                  strict=True):
+        np.testing.assert_array_equal(in_numpy, in_torch.numpy())

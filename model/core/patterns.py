@@ -123,8 +123,9 @@ class PatternSource:
 
     def _blocks(self, head_ids: np.ndarray, row_ids: np.ndarray, scratch: Scratch
                 ) -> Iterator[tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]]:
-        """`blocks`, with the scores they are the softmax of, in bits and less each row's greatest (so <= 0; floored
-        at EXP_FLOOR, a hidden key's too), computed in `scratch`, and each row's sum of 2^scores (heads, rows), Z."""
+        """`blocks`, with the scores they are the base-2 softmax of (in bits: eager's scores x log2 e), less each
+        row's greatest (so <= 0; floored at EXP_FLOOR, a hidden key's too), computed in `scratch`, and each row's sum
+        of 2^scores (heads, rows), Z."""
         device = torch.device(self.device)
         heads = torch.from_numpy(np.asarray(head_ids)).to(device)
         query = _on(self.query, device).float()  # (heads, q_len, d_head)
@@ -135,7 +136,9 @@ class PatternSource:
         contiguous = len(row_ids) > 0 and bool((np.diff(row_ids) == 1).all())
         step = int(np.clip(BLOCK_BYTES // (4 * len(head_ids) * key.shape[-1]), 16, ROW_BLOCK))  # rows a block
         selected = slice(row_ids[0], row_ids[-1] + 1) if contiguous else row_ids  # a slice copies nothing
-        spans = scratch.spans(_on(self.allowed[selected], device), step) if len(row_ids) else []
+        on_host_already = isinstance(self.allowed, np.ndarray)  # a trace's: reduced where it is, not sent to the device
+        mask = _on(self.allowed[selected], torch.device("cpu") if on_host_already else device)
+        spans = scratch.spans(mask, step) if len(row_ids) else []
         for (first, end, every_row), start in zip(spans, range(0, len(row_ids), step), strict=True):
             block = row_ids[start : start + step]
             rows = slice(block[0], block[-1] + 1) if contiguous else block
@@ -203,19 +206,25 @@ def mask_spans(allowed: torch.Tensor, step: int) -> list[tuple[int, int, bool]]:
     counts (end = k_len). All blocks at once: reduced by numpy on the CPU (ten times as fast as torch on bools), on
     the mask's device elsewhere, then one copy to the host."""
     on_cpu = allowed.device.type == "cpu"
-    mask, join = (allowed.numpy(), np.concatenate) if on_cpu else (allowed, torch.cat)
-    rows, k_len = mask.shape
-    whole = rows // step * step  # rows in whole blocks; then the last block's, if fewer
-    parts = [mask[:whole].reshape(-1, step, k_len)] * bool(whole) + [mask[whole:][None]] * (whole < rows)
-    seen = join([part.any(1) for part in parts])  # (blocks, k_len): some row of the block sees the key
-    every_key = join([part.all(1) for part in parts])  # every row of the block sees the key
-    every_row = join([part.any(2).all(1) for part in parts])  # (blocks,) every row sees some key
-    if not on_cpu:
-        seen, every_key, every_row = on_host([seen, every_key, every_row])
+    reduced = block_reductions(allowed.numpy() if on_cpu else allowed, step)
+    seen, every_key, every_row = reduced if on_cpu else on_host(list(reduced))
+    k_len = allowed.shape[1]
     keys = np.arange(1, k_len + 1)  # a key's position + 1
     end = np.where(every_row, (seen * keys).max(1), k_len)  # after the last key seen
     first = np.where(every_key, k_len + 1, keys).min(1) - 1  # the first key hidden from some row, or k_len
     return [(int(f), int(e), bool(every)) for f, e, every in zip(np.minimum(first, end), end, every_row, strict=True)]
+
+
+def block_reductions(mask: np.ndarray | torch.Tensor, step: int) -> tuple[np.ndarray | torch.Tensor, ...]:
+    """A (rows, k_len) bool mask (numpy or torch) reduced over each block of `step` rows: (blocks, k_len) whether
+    some row of the block sees each key, (blocks, k_len) whether every row does, (blocks,) whether every row sees
+    some key."""
+    rows, k_len = mask.shape
+    join = np.concatenate if isinstance(mask, np.ndarray) else torch.cat
+    whole = rows // step * step  # rows in whole blocks; then the last block's, if fewer
+    parts = [mask[:whole].reshape(-1, step, k_len)] * bool(whole) + [mask[whole:][None]] * (whole < rows)
+    return (join([part.any(1) for part in parts]), join([part.all(1) for part in parts]),
+            join([part.any(2).all(1) for part in parts]))
 
 
 def on_host(tensors: list[torch.Tensor]) -> tuple[np.ndarray, ...]:
