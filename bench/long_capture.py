@@ -11,8 +11,9 @@ alternating order (this machine is noisy: compare within a round):
 - eager: transformers' eager attention with `output_attentions`, every pattern moved to the host as float16
   (what capture cost before), run only where those patterns fit in EAGER_LIMIT_GB.
 Time: seconds from the inputs ready to the result on the host. Memory: the process's peak resident set during
-that work above its resident set when it began (the model loaded), from /proc (VmHWM reset by clear_refs), and
-in brackets the process's whole peak (the model, Python and torch included).
+that work above its resident set when it began (the model loaded, and what loading freed given back to the system
+by malloc_trim), from /proc (VmHWM reset by clear_refs), and in brackets the process's whole peak (the model,
+Python and torch included).
 
 Targets (issue 13): capture <= 1.2 x sdpa at 2,048 tokens and 1.5 x at 8,192, thumbnails and statistics counted;
 peak memory at 8,192 <= 1.5 x sdpa's.
@@ -20,6 +21,8 @@ peak memory at 8,192 <= 1.5 x sdpa's.
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import json
 import os
 import subprocess
@@ -67,6 +70,9 @@ def measure_one(way: str, length: int) -> dict[str, float]:
         summary_size = THUMBNAIL if way == "capture + summary" else 0
         return capture(model, runner.taps, ("*.hook_pattern",), lambda: model(**batch), summary_size)[1]
 
+    gc.collect()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)  # memory freed while loading goes back to the system first: else a way
+    # reuses it without its resident set growing, by luck of what loading left (sdpa's peak moved 990-1,549 MiB)
     Path("/proc/self/clear_refs").write_text("5")  # the peak from here on
     before = status_kib("VmRSS")
     start = time.perf_counter()
