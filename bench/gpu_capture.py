@@ -30,7 +30,11 @@ Targets (issue 13): capture + summary <= 1.2 x sdpa at 2,048 tokens and <= 1.5 x
 Without CUDA it says so and exits 0, unless BENCH_DEVICE=cpu and BENCH_SHAPES=tiny: then the same code runs on the
 CPU in float32, one thread, with a tiny Llama shape at 64 and 128 tokens (memory: the process's peak resident set
 above its level before, from /proc), to show the script runs end to end. Settings: BENCH_SHAPES (comma list of
-smollm2-135m, llama-1b, llama-8b; tiny), BENCH_TOKENS (comma list), BENCH_ROUNDS (default 5 on a GPU, 3 on the CPU).
+smollm2-135m, llama-1b, llama-8b; tiny), BENCH_TOKENS (comma list), BENCH_ROUNDS (default 5 on a GPU, 3 on the CPU),
+BENCH_BLOCKS (comma list of rows:MiB, e.g. 512:128,2048:512): capture + summary once more for each, its blocks of
+at most that many query rows and MiB (model/core/patterns.py ROW_BLOCK and BLOCK_BYTES; the app's are 128:32, the
+CPU's fastest), to choose a GPU's block size in one session: each block costs its twenty-odd kernel launches, and a
+larger one more memory.
 """
 
 from __future__ import annotations
@@ -65,15 +69,15 @@ SHAPES: dict[str, tuple[str, dict]] = {  # name -> (label, LlamaConfig settings)
 }
 GPU_SHAPES, GPU_TOKENS, GPU_ROUNDS = ("smollm2-135m", "llama-1b", "llama-8b"), (2048, 8192), 5
 CPU_TOKENS, CPU_ROUNDS = (64, 128), 3
-WAYS = ("sdpa", "capture", "capture + summary", "eager", "sdpa, no mask")
 SUMMARY_SIZE = 64  # pixels a head of the model view's thumbnails (ui/summary.py)
 EAGER_LIMIT_GB = 20.0  # host memory eager's float16 patterns may take
 TIME_TARGET = {2048: 1.2, 8192: 1.5}  # capture + summary / sdpa, by tokens (up to 2,048: 1.2; beyond: 1.5)
 MEMORY_TARGET = 1.5  # peak memory of capture + summary / sdpa's, beyond 2,048 tokens
 
 
-def settings() -> tuple[torch.device, list[str], tuple[int, ...], int] | None:
-    """(device, shapes, token counts, rounds) from the environment; None where this machine cannot run them."""
+def settings() -> tuple[torch.device, list[str], tuple[int, ...], int, tuple[tuple[int, int], ...]] | None:
+    """(device, shapes, token counts, rounds, block sizes as (rows, MiB)) from the environment; None where this
+    machine cannot run them."""
     cpu = os.environ.get("BENCH_DEVICE", "cuda").strip().lower() == "cpu"
     shapes = [s.strip() for s in os.environ.get("BENCH_SHAPES", "").split(",") if s.strip()]
     if cpu and shapes != ["tiny"]:
@@ -86,7 +90,31 @@ def settings() -> tuple[torch.device, list[str], tuple[int, ...], int] | None:
     tokens = os.environ.get("BENCH_TOKENS")
     lengths = tuple(int(n) for n in tokens.split(",")) if tokens else CPU_TOKENS if cpu else GPU_TOKENS
     rounds = int(os.environ.get("BENCH_ROUNDS", CPU_ROUNDS if cpu else GPU_ROUNDS))
-    return torch.device("cpu" if cpu else "cuda"), shapes or list(GPU_SHAPES), lengths, rounds
+    try:
+        blocks = tuple((int(rows), int(mib)) for rows, mib in (
+            size.split(":") for size in os.environ.get("BENCH_BLOCKS", "").split(",") if size.strip()))
+    except ValueError:
+        sys.exit("BENCH_BLOCKS is a comma list of rows:MiB, e.g. 512:128,2048:512")
+    return torch.device("cpu" if cpu else "cuda"), shapes or list(GPU_SHAPES), lengths, rounds, blocks
+
+
+def block_way(rows: int, mib: int) -> str:
+    return f"capture + summary, blocks {rows} rows / {mib} MiB"
+
+
+def with_blocks(rows: int, mib: int, work: Callable[[], object]) -> Callable[[], object]:
+    """`work` with the blocked attention's blocks at most `rows` query rows and `mib` MiB."""
+    from model.core import patterns
+
+    def run() -> object:
+        saved = patterns.ROW_BLOCK, patterns.BLOCK_BYTES
+        patterns.ROW_BLOCK, patterns.BLOCK_BYTES = rows, mib << 20
+        try:
+            return work()
+        finally:
+            patterns.ROW_BLOCK, patterns.BLOCK_BYTES = saved
+
+    return run
 
 
 # -- timing and memory -----------------------------------------------------------------------------------------
@@ -188,8 +216,10 @@ def eager_gb(config, length: int) -> float:
     return config.num_hidden_layers * config.num_attention_heads * length**2 * 2 / 1e9
 
 
-def ways_of(runner, length: int, device: torch.device) -> dict[str, tuple[str, Callable[[], object]]]:
-    """{way: (attention implementation, work)} for `length` random tokens, inputs as the app's run makes them."""
+def ways_of(runner, length: int, device: torch.device, blocks: tuple[tuple[int, int], ...] = ()
+            ) -> dict[str, tuple[str, Callable[[], object]]]:
+    """{way: (attention implementation, work)} for `length` random tokens, inputs as the app's run makes them: the
+    five ways of this module's docstring, then capture + summary with each of `blocks` (rows, MiB)."""
     from model.core.capture import capture
     from model.core.masks import self_attention_mask
     from model.hf.heads import ATTENTION
@@ -219,7 +249,9 @@ def ways_of(runner, length: int, device: torch.device) -> dict[str, tuple[str, C
 
     return {"sdpa": ("sdpa", bare), "capture": (ATTENTION, captured(0)),
             "capture + summary": (ATTENTION, captured(SUMMARY_SIZE)), "eager": ("eager", eager),
-            "sdpa, no mask": ("sdpa", unmasked)}
+            "sdpa, no mask": ("sdpa", unmasked),
+            **{block_way(rows, mib): (ATTENTION, with_blocks(rows, mib, captured(SUMMARY_SIZE)))
+               for rows, mib in blocks}}
 
 
 def kernels(config, length: int, device: torch.device, dtype: torch.dtype) -> str:
@@ -263,10 +295,11 @@ def check(captured: dict, patterns: list) -> float:
     return float(np.abs(ours - patterns[-1][0, -4:].astype(np.float32)).max())
 
 
-def bench(runner, length: int, device: torch.device, rounds: int) -> dict[str, list[Measured] | str]:
-    """{way: its measured rounds, or why it was not run}."""
-    ways = ways_of(runner, length, device)
-    found: dict[str, list[Measured] | str] = {way: [] for way in WAYS}
+def bench(runner, length: int, device: torch.device, rounds: int, blocks: tuple[tuple[int, int], ...] = ()
+          ) -> dict[str, list[Measured] | str]:
+    """{way: its measured rounds, or why it was not run}, in the order of `ways_of`."""
+    ways = ways_of(runner, length, device, blocks)
+    found: dict[str, list[Measured] | str] = {way: [] for way in ways}
     gb = eager_gb(runner.model.config, length)
     if gb > EAGER_LIMIT_GB:
         found["eager"] = f"not run: its patterns would take {gb:,.1f} GB on the host (over {EAGER_LIMIT_GB:.0f})"
@@ -275,7 +308,7 @@ def bench(runner, length: int, device: torch.device, rounds: int) -> dict[str, l
 
     try:
         for round_ in range(rounds + 1):  # round 0 warms up
-            order = WAYS if round_ % 2 == 0 else WAYS[::-1]
+            order = list(ways) if round_ % 2 == 0 else list(ways)[::-1]
             kept: dict[str, object] = {}
             for way in order:
                 if isinstance(found[way], str):
@@ -306,24 +339,25 @@ def bench(runner, length: int, device: torch.device, rounds: int) -> dict[str, l
 
 def report(length: int, found: dict[str, list[Measured] | str]) -> None:
     """Rows of one shape and length: median ms, / sdpa, peak MiB (the largest of the rounds), / sdpa, targets."""
-    print(f"  {'way':<20}{'ms':>11}{'/ sdpa':>9}{'peak MiB':>12}{'/ sdpa':>9}   targets")
+    width = max(20, *(len(way) + 2 for way in found))
+    print(f"  {'way':<{width}}{'ms':>11}{'/ sdpa':>9}{'peak MiB':>12}{'/ sdpa':>9}   targets")
     base = found["sdpa"]
     base_ms = statistics.median(m.seconds for m in base) * 1e3 if isinstance(base, list) and base else None
     base_peaks = [m.peak_bytes for m in base] if isinstance(base, list) else []
     base_mib = max(base_peaks) / 2**20 if base_peaks and None not in base_peaks else None
-    for way in WAYS:
-        rounds = found[way]
+    for way, rounds in found.items():
         if isinstance(rounds, str):
-            print(f"  {way:<20}{rounds}")
+            print(f"  {way:<{width}}{rounds}")
             continue
         ms = statistics.median(m.seconds for m in rounds) * 1e3
         peaks = [m.peak_bytes for m in rounds]
         mib = max(peaks) / 2**20 if None not in peaks else None
         time_ratio = ms / base_ms if base_ms else float("nan")
         memory_ratio = mib / base_mib if mib is not None and base_mib else float("nan")
-        cells = (f"  {way:<20}{ms:>11,.1f}{shown(time_ratio):>9}"
+        cells = (f"  {way:<{width}}{ms:>11,.1f}{shown(time_ratio):>9}"
                  f"{'n/a' if mib is None else f'{mib:,.1f}':>12}{shown(memory_ratio):>9}")
-        print(cells + (f"   {targets(length, time_ratio, memory_ratio)}" if way == "capture + summary" else ""))
+        summary = way.startswith("capture + summary")
+        print(cells + (f"   {targets(length, time_ratio, memory_ratio)}" if summary else ""))
 
 
 def verdict(ratio: float, limit: float) -> str:
@@ -349,7 +383,7 @@ def main() -> None:
         print("bench.gpu_capture: no CUDA GPU here, nothing measured (BENCH_DEVICE=cpu BENCH_SHAPES=tiny runs a tiny "
               "shape on the CPU)")
         return
-    device, shapes, lengths, rounds = chosen
+    device, shapes, lengths, rounds, blocks = chosen
     if device.type == "cpu":
         torch.set_num_threads(1)  # a tiny model: more threads only wait for each other (and for other work here)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -374,7 +408,7 @@ def main() -> None:
             print(f"\n{label}, {length:,} tokens", flush=True)
             if device.type == "cuda":
                 print(kernels(runner.model.config, length, device, dtype), flush=True)
-            report(length, bench(runner, length, device, rounds))
+            report(length, bench(runner, length, device, rounds, blocks))
         del runner
         free(device)
 
