@@ -13,7 +13,7 @@ import torch
 from model.core.masks import check_every_query_sees_a_key, hidden_key_pairs, outside_window_pairs
 from model.core.trace import Site, Trace
 from ui import url_state
-from ui.downloads import WHOLE_CSV_UP_TO, downloads, file_name, matrix_table
+from ui.downloads import csv_fits, csv_gigabytes, downloads, file_name, matrix_table
 from ui.messages import literal
 from ui.page import current_runner, current_trace, show_open_tab, trace_with
 from ui.pickers import choose_head, keep_valid, site_label
@@ -57,7 +57,7 @@ def hiding(trace: Trace, site: str) -> tuple[bool, tuple[tuple[int, int], ...]]:
 
 def heatmap(matrix: np.ndarray, trace: Trace, site: str, title: str, key: str, file: str, **options) -> None:
     """A (q_len, k_len) matrix of `trace` at `site`, its first DRAWN rows and columns, with its downloads: the CSV
-    holds the whole matrix up to WHOLE_CSV_UP_TO tokens a side, else the corner drawn."""
+    holds the whole matrix where it fits (`csv_fits`), else the corner drawn."""
     queries, keys = trace.query_tokens(site), trace.key_tokens(site)
     n_q, n_k = min(len(queries), DRAWN), min(len(keys), DRAWN)
     masked = options.pop("masked", None)
@@ -65,11 +65,11 @@ def heatmap(matrix: np.ndarray, trace: Trace, site: str, title: str, key: str, f
         matrix[:n_q, :n_k], queries[:n_q], keys[:n_k], title, height=420,
         **({"masked": masked[:n_q, :n_k]} if masked is not None else {}), **options)
     st.plotly_chart(figure, key=key)
-    whole = max(len(queries), len(keys)) <= WHOLE_CSV_UP_TO
+    whole = csv_fits(len(queries), len(keys))
     if max(len(queries), len(keys)) > max(n_q, n_k):
         st.caption(f"Drawn: the first {n_q} × {n_k} of {len(queries):,} × {len(keys):,} cells; "
                    + ("the CSV holds all." if whole else "the CSV holds those drawn (all would be about "
-                      f"{len(queries) * len(keys) * 10 / 1e9:.1f} GB of text)."))
+                      f"{csv_gigabytes(len(queries), len(keys)):.1f} GB of text)."))
     if not whole:  # the session keeps the table's maker, and with it what it closes over: the corner alone
         matrix, queries, keys = np.array(matrix[:n_q, :n_k]), queries[:n_q], keys[:n_k]
     downloads(figure, file, key, lambda: matrix_table(matrix, queries, keys))

@@ -17,12 +17,22 @@ from viz.tokens import position_label
 WHOLE_CSV_UP_TO = 2048  # tokens a side: a matrix's CSV holds it whole up to this (4M cells, about 40 MB)
 
 
+def csv_fits(n_rows: int, n_cols: int) -> bool:
+    """Whether a matrix's CSV holds it whole (up to WHOLE_CSV_UP_TO a side)."""
+    return max(n_rows, n_cols) <= WHOLE_CSV_UP_TO
+
+
+def csv_gigabytes(n_rows: int, n_cols: int) -> float:
+    """About how large a whole matrix's CSV would be, in GB of text."""
+    return n_rows * n_cols * 10 / 1e9
+
+
 def whole_csv(n_rows: int, n_cols: int, drawn: str = "the window drawn") -> bool:
     """Whether a matrix's CSV can hold it whole; if not, says under the figure that it holds `drawn`."""
-    if max(n_rows, n_cols) <= WHOLE_CSV_UP_TO:
+    if csv_fits(n_rows, n_cols):
         return True
     st.caption(f"The CSV holds {drawn}: the whole {n_rows:,} × {n_cols:,} matrix would be about "
-               f"{n_rows * n_cols * 10 / 1e9:.1f} GB of text.")
+               f"{csv_gigabytes(n_rows, n_cols):.1f} GB of text.")
     return False
 
 

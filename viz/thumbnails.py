@@ -25,17 +25,23 @@ GAP = 2  # pixels between thumbnails
 TOP, MASKED = 254, 255  # pixel values: attention scaled to 0..TOP; MASKED where every cell of the pixel is masked
 
 
+def pixel_starts(n: int, size: int) -> np.ndarray:
+    """(size,) where each of `size` pixels starts among n positions: its first position when shrinking (blocks),
+    the one it repeats when growing."""
+    return (np.arange(size) * n) // size
+
+
 def resample(matrix: np.ndarray, size: int) -> np.ndarray:
     """(q, k) -> (size, size): block means when shrinking, nearest neighbours when growing."""
     out = np.asarray(matrix, dtype=np.float32)
     for axis in (0, 1):
         n = out.shape[axis]
+        starts = pixel_starts(n, size)
         if n >= size:
-            starts = (np.arange(size) * n) // size
             counts = np.diff(np.append(starts, n))
             out = np.add.reduceat(out, starts, axis=axis) / np.expand_dims(counts, 1 - axis)
         else:
-            out = np.take(out, (np.arange(size) * n) // size, axis=axis)
+            out = np.take(out, starts, axis=axis)
     return out
 
 
@@ -46,7 +52,7 @@ def masked_pixels(visible: np.ndarray, size: int) -> np.ndarray:
     out = np.asarray(visible, dtype=bool)
     for axis in (0, 1):
         n = out.shape[axis]
-        at = (np.arange(size) * n) // size
+        at = pixel_starts(n, size)
         out = np.logical_or.reduceat(out, at, axis=axis) if n >= size else np.take(out, at, axis=axis)
     return ~out
 

@@ -204,7 +204,7 @@ class SiteSummariser:
         return flow.view(-1)[self.lower]
 
     def result(self) -> SiteSummary:
-        """The summary on the host: what every layer left on the device copied at once (a GPU waits once)."""
+        """The summary on the host: what the layers left on the device (thumbnails, statistics, flows), a copy each."""
         flows = on_host(self.flows) if self.flows else None
         return SiteSummary(np.stack(on_host(self.thumbnails)), self.statistics.result(), flows, self.starts)
 
