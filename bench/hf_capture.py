@@ -10,7 +10,9 @@ one run, median of RUNS:
 - capture + summary: as the app's run makes it: the capture, with each layer's attention computed in blocks of
   query rows whose probabilities make both the layer's output and the reduction every view of the whole text reads
   (model/core/summary.py: the model view's thumbnails, the head statistics, each layer's rollout factor;
-  no fused kernel call; the rollout's product is made when its view asks);
+  no fused kernel call; the rollout's product is made when its view asks), each block's softmax and reductions in
+  the native CPU kernel (model/core/native);
+- the same with torch ops only: where no C compiler built the kernel (and on a GPU);
 Also the bytes a trace holds for its attention: the sources vs the float16 patterns.
 
 Targets (issue 13): capture <= 1.2 x sdpa at 512 and 2,048 tokens, thumbnails and statistics counted.
@@ -26,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from model.core import native
 from model.core.capture import capture
 from model.core.trace import distinct_nbytes
 from model.hf import packaged
@@ -73,15 +76,24 @@ def measure(model_id: str, length: int) -> str:
     def ours_summarised() -> dict:
         return capture(runner.model, runner.taps, ("*.hook_pattern",), lambda: runner.model(**batch), THUMBNAIL)[1]
 
+    def torch_summarised() -> dict:
+        kernel, native.attention_rows = native.attention_rows, lambda: None
+        try:
+            return ours_summarised()
+        finally:
+            native.attention_rows = kernel
+
     def old() -> list[np.ndarray]:
         with torch.inference_mode():
             out = eager(**batch, output_attentions=True)
         return [a[0].to(torch.float16).numpy() for a in out.attentions]
 
-    times: dict[str, list[float]] = {"sdpa": [], "capture": [], "summary": [], "eager": []}
+    ways = (("sdpa", bare), ("capture", ours), ("summary", ours_summarised), ("torch ops", torch_summarised),
+            ("eager", old))
+    times: dict[str, list[float]] = {name: [] for name, _ in ways}
     results: dict[str, object] = {}
     for i in range(RUNS[length] + 1):
-        for name, work in (("sdpa", bare), ("capture", ours), ("summary", ours_summarised), ("eager", old)):
+        for name, work in ways:
             seconds, results[name] = timed(work)
             if i:  # the first round warms up
                 times[name].append(seconds)
@@ -92,13 +104,16 @@ def measure(model_id: str, length: int) -> str:
     return (f"{model_id:<9}{length:>7}{median['sdpa'] * 1e3:>9.0f}{median['capture'] * 1e3:>12.0f}"
             f"{median['capture'] / median['sdpa']:>8.2f}{median['eager'] * 1e3:>18.0f}"
             f"{median['eager'] / median['sdpa']:>8.2f}{median['summary'] * 1e3:>22.0f}"
-            f"{median['summary'] / median['sdpa']:>8.2f}{kept:>10.1f}{held:>11.1f}")
+            f"{median['summary'] / median['sdpa']:>8.2f}{median['torch ops'] * 1e3:>16.0f}"
+            f"{median['torch ops'] / median['sdpa']:>8.2f}{kept:>10.1f}{held:>11.1f}")
 
 
 def main() -> None:
     print(f"{torch.get_num_threads()} threads")
     print(f"{'model':<9}{'tokens':>7}{'sdpa ms':>9}{'capture ms':>12}{'/ sdpa':>8}{'eager capture ms':>18}"
-          f"{'/ sdpa':>8}{'capture + summary ms':>22}{'/ sdpa':>8}{'kept MiB':>10}{'eager MiB':>11}")
+          f"{'/ sdpa':>8}{'capture + summary ms':>22}{'/ sdpa':>8}{'(torch ops) ms':>16}{'/ sdpa':>8}{'kept MiB':>10}"
+          f"{'eager MiB':>11}")
+    print(f"native kernel: {'built' if native.attention_rows() is not None else 'not built (torch ops both ways)'}")
     for model_id, length in CASES:
         print(measure(model_id, length), flush=True)
 

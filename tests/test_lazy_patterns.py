@@ -9,7 +9,8 @@ import torch
 
 from model.core import patterns
 from model.core.options import RunOptions
-from model.core.patterns import PatternSource, Scratch, block_reductions, mask_spans
+from model.core.patterns import PatternSource, Scratch, block_reductions, block_starts, mask_spans
+from model.core.row_reduction import RowLayout
 from model.registry import load_runner
 from viz.thumbnails import resample
 
@@ -68,7 +69,7 @@ def test_asking_which_patterns_a_trace_has_computes_none(runners, monkeypatch) -
     assert "decoder.0.attn.hook_pattern" in trace.attention and "decoder.9.attn.hook_pattern" not in trace.attention
 
 
-def test_scores_far_below_a_rows_greatest_give_eagers_probabilities_and_hidden_keys_exactly_0() -> None:
+def test_scores_far_below_a_rows_greatest_give_eagers_probabilities_and_hidden_keys_exactly_0(reduction) -> None:
     """Scores spanning hundreds (tiny probabilities, under float32's smallest normal number, computed from
     EXP_FLOOR) agree with a float64 softmax to 1e-12; a key the mask hides is exactly 0, wherever it lies."""
     rng = np.random.default_rng(0)
@@ -87,10 +88,12 @@ def test_scores_far_below_a_rows_greatest_give_eagers_probabilities_and_hidden_k
     expected /= expected.sum(-1, keepdims=True)
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-12)
     assert (got[:, ~allowed] == 0).all()
-    _, _, entropy = next(source.row_blocks())
+    layout = RowLayout(block_starts(n, n).astype(np.int32), None, positional=True)
+    reduced = next(source.reduced_rows(layout))  # all 40 rows: one block
     with np.errstate(divide="ignore", invalid="ignore"):
         bits = -np.where(expected > 0, expected * np.log2(expected), 0).sum(-1)
-    np.testing.assert_allclose(entropy.numpy(), bits, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(reduced.statistics[:, 0].numpy(), bits.sum(-1), rtol=1e-4, atol=40e-6)  # 40 rows
+    np.testing.assert_allclose(reduced.thumbnail.numpy(), expected, rtol=1e-4, atol=1e-12)  # a block a key
 
 
 def test_a_row_that_sees_no_key_is_uniform_as_in_eager_attention() -> None:

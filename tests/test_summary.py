@@ -9,6 +9,7 @@ import torch
 
 from model.core import summary
 from model.core.options import RunOptions
+from model.core.row_reduction import row_distances
 from model.core.summary import STATISTICS, summarise, summarise_site
 from model.hf import heads
 from model.registry import load_runner
@@ -79,7 +80,7 @@ def smollm2_trace():
     return runner.run(text, options=RunOptions(hooks=("*.hook_pattern",)))
 
 
-def test_a_kept_source_reduces_to_the_numbers_of_its_whole_patterns(smollm2_trace, monkeypatch) -> None:
+def test_a_kept_source_reduces_to_the_numbers_of_its_whole_patterns(smollm2_trace, monkeypatch, reduction) -> None:
     monkeypatch.setattr("model.core.trace.ROW_BLOCK", 256)
     monkeypatch.setattr("model.core.patterns.ROW_BLOCK", 256)
     trace, site = smollm2_trace, "decoder.attn"
@@ -128,7 +129,7 @@ def whole(trace, site: str, layer: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize("model_id", ["toy-date", "minilm"])
-def test_every_site_of_a_model_reduces_like_its_whole_patterns(model_id: str) -> None:
+def test_every_site_of_a_model_reduces_like_its_whole_patterns(model_id: str, reduction) -> None:
     runner = load_runner(model_id)
     trace = runner.run(runner.examples[0], options=RunOptions(hooks=("*.hook_pattern",)))
     for site in trace.sites():
@@ -142,7 +143,7 @@ def test_every_site_of_a_model_reduces_like_its_whole_patterns(model_id: str) ->
             np.testing.assert_allclose(got.rollout, reference_rollout(layers), atol=1e-6)
 
 
-def test_padded_rows_that_see_only_keys_before_their_block_reduce_like_their_whole_patterns() -> None:
+def test_padded_rows_that_see_only_keys_before_their_block_reduce_like_their_whole_patterns(reduction) -> None:
     """MiniLM padded to 160 tokens: the second block of query rows (128-159, all padding) sees only the text's
     few keys, every one before the block's first row."""
     runner = load_runner("minilm")
@@ -157,7 +158,7 @@ def test_padded_rows_that_see_only_keys_before_their_block_reduce_like_their_who
 
 
 @pytest.mark.parametrize("family", ["bert", "gpt2", "llama", "t5", "bart", "marian"])
-def test_a_summary_made_in_the_run_equals_one_made_from_its_trace(runners, family: str) -> None:
+def test_a_summary_made_in_the_run_equals_one_made_from_its_trace(runners, family: str, reduction) -> None:
     """RunOptions.summary_size: every site reduced on the model's device before the capture moves to the host
     (GQA, T5's bias, cross-attention), the same numbers as reducing the trace's kept sources afterwards."""
     runner = runners[family]
@@ -176,9 +177,10 @@ def test_a_summary_made_in_the_run_equals_one_made_from_its_trace(runners, famil
 
 
 @pytest.mark.parametrize("family", ["bert", "gpt2", "llama", "t5", "bart", "marian"])
-def test_a_summarised_run_computes_attention_once_with_the_plain_runs_outputs(runners, family, monkeypatch) -> None:
+def test_a_summarised_run_computes_attention_once_with_the_plain_runs_outputs(runners, family, monkeypatch,
+                                                                            reduction) -> None:
     """With a summary, each layer's attention output is made from the probabilities the summary reads
-    (PatternInputs.summary_blocks): the fused kernel runs for none of the captured layers (only for the steps a
+    (PatternInputs.summary_rows): the fused kernel runs for none of the captured layers (only for the steps a
     decoder generates after), and every layer's outputs and the model's prediction are the plain run's (float32,
     1e-5), in every family (GQA, T5's bias, cross-attention)."""
     runner = runners[family]
@@ -227,7 +229,7 @@ def test_mean_distance_sums_each_rows_products_apart_exact_to_1e_6_at_8192_keys(
     positions = torch.arange(8192, dtype=torch.float64)
     distances = (positions[None, :] - positions[first : first + 113, None]).abs()  # (rows, keys)
     expected = (p.double() * distances).sum((1, 2))
-    got = summary._Distances(8192).sums(first, p).double()
+    got = row_distances(first, p).sum(-1).double()
     assert ((got - expected) / expected).abs().max() < 1e-6
 
 

@@ -141,7 +141,7 @@ def capture(
                 site, _ = Site.of_pattern(name)
                 if site.name not in summarisers:
                     summarisers[site.name] = SiteSummariser(source[0].shape, summary_size, not site.is_cross)
-                summarisers[site.name].add_layer(value.summary_blocks(source, scratch))
+                summarisers[site.name].add_layer(value.summary_rows(source, summarisers[site.name].layout, scratch))
             value = copies.source(source)
         store[name] = value  # an inference-mode tensor: nothing to detach
         if report is not None and name in patterns:

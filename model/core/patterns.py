@@ -20,13 +20,17 @@ from typing import Any
 import numpy as np
 import torch
 
+from model.core import native
+from model.core.row_reduction import STATISTICS, ReducedRows, RowLayout, column_block_sums, reduce_rows
+
 ROW_BLOCK = 128  # query rows computed at once, at most: bounds the scratch to heads x 128 x k_len floats; fewer rows
 # skip more of a causal mask's hidden keys, at a fixed cost a block (128 was the fastest at 512 and 2,048 tokens)
 BLOCK_BYTES = 32 << 20  # and fewer rows where one (heads, rows, k_len) float32 block would be larger (long texts)
 LOG2_E = float(np.log2(np.e))  # scores are computed in bits (x log2 e): exp2 took a quarter of exp's time on the CPU
-EXP_FLOOR = -126.0  # scores in bits (less each row's greatest) are raised to this before exp2: 2^-126 is float32's
-# smallest normal number, and exp2 took four times as long where its results are smaller (subnormal or 0; exp, 60x).
-# A key's probability then differs from eager attention's by under 1e-37, except hidden keys', set to exactly 0.
+EXP_FLOOR = -112.0  # scores in bits (less each row's greatest) are raised to this before exp2: 2^-112 over a row's
+# sum (at most 8,192 = 2^13 keys) stays above 2^-126, float32's smallest normal number. exp2 took four times as long
+# where its results are smaller (subnormal or 0; exp, 60x), and so do products with them. A key's probability then
+# differs from eager attention's by under 1e-33, except hidden keys', set to exactly 0.
 _TORCH = {np.dtype(np.float16): torch.float16, np.dtype(np.float32): torch.float32}
 
 
@@ -91,26 +95,50 @@ class PatternSource:
         head_ids = np.atleast_1d(np.arange(self.query.shape[0])[heads])
         return head_ids, np.atleast_1d(np.arange(self.query.shape[1])[rows])
 
-    def row_blocks(self, value: torch.Tensor | None = None, output: torch.Tensor | None = None,
-                   scratch: Scratch | None = None) -> Iterator[tuple[np.ndarray, torch.Tensor, torch.Tensor]]:
-        """Every head's pattern, a block of query rows at a time: (their positions, `blocks`' probabilities, each
-        row's entropy in bits (heads, rows)), for the one pass that reduces a layer (model/core/summary.py). Given
-        the layer's `value` (kv_heads, k_len, d_head) on `device`, each block's attention output (its probabilities
-        times the values) is written into `output` (heads, q_len, d_head) float32 as well, before the block is
-        yielded: the layer's attention computed once for the forward pass and for the summary. `scratch`: buffers
-        to compute in, kept by a caller that reads many layers."""
-        positions = np.arange(self.query.shape[1])
-        heads = np.arange(self.query.shape[0])
+    def reduced_rows(self, layout: RowLayout, value: torch.Tensor | None = None, output: torch.Tensor | None = None,
+                     scratch: Scratch | None = None) -> Iterator[ReducedRows]:
+        """Every head's pattern reduced a block of query rows at a time (model/core/row_reduction.py), for the one
+        pass that summarises a layer (model/core/summary.py). Given the layer's `value` (kv_heads, k_len, d_head) on
+        `device`, each block's attention output (its probabilities times the values) is written into `output`
+        (heads, q_len, d_head) float32 as well: the layer's attention computed once for the forward pass and for the
+        summary. On the CPU the native kernel makes a block's probabilities and reductions in one pass over each row
+        (model/core/native), elsewhere (or where it did not compile) torch ops. `scratch`: buffers to compute in,
+        kept by a caller that reads many layers."""
+        scratch = scratch or Scratch()
+        kernel = native.attention_rows() if torch.device(self.device).type == "cpu" else None
+        blocks = (self._native_blocks(kernel, layout, scratch) if kernel is not None
+                  else self._torch_blocks(layout, scratch))
         value = None if value is None else value.float()
-        for start, p, shifted, total in self._blocks(heads, positions, scratch or Scratch()):
-            rows = slice(start, start + p.shape[1])
+        for p, reduced in blocks:
             if value is not None:  # each group of heads reads one value head: (kv_heads, group x rows, d_head)
                 grouped = torch.matmul(p.view(len(value), -1, p.shape[-1]), value[:, : p.shape[-1]])
-                output[:, rows] = grouped.view(*p.shape[:2], -1)  # (heads, rows, d_head)
+                output[:, reduced.start : reduced.start + p.shape[1]] = grouped.view(*p.shape[:2], -1)
+            yield reduced
+
+    def _native_blocks(self, kernel: Callable, layout: RowLayout, scratch: Scratch
+                       ) -> Iterator[tuple[torch.Tensor, ReducedRows]]:
+        """(probabilities (heads, rows, seen), the block reduced) from the native kernel, a block of rows at a time."""
+        heads = self.query.shape[0]
+        rows = np.arange(self.query.shape[1])
+        for start, first, _, scores, allowed in self._scores(np.arange(heads), rows, scratch):
+            n, width = scores.shape[1:]
+            p = scratch.probabilities(scores.shape)
+            thumbnail = torch.empty(heads, n, len(layout.thumbnail_starts) - 1)
+            rollout = None if layout.rollout_starts is None else torch.empty(n, len(layout.rollout_starts) - 1)
+            statistics = torch.empty(heads, n, len(STATISTICS))
+            native.run_kernel(kernel, scores, p, allowed, first, start, layout.positional, EXP_FLOOR,
+                              layout.thumbnail_starts, thumbnail, layout.rollout_starts, rollout, statistics)
+            yield p, ReducedRows(start, statistics.sum(1), thumbnail, rollout, width > start + n)
+
+    def _torch_blocks(self, layout: RowLayout, scratch: Scratch) -> Iterator[tuple[torch.Tensor, ReducedRows]]:
+        """`_native_blocks` made with torch ops, on `device`."""
+        positions = np.arange(self.query.shape[1])
+        for start, p, shifted, total in self._blocks(np.arange(self.query.shape[0]), positions, scratch):
             # -sum p log2 p with log2 p = shifted - log2 Z: log2 Z - sum p shifted (a hidden key adds 0 x its finite
             # score = 0); the products made in the scores' scratch
             entropy = total.log2_().sub_(shifted.mul_(p).sum(-1))  # (heads, rows)
-            yield positions[rows], p, entropy
+            rows, width = p.shape[1:]
+            yield p, reduce_rows(start, p, layout, entropy, beyond_last=width > start + rows)
 
     def blocks(self, head_ids: np.ndarray, row_ids: np.ndarray) -> Iterator[tuple[int, torch.Tensor]]:
         """(offset in row_ids, float32 probabilities (heads, block, seen) on `device`) for up to ROW_BLOCK query rows
@@ -127,6 +155,32 @@ class PatternSource:
         row's greatest (so <= 0; floored at EXP_FLOOR, a hidden key's too), computed in `scratch`, and each row's sum
         of 2^scores (heads, rows), Z."""
         device = torch.device(self.device)
+        for start, first, every_row, scores, allowed in self._scores(head_ids, row_ids, scratch):
+            end = scores.shape[-1]
+            # the band's mask as floats: adding and multiplying took a seventh of masked_fill's time on the CPU
+            keep = _on(allowed[:, first:end], device).float() if end > first else None  # (block, band): 1 seen
+            if keep is not None:
+                scores[..., first:end] += (1 - keep) * torch.finfo(torch.float32).min
+            scores -= scores.amax(-1, keepdim=True)  # each row's greatest score 0
+            scores.clamp_(min=EXP_FLOOR)
+            # softmax as exp2, sum, divide: torch's fused softmax (its exp) took 1.7x as long on the CPU
+            p = torch.exp2(scores, out=scratch.probabilities(scores.shape))
+            total = p.sum(-1)  # (heads, block)
+            p /= total[..., None]
+            if keep is not None:
+                if not every_row:  # a row that sees no key stays uniform (its scores all the minimum), as in eager
+                    keep[~_on(allowed, device).any(-1)] = 1.0
+                p[..., first:end] *= keep  # a hidden key's probability exactly 0, as in eager attention
+            yield start, p, scores, total
+
+    def _scores(self, head_ids: np.ndarray, row_ids: np.ndarray, scratch: Scratch
+                ) -> Iterator[tuple[int, int, bool, torch.Tensor, Array]]:
+        """For each block of up to ROW_BLOCK query rows (BLOCK_BYTES at most): (its offset in row_ids, `first`,
+        whether every row sees some key, its scores, its rows of the mask (block, k_len), where the mask is). The
+        scores (heads, block, end) are eager's before the mask, in bits (x log2 e), computed in `scratch` on
+        `device`: every row sees every key before `first`, and the keys from `end` on are hidden from every row, so
+        not computed (`mask_spans`)."""
+        device = torch.device(self.device)
         heads = torch.from_numpy(np.asarray(head_ids)).to(device)
         query = _on(self.query, device).float()  # (heads, q_len, d_head)
         key = _on(self.key, device).float()  # (kv_heads, k_len, d_head): query head h reads h // (heads / kv_heads)
@@ -142,33 +196,16 @@ class PatternSource:
         for (first, end, every_row), start in zip(spans, range(0, len(row_ids), step), strict=True):
             block = row_ids[start : start + step]
             rows = slice(block[0], block[-1] + 1) if contiguous else block
-            allowed = _on(self.allowed[rows], device)  # (block, k_len) bool
-            shape = (len(head_ids), len(block), end)
-            scores_out, p_out = scratch.buffers(shape, device)
+            scores = scratch.scores((len(head_ids), len(block), end), device)
             # a group of query heads reads one key head: (kv_heads, group x block, end) is (heads, block, end)
             scaled = query[:, _on_index(rows, device)] * (self.scale * LOG2_E)  # (heads, block, d_head): bits
             grouped = scaled.reshape(len(key), -1, query.shape[-1])
-            torch.matmul(grouped, key[:, :, :end], out=scores_out.view(len(key), -1, end))
-            scores = scores_out
+            torch.matmul(grouped, key[:, :, :end], out=scores.view(len(key), -1, end))
             if self.bias is not None:  # in nats, as the scores were
                 bias = (self.bias[np.ix_(head_ids, block, np.arange(end))] if isinstance(self.bias, np.ndarray)
                         else self.bias[heads][:, _on_index(rows, device), :end])
                 scores.add_(_on(bias, device).float(), alpha=LOG2_E)
-            # the band's mask as floats: adding and multiplying took a seventh of masked_fill's time on the CPU
-            keep = allowed[:, first:end].float() if end > first else None  # (block, band): 1 seen, 0 hidden
-            if keep is not None:
-                scores[..., first:end] += (1 - keep) * torch.finfo(torch.float32).min
-            scores -= scores.amax(-1, keepdim=True)  # each row's greatest score 0
-            scores.clamp_(min=EXP_FLOOR)
-            # softmax as exp2, sum, divide: torch's fused softmax (its exp) took 1.7x as long on the CPU
-            p = torch.exp2(scores, out=p_out)
-            total = p.sum(-1)  # (heads, block)
-            p /= total[..., None]
-            if keep is not None:
-                if not every_row:  # a row that sees no key stays uniform (its scores all the minimum), as in eager
-                    keep[~allowed.any(-1)] = 1.0
-                p[..., first:end] *= keep  # a hidden key's probability exactly 0, as in eager attention
-            yield start, p, scores, total
+            yield start, first, every_row, scores, self.allowed[rows]
 
 
 class Scratch:
@@ -181,12 +218,19 @@ class Scratch:
         self._memory: torch.Tensor | None = None  # (2, floats)
         self._spans: dict[tuple, tuple[torch.Tensor, list[tuple[int, int, bool]]]] = {}  # by mask: (mask, spans)
 
-    def buffers(self, shape: tuple[int, ...], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """Two contiguous float32 tensors of `shape` on `device`, overwritten by the next call."""
+    def scores(self, shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
+        """A contiguous float32 tensor of `shape` on `device` for a block's scores, overwritten by the next call."""
+        return self._buffer(0, shape, device)
+
+    def probabilities(self, shape: tuple[int, ...]) -> torch.Tensor:
+        """The same for the block's probabilities, on the device of its scores (asked first)."""
+        return self._buffer(1, shape, self._memory.device)
+
+    def _buffer(self, index: int, shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
         size = int(np.prod(shape))
         if self._memory is None or self._memory.shape[1] < size or self._memory.device != device:
             self._memory = torch.empty(2, size, device=device)
-        return self._memory[0, :size].view(shape), self._memory[1, :size].view(shape)
+        return self._memory[index, :size].view(shape)
 
     def spans(self, allowed: torch.Tensor, step: int) -> list[tuple[int, int, bool]]:
         """`mask_spans(allowed, step)`, remembered while this scratch lives. The mask is known by its memory, which
@@ -282,35 +326,30 @@ class BlockMeans:
         """Rows start.. of the matrix, (..., block, width <= n_cols) float32: columns after `width` are 0. Rows are
         summed into their blocks first (whole rows added: one pass), then the few block rows by columns. The sums
         live where the rows do (the model's device, in a capture's summary)."""
+        first, by_row_block = self._row_block_sums(start, rows)
+        target = self.sums[..., first : first + by_row_block.shape[-2], :]
+        if self.cols_each == 1:  # a block a column
+            target[..., : rows.shape[-1]] += by_row_block
+        else:
+            target += column_block_sums(by_row_block, self.col_starts)
+
+    def add_column_sums(self, start: int, sums: torch.Tensor) -> None:
+        """Rows start.. of the matrix given as each row's sums over the column blocks, (..., block, column blocks)."""
+        first, by_row_block = self._row_block_sums(start, sums)
+        self.sums[..., first : first + by_row_block.shape[-2], :] += by_row_block
+
+    def _row_block_sums(self, start: int, rows: torch.Tensor) -> tuple[int, torch.Tensor]:
+        """(the first row block, (..., row blocks, width)): rows start.. summed into the row blocks they fall in
+        (those blocks may have rows in other calls too). Moves the sums where the rows are, on first use."""
         if self.sums.device != rows.device:
             self.sums, self.counts = self.sums.to(rows.device), self.counts.to(rows.device)
         n, width = rows.shape[-2:]
         blocks = self.row_block[start : start + n]  # each row's block, ascending
         first, count = int(blocks[0]), int(blocks[-1] - blocks[0]) + 1
         if self.rows_each and start % self.rows_each == 0 and n % self.rows_each == 0:  # whole equal blocks
-            by_row_block = rows if self.rows_each == 1 else rows.unflatten(-2, (count, self.rows_each)).sum(-2)
-        else:
-            local = torch.from_numpy(blocks - first).to(rows.device)
-            by_row_block = rows.new_zeros(*rows.shape[:-2], count, width).index_add_(-2, local, rows)
-        target = self.sums[..., first : first + count, :]
-        if self.cols_each == 1:  # a block a column
-            target[..., :width] += by_row_block
-        else:
-            target += self._column_sums(by_row_block)
-
-    def _column_sums(self, rows: torch.Tensor) -> torch.Tensor:
-        """(..., block rows, width) -> (..., block rows, column blocks): each row's sum over each block of columns
-        (the rows are few: a block of query rows spans few blocks of the thumbnail)."""
-        width, n_blocks = rows.shape[-1], len(self.col_counts)
-        if self.cols_each:  # equal blocks: the hidden columns' zeros added, then a reshape and a sum
-            if width < self.col_starts[-1]:
-                rows = torch.nn.functional.pad(rows, (0, int(self.col_starts[-1]) - width))
-            return rows.unflatten(-1, (n_blocks, -1)).sum(-1)
-        bounds = np.minimum(self.col_starts, width)  # blocks after `width` are empty: their sums 0
-        exact = torch.float32 if rows.device.type == "mps" else torch.float64  # differences stay exact (MPS has no
-        running = torch.nn.functional.pad(rows.to(exact).cumsum(-1), (1, 0))  # float64)
-        at = torch.from_numpy(bounds).to(rows.device)
-        return (running[..., at[1:]] - running[..., at[:-1]]).float()
+            return first, rows if self.rows_each == 1 else rows.unflatten(-2, (count, self.rows_each)).sum(-2)
+        local = torch.from_numpy(blocks - first).to(rows.device)
+        return first, rows.new_zeros(*rows.shape[:-2], count, width).index_add_(-2, local, rows)
 
     def means(self) -> torch.Tensor:
         """(..., size, size) float32 block means, where the rows were."""
@@ -331,7 +370,7 @@ def block_starts(n: int, size: int) -> np.ndarray:
 @dataclass
 class PatternInputs:
     """What attention read, as torch tensors on the model's device (batch kept), until the capture ends; and the
-    output, where the capture computed it from the pattern it summarised (`summary_blocks`)."""
+    output, where the capture computed it from the pattern it summarised (`summary_rows`)."""
 
     query: torch.Tensor  # (batch, heads, q_len, d_head)
     key: torch.Tensor  # (batch, kv_heads, k_len, d_head)
@@ -341,18 +380,17 @@ class PatternInputs:
     bias: torch.Tensor | None  # (batch or 1, heads, q_len, k_len) or None
     output: torch.Tensor | None = None  # (batch, q_len, heads, d_head) in the query's dtype, once computed
 
-    def summary_blocks(self, source: PatternSource, scratch: Scratch
-                       ) -> Iterator[tuple[np.ndarray, torch.Tensor, torch.Tensor]]:
-        """The row blocks of run 0 of `source` (this layer's) for a summary, computed in `scratch`. For a batch of
-        one run they also make attention's output, set as `output` once every block is read: the fused kernel then
-        has nothing left to do, and the layer's probabilities are computed once, not once for the forward pass and
-        again for the summary."""
+    def summary_rows(self, source: PatternSource, layout: RowLayout, scratch: Scratch) -> Iterator[ReducedRows]:
+        """The row blocks of run 0 of `source` (this layer's) reduced for a summary, computed in `scratch`. For a
+        batch of one run they also make attention's output, set as `output` once every block is read: the fused
+        kernel then has nothing left to do, and the layer's probabilities are computed once, not once for the
+        forward pass and again for the summary."""
         if len(self.query) > 1:
-            yield from source[0].row_blocks(scratch=scratch)
+            yield from source[0].reduced_rows(layout, scratch=scratch)
             return
         heads, q_len, d_head = self.query.shape[1:]
         output = torch.empty(heads, q_len, d_head, device=self.query.device)  # float32
-        yield from source[0].row_blocks(self.value[0], output, scratch)
+        yield from source[0].reduced_rows(layout, self.value[0], output, scratch)
         self.output = output.to(self.query.dtype).transpose(0, 1)[None]
 
     def source(self, converted: dict[int, tuple[torch.Tensor, torch.Tensor]]) -> PatternSource:

@@ -15,8 +15,9 @@ head or every layer need, without holding any layer's (heads, q_len, k_len) patt
 
 A Hugging Face run makes it in its capture, a layer at a time as the forward pass reports each pattern, on the
 model's device (`SiteSummariser`; model/core/capture.py, RunOptions.summary_size), from the probabilities that
-also make the layer's attention output (model/core/patterns.py PatternInputs.summary_blocks); `summarise_site`
-makes it from a trace afterwards (the toy models, whose patterns are captured whole).
+also make the layer's attention output (model/core/patterns.py PatternInputs.summary_rows); `summarise_site`
+makes it from a trace afterwards (from its kept sources, or the toy models' patterns, captured whole). Each block of
+query rows comes reduced (model/core/row_reduction.py): the summariser only adds blocks up.
 """
 
 from __future__ import annotations
@@ -29,13 +30,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from model.core.patterns import BlockMeans, block_starts, on_host
+from model.core.patterns import BlockMeans, Scratch, block_starts, on_host
+from model.core.row_reduction import STATISTICS, ReducedRows, RowLayout, reduce_rows
 from model.core.sites import Site
 
 if TYPE_CHECKING:  # a trace's patterns are read, never made, here
     from model.core.trace import Trace
 
-STATISTICS = ("entropy (bits)", "mean distance", "to first token", "to previous token", "to itself")
+ProbabilityBlock = tuple[np.ndarray, torch.Tensor] | tuple[np.ndarray, torch.Tensor, torch.Tensor]
 ROLLOUT_SIZE = 512  # positions (or blocks of positions) a side of the rollout matrix
 
 
@@ -78,61 +80,20 @@ class SiteSummary:
         return rolled.numpy()
 
 
-class _Distances:
-    """Sums of attention times distance, sum_k p[i, k] |i - k|, for blocks of query rows, with what every block and
-    layer of a site reuses (where the rows are)."""
-
-    def __init__(self, k_len: int) -> None:
-        self.k_len = k_len
-        self._positions: torch.Tensor | None = None  # (k_len,) float32
-        self._band: torch.Tensor | None = None  # (n, n) float32 |r - c|: a block's own rows' distances
-
-    def sums(self, first: int, p: torch.Tensor) -> torch.Tensor:
-        """(heads,) the sum over the rows of p (heads, rows, width: queries i = first, first + 1, ...; keys 0..width-1)
-        of sum_k p[i, k] |i - k|: over the keys before the block's first query, sum p (i - k) = i sum p - p @ k;
-        after its last, p @ k - i sum p; the band of keys between, by its distances. Each row's products are summed
-        apart (over at most k_len terms, in float32) and then the rows': one product of all rows and keys at once
-        summed 10^6 float32 terms at 8,192 tokens, 3e-4 too low. No (rows, width) temporary (4 MB a block)."""
-        rows, width = p.shape[1:]
-        if self._positions is None or self._positions.device != p.device:
-            self._positions, self._band = torch.arange(self.k_len, device=p.device, dtype=torch.float32), None
-        if self._band is None or len(self._band) < rows:
-            self._band = (self._positions[None, :rows] - self._positions[:rows, None]).abs_()
-        positions = self._positions
-        queries, end = positions[first : first + rows], min(first + rows, width)
-        sums = (p[..., first:end] * self._band[:rows, : max(end - first, 0)]).sum(-1)  # (heads, rows)
-        if first:  # (keys past `width` are 0, and may start before the block: padding, hidden keys)
-            before = p[..., : min(first, width)]
-            sums += queries * before.sum(-1) - before @ positions[: before.shape[-1]]
-        if width > end:
-            after = p[..., end:]
-            sums += after @ positions[end:width] - queries * after.sum(-1)
-        return sums.sum(-1)
-
-
 class _Statistics:
     """Per-head sums over query rows of every layer of a site, divided into means at the end: float32 sums of each
     block's rows, kept where the rows are, added up across blocks in float64 on the host (one copy for all layers)."""
 
-    def __init__(self, heads: int, q_len: int, distances: _Distances | None) -> None:
-        """distances: for a self-attention site whose queries and keys are one sequence; None otherwise (no mean
-        distance, previous token or itself)."""
-        self.q_len, self.heads, self.distances = q_len, heads, distances
+    def __init__(self, heads: int, q_len: int, positional: bool) -> None:
+        """positional: a self-attention site whose queries and keys are one sequence (else no mean distance,
+        previous token or itself)."""
+        self.q_len, self.heads, self.positional = q_len, heads, positional
         self.layers: list[torch.Tensor] = []  # (blocks, heads, len(STATISTICS)) float32 sums a layer
         self.blocks: list[torch.Tensor] = []  # the next layer's so far: (heads, len(STATISTICS)) a block of rows
 
-    def add(self, positions: np.ndarray, p: torch.Tensor, entropy: torch.Tensor | None = None) -> None:
-        """p: (heads, rows, width) float32, the attention of the query rows at `positions` (consecutive) on keys
-        0..width-1 (the others 0), on any device; entropy: (heads, rows) in bits, if known."""
-        if entropy is None:
-            entropy = -torch.special.xlogy(p, p).sum(-1) / np.log(2)  # (heads, rows); 0 log 0 = 0
-        sums = [entropy.sum(-1), p[:, :, 0].sum(-1)]
-        if self.distances is not None:  # query i = first + r is row r; key k is column k
-            first = int(positions[0])
-            sums.append(self.distances.sums(first, p))
-            for offset in (first - 1, first):  # the previous token, itself (0 where not computed)
-                sums.append(torch.diagonal(p, offset, 1, 2).sum(-1))
-        self.blocks.append(torch.stack(sums, -1))
+    def add(self, sums: torch.Tensor) -> None:
+        """A block's (heads, len(STATISTICS)) sums over its rows, on any device."""
+        self.blocks.append(sums)
 
     def end_layer(self) -> None:
         """The blocks added since the last call were one layer's."""
@@ -143,15 +104,12 @@ class _Statistics:
         """(layers, heads, len(STATISTICS)) means over the queries (previous: over those that have one)."""
         sums = np.stack([layer.sum(0, dtype=np.float64) for layer in on_host(self.layers)])  # (layers, heads, m)
         means = np.full((len(sums), self.heads, len(STATISTICS)), np.nan)
-        means[..., [0, 2]] = sums[..., :2] / self.q_len
-        if self.distances is not None:
-            means[..., [1, 4]] = sums[..., [2, 4]] / self.q_len
+        means[..., [0, 2]] = sums[..., [0, 2]] / self.q_len
+        if self.positional:
+            means[..., [1, 4]] = sums[..., [1, 4]] / self.q_len
             if self.q_len > 1:
                 means[..., 3] = sums[..., 3] / (self.q_len - 1)
         return means
-
-
-Block = tuple[np.ndarray, torch.Tensor] | tuple[np.ndarray, torch.Tensor, torch.Tensor]
 
 
 class SiteSummariser:
@@ -164,36 +122,40 @@ class SiteSummariser:
         self.starts = block_starts(q_len, ROLLOUT_SIZE)
         self.thumbnail = BlockMeans((heads,), q_len, k_len, size)  # sums every layer restarts, on the rows' device
         one_sequence = self_attention and q_len == k_len  # queries and keys: the same positions
-        self.averaged = BlockMeans((), q_len, k_len, ROLLOUT_SIZE) if one_sequence else None
-        self.distances = _Distances(k_len) if one_sequence else None
-        self.statistics = _Statistics(heads, q_len, self.distances)  # every layer's
+        self.averaged = BlockMeans((), q_len, k_len, ROLLOUT_SIZE) if one_sequence else None  # the heads' sum
+        self.layout = RowLayout(self.thumbnail.col_starts.astype(np.int32),
+                                None if self.averaged is None else self.averaged.col_starts.astype(np.int32),
+                                one_sequence)  # how each block of rows is reduced for it
+        self.statistics = _Statistics(heads, q_len, one_sequence)  # every layer's
         self.thumbnails: list[torch.Tensor] = []  # (heads, t_q, t_k) float32 a layer, where the rows are
         self.flows: list[torch.Tensor] = []  # each layer's, as SiteSummary keeps it, on the rows' device
         self.lower: torch.Tensor | None = None  # `_lower_triangle`, where the flows are
 
-    def add_layer(self, blocks: Iterator[Block]) -> None:
-        """The next layer's pattern as (query positions, float32 probabilities (heads, rows, width <= k_len), the
-        keys after width 0[, the rows' entropy in bits (heads, rows)]) blocks of consecutive rows covering every
+    def add_layer(self, blocks: Iterator[ReducedRows]) -> None:
+        """The next layer's pattern as blocks of consecutive query rows reduced by `self.layout`, covering every
         query row once, in order."""
-        heads = self.shape[0]
-        thumbnail, summed = self.thumbnail, self.averaged  # summed: the heads' sum
+        thumbnail, summed = self.thumbnail, self.averaged
         thumbnail.restart()
         if summed is not None:
             summed.restart()
         causal_shaped = True  # no row has attention on a key after the last row of its block
-        for positions, p, *entropy in blocks:
-            start, last = int(positions[0]), int(positions[-1])
-            thumbnail.add(start, p)
-            self.statistics.add(positions, p, *entropy)
+        for reduced in blocks:
+            thumbnail.add_column_sums(reduced.start, reduced.thumbnail)
+            self.statistics.add(reduced.statistics)
             if summed is not None:
-                summed.add(start, p.sum(0))
-                if causal_shaped and p.shape[-1] > last + 1:  # a block computed wide (whole patterns: every key)
-                    causal_shaped = not bool(p[..., last + 1 :].any())
+                summed.add_column_sums(reduced.start, reduced.rollout)
+                causal_shaped = causal_shaped and not reduced.beyond_last
         self.statistics.end_layer()
         self.thumbnails.append(thumbnail.means())
         if summed is not None:
-            flow = _flow(summed, heads)
+            flow = _flow(summed, self.shape[0])
             self.flows.append(self._lower(flow) if causal_shaped and not torch.triu(flow, 1).any() else flow)
+
+    def add_probabilities(self, blocks: Iterator[ProbabilityBlock]) -> None:
+        """The next layer's pattern as (query positions, float32 probabilities (heads, rows, width <= k_len), the
+        keys after width 0[, the rows' entropy in bits (heads, rows)]) blocks of consecutive rows covering every
+        query row once, in order."""
+        self.add_layer(reduce_rows(int(positions[0]), p, self.layout, *entropy) for positions, p, *entropy in blocks)
 
     def _lower(self, flow: torch.Tensor) -> torch.Tensor:
         """A layer's flow with nothing above its diagonal (a causal mask's) as SiteSummary keeps it: its lower
@@ -209,12 +171,12 @@ class SiteSummariser:
         return SiteSummary(np.stack(on_host(self.thumbnails)), self.statistics.result(), flows, self.starts)
 
 
-def summarise(layers: Iterator[Iterator[Block]], shape: tuple[int, int, int], size: int,
+def summarise(layers: Iterator[Iterator[ProbabilityBlock]], shape: tuple[int, int, int], size: int,
               self_attention: bool) -> SiteSummary:
     """Reduce every layer of a site (`SiteSummariser`), given as an iterator of each layer's blocks."""
     summariser = SiteSummariser(shape, size, self_attention)
     for blocks in layers:
-        summariser.add_layer(blocks)
+        summariser.add_probabilities(blocks)
     return summariser.result()
 
 
@@ -245,5 +207,12 @@ def _lower_triangle(b: int, device: torch.device) -> torch.Tensor:
 
 def summarise_site(trace: Trace, site: str, size: int) -> SiteSummary:
     """Every layer of `site` in `trace` reduced (thumbnails `size` a side), one block of query rows at a time."""
-    layers = (trace.pattern_blocks(site, layer) for layer in range(trace.n_layers(site)))
-    return summarise(layers, trace.shape(trace.pattern_name(site, 0)), size, not Site.of(site).is_cross)
+    summariser = SiteSummariser(trace.shape(trace.pattern_name(site, 0)), size, not Site.of(site).is_cross)
+    scratch = Scratch()  # every layer's blocks computed in the same memory
+    for layer in range(trace.n_layers(site)):
+        source = trace.pattern_source(site, layer)
+        if source is not None:
+            summariser.add_layer(source.reduced_rows(summariser.layout, scratch=scratch))
+        else:
+            summariser.add_probabilities(trace.pattern_blocks(site, layer))
+    return summariser.result()

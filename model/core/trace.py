@@ -194,14 +194,9 @@ class Trace:
             return source.pattern(heads=heads, rows=rows)
         return self.pattern(site, layer)[heads][:, rows]
 
-    def pattern_blocks(self, site: str, layer: int) -> Iterator[tuple[np.ndarray, torch.Tensor, ...]]:
-        """One layer's pattern, ROW_BLOCK query rows at a time, as `model.core.summary.summarise` reads it: (their
-        positions, float32 (heads, rows, width)[, the rows' entropy]), the keys after width 0 (a kept source does
-        not compute those a causal mask hides from every row, and gives the entropy it computes best)."""
-        source = self.pattern_source(site, layer)
-        if source is not None:
-            yield from source.row_blocks()
-            return
+    def pattern_blocks(self, site: str, layer: int) -> Iterator[tuple[np.ndarray, torch.Tensor]]:
+        """One captured (not kept as a source) layer's pattern, ROW_BLOCK query rows at a time, as
+        `model.core.summary.summarise` reads it: (their positions, float32 (heads, rows, k_len))."""
         pattern = self.pattern(site, layer)
         for start in range(0, pattern.shape[1], ROW_BLOCK):
             block = pattern[:, start : start + ROW_BLOCK].astype(np.float32)

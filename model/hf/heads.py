@@ -9,7 +9,7 @@ probabilities), which on the thread of a capture also reports what it asks for (
 `reports_wanted`): the per-head inputs, the scores (computed only then), the output z, and for `hook_pattern`
 what the pattern is computed from later, on demand (model/core/patterns.py), instead of the pattern itself.
 A capture that summarises its run reduces each layer's probabilities as the layer reports them and computes the
-layer's output from those same probabilities (PatternInputs.summary_blocks): then the fused kernel is skipped, and
+layer's output from those same probabilities (PatternInputs.summary_rows): then the fused kernel is skipped, and
 the probabilities are computed once, not once by the kernel and again for the summary (on the CPU the kernel was
 44% of a 2,048-token forward pass). Otherwise GPT-2 configs with reorder_and_upcast_attn keep their own eager
 float32 path. Asked for nothing, it costs two thread-local lookups per layer; the shared model itself is never

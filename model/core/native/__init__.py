@@ -1,0 +1,111 @@
+"""The CPU's kernel for a summary's blocks of attention rows (attention_rows.c), compiled once per machine.
+
+A summary reads each block of query rows once: the softmax, the entropy, the distances, the shares of three keys,
+the thumbnail's and the rollout's column sums. As torch ops that is a dozen passes over a (heads, rows, keys) block
+too large for the cache, each paying a dispatch; the kernel makes every number of a row while the row is in the
+cache (MiniLM at 512 tokens: about a fifth of the torch ops' time). It is compiled with the machine's C compiler
+(`$CC`, else `cc`) on first use into the user cache (model/core/user_cache.py), with OpenMP where the compiler has
+it; where none compiles it, `attention_rows()` is None and the torch ops do the work (model/core/row_reduction.py).
+
+The library is linked without -ffast-math (only compiled with it): gcc before 13 links a fast-math shared library
+with code that flushes subnormal floats to zero for the whole process when it loads.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import threading
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from model.core.user_cache import cache_dir
+
+SOURCE = Path(__file__).with_name("attention_rows.c")
+FLAGS = ("-O3", "-march=native", "-fPIC", "-ffast-math")  # the machine's own vector unit: compiled where it runs
+DISABLE = "ATTENTION_ATLAS_NO_NATIVE"  # set (to anything) to use the torch ops only
+_build_lock = threading.Lock()
+_log = logging.getLogger(__name__)
+_P, _I, _L, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_float
+_ARGUMENTS = (_P, _P, _P, _L, _I, _I, _I, _I, _L, _I, _F, _P, _I, _P, _P, _I, _P, _P, _I)
+
+
+@cache
+def attention_rows() -> ctypes._CFuncPtr | None:
+    """The compiled kernel's `attention_rows` (attention_rows.c says what it computes), or None where it cannot be
+    had (no C compiler, a failed build, or $ATTENTION_ATLAS_NO_NATIVE set)."""
+    if os.environ.get(DISABLE):
+        return None
+    with _build_lock:
+        library = _built()
+    if library is None:
+        return None
+    function = ctypes.CDLL(str(library)).attention_rows
+    function.argtypes, function.restype = _ARGUMENTS, None
+    return function
+
+
+def _built() -> Path | None:
+    """The library for this source, compiler and processor, built into the user cache unless it is there."""
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if compiler is None:
+        _log.warning("No C compiler found: attention summaries use torch ops on the CPU (slower).")
+        return None
+    key = hashlib.sha256(SOURCE.read_bytes() + repr((FLAGS, compiler, platform.machine(), _cpu_flags())).encode())
+    target = cache_dir() / "native" / f"attention_rows-{key.hexdigest()[:16]}.so"
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
+        built, errors = Path(scratch) / target.name, []
+        for openmp in (["-fopenmp"], []):  # Apple's clang has no OpenMP: one thread then
+            obj = Path(scratch) / "attention_rows.o"
+            compile_and_link = ([compiler, *FLAGS, *openmp, "-c", str(SOURCE), "-o", str(obj)],
+                                [compiler, "-shared", *openmp, str(obj), "-o", str(built), "-lm"])
+            try:
+                for command in compile_and_link:
+                    subprocess.run(command, check=True, capture_output=True, text=True, timeout=120)
+            except (OSError, subprocess.SubprocessError) as error:
+                errors.append(getattr(error, "stderr", None) or str(error))
+                continue
+            os.replace(built, target)  # atomic: another process building it at the same time finds one whole
+            return target
+    _log.warning("The CPU kernel did not compile; attention summaries use torch ops (slower): %s", errors[-1])
+    return None
+
+
+def _cpu_flags() -> str:
+    """The processor's feature flags (Linux), so a cache shared by machines of other processors builds anew."""
+    try:
+        return next((line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")), "")
+    except OSError:
+        return ""
+
+
+def _pointer(array: torch.Tensor | np.ndarray) -> int:
+    return array.data_ptr() if isinstance(array, torch.Tensor) else array.ctypes.data
+
+
+def run_kernel(kernel: ctypes._CFuncPtr, scores: torch.Tensor, probs: torch.Tensor,
+               allowed: torch.Tensor | np.ndarray, first: int, query0: int, positional: bool, floor_bits: float,
+               thumb_starts: np.ndarray, thumb: torch.Tensor, roll_starts: np.ndarray | None,
+               roll: torch.Tensor | None, stats: torch.Tensor) -> None:
+    """Call the kernel on one block: scores and probs (heads, rows, width), allowed (rows, >= width) bool with
+    unit column stride, thumb (heads, rows, len(thumb_starts) - 1), roll (rows, len(roll_starts) - 1) or None,
+    stats (heads, rows, 5); every tensor float32, contiguous, on the CPU; starts int32."""
+    heads, rows, width = scores.shape
+    allowed = np.ascontiguousarray(allowed) if isinstance(allowed, np.ndarray) else allowed.contiguous()
+    row_stride = allowed.strides[0] if isinstance(allowed, np.ndarray) else allowed.stride(0)
+    kernel(scores.data_ptr(), probs.data_ptr(), _pointer(allowed), row_stride, heads, rows, width, first, query0,
+           int(positional), floor_bits, thumb_starts.ctypes.data, len(thumb_starts) - 1, thumb.data_ptr(),
+           None if roll_starts is None else roll_starts.ctypes.data, 0 if roll_starts is None else len(roll_starts) - 1,
+           None if roll is None else roll.data_ptr(), stats.data_ptr(), torch.get_num_threads())

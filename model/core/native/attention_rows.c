@@ -1,0 +1,106 @@
+/* One block of attention rows on the CPU: each row's softmax in bits and every reduction a summary reads, in one
+ * pass over the row while it is in the cache (model/core/native/__init__.py calls it; model/core/row_reduction.py
+ * computes the same numbers with torch ops, a dozen passes over the block).
+ *
+ * Row (h, r) is query i = query0 + r of head h: scores[h, r, k] for keys k < width, in bits (Q K^T x scale x log2 e,
+ * plus any bias x log2 e). Every key before `first` is seen; key k >= first is seen where allowed[r * stride + k].
+ * Out, for each row: probs[h, r, k], the softmax as eager attention computes it (2^(s - max), its floor `floor_bits`
+ * keeping every seen key's probability a normal float; a hidden key exactly 0; a row that sees no key uniform);
+ * stats[h, r, :] = (entropy in bits, sum_k p |i - k|, p[0], p[i - 1], p[i]), the last three 0 where the key is not
+ * computed and, with positional = 0 (queries and keys are not one sequence), the distance, previous and self 0;
+ * thumb[h, r, b] = the row's sum over key columns thumb_starts[b] .. thumb_starts[b + 1] - 1; and, if roll is given,
+ * roll[r, b] = the heads' sum of the same over roll_starts. Rows are shared among `threads` OpenMP threads. */
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef union { float f; int32_t i; } Bits;
+
+static inline float exp2_normal(float x) { /* 2^x for x in [-126, 0]: relative error under 1e-7 */
+    float n = rintf(x), f = x - n; /* f in [-0.5, 0.5]; 2^f by a degree-5 polynomial fitted to it */
+    float poly = 1.326697039e-3f;
+    poly = poly * f + 9.675459746e-3f;
+    poly = poly * f + 5.550742616e-2f;
+    poly = poly * f + 2.402212175e-1f;
+    poly = poly * f + 6.931469492e-1f;
+    poly = poly * f + 1.000000071f;
+    Bits scale = {.i = ((int32_t)n + 127) << 23}; /* 2^n */
+    return poly * scale.f;
+}
+
+static void column_sums(const float *restrict row, int width, const int32_t *restrict starts, int blocks,
+                        float *restrict out, int add) {
+    /* out[b] (+)= the sum of row[starts[b] .. starts[b + 1] - 1], columns from `width` on being 0 */
+    if (starts[blocks] == blocks) { /* a block a column */
+        if (!add) memset(out, 0, sizeof(float) * blocks);
+        for (int k = 0; k < width; k++) out[k] += row[k];
+        return;
+    }
+    for (int b = 0; b < blocks; b++) {
+        int lo = starts[b] < width ? starts[b] : width, hi = starts[b + 1] < width ? starts[b + 1] : width;
+        float sum = 0.0f;
+        for (int k = lo; k < hi; k++) sum += row[k];
+        out[b] = add ? out[b] + sum : sum;
+    }
+}
+
+static void softmax_row(const float *restrict s, float *restrict p, const uint8_t *restrict seen,
+                        const float *restrict distance, int width, int first, float floor_bits, float *restrict st) {
+    float top = -FLT_MAX;
+    for (int k = 0; k < first; k++) top = s[k] > top ? s[k] : top;
+    for (int k = first; k < width; k++) {
+        float v = seen[k] ? s[k] : -FLT_MAX;
+        top = v > top ? v : top;
+    }
+    float total = 0.0f, bits = 0.0f, far = 0.0f; /* sum 2^x, sum 2^x x, sum 2^x |i - k| */
+    if (top == -FLT_MAX) { /* no key seen: uniform over every key, as in eager attention */
+        for (int k = 0; k < width; k++) {
+            p[k] = 1.0f;
+            far += distance[k];
+        }
+        total = (float)width, bits = 0.0f;
+    } else {
+        for (int k = 0; k < first; k++) { /* keys every row sees */
+            float x = s[k] - top;
+            x = x < floor_bits ? floor_bits : x;
+            float e = exp2_normal(x);
+            p[k] = e;
+            total += e, bits += e * x, far += e * distance[k];
+        }
+        for (int k = first; k < width; k++) { /* the band: the keys the mask lets this row see */
+            float x = s[k] - top;
+            x = x < floor_bits ? floor_bits : x;
+            float e = seen[k] ? exp2_normal(x) : 0.0f;
+            p[k] = e;
+            total += e, bits += e * x, far += e * distance[k];
+        }
+    }
+    float inv = 1.0f / total;
+    for (int k = 0; k < width; k++) p[k] *= inv;
+    st[0] = log2f(total) - bits * inv; /* -sum p log2 p, with log2 p = x - log2 total */
+    st[1] = far * inv;
+}
+
+void attention_rows(const float *scores, float *probs, const uint8_t *allowed, int64_t stride, int heads, int rows,
+                    int width, int first, int64_t query0, int positional, float floor_bits,
+                    const int32_t *thumb_starts, int thumb_blocks, float *thumb, const int32_t *roll_starts,
+                    int roll_blocks, float *roll, float *stats, int threads) {
+    #pragma omp parallel for schedule(static) num_threads(threads)
+    for (int r = 0; r < rows; r++) {
+        int64_t i = query0 + r;
+        float distance[width]; /* |i - k|, for every head's row r */
+        for (int k = 0; k < width; k++) distance[k] = fabsf((float)(i - k));
+        for (int h = 0; h < heads; h++) {
+            int64_t row = (int64_t)h * rows + r;
+            float *p = probs + row * width, *st = stats + row * 5;
+            softmax_row(scores + row * width, p, allowed + r * stride, distance, width, first, floor_bits, st);
+            st[2] = p[0];
+            st[3] = positional && i >= 1 && i - 1 < width ? p[i - 1] : 0.0f;
+            st[4] = positional && i < width ? p[i] : 0.0f;
+            if (!positional) st[1] = 0.0f;
+            column_sums(p, width, thumb_starts, thumb_blocks, thumb + row * thumb_blocks, 0);
+            if (roll) column_sums(p, width, roll_starts, roll_blocks, roll + (int64_t)r * roll_blocks, h > 0);
+        }
+    }
+}
