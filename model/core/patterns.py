@@ -122,13 +122,12 @@ class PatternSource:
         rows = np.arange(self.query.shape[1])
         for start, first, _, scores, allowed in self._scores(np.arange(heads), rows, scratch):
             n, width = scores.shape[1:]
-            p = scratch.probabilities(scores.shape)
             thumbnail = torch.empty(heads, n, len(layout.thumbnail_starts) - 1)
             rollout = None if layout.rollout_starts is None else torch.empty(n, len(layout.rollout_starts) - 1)
             statistics = torch.empty(heads, n, len(STATISTICS))
-            native.run_kernel(kernel, scores, p, allowed, first, start, layout.positional, EXP_FLOOR,
+            native.run_kernel(kernel, scores, allowed, first, start, layout.positional, EXP_FLOOR,
                               layout.thumbnail_starts, thumbnail, layout.rollout_starts, rollout, statistics)
-            yield p, ReducedRows(start, statistics.sum(1), thumbnail, rollout, width > start + n)
+            yield scores, ReducedRows(start, statistics.sum(1), thumbnail, rollout, width > start + n)  # p, now
 
     def _torch_blocks(self, layout: RowLayout, scratch: Scratch) -> Iterator[tuple[torch.Tensor, ReducedRows]]:
         """`_native_blocks` made with torch ops, on `device`."""
@@ -164,7 +163,7 @@ class PatternSource:
             scores -= scores.amax(-1, keepdim=True)  # each row's greatest score 0
             scores.clamp_(min=EXP_FLOOR)
             # softmax as exp2, sum, divide: torch's fused softmax (its exp) took 1.7x as long on the CPU
-            p = torch.exp2(scores, out=scratch.probabilities(scores.shape))
+            p = torch.exp2(scores, out=scratch.probabilities(scores.shape, device))
             total = p.sum(-1)  # (heads, block)
             p /= total[..., None]
             if keep is not None:
@@ -209,28 +208,29 @@ class PatternSource:
 
 
 class Scratch:
-    """Two float32 buffers every block of a pattern is computed in, grown when a block needs more: on the CPU a
-    fresh block-sized tensor for every block cost, in page faults, about as much again as the block's arithmetic.
-    One pass over many layers keeps one (a capture's summary), so all its blocks reuse the same memory, and each
-    mask's spans (`mask_spans`) are found once for every layer that reads it."""
+    """The float32 buffers every block of a pattern is computed in (its scores; for torch's softmax, its
+    probabilities), grown when a block needs more: on the CPU a fresh block-sized tensor for every block cost, in
+    page faults, about as much again as the block's arithmetic. One pass over many layers keeps one (a capture's
+    summary), so all its blocks reuse the same memory, and each mask's spans (`mask_spans`) are found once for every
+    layer that reads it."""
 
     def __init__(self) -> None:
-        self._memory: torch.Tensor | None = None  # (2, floats)
+        self._memory: list[torch.Tensor | None] = [None, None]  # scores, probabilities: (floats,) each
         self._spans: dict[tuple, tuple[torch.Tensor, list[tuple[int, int, bool]]]] = {}  # by mask: (mask, spans)
 
     def scores(self, shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
         """A contiguous float32 tensor of `shape` on `device` for a block's scores, overwritten by the next call."""
         return self._buffer(0, shape, device)
 
-    def probabilities(self, shape: tuple[int, ...]) -> torch.Tensor:
-        """The same for the block's probabilities, on the device of its scores (asked first)."""
-        return self._buffer(1, shape, self._memory.device)
+    def probabilities(self, shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
+        """The same for a block's probabilities."""
+        return self._buffer(1, shape, device)
 
     def _buffer(self, index: int, shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
-        size = int(np.prod(shape))
-        if self._memory is None or self._memory.shape[1] < size or self._memory.device != device:
-            self._memory = torch.empty(2, size, device=device)
-        return self._memory[index, :size].view(shape)
+        size, memory = int(np.prod(shape)), self._memory[index]
+        if memory is None or len(memory) < size or memory.device != device:
+            memory = self._memory[index] = torch.empty(size, device=device)
+        return memory[:size].view(shape)
 
     def spans(self, allowed: torch.Tensor, step: int) -> list[tuple[int, int, bool]]:
         """`mask_spans(allowed, step)`, remembered while this scratch lives. The mask is known by its memory, which

@@ -183,10 +183,13 @@ def summarise(layers: Iterator[Iterator[ProbabilityBlock]], shape: tuple[int, in
 def _flow(summed: BlockMeans, heads: int) -> torch.Tensor:
     """A layer's factor of the rollout from the block sums of its heads' summed attention: A (the heads' mean,
     summed over a block's keys, averaged over its queries: rows sum to 1), 0.5 A + 0.5 I, rows renormalised against
-    rounding; (b, b) float32, where the sums are."""
-    a = summed.sums / (summed.row_counts.to(summed.sums.device)[:, None] * heads)  # (b, b)
-    a.diagonal().add_(1.0)  # A + I: halved by the renormalisation
-    return a.div_(a.sum(-1, keepdim=True))
+    rounding: (A + I) / its row sums, made in one pass over the sums (and one to sum them); (b, b) float32, where the
+    sums are."""
+    scale = summed.row_counts.to(summed.sums.device) * heads  # (b,): what a row of sums is divided by for A
+    total = summed.sums.sum(-1) / scale + 1.0  # (b,): the row sums of A + I
+    a = summed.sums * (1.0 / (scale * total))[:, None]  # (b, b)
+    a.diagonal().add_(1.0 / total)
+    return a
 
 
 def _square(flow: np.ndarray, b: int, lower: torch.Tensor | None) -> torch.Tensor:

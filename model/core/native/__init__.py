@@ -36,7 +36,7 @@ DISABLE = "ATTENTION_ATLAS_NO_NATIVE"  # set (to anything) to use the torch ops 
 _build_lock = threading.Lock()
 _log = logging.getLogger(__name__)
 _P, _I, _L, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_float
-_ARGUMENTS = (_P, _P, _P, _L, _I, _I, _I, _I, _L, _I, _F, _P, _I, _P, _P, _I, _P, _P, _I)
+_ARGUMENTS = (_P, _P, _L, _I, _I, _I, _I, _L, _I, _F, _P, _I, _P, _P, _I, _P, _P, _I)
 
 
 @cache
@@ -95,17 +95,25 @@ def _pointer(array: torch.Tensor | np.ndarray) -> int:
     return array.data_ptr() if isinstance(array, torch.Tensor) else array.ctypes.data
 
 
-def run_kernel(kernel: ctypes._CFuncPtr, scores: torch.Tensor, probs: torch.Tensor,
-               allowed: torch.Tensor | np.ndarray, first: int, query0: int, positional: bool, floor_bits: float,
-               thumb_starts: np.ndarray, thumb: torch.Tensor, roll_starts: np.ndarray | None,
-               roll: torch.Tensor | None, stats: torch.Tensor) -> None:
-    """Call the kernel on one block: scores and probs (heads, rows, width), allowed (rows, >= width) bool with
-    unit column stride, thumb (heads, rows, len(thumb_starts) - 1), roll (rows, len(roll_starts) - 1) or None,
+def run_kernel(kernel: ctypes._CFuncPtr, scores: torch.Tensor, allowed: torch.Tensor | np.ndarray, first: int,
+               query0: int, positional: bool, floor_bits: float, thumb_starts: np.ndarray, thumb: torch.Tensor,
+               roll_starts: np.ndarray | None, roll: torch.Tensor | None, stats: torch.Tensor) -> None:
+    """Call the kernel on one block: scores (heads, rows, width), the probabilities once it returns, allowed
+    (rows, >= width) bool, thumb (heads, rows, len(thumb_starts) - 1), roll (rows, len(roll_starts) - 1) or None,
     stats (heads, rows, 5); every tensor float32, contiguous, on the CPU; starts int32."""
     heads, rows, width = scores.shape
     allowed = np.ascontiguousarray(allowed) if isinstance(allowed, np.ndarray) else allowed.contiguous()
+    outputs = (thumb, stats) if roll is None else (thumb, stats, roll)
+    if (allowed.dtype not in (np.bool_, torch.bool) or allowed.shape[0] != rows or allowed.shape[1] < width
+            or thumb.shape != (heads, rows, len(thumb_starts) - 1)
+            or stats.shape != (heads, rows, 5) or (roll is None) != (roll_starts is None)
+            or (roll is not None and roll.shape != (rows, len(roll_starts) - 1))
+            or any(starts.dtype != np.int32 for starts in (thumb_starts, roll_starts) if starts is not None)
+            or any(t.dtype != torch.float32 or not t.is_contiguous() or t.device.type != "cpu"
+                   for t in (scores, *outputs))):
+        raise ValueError("attention_rows: arrays of other shapes, types or layouts than it reads and writes")
     row_stride = allowed.strides[0] if isinstance(allowed, np.ndarray) else allowed.stride(0)
-    kernel(scores.data_ptr(), probs.data_ptr(), _pointer(allowed), row_stride, heads, rows, width, first, query0,
+    kernel(scores.data_ptr(), _pointer(allowed), row_stride, heads, rows, width, first, query0,
            int(positional), floor_bits, thumb_starts.ctypes.data, len(thumb_starts) - 1, thumb.data_ptr(),
            None if roll_starts is None else roll_starts.ctypes.data, 0 if roll_starts is None else len(roll_starts) - 1,
            None if roll is None else roll.data_ptr(), stats.data_ptr(), torch.get_num_threads())

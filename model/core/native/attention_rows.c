@@ -4,12 +4,15 @@
  *
  * Row (h, r) is query i = query0 + r of head h: scores[h, r, k] for keys k < width, in bits (Q K^T x scale x log2 e,
  * plus any bias x log2 e). Every key before `first` is seen; key k >= first is seen where allowed[r * stride + k].
- * Out, for each row: probs[h, r, k], the softmax as eager attention computes it (2^(s - max), its floor `floor_bits`
- * keeping every seen key's probability a normal float; a hidden key exactly 0; a row that sees no key uniform);
- * stats[h, r, :] = (entropy in bits, sum_k p |i - k|, p[0], p[i - 1], p[i]), the last three 0 where the key is not
- * computed and, with positional = 0 (queries and keys are not one sequence), the distance, previous and self 0;
- * thumb[h, r, b] = the row's sum over key columns thumb_starts[b] .. thumb_starts[b + 1] - 1; and, if roll is given,
- * roll[r, b] = the heads' sum of the same over roll_starts. Rows are shared among `threads` OpenMP threads. */
+ * Out, for each row:
+ * - in place of its scores, the softmax p[h, r, k] as eager attention computes it: 2^(s - max s), s floored at
+ *   max s + floor_bits (every seen key's probability stays a normal float); a hidden key exactly 0; a row that sees
+ *   no key uniform;
+ * - stats[h, r, :] = (entropy in bits, sum_k p |i - k|, p[0], p[i - 1], p[i]), the last two 0 where that key is not
+ *   computed, and with positional = 0 (queries and keys not one sequence) the distance, previous and self 0;
+ * - thumb[h, r, b] = the row's sum over the key columns thumb_starts[b] .. thumb_starts[b + 1] - 1;
+ * - if roll is given, roll[r, b] = the heads' sums of the same over roll_starts.
+ * Rows are shared among `threads` OpenMP threads. */
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
@@ -45,44 +48,45 @@ static void column_sums(const float *restrict row, int width, const int32_t *res
     }
 }
 
-static void softmax_row(const float *restrict s, float *restrict p, const uint8_t *restrict seen,
-                        const float *restrict distance, int width, int first, float floor_bits, float *restrict st) {
+static void softmax_row(float *restrict row, const uint8_t *restrict seen, const float *restrict distance,
+                        int width, int first, float floor_bits, float *restrict st) {
+    /* row: the scores in, the probabilities out (each key's score read before its probability is written) */
     float top = -FLT_MAX;
-    for (int k = 0; k < first; k++) top = s[k] > top ? s[k] : top;
+    for (int k = 0; k < first; k++) top = row[k] > top ? row[k] : top;
     for (int k = first; k < width; k++) {
-        float v = seen[k] ? s[k] : -FLT_MAX;
+        float v = seen[k] ? row[k] : -FLT_MAX;
         top = v > top ? v : top;
     }
     float total = 0.0f, bits = 0.0f, far = 0.0f; /* sum 2^x, sum 2^x x, sum 2^x |i - k| */
     if (top == -FLT_MAX) { /* no key seen: uniform over every key, as in eager attention */
         for (int k = 0; k < width; k++) {
-            p[k] = 1.0f;
+            row[k] = 1.0f;
             far += distance[k];
         }
         total = (float)width, bits = 0.0f;
     } else {
         for (int k = 0; k < first; k++) { /* keys every row sees */
-            float x = s[k] - top;
+            float x = row[k] - top;
             x = x < floor_bits ? floor_bits : x;
             float e = exp2_normal(x);
-            p[k] = e;
+            row[k] = e;
             total += e, bits += e * x, far += e * distance[k];
         }
         for (int k = first; k < width; k++) { /* the band: the keys the mask lets this row see */
-            float x = s[k] - top;
+            float x = row[k] - top;
             x = x < floor_bits ? floor_bits : x;
             float e = seen[k] ? exp2_normal(x) : 0.0f;
-            p[k] = e;
+            row[k] = e;
             total += e, bits += e * x, far += e * distance[k];
         }
     }
     float inv = 1.0f / total;
-    for (int k = 0; k < width; k++) p[k] *= inv;
+    for (int k = 0; k < width; k++) row[k] *= inv;
     st[0] = log2f(total) - bits * inv; /* -sum p log2 p, with log2 p = x - log2 total */
     st[1] = far * inv;
 }
 
-void attention_rows(const float *scores, float *probs, const uint8_t *allowed, int64_t stride, int heads, int rows,
+void attention_rows(float *scores, const uint8_t *allowed, int64_t stride, int heads, int rows,
                     int width, int first, int64_t query0, int positional, float floor_bits,
                     const int32_t *thumb_starts, int thumb_blocks, float *thumb, const int32_t *roll_starts,
                     int roll_blocks, float *roll, float *stats, int threads) {
@@ -93,8 +97,8 @@ void attention_rows(const float *scores, float *probs, const uint8_t *allowed, i
         for (int k = 0; k < width; k++) distance[k] = fabsf((float)(i - k));
         for (int h = 0; h < heads; h++) {
             int64_t row = (int64_t)h * rows + r;
-            float *p = probs + row * width, *st = stats + row * 5;
-            softmax_row(scores + row * width, p, allowed + r * stride, distance, width, first, floor_bits, st);
+            float *p = scores + row * width, *st = stats + row * 5;
+            softmax_row(p, allowed + r * stride, distance, width, first, floor_bits, st);
             st[2] = p[0];
             st[3] = positional && i >= 1 && i - 1 < width ? p[i - 1] : 0.0f;
             st[4] = positional && i < width ? p[i] : 0.0f;
