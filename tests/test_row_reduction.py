@@ -131,11 +131,25 @@ def test_mean_distance_over_8192_keys_is_exact_to_1e_6(reduction) -> None:
     assert (np.abs(got - expected) / expected).max() < 1e-6
 
 
-def test_the_kernel_is_compiled_where_a_c_compiler_is() -> None:
-    """A machine with a C compiler (every CI run) gets the kernel; it is cached, so it is built once."""
+def test_the_kernel_is_compiled_once_into_the_user_cache(monkeypatch, tmp_path) -> None:
+    """A machine with a C compiler (every CI run) gets the kernel, built into the user cache and found there next
+    time; a compiler that fails, or none, leaves the torch ops to do the work, as does ATTENTION_ATLAS_NO_NATIVE."""
     import shutil
 
     if shutil.which("cc") is None and shutil.which("gcc") is None:
         pytest.skip("no C compiler on this machine")
-    assert native.attention_rows() is not None
-    assert native.attention_rows() is native.attention_rows()
+    kernel = native.attention_rows()  # this process's
+    assert kernel is not None
+    monkeypatch.setenv("ATTENTION_ATLAS_CACHE", str(tmp_path))
+    built = native._built()
+    assert built is not None and built.parent == tmp_path / "native" and list(built.parent.iterdir()) == [built]
+    modified = built.stat().st_mtime_ns
+    assert native._built() == built and built.stat().st_mtime_ns == modified  # found, not built again
+    monkeypatch.setenv("ATTENTION_ATLAS_CACHE", str(tmp_path / "other"))
+    monkeypatch.setenv("CC", "false")  # a compiler that fails
+    assert native._built() is None
+    monkeypatch.setenv("ATTENTION_ATLAS_NO_NATIVE", "1")
+    assert native.attention_rows.__wrapped__() is None
+    assert native.attention_rows() is kernel  # loaded once a process
+
+

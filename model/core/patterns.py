@@ -118,9 +118,8 @@ class PatternSource:
     def _native_blocks(self, kernel: Callable, layout: RowLayout, scratch: Scratch
                        ) -> Iterator[tuple[torch.Tensor, ReducedRows]]:
         """(probabilities (heads, rows, seen), the block reduced) from the native kernel, a block of rows at a time."""
-        heads = self.query.shape[0]
-        rows = np.arange(self.query.shape[1])
-        for start, first, _, scores, allowed in self._scores(np.arange(heads), rows, scratch):
+        heads, positions = self.query.shape[0], np.arange(self.query.shape[1])
+        for start, first, _, scores, allowed in self._scores(np.arange(heads), positions, scratch):
             n, width = scores.shape[1:]
             thumbnail = torch.empty(heads, n, len(layout.thumbnail_starts) - 1)
             rollout = None if layout.rollout_starts is None else torch.empty(n, len(layout.rollout_starts) - 1)

@@ -49,7 +49,11 @@ def attention_rows() -> ctypes._CFuncPtr | None:
         library = _built()
     if library is None:
         return None
-    function = ctypes.CDLL(str(library)).attention_rows
+    try:
+        function = ctypes.CDLL(str(library)).attention_rows
+    except (OSError, AttributeError) as error:  # a library this process cannot load (its OpenMP, say)
+        _log.warning("The CPU kernel %s did not load; attention summaries use torch ops (slower): %s", library, error)
+        return None
     function.argtypes, function.restype = _ARGUMENTS, None
     return function
 
