@@ -153,3 +153,23 @@ def test_the_kernel_is_compiled_once_into_the_user_cache(monkeypatch, tmp_path) 
     assert native.attention_rows() is kernel  # loaded once a process
 
 
+
+
+def test_the_kernel_refuses_arrays_it_would_read_or_write_outside_of() -> None:
+    """A mask shorter than the scores' keys, or outputs of another shape, raise instead of reaching past them."""
+    kernel = native.attention_rows()
+    if kernel is None:
+        pytest.skip("no C compiler here: the native kernel is not built")
+    scores, starts = torch.zeros(2, 4, 10), block_starts(10, 5).astype(np.int32)
+    thumb, stats = torch.empty(2, 4, 5), torch.empty(2, 4, 5)
+    native.run_kernel(kernel, scores, np.ones((4, 10), dtype=bool), 0, 0, True, -112.0, starts, thumb, None, None,
+                      stats)
+    np.testing.assert_allclose(thumb.numpy(), 0.2)  # every key alike: two keys a column block
+    for bad in ({"allowed": np.ones((4, 9), dtype=bool)}, {"thumb": torch.empty(2, 4, 4)},
+                {"stats": torch.empty(2, 3, 5)}, {"scores": torch.zeros(2, 4, 10, dtype=torch.float64)},
+                {"floor_bits": -200.0}):
+        arguments = {"scores": scores, "allowed": np.ones((4, 10), dtype=bool), "first": 0, "query0": 0,
+                     "positional": True, "floor_bits": -112.0, "thumb_starts": starts, "thumb": thumb,
+                     "roll_starts": None, "roll": None, "stats": stats} | bad
+        with pytest.raises(ValueError, match="attention_rows"):
+            native.run_kernel(kernel, **arguments)
