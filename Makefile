@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PORT ?= 8501
 
-.PHONY: run test lint bench train
+.PHONY: run test lint bench train screenshots
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -21,7 +21,7 @@ $(VENV)/.dev: $(VENV)/.runtime requirements-dev.txt
 	touch $@
 
 run: $(VENV)/.runtime
-	$(PY) -m streamlit run app.py --server.address localhost --server.port $(PORT) --browser.gatherUsageStats false
+	$(PY) -m attention_atlas --port $(PORT)
 
 test: $(VENV)/.dev lint
 	$(PY) -m pytest
@@ -42,6 +42,10 @@ bench: $(VENV)/.dev
 	$(PY) -m bench.browser_long
 	$(PY) -m bench.generation
 	$(PY) -m bench.head_scan
+
+# The README's pictures (docs/images/), taken from the running app in the system Chromium at 1280 x 720.
+screenshots: $(VENV)/.dev
+	$(PY) scripts/screenshots.py
 
 # Retrain every shipped toy model (about 5 minutes each on a 2-core CPU).
 train: $(VENV)/.runtime

@@ -158,7 +158,7 @@ def run(runner: Runner, request: RunRequest) -> Trace | None:
 def main() -> None:
     st.set_page_config(page_title="Attention Atlas", page_icon="🔍", layout="wide")
     st.html(PAGE_STYLE)
-    navigation = st.navigation([st.Page(page.path, title=page.title, icon=page.icon) for page in PAGES])
+    navigation = st.navigation([st.Page(page.file, title=page.title, icon=page.icon) for page in PAGES])
     keep_page_choices(navigation.url_path)
     st.session_state.pop(TRACE, None)  # else Streamlit keeps the last run's trace beside this run's until the next
     trace, slot = sidebar()

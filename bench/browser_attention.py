@@ -1,6 +1,6 @@
 """Opening the Attention page in a real browser on a 512-token text: `python -m bench.browser_attention`.
 
-Starts the app (tests.browser.serve_app) and Debian's Chromium (Playwright). For each of MiniLM and SmolLM2:
+Starts the app (app_browser.server.serve_app) and Debian's Chromium (Playwright). For each of MiniLM and SmolLM2:
 choose the model in the sidebar, type a text of about 512 tokens (counted with the model's own tokenizer),
 wait on the Overview page until the app is idle, then VISITS times: click the "Attention" link in the sidebar
 (it opens on its "Model view" tab) and wait until the app is idle again with every plotly figure of the main
@@ -38,8 +38,9 @@ from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 from transformers import AutoTokenizer
 from transformers.utils import logging as transformers_logging
 
+from app_browser.page import CHROMIUM, CHROMIUM_ARGS
+from app_browser.server import serve_app
 from model.hf import packaged
-from tests import browser
 
 MODELS = tuple(os.environ.get("BENCH_MODELS", "minilm,smollm2").split(","))  # e.g. BENCH_MODELS=minilm
 TOKENS = int(os.environ.get("BENCH_TOKENS", 512))  # e.g. BENCH_MODELS=smollm2 BENCH_TOKENS=2048
@@ -48,6 +49,7 @@ TARGET_S, TARGET_MB = 3.0, 10.0
 POLL_MS = 50  # checking every animation frame would compete with the drawing it waits for
 LOAD_TIMEOUT_MS = 300_000  # SmolLM2's first load converts its weights; a 512-token run generates 8 tokens on CPU
 IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
+LOGS = Path(tempfile.gettempdir()) / "bench-browser"  # the app's log (the tests' artifacts folder may be in use)
 SENTENCE = "The quick brown fox jumps over the lazy dog while the cat sleeps on the warm mat. "
 
 # True once the run is over and the wanted page is shown without stale elements, with every figure drawn.
@@ -219,16 +221,15 @@ def largest(messages: list[bytes], n: int = 5) -> list[tuple[int, str]]:
 
 @contextlib.contextmanager
 def app_server() -> Iterator[str]:
-    """tests.browser.serve_app, logging to a folder of its own (the tests' artifacts folder may be in use)."""
-    browser.ARTIFACTS = Path(tempfile.mkdtemp(prefix="bench-browser-"))
-    yield from browser.serve_app()
+    """app_browser.server.serve_app, logging to LOGS."""
+    yield from serve_app(log_folder=LOGS)
 
 
 def main() -> None:
     transformers_logging.set_verbosity_error()  # text_of tries texts over the limit on purpose
     results: dict[str, tuple[int, list[Visit]]] = {}
     with app_server() as url, sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=browser.CHROMIUM, args=browser.CHROMIUM_ARGS)
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
             page = chromium.new_context(viewport={"width": 1400, "height": 1000}).new_page()
             frames = Frames()
@@ -250,7 +251,7 @@ def main() -> None:
         finally:
             chromium.close()
 
-    print(f"log of the app: {browser.ARTIFACTS / 'streamlit.log'}\n")
+    print(f"log of the app: {LOGS / 'streamlit.log'}\n")
     print(f"{'model':<9}{'tokens':>7}{'visit':>6}{'grid s':>8}{'one head s':>11}{'cpu server':>11}"
           f"{'cpu browser':>12}{'MB':>8}{'msgs':>6}{'refs':>6}{'figures':>9}")
     for model_id, (tokens, visits) in results.items():

@@ -1,6 +1,6 @@
 """A long text on SmolLM2 (CPU) in a real browser, view by view: `python -m bench.browser_long`.
 
-Starts the app (tests.browser.serve_app) and Debian's Chromium (Playwright) at 1280 × 720 (a projector), chooses
+Starts the app (app_browser.server.serve_app) and Debian's Chromium (Playwright) at 1280 × 720 (a projector), chooses
 SmolLM2 in the sidebar and types a text of about BENCH_TOKENS tokens (default 8,192; counted with the model's own
 tokenizer), timed from filling the box to the Overview settled: the app idle, nothing stale, every plotly figure
 of the main area drawn (bench.browser_attention.settle) — "run + Overview". Then, PASSES times (cold: the views'
@@ -43,8 +43,10 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 from transformers import AutoTokenizer
 from transformers.utils import logging as transformers_logging
 
+from app_browser.page import CHROMIUM, CHROMIUM_ARGS, figure
 from bench.browser_attention import (
     IDLE,
+    LOGS,
     Frames,
     app_server,
     choose_model,
@@ -56,7 +58,6 @@ from bench.browser_attention import (
     tokenizer_folder,
 )
 from model.core.summary import STATISTICS
-from tests import browser
 from ui.url_state import MAX_TEXT_CHARS
 
 MODEL = "smollm2"
@@ -158,9 +159,9 @@ def timed(page: Page, frames: Frames, shots: Path, name: str, passed: str, act: 
     slug = re.sub(r"\W+", "-", f"{passed} {name}".strip().lower()).strip("-")
     screenshot = shots / f"{slug}.png"
     page.screenshot(path=str(screenshot))  # what the person sees on arrival
-    figure = browser.figure(page, title)
-    if figures and figure.count():  # and the view's figure, scrolled into view (it may start below the fold)
-        figure.first.scroll_into_view_if_needed()
+    drawn = figure(page, title)
+    if figures and drawn.count():  # and the view's figure, scrolled into view (it may start below the fold)
+        drawn.first.scroll_into_view_if_needed()
         page.screenshot(path=str(shots / f"{slug}-figure.png"))
         page.evaluate(SCROLL_BACK_JS)
     return Timing(name, passed, seconds, tasks, received, server_after - server_before,
@@ -184,7 +185,7 @@ def app_tokens(page: Page) -> str:
 def run(url: str, shots: Path) -> tuple[int, int, str, list[Timing], list[str]]:
     """The benchmark: the tokens typed, the characters, the tokens the app ran, the timings, console errors."""
     with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=browser.CHROMIUM, args=browser.CHROMIUM_ARGS)
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
             page = chromium.new_context(viewport=VIEWPORT).new_page()
             console: list[str] = []
@@ -220,7 +221,7 @@ def main() -> None:
     with app_server() as url:
         tokens, chars, ran, timings, console = run(url, shots)
 
-    print(f"log of the app: {browser.ARTIFACTS / 'streamlit.log'}")
+    print(f"log of the app: {LOGS / 'streamlit.log'}")
     print(f"{MODEL}: {tokens:,} tokens typed ({chars:,} characters; the box takes {MAX_TEXT_CHARS:,}), "
           f"{ran} in the app's run; viewport {VIEWPORT['width']} × {VIEWPORT['height']}\n")
     print(f"{'view':<24}{'pass':>6}{'s':>8}{'longest task ms':>17}{'tasks':>7}{'MB':>8}{'cpu server':>11}"

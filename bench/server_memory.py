@@ -31,9 +31,9 @@ from streamlit.testing.v1 import AppTest
 from transformers import AutoTokenizer
 from transformers.utils import logging as transformers_logging
 
+from app_browser.sessions import peak_of
 from model.core.byte_cache import ByteCache
 from model.hf import packaged
-from tests.sessions import peak_of
 from ui import trace_cache
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,10 +1,10 @@
 """Eight people opening the app at once: `python -m bench.sessions`.
 
-Starts the app's own server (tests.browser.start_server) and Debian's Chromium (Playwright), on MiniLM (the
+Starts the app's own server (app_browser.server.start_server) and Debian's Chromium (Playwright), on MiniLM (the
 model the app opens on). First one session alone loads the model and runs a long text (then closes). Then, for
 short sentences and for texts of about 500 tokens: one session alone, then BENCH_SESSIONS (default 8) browser
 contexts opened together, each on its own text through the URL (`?model=minilm&text=…`). Each page records, in
-the browser, the seconds from the start of its navigation to its first heatmap drawn (tests/sessions.py).
+the browser, the seconds from the start of its navigation to its first heatmap drawn (app_browser/sessions.py).
 
 Printed per round: p50 and p95 of those seconds; the server's RSS (VmRSS of its process) before the sessions,
 its peak while they ran, and 10 s after they closed; what the cache may hold beside that (the sessions' new
@@ -25,9 +25,10 @@ from playwright.sync_api import sync_playwright
 from transformers import AutoTokenizer
 from transformers.utils import logging as transformers_logging
 
+from app_browser.page import CHROMIUM, CHROMIUM_ARGS
+from app_browser.server import Server, start_server
+from app_browser.sessions import SENTENCES, open_sessions, peak_of, percentile, wait_idle
 from model.hf import packaged
-from tests.browser import CHROMIUM, CHROMIUM_ARGS, Server, start_server
-from tests.sessions import SENTENCES, open_sessions, peak_of, percentile, wait_idle
 from ui.trace_cache import BUDGET_VARIABLE, budget_bytes
 
 SESSIONS = int(os.environ.get("BENCH_SESSIONS", 8))

@@ -3,7 +3,8 @@
 --model takes an id from --list (toy-<task>, minilm, smollm2) or any Hugging Face model folder or hub id.
 
 Prints a JSON summary (model id, tokens, output text, hook names with shapes). The .npz layout is
-documented in model/core/trace.py; read it back with `model.core.trace.load_trace`.
+documented in docs/hooks.md; read it back with `model.core.trace.load_trace`, or write it with --dense to read
+the attention patterns with numpy alone.
 `python -m model --list` prints the model ids, one a line.
 """
 
@@ -33,6 +34,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="the weights' dtype; auto: bfloat16 on a GPU that has it, float16 on other GPUs, "
                              "float32 on the CPU (toy models: always float32)")
     parser.add_argument("--out", help="write the trace to this .npz file")
+    parser.add_argument("--dense", action="store_true",
+                        help="write every attention pattern whole, (heads, q_len, k_len) float16 under its hook name, "
+                             "instead of the queries and keys it is computed from (readable with numpy alone)")
     args = parser.parse_args(argv)
     if args.list:
         print("\n".join(list_model_ids()))
@@ -43,11 +47,11 @@ def main(argv: list[str] | None = None) -> int:
         device = pick_device(args.device)
         runner = load_runner(args.model, device=device, precision=pick_precision(args.precision, device))
         trace = runner.run(args.text, args.target, RunOptions(hooks=tuple(args.hooks), causal=args.causal))
+        if args.out:
+            save_trace(trace, args.out, dense=args.dense)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    if args.out:
-        save_trace(trace, args.out)
     print(json.dumps(trace.summary(), ensure_ascii=False))
     return 0
 

@@ -9,14 +9,8 @@ import urllib.parse
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser import (
-    ARTIFACTS,
-    choose,
-    choose_model,
-    figure,
-    set_text,
-    wait_idle,
-)
+from app_browser.page import choose, choose_model, figure, set_text, wait_idle
+from app_browser.server import ARTIFACTS
 
 pytestmark = pytest.mark.browser
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser import choose_model, figure, heatmap_values, open_page, screenshots, set_text, wait_idle
+from app_browser.page import choose_model, figure, heatmap_values, open_page, screenshots, set_text, wait_idle
 
 pytestmark = pytest.mark.browser
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser import ARTIFACTS, choose, choose_model, figure, open_page, set_text, wait_idle
+from app_browser.page import choose, choose_model, figure, open_page, set_text, wait_idle
+from app_browser.server import ARTIFACTS
 
 pytestmark = pytest.mark.browser
 VIEWS = {  # tab -> the title of a figure it draws

@@ -7,15 +7,8 @@ import numpy as np
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser import (
-    ARTIFACTS,
-    choose,
-    choose_model,
-    figure,
-    heatmap_values,
-    open_page,
-    set_text,
-)
+from app_browser.page import choose, choose_model, figure, heatmap_values, open_page, set_text
+from app_browser.server import ARTIFACTS
 from viz.masked import MASKED_LABEL
 
 pytestmark = pytest.mark.browser

@@ -7,7 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.browser import ARTIFACTS, choose_model, open_page, set_text
+from app_browser.page import choose_model, open_page, set_text
+from app_browser.server import ARTIFACTS
 
 pytestmark = pytest.mark.browser
 

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser import ARTIFACTS, choose_model, figure, heatmap_values, open_page, screenshots, set_text, wait_idle
+from app_browser.page import choose_model, figure, heatmap_values, open_page, screenshots, set_text, wait_idle
+from app_browser.server import ARTIFACTS
 
 pytestmark = pytest.mark.browser
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser import ARTIFACTS, IDLE, choose, choose_model, wait_idle
+from app_browser.page import IDLE, choose, choose_model, wait_idle
+from app_browser.server import ARTIFACTS
 from tests.hostile import CORPUS, SERVER_DETAILS, value
 from ui.page import PAGES
 

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 from playwright.sync_api import expect
 
+from app_browser.page import IDLE, choose, figure, heatmap_values, open_page, wait_idle
+from app_browser.server import ARTIFACTS
 from model.registry import examples_for
-from tests.browser import ARTIFACTS, IDLE, choose, figure, heatmap_values, open_page, wait_idle
 from viz.masked import MASKED_LABEL
 
 pytestmark = pytest.mark.browser

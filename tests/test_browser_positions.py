@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser import ARTIFACTS, choose_model, figure, open_page, set_text, wait_idle
+from app_browser.page import choose_model, figure, open_page, set_text, wait_idle
+from app_browser.server import ARTIFACTS
 
 pytestmark = pytest.mark.browser
 

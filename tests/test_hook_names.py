@@ -80,15 +80,6 @@ def test_residual_hooks_are_the_sums_before_any_norm(norm: str) -> None:
         torch.testing.assert_close(layer_out, expected)
 
 
-def test_the_readme_lists_the_vocabulary() -> None:
-    from pathlib import Path
-
-    from model.core.vocabulary import PER_LAYER, PER_STACK
-
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    assert all(f"| `{name}` | {meaning} |" in readme for name, meaning in {**PER_LAYER, **PER_STACK}.items())
-
-
 def test_a_site_names_an_attention_location_and_its_hooks() -> None:
     from model.core.trace import Site
 

@@ -12,11 +12,13 @@ import numpy as np
 import pytest
 from playwright.sync_api import expect
 
+from app_browser.page import figure, heatmap_values, set_text
+from app_browser.server import ARTIFACTS, Server, start_server
+from app_browser.sessions import SENTENCES, Session, open_sessions, peak_of, percentile, wait_idle
 from model.core.options import RunOptions
 from model.core.runner import Runner
 from model.registry import load_runner
-from tests.browser import ARTIFACTS, Server, figure, heatmap_values, require_chromium, set_text, start_server
-from tests.sessions import SENTENCES, Session, open_sessions, peak_of, percentile, wait_idle
+from tests.browser import require_chromium
 from ui.trace_cache import BUDGET_VARIABLE
 from viz.heatmap import SMALL_WINDOW, position_labels
 

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from model.core.trace import load_trace
 from model.registry import list_model_ids
@@ -83,3 +84,30 @@ def test_bad_text_exits_with_a_message() -> None:
     assert result.returncode == 2
     assert "error: The text contains characters this model does not know: 'H'" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_dense_file_holds_every_pattern_for_numpy_alone(tmp_path: Path) -> None:
+    folder = build("llama", tmp_path / "llama")
+    kept, dense = tmp_path / "kept.npz", tmp_path / "dense.npz"
+    for out, extra in ((kept, ()), (dense, ("--dense",))):
+        result = _cli("--model", str(folder), "--text", "the quick brown fox", "--out", str(out), *extra)
+        assert result.returncode == 0, result.stderr
+    with np.load(dense) as data:  # no package needed: the pattern under its hook name
+        assert not any(key.startswith("source:") for key in data.files)
+        pattern = data["decoder.1.attn.hook_pattern"]
+    with np.load(kept) as data:
+        assert "decoder.1.attn.hook_pattern" not in data.files  # kept as its queries and keys
+        assert "source:decoder.1.attn.hook_pattern:query" in data.files
+    assert pattern.shape == (4, 5, 5) and pattern.dtype == np.float16
+    np.testing.assert_array_equal(pattern, load_trace(kept).pattern("decoder.attn", 1))
+    np.testing.assert_array_equal(load_trace(dense).pattern("decoder.attn", 1), pattern)
+
+
+def test_a_dense_file_too_large_is_refused_with_a_message(tmp_path: Path, monkeypatch) -> None:
+    from model.core import trace as trace_module
+    from model.registry import load_runner
+
+    monkeypatch.setattr(trace_module, "DENSE_BYTES_LIMIT", 100)
+    trace = load_runner(str(build("llama", tmp_path / "llama"))).run("the quick brown fox")
+    with pytest.raises(ValueError, match="write the file without --dense"):
+        trace_module.save_trace(trace, tmp_path / "t.npz", dense=True)

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import streamlit as st
 
+import app_pages
 from model.core.ablation import AblationMode, Head
 from model.core.options import CausalMode
 from model.core.runner import Runner
@@ -26,9 +28,14 @@ from ui.runs import RunRequest, get_runner, trace_for
 class Page:
     """One page of the app: its file, its title in the navigation, and its icon."""
 
-    path: str
+    path: str  # relative to the folder that holds app_pages/ (as AppTest.switch_page takes it from app.py)
     title: str
     icon: str
+
+    @property
+    def file(self) -> Path:
+        """The page's script wherever the app is installed (Streamlit would read `path` beside the frame)."""
+        return Path(app_pages.__file__).resolve().parent.parent / self.path
 
 
 PAGES = (  # the navigation, in order; the first is where the app opens

@@ -14,11 +14,14 @@ from __future__ import annotations
 import base64
 import binascii
 import math
+import os
 import zlib
 
 import streamlit as st
 
 RESTORED = "_url_restored"
+OPEN_MODEL_VARIABLE = "ATTENTION_ATLAS_MODEL"  # the model a session opens on when its link names none (a model id
+# or a Hugging Face folder: `attention-atlas --model FOLDER` sets it)
 PLAIN_TEXT_UP_TO = 1_000
 MAX_TEXT_CHARS = 60_000  # the text box's limit (8,192 tokens of English prose are about 37,000 characters for
 # SmolLM2's tokenizer): a longer text from a link is left out, and the person told
@@ -78,7 +81,7 @@ def restore_once(model_ids: list[str], custom_choice: str, causal_labels: dict[s
     if st.session_state.get(RESTORED):
         return
     params = st.query_params.to_dict()
-    model = params.get("model", "").strip()
+    model = params.get("model", "").strip() or os.environ.get(OPEN_MODEL_VARIABLE, "").strip()
     if model:
         known = model in model_ids
         st.session_state["model_id"] = model if known else custom_choice

@@ -1,28 +1,17 @@
 """The Trace: everything one run of a model produced, as plain CPU numpy data, and its .npz file.
 
-File layout (`save_trace` / `load_trace`), one numpy array per key:
-- `tokens`, `ids`: the source tokens (decoder-only: the whole sequence) and their ids;
-- `target_tokens`, `target_ids`: the decoder's input tokens of an encoder-decoder model (else empty);
-- `facts`, `options`, `output_text`, `output_kind`, `cautions`, `fallback`: JSON strings (model facts, run
-  options, the output text, what that text is, warnings to show beside it, why the run left its device);
-- `mask:<site>`: (q_len, k_len) bool, True = may attend; sites `encoder.attn`, `decoder.attn`, `decoder.cross_attn`;
-- `<hook name>`: every captured hook, batch dimension removed, e.g. `encoder.0.attn.hook_pattern`
-  (heads, q_len, k_len) or `decoder.1.hook_resid_post` (len, d_model);
-- `output:<name>`: model outputs, e.g. `output:log_probs` (len, vocab); with a given target the
-  `forced_*` arrays of model/core/forcing.py (each target token's probability, rank and the model's choice);
-- `step:<i>:<hook name>`: generation step i's attention row (heads, k_len), with `step_ids`;
-- `source:<hook name>:<part>`: a pattern kept as what it is computed from (model/core/patterns.py), parts
-  `query`, `key`, `scale`, `allowed` and `bias` (if any).
-
-The Hugging Face models keep their patterns that way: O(tokens x d_head) per head instead of O(tokens²).
-`Trace.attention[name]` and `Trace.pattern(site, layer)` give (heads, q_len, k_len) either way, computed when
-read for a kept source (a view that needs only some heads or rows asks `Trace.pattern_source`).
+The file's layout (`save_trace` / `load_trace`) is documented in docs/hooks.md, "Reading a trace file" (a test holds
+the two to each other). The Hugging Face models keep their patterns as what they are computed from (`source:` keys):
+O(tokens x d_head) per head instead of O(tokens²). `Trace.attention[name]` and `Trace.pattern(site, layer)` give
+(heads, q_len, k_len) either way, computed when read for a kept source (a view that needs only some heads or rows
+asks `Trace.pattern_source`); `save_trace(..., dense=True)` writes such patterns whole instead.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -263,8 +252,13 @@ class Trace:
         }
 
 
-def save_trace(trace: Trace, path: str | Path) -> None:
-    """Write `trace` to an .npz file (layout in the module docstring)."""
+DENSE_BYTES_LIMIT = 2 * 1024**3  # the whole patterns a dense file may hold (float16): made in memory before writing
+
+
+def save_trace(trace: Trace, path: str | Path, dense: bool = False) -> None:
+    """Write `trace` to an .npz file (layout in docs/hooks.md). dense: every pattern kept as its source is written
+    whole under its hook name, (heads, q_len, k_len) float16, instead of its source; ValueError past
+    DENSE_BYTES_LIMIT."""
     arrays: dict[str, np.ndarray] = {
         "tokens": np.array(trace.tokens, dtype=str),
         "ids": np.array(trace.ids, dtype=np.int64),
@@ -281,7 +275,14 @@ def save_trace(trace: Trace, path: str | Path) -> None:
     arrays.update({f"mask:{k}": v for k, v in trace.masks.items()})
     arrays.update(trace.captured)
     arrays.update({f"output:{k}": v for k, v in trace.outputs.items()})
-    for name, source in trace.pattern_sources.items():
+    if dense:
+        dense_bytes = sum(2 * math.prod(source.shape) for source in trace.pattern_sources.values())
+        if dense_bytes > DENSE_BYTES_LIMIT:
+            raise ValueError(f"the whole attention patterns of this run are {dense_bytes / 1024**3:.1f} GiB, more "
+                             f"than the {DENSE_BYTES_LIMIT / 1024**3:.0f} GiB a dense file may hold; write the file "
+                             "without --dense and read patterns with load_trace")
+        arrays.update({name: source.pattern() for name, source in trace.pattern_sources.items()})
+    for name, source in ({} if dense else trace.pattern_sources).items():
         parts = {"query": source.query, "key": source.key, "scale": np.array(source.scale), "allowed": source.allowed}
         parts |= {} if source.bias is None else {"bias": source.bias}
         arrays.update({f"source:{name}:{part}": value for part, value in parts.items()})

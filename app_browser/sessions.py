@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from playwright.sync_api import Browser, BrowserContext, Page
 
-from tests.browser import IDLE, _base_path_probe
+from app_browser.page import IDLE, base_path_probe
 
 FIRST_FIGURE = ".js-plotly-plot .heatmaplayer"
 # Records, in the page itself, the milliseconds from the start of its navigation to the first heatmap drawn:
@@ -65,7 +65,7 @@ def open_sessions(browser: Browser, url: str, texts: list[str], model_id: str = 
         context = browser.new_context(viewport={"width": 1280, "height": 720})
         page = context.new_page()
         session = Session(context, page, text)
-        page.on("console", lambda msg, s=session: msg.type == "error" and not _base_path_probe(msg) and
+        page.on("console", lambda msg, s=session: msg.type == "error" and not base_path_probe(msg) and
                 s.console_errors.append(f"{msg.text} ({msg.location.get('url')})"))
         page.on("dialog", lambda dialog, s=session: (s.dialogs.append(dialog.message), dialog.dismiss()))
         page.add_init_script(FIRST_FIGURE_JS)

@@ -1,0 +1,90 @@
+"""Driving the app in the system Chromium with Playwright: waiting for a rerun, the sidebar's pickers, pages,
+plotly figures, screenshots."""
+
+from __future__ import annotations
+
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
+from playwright.sync_api import expect
+
+from app_browser.server import ARTIFACTS
+
+CHROMIUM = "/usr/bin/chromium"  # Debian's package: Playwright drives it (never `playwright install`)
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--no-first-run", "--disable-sync",
+]
+IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
+OPEN_ATTEMPTS = 3  # times `choose` opens a list whose option does not show
+expect.set_options(timeout=30_000)  # reruns on a loaded 2-core CI machine take seconds
+
+
+def base_path_probe(msg) -> bool:
+    """Opened at a page's path (/attention), Streamlit first looks for its server under that path
+    (/attention/_stcore/health: 404), then under /. Those two 404s are expected."""
+    url = msg.location.get("url", "")
+    return "404" in msg.text and url.endswith(("/_stcore/health", "/_stcore/host-config")) and "//" in url and \
+        url.split("//", 1)[1].count("/") > 2
+
+
+def wait_idle(page) -> None:
+    page.wait_for_timeout(300)  # let a rerun start before waiting for it to end
+    page.wait_for_selector(IDLE, timeout=60_000)
+
+
+def set_text(page, text: str) -> None:
+    box = page.get_by_test_id("stSidebar").get_by_label("Text", exact=True)
+    expect(box).to_have_count(1)  # after a model change the old model's box lingers until the rerun ends
+    box.fill(text)
+    box.press("Enter")
+    wait_idle(page)
+
+
+def choose(page, label: str, option: str, in_sidebar: bool = False) -> None:
+    """Pick `option` in the selectbox labelled `label` (on the page, or in the sidebar), and wait until the box
+    shows it and the rerun it starts has ended (on a loaded machine the rerun can start after wait_idle's pause:
+    the box showing the option first, then idle, is what the next action may rely on)."""
+    scope = page.get_by_test_id("stSidebar") if in_sidebar else page.get_by_test_id("stMain")
+    box = scope.get_by_label(label, exact=True)
+    expect(box).to_be_visible(timeout=90_000)  # a first run on a loaded machine may still be drawing the page
+    for attempt in range(OPEN_ATTEMPTS):  # a rerun that arrives late redraws the box and closes its open list
+        box.click()
+        try:
+            page.get_by_role("option", name=option, exact=True).click(timeout=10_000)
+            break
+        except PlaywrightTimeoutError:
+            if attempt == OPEN_ATTEMPTS - 1:
+                raise
+            page.keyboard.press("Escape")
+            wait_idle(page)
+    expect(page.get_by_role("listbox")).to_have_count(0)  # the list closed: the choice was taken
+    expect(box).to_have_value(option)
+    wait_idle(page)
+
+
+def choose_model(page, model_id: str) -> None:
+    label = f"Toy (trained here) · {model_id}" if model_id.startswith("toy-") else f"Pretrained · {model_id}"
+    choose(page, "Model", label, in_sidebar=True)
+    expect(page.get_by_role("heading", name=model_id)).to_be_visible()
+
+
+def open_page(page, title: str) -> None:
+    page.get_by_test_id("stSidebarNavLink").filter(has_text=title).click()
+    wait_idle(page)
+
+
+def figure(page, title_part: str):
+    """The plotly figure whose title contains `title_part`."""
+    return page.locator(".js-plotly-plot").filter(has=page.locator(".gtitle", has_text=title_part))
+
+
+def heatmap_values(page, title_part: str) -> list[list[float]]:
+    """The z values plotly drew in that figure (its first trace), read back from the page."""
+    return figure(page, title_part).first.evaluate("gd => Array.from(gd._fullData[0].z, row => Array.from(row))")
+
+
+def screenshots(page, name: str) -> None:
+    """The whole page at the tests' size, and the view a 1280 x 720 projector shows, as ARTIFACTS/<name>*.png."""
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+    page.set_viewport_size({"width": 1280, "height": 720})
+    page.screenshot(path=str(ARTIFACTS / f"{name}-1280.png"))
+    page.set_viewport_size({"width": 1400, "height": 1000})
