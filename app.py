@@ -10,7 +10,7 @@ from streamlit.delta_generator import DeltaGenerator
 
 from model.core.devices import PRECISION_CHOICES, available_devices
 from model.core.runner import Runner
-from model.core.trace import Trace
+from model.core.trace.trace import Trace
 from model.registry import PACKAGED, TOY_PREFIX, default_model, examples_for, list_model_ids
 from ui import url_state
 from ui.messages import show_error

@@ -1,6 +1,6 @@
 """Ablate heads: replace the outputs of chosen heads (by 0, or by their mean over the positions), see what the
 model concludes before and after, and scan every head to rank them by the change their ablation alone makes.
-The shared model is never changed: the ablation applies to this session's runs only (model/core/ablation.py)."""
+The shared model is never changed: the ablation applies to this session's runs only (model/core/capture/ablation.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from model.core.ablation import ABLATION_MODES, AblationMode, Head, Outcome
-from model.core.trace import Site, Trace
+from model.core.capture.ablation import Outcome
+from model.core.options import ABLATION_MODES, AblationMode, Head
+from model.core.trace.sites import Site
+from model.core.trace.trace import Trace
 from model.inspect.ablation import (
     MAX_SCAN_WORK,
     HeadScan,

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from model.core.trace import Trace
+from model.core.trace.trace import Trace
 from model.inspect.lens import Lens
 from model.inspect.norm_inputs import norm_input
 from model.inspect.readout import spell_for, unembedding_for

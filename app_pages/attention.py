@@ -13,8 +13,9 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from model.core.summary import STATISTICS
-from model.core.trace import Site, Trace
+from model.core.attention.row_reduction import STATISTICS
+from model.core.trace.sites import Site
+from model.core.trace.trace import Trace
 from ui import url_state
 from ui.compare import show_compare
 from ui.downloads import constant, downloads, file_name, matrix_table, whole_csv
@@ -286,7 +287,7 @@ def rollout(c: Choice) -> None:
 
 
 def block_rollout(c: Choice, rolled: np.ndarray, starts: np.ndarray, name: str) -> None:
-    """A long text's rollout, on blocks of consecutive positions (model/core/summary.py)."""
+    """A long text's rollout, on blocks of consecutive positions (model/core/attention/summary.py)."""
     blocks = len(starts) - 1
     st.caption(f"This text's {starts[-1]:,} tokens are cut into {blocks} blocks of {starts[1] - starts[0]} or so "
                "consecutive positions, and each layer's head-averaged attention into block means (how much a "

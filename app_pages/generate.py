@@ -8,10 +8,9 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from model.core.generation.decoding import Step, Stepper
+from model.core.generation.sampling import MAX_NEW_TOKENS, DecodeSettings
 from model.core.options import RunOptions
-from model.core.sampling import MAX_NEW_TOKENS, DecodeSettings
-from model.core.stepping import Step, Stepper
-from model.registry import stepper_for
 from ui import generation as gen
 from ui import url_state
 from ui.downloads import constant, downloads, file_name, matrix_table
@@ -91,7 +90,7 @@ def make_stepper() -> Stepper | None:
     """A stepper for this run's model, text and causal choice (None after saying why it cannot be made)."""
     request = current_request()
     try:
-        return stepper_for(current_runner(), request.text, RunOptions(causal=request.causal))
+        return current_runner().stepper(request.text, RunOptions(causal=request.causal))
     except ValueError as error:
         show_error(str(error))
         return None

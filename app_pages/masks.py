@@ -11,7 +11,8 @@ import streamlit as st
 import torch
 
 from model.core.masks import check_every_query_sees_a_key, hidden_key_pairs, outside_window_pairs
-from model.core.trace import Site, Trace
+from model.core.trace.sites import Site
+from model.core.trace.trace import Trace
 from ui import url_state
 from ui.downloads import csv_fits, csv_gigabytes, downloads, file_name, matrix_table
 from ui.messages import literal

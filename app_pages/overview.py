@@ -8,7 +8,7 @@ from functools import partial
 import numpy as np
 import streamlit as st
 
-from model.core.trace import Trace
+from model.core.trace.trace import Trace
 from ui.downloads import downloads, matrix_table, whole_csv
 from ui.page import current_trace
 from ui.pickers import choose_head, opening_head, site_label

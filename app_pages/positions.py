@@ -9,7 +9,7 @@ import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
 from model.core import sinusoid as pe
-from model.core.trace import Trace
+from model.core.trace.trace import Trace
 from model.inspect.positions import PositionScheme, position_scheme
 from ui import url_state
 from ui.downloads import downloads, file_name

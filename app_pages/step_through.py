@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from model.core.trace import Site, Trace
+from model.core.trace.sites import Site
+from model.core.trace.trace import Trace
 from model.inspect.head_math import HeadSteps, compute_head, concat_heads, output_projection
 from model.inspect.head_weights import HeadWeights, head_weights
 from model.inspect.step_hooks import StepNames, step_names

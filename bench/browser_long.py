@@ -57,7 +57,7 @@ from bench.browser_attention import (
     text_of,
     tokenizer_folder,
 )
-from model.core.summary import STATISTICS
+from model.core.attention.row_reduction import STATISTICS
 from ui.url_state import MAX_TEXT_CHARS
 
 MODEL = "smollm2"

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import torch
 
-from model.core.capture import capture
+from model.core.capture.record import capture
 from model.core.masks import causal_mask, combine, padding_mask
 from model.scratch.transformer import EncoderDecoder
 from model.toy.evaluate import pad_batch

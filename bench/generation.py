@@ -17,10 +17,9 @@ from typing import Any
 
 import torch
 
+from model.core.generation.decoding import Stepper, generate
+from model.core.generation.sampling import DecodeSettings, choose_next
 from model.core.options import RunOptions
-from model.core.sampling import DecodeSettings, choose_next
-from model.core.stepping import Stepper, generate
-from model.hf.stepper import hf_stepper
 from model.registry import load_runner
 
 TOKENS = 50
@@ -37,7 +36,7 @@ def main() -> None:
     runner = load_runner("smollm2")
 
     def stepper(use_cache: bool) -> Stepper:
-        made = hf_stepper(runner, PROMPT, RunOptions(), use_cache=use_cache)
+        made = runner.stepper(PROMPT, RunOptions(), use_cache=use_cache)
         made.eos_ids = set()  # as many tokens as generate below
         return made
 

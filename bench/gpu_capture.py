@@ -10,11 +10,11 @@ with the causal mask as the app's run gives it (a 4D additive mask, `logits_to_k
 Ways, on the same weights (the model's attention implementation switched between them), every way once a round,
 rounds in alternating order after one warm-up round, median of ROUNDS:
 - sdpa: transformers' "sdpa" attention, nothing captured (the fast forward), the same inputs;
-- capture: the app's capture of every layer's `hook_pattern` (model/core/capture.py): the fused forward keeping each
-  pattern's source (model/core/patterns.py), moved to the host in one batch (pinned, non-blocking);
-- capture + summary: the same with `summary_size=64`, as the app's run makes it: the model view's thumbnails, the
+- capture: the app's capture of every layer's `hook_pattern` (model/core/capture/record.py): the fused forward keeping
+  each pattern's source (model/core/attention/source.py), moved to the host in one batch (pinned, non-blocking);
+- capture + summary: the same with `summarised=True`, as the app's run makes it: the model view's thumbnails, the
   head statistics and each layer's rollout factor reduced on the GPU before anything moves to the host
-  (model/core/summary.py; the rollout's product is made when its view asks);
+  (model/core/attention/summary.py; the rollout's product is made when its view asks);
 - eager: transformers' "eager" attention with `output_attentions`, every pattern moved to the host as float16
   (what capture cost before), run only where those patterns fit in EAGER_LIMIT_GB of host memory;
 - sdpa, no mask: transformers' sdpa given no mask, so it runs causal (`is_causal`: the flash kernel on a GPU), for
@@ -32,8 +32,8 @@ CPU in float32, one thread, with a tiny Llama shape at 64 and 128 tokens (memory
 above its level before, from /proc), to show the script runs end to end. Settings: BENCH_SHAPES (comma list of
 smollm2-135m, llama-1b, llama-8b; tiny), BENCH_TOKENS (comma list), BENCH_ROUNDS (default 5 on a GPU, 3 on the CPU),
 BENCH_BLOCKS (comma list of rows:MiB, e.g. 512:128,2048:512): capture + summary once more for each, its blocks of
-at most that many query rows and MiB (model/core/patterns.py ROW_BLOCK and BLOCK_BYTES; the app's are 128:32, the
-CPU's fastest), to choose a GPU's block size in one session: each block costs its twenty-odd kernel launches, and a
+at most that many query rows and MiB (model/core/attention/source.py ROW_BLOCK and BLOCK_BYTES; the app's are 128:32,
+the CPU's fastest), to choose a GPU's block size in one session: each block costs its twenty-odd kernel launches, and a
 larger one more memory.
 """
 
@@ -69,7 +69,6 @@ SHAPES: dict[str, tuple[str, dict]] = {  # name -> (label, LlamaConfig settings)
 }
 GPU_SHAPES, GPU_TOKENS, GPU_ROUNDS = ("smollm2-135m", "llama-1b", "llama-8b"), (2048, 8192), 5
 CPU_TOKENS, CPU_ROUNDS = (64, 128), 3
-SUMMARY_SIZE = 64  # pixels a head of the model view's thumbnails (ui/summary.py)
 EAGER_LIMIT_GB = 20.0  # host memory eager's float16 patterns may take
 TIME_TARGET = {2048: 1.2, 8192: 1.5}  # capture + summary / sdpa, by tokens (up to 2,048: 1.2; beyond: 1.5)
 MEMORY_TARGET = 1.5  # peak memory of capture + summary / sdpa's, beyond 2,048 tokens
@@ -104,7 +103,7 @@ def block_way(rows: int, mib: int) -> str:
 
 def with_blocks(rows: int, mib: int, work: Callable[[], object]) -> Callable[[], object]:
     """`work` with the blocked attention's blocks at most `rows` query rows and `mib` MiB."""
-    from model.core import patterns
+    from model.core.attention import source as patterns
 
     def run() -> object:
         saved = patterns.ROW_BLOCK, patterns.BLOCK_BYTES
@@ -220,10 +219,9 @@ def ways_of(runner, length: int, device: torch.device, blocks: tuple[tuple[int, 
             ) -> dict[str, tuple[str, Callable[[], object]]]:
     """{way: (attention implementation, work)} for `length` random tokens, inputs as the app's run makes them: the
     five ways of this module's docstring, then capture + summary with each of `blocks` (rows, MiB)."""
-    from model.core.capture import capture
-    from model.core.masks import self_attention_mask
+    from model.core.capture.record import capture
+    from model.core.masks import additive_mask, self_attention_mask
     from model.hf.heads import ATTENTION
-    from model.hf.runner import additive_mask
 
     model = runner.model
     generator = torch.Generator().manual_seed(length)
@@ -239,8 +237,8 @@ def ways_of(runner, length: int, device: torch.device, blocks: tuple[tuple[int, 
         with torch.inference_mode():
             return model(input_ids=ids, logits_to_keep=1).logits
 
-    def captured(summary_size: int) -> Callable[[], object]:
-        return lambda: capture(model, runner.taps, ("*.hook_pattern",), lambda: model(**batch), summary_size)[1]
+    def captured(summarised: bool) -> Callable[[], object]:
+        return lambda: capture(model, runner.taps, ("*.hook_pattern",), lambda: model(**batch), summarised)[1]
 
     def eager() -> object:
         with torch.inference_mode():
@@ -248,9 +246,9 @@ def ways_of(runner, length: int, device: torch.device, blocks: tuple[tuple[int, 
         return [a[0].to(torch.float16).cpu().numpy() for a in out.attentions]  # one copy a layer, as before
 
     return {"sdpa": ("sdpa", bare), "capture": (ATTENTION, captured(0)),
-            "capture + summary": (ATTENTION, captured(SUMMARY_SIZE)), "eager": ("eager", eager),
+            "capture + summary": (ATTENTION, captured(True)), "eager": ("eager", eager),
             "sdpa, no mask": ("sdpa", unmasked),
-            **{block_way(rows, mib): (ATTENTION, with_blocks(rows, mib, captured(SUMMARY_SIZE)))
+            **{block_way(rows, mib): (ATTENTION, with_blocks(rows, mib, captured(True)))
                for rows, mib in blocks}}
 
 

@@ -4,14 +4,14 @@ MiniLM (512 tokens) and SmolLM2 (512 and 2,048 tokens; bench/long_capture.py: 8,
 one run, median of RUNS:
 - sdpa: the same weights loaded with transformers' "sdpa" attention, nothing captured (the fast forward);
 - capture: the app's run of the Attention page's input (every layer's `hook_pattern`): the fused forward
-  keeping each pattern's source (model/core/patterns.py), moved to the host;
+  keeping each pattern's source (model/core/attention/source.py), moved to the host;
 - eager capture: what capture cost before: transformers' eager attention with `output_attentions`, every
   pattern moved to the host as float16, one copy per tensor;
 - capture + summary: as the app's run makes it: the capture, with each layer's attention computed in blocks of
   query rows whose probabilities make both the layer's output and the reduction every view of the whole text reads
-  (model/core/summary.py: the model view's thumbnails, the head statistics, each layer's rollout factor;
+  (model/core/attention/summary.py: the model view's thumbnails, the head statistics, each layer's rollout factor;
   no fused kernel call; the rollout's product is made when its view asks), each block's softmax and reductions in
-  the native CPU kernel (model/core/native);
+  the native CPU kernel (model/core/attention/native);
 - the same with torch ops only: where no C compiler built the kernel (and on a GPU);
 Also the bytes a trace holds for its attention: the sources vs the float16 patterns.
 
@@ -28,17 +28,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from model.core import native
-from model.core.capture import capture
-from model.core.trace import distinct_nbytes
+from model.core.attention import native
+from model.core.capture.record import capture
+from model.core.masks import additive_mask, self_attention_mask
+from model.core.trace.trace import distinct_nbytes
 from model.hf import packaged
-from model.hf.runner import HFRunner, additive_mask, self_attention_mask
+from model.hf.runner import HFRunner
 from model.registry import load_runner
 
 SENTENCE = "The quick brown fox jumps over the lazy dog while the cat sleeps on the warm mat. "
 CASES = (("minilm", 512), ("smollm2", 512), ("smollm2", 2048))
 RUNS = {512: 7, 2048: 3}
-THUMBNAIL = 64  # pixels a head, as the model view draws SmolLM2's 9 heads (ui/summary.py thumbnail_size)
 
 
 def inputs(runner: HFRunner, length: int) -> dict[str, torch.Tensor]:
@@ -74,7 +74,7 @@ def measure(model_id: str, length: int) -> str:
         return capture(runner.model, runner.taps, ("*.hook_pattern",), lambda: runner.model(**batch))[1]
 
     def ours_summarised() -> dict:
-        return capture(runner.model, runner.taps, ("*.hook_pattern",), lambda: runner.model(**batch), THUMBNAIL)[1]
+        return capture(runner.model, runner.taps, ("*.hook_pattern",), lambda: runner.model(**batch), True)[1]
 
     def torch_summarised() -> dict:
         kernel, native.attention_rows = native.attention_rows, lambda: None

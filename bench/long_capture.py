@@ -3,10 +3,10 @@
 SmolLM2 (CPU) at 2,048 and 8,192 tokens (BENCH_TOKENS=2048,8192), every way once per round, ROUNDS rounds in
 alternating order (this machine is noisy: compare within a round):
 - sdpa: transformers' sdpa attention, nothing captured (the fast forward);
-- capture: the app's capture of every layer's `hook_pattern`, kept as its source (model/core/patterns.py);
-- capture + summary: as the app's run makes it (RunOptions.summary_size): each layer's attention computed in blocks
+- capture: the app's capture of every layer's `hook_pattern`, kept as its source (model/core/attention/source.py);
+- capture + summary: as the app's run makes it (RunOptions.summarised): each layer's attention computed in blocks
   of query rows whose probabilities make both the layer's output and the reduction every whole-text view reads
-  (model/core/summary.py: the model view's thumbnails, the head statistics and the opening head, each
+  (model/core/attention/summary.py: the model view's thumbnails, the head statistics and the opening head, each
   layer's rollout factor);
 - eager: transformers' eager attention with `output_attentions`, every pattern moved to the host as float16
   (what capture cost before), run only where those patterns fit in EAGER_LIMIT_GB.
@@ -34,7 +34,6 @@ LENGTHS = tuple(int(n) for n in os.environ.get("BENCH_TOKENS", "2048,8192").spli
 WAYS = ("sdpa", "capture", "capture + summary", "eager")
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", 1))
 EAGER_LIMIT_GB = 8.0
-THUMBNAIL = 64  # pixels a head: the model view's size for SmolLM2's 9 heads (ui/summary.py)
 
 
 def status_kib(field: str) -> int:
@@ -50,7 +49,7 @@ def measure_one(way: str, length: int) -> dict[str, float]:
     import torch
 
     from bench.hf_capture import folder, inputs
-    from model.core.capture import capture
+    from model.core.capture.record import capture
     from model.registry import load_runner
 
     runner = load_runner("smollm2")
@@ -67,8 +66,8 @@ def measure_one(way: str, length: int) -> dict[str, float]:
             with torch.inference_mode():
                 out = model(**batch, output_attentions=True)
             return [a[0].to(torch.float16).numpy() for a in out.attentions]
-        summary_size = THUMBNAIL if way == "capture + summary" else 0
-        return capture(model, runner.taps, ("*.hook_pattern",), lambda: model(**batch), summary_size)[1]
+        summarised = way == "capture + summary"
+        return capture(model, runner.taps, ("*.hook_pattern",), lambda: model(**batch), summarised)[1]
 
     gc.collect()
     ctypes.CDLL("libc.so.6").malloc_trim(0)  # memory freed while loading goes back to the system first: else a way

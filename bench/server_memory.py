@@ -32,7 +32,7 @@ from transformers import AutoTokenizer
 from transformers.utils import logging as transformers_logging
 
 from app_browser.sessions import peak_of
-from model.core.byte_cache import ByteCache
+from model.core.bounded_cache import ByteCache
 from model.hf import packaged
 from ui import trace_cache
 

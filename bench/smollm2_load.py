@@ -25,7 +25,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging
 
-from model.core.runner import RunOptions
+from model.core.options import RunOptions
 from model.hf.loading import load_hf_runner
 from model.hf.packaged import smollm2_folder
 

@@ -15,8 +15,8 @@ import json
 import sys
 
 from model.core.devices import DEVICE_CHOICES, PRECISION_CHOICES, pick_device, pick_precision
-from model.core.runner import RunOptions
-from model.core.trace import save_trace
+from model.core.options import RunOptions
+from model.core.trace.file import save_trace
 from model.registry import list_model_ids, load_runner
 
 

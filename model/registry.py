@@ -11,12 +11,9 @@ from collections.abc import Callable
 
 import torch
 
-from model.core.options import RunOptions
 from model.core.runner import Runner
-from model.core.stepping import Stepper
 from model.hf.examples import EXAMPLES
 from model.toy.runner import ToyRunner
-from model.toy.stepper import toy_stepper
 from model.toy.store import available_toys, load_toy
 from model.toy.tasks import TASKS
 
@@ -78,13 +75,3 @@ def load_runner(
     except packaged.ModelPackageMissing as error:
         raise ValueError(str(error)) from error
     return load_hf_runner(model_id, device=device, precision=precision)
-
-
-def stepper_for(runner: Runner, text: str, options: RunOptions) -> Stepper:
-    """Generation from `text` with a loaded model, one token at a time (Generate page). ValueError for an encoder
-    or a text the model cannot read."""
-    if isinstance(runner, ToyRunner):
-        return toy_stepper(runner.toy, text, options)
-    from model.hf.stepper import hf_stepper
-
-    return hf_stepper(runner, text, options)  # type: ignore[arg-type]

@@ -1,4 +1,4 @@
-"""Head ablation (model/core/ablation.py) and the scan of every head (model/inspect/ablation.py), on the
+"""Head ablation (model/core/capture/ablation.py) and the scan of every head (model/inspect/ablation.py), on the
 from-scratch models and every Hugging Face family: an ablation changes exactly the head it names, in this
 thread's run only, and the batched scan measures what a run of that one ablation shows."""
 
@@ -9,7 +9,7 @@ import threading
 import numpy as np
 import pytest
 
-from model.core.runner import RunOptions
+from model.core.options import RunOptions
 from model.inspect.ablation import every_head, kl_divergence, per_position_change, scan_heads
 from model.registry import load_runner
 from tests.tiny_hf import FAMILIES

@@ -97,7 +97,7 @@ def test_the_residual_stream_adds_up_in_pre_norm_models(runners, family) -> None
 
 def test_the_residual_stream_adds_up_in_a_pre_norm_scratch_model() -> None:
     model = build_model(replace(TransformerConfig.toy(vocab_size=10, kind="decoder"), norm="pre")).eval()
-    from model.core.capture import capture
+    from model.core.capture.record import capture
 
     _, c = capture(model, model.hook_points, STREAM.hooks, lambda: model(torch.tensor([[1, 4, 5, 6]])))
     for i in range(4):

@@ -238,13 +238,13 @@ def test_a_long_text_shows_the_last_cells_of_the_head_and_says_which() -> None:
 
 
 def test_the_frames_run_reduces_every_site_in_the_run_and_the_views_read_that() -> None:
-    """A Hugging Face model's frame run makes each site's summary on the model's device (RunOptions.summary_size):
+    """A Hugging Face model's frame run makes each site's summary on the model's device (RunOptions.summarised):
     the model view, head statistics, rollout and opening head read it, not a second pass."""
-    from ui.summary import site_summary, thumbnail_size
+    from ui.summary import site_summary
 
     at = _app()
     trace = at.session_state["trace"]
-    assert trace.options.summary_size == thumbnail_size(trace.facts.n_heads)
+    assert trace.options.summarised
     assert set(trace.summaries) == set(trace.sites()) == {"encoder.attn"}
     assert site_summary(trace, "encoder.attn") is trace.summaries["encoder.attn"]
     layer, head = at.selectbox(key="layer").value, at.selectbox(key="head").value

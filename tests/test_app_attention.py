@@ -8,8 +8,8 @@ import pandas as pd
 from streamlit.testing.v1 import AppTest
 
 import ui.downloads
-from model.core.patterns import block_starts
-from model.core.summary import summarise_site
+from model.core.attention.block_means import block_starts
+from model.core.trace.summaries import summarise_site
 from tests.plotly_specs import chart, plotly_array
 from viz.heatmap import block_labels
 
@@ -191,7 +191,7 @@ def csv_makers(monkeypatch) -> dict[str, Callable[[], pd.DataFrame]]:
 
 
 def test_a_long_texts_rollout_is_drawn_on_blocks(monkeypatch) -> None:
-    monkeypatch.setattr("model.core.summary.ROLLOUT_SIZE", 4)  # toy-copy's tokens stand in for 2,048
+    monkeypatch.setattr("model.core.attention.summary.ROLLOUT_SIZE", 4)  # toy-copy's tokens stand in for 2,048
     at = _attention_page("toy-copy", "rollout on blocks", view="Rollout")
     trace = at.session_state["trace"]
     starts = block_starts(len(trace.tokens), 4)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from model.core.runner import RunOptions
+from model.core.options import RunOptions
 from model.registry import load_runner
 
 

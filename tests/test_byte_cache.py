@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from model.core.byte_cache import ByteCache, nbytes
+from model.core.bounded_cache import ByteCache, nbytes
 from model.core.options import RunOptions
-from model.core.trace import load_trace, save_trace
+from model.core.trace.file import load_trace, save_trace
 from model.registry import load_runner
 
 
@@ -156,7 +156,7 @@ def test_trace_nbytes_counts_pattern_sources_and_their_shared_mask_once() -> Non
 
 
 def test_the_size_of_a_tuple_of_plain_values_is_counted() -> None:
-    from model.core.byte_cache import nbytes
+    from model.core.bounded_cache import nbytes
 
     assert nbytes(("encoder.attn", 0, 2, 0.99)) > nbytes(("encoder.attn", 0)) > 0
     assert nbytes((np.zeros(1000, dtype=np.uint8),)) > 1000

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from model.core.capture import ModuleTap, capture, reporting_progress, select_hook_names
-from model.core.hooks import active_recorder
+from model.core.capture.hooks import ModuleTap, active_recorder
+from model.core.capture.record import capture, reporting_progress, select_hook_names
 from model.core.masks import causal_mask, combine, padding_mask
 from model.scratch.config import TransformerConfig
 from model.scratch.transformer import build_model

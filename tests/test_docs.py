@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from model.core.runner import RunOptions
-from model.core.trace import save_trace
-from model.core.vocabulary import PER_LAYER, PER_STACK, in_vocabulary
+from model.core.options import RunOptions
+from model.core.trace.file import save_trace
+from model.core.trace.hook_names import PER_LAYER, PER_STACK, in_vocabulary
 from model.registry import load_runner
 from tests.tiny_hf import build
 

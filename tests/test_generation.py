@@ -1,5 +1,5 @@
-"""Step-by-step generation (model/core/stepping.py, sampling.py and the per-kind steppers): the same tokens as the
-runners' own greedy output, rows equal to a full pass over the final sequence, the KV cache equal to re-reading
+"""Step-by-step generation (model/core/generation/decoding.py, sampling.py and the per-kind steppers): the same tokens
+as the runners' own greedy output, rows equal to a full pass over the final sequence, the KV cache equal to re-reading
 the whole sequence, seeded sampling reproducible, bad settings explained."""
 
 from __future__ import annotations
@@ -8,12 +8,11 @@ import numpy as np
 import pytest
 import torch
 
+from model.core.generation.decoding import Step, generate
+from model.core.generation.sampling import MAX_NEW_TOKENS, DecodeSettings, choose_next, next_distribution
 from model.core.options import RunOptions
-from model.core.sampling import MAX_NEW_TOKENS, DecodeSettings, choose_next, next_distribution
-from model.core.stepping import Step, generate
 from model.hf.heads import ATTENTION
-from model.hf.stepper import hf_stepper
-from model.registry import load_runner, stepper_for
+from model.registry import load_runner
 
 DATE = "14 feb 1999"
 PROMPT = "The capital of France is"
@@ -24,7 +23,7 @@ def _greedy(logits: torch.Tensor, step: int) -> int:
 
 
 def _steps(runner, text: str, n: int, options: RunOptions = RunOptions(), choose=_greedy) -> tuple[list[Step], object]:
-    stepper = stepper_for(runner, text, options)
+    stepper = runner.stepper(text, options)
     return list(generate(stepper, [], n, choose)), stepper
 
 
@@ -163,8 +162,8 @@ def test_hf_rows_equal_output_attentions_of_the_final_sequence(runners, family: 
 
 # -- the KV cache ----------------------------------------------------------------------------------------
 def _cache_against_recompute(runner, text: str, n: int) -> None:
-    cached = list(generate(hf_stepper(runner, text, RunOptions()), [], n, _greedy))
-    full = list(generate(hf_stepper(runner, text, RunOptions(), use_cache=False), [], n, _greedy))
+    cached = list(generate(runner.stepper(text, RunOptions()), [], n, _greedy))
+    full = list(generate(runner.stepper(text, RunOptions(), use_cache=False), [], n, _greedy))
     assert [s.token_id for s in cached] == [s.token_id for s in full]
     for a, b in zip(cached, full, strict=True):
         np.testing.assert_allclose(a.self_rows, b.self_rows, atol=1e-5)
@@ -183,18 +182,18 @@ def test_kv_cache_on_smollm2(smollm2) -> None:
 def test_a_forced_token_restarts_the_cache(runners) -> None:
     """A branch the cache has not seen (a forced token after a longer run) is read from the start."""
     runner = runners["llama"]
-    stepper = hf_stepper(runner, "the cat sat", RunOptions())
+    stepper = runner.stepper("the cat sat", RunOptions())
     first = list(generate(stepper, [], 4, _greedy))
     forced = [first[0].token_id, int(first[1].top_ids[1])]
     again = list(generate(stepper, forced, 2, _greedy))
-    fresh = list(generate(hf_stepper(runner, "the cat sat", RunOptions(), use_cache=False), forced, 2, _greedy))
+    fresh = list(generate(runner.stepper("the cat sat", RunOptions(), use_cache=False), forced, 2, _greedy))
     assert [s.token_id for s in again] == [s.token_id for s in fresh]
     np.testing.assert_allclose(again[-1].self_rows, fresh[-1].self_rows, atol=1e-5)
 
 
 def test_an_encoder_does_not_generate(runners) -> None:
     with pytest.raises(ValueError, match="does not generate"):
-        stepper_for(runners["bert"], "the cat sat", RunOptions())
+        runners["bert"].stepper("the cat sat", RunOptions())
 
 
 def test_two_threads_stepping_on_one_shared_model_see_only_their_own_rows(runners) -> None:
@@ -204,7 +203,7 @@ def test_two_threads_stepping_on_one_shared_model_see_only_their_own_rows(runner
     runner, texts = runners["llama"], ["the cat sat", "a dog ran on the mat"]
 
     def rows(text: str) -> list[np.ndarray]:
-        return [s.self_rows for s in generate(hf_stepper(runner, text, RunOptions()), [], 8, _greedy)]
+        return [s.self_rows for s in generate(runner.stepper(text, RunOptions()), [], 8, _greedy)]
 
     alone = [rows(text) for text in texts]
     with ThreadPoolExecutor(4) as pool:

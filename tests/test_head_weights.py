@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from model.core.options import RunOptions
-from model.core.trace import Trace
+from model.core.trace.trace import Trace
 from model.inspect.head_math import HeadSteps, compute_head, output_projection, softmax_rows
 from model.inspect.head_weights import HeadWeights, head_weights
 from model.inspect.step_hooks import step_names
@@ -89,7 +89,7 @@ def test_what_each_family_does_around_the_scores(runners) -> None:
 def test_the_page_asks_only_for_hooks_the_model_offers(runners) -> None:
     """Every name the step-through captures is in the vocabulary and offered by the model (of cross-attention's
     two memory names, one), so that a page's request never silently misses a step."""
-    from model.core.vocabulary import in_vocabulary
+    from model.core.trace.hook_names import in_vocabulary
 
     models = {f"tiny {family}": (runner, set(runner.taps)) for family, runner in runners.items()}
     for toy in ("toy-date", "toy-gpt-date"):

@@ -10,11 +10,11 @@ import pytest
 import torch
 import transformers
 
-from model.core.capture import capture
-from model.core.runner import RunOptions
-from model.core.trace import Trace
+from model.core.capture.record import capture
+from model.core.masks import additive_mask
+from model.core.options import RunOptions
+from model.core.trace.trace import Trace
 from model.hf.heads import ATTENTION, register_attention
-from model.hf.runner import additive_mask
 from model.registry import load_runner
 from tests.tiny_hf import FAMILIES
 

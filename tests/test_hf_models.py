@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from model.core.capture import capture
-from model.core.runner import RunOptions
-from model.core.trace import load_trace, save_trace
-from model.core.vocabulary import in_vocabulary
+from model.core.capture.record import capture
+from model.core.options import RunOptions
+from model.core.trace.file import load_trace, save_trace
+from model.core.trace.hook_names import in_vocabulary
 from model.hf.loading import load_hf_runner
 from tests.tiny_hf import FAMILIES, build
 

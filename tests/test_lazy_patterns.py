@@ -1,4 +1,4 @@
-"""Patterns kept as their sources (model/core/patterns.py): computed in parts, they agree with the whole; shrunk
+"""Patterns kept as their sources (model/core/attention/source.py): computed in parts, they agree with the whole; shrunk
 for the model view, they are the block means the thumbnails draw."""
 
 from __future__ import annotations
@@ -7,10 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-from model.core import patterns
+from model.core.attention import scratch as scratch_module
+from model.core.attention.block_means import block_starts
+from model.core.attention.row_reduction import RowLayout
+from model.core.attention.scratch import Scratch, block_reductions, mask_spans
+from model.core.attention.source import PatternSource
 from model.core.options import RunOptions
-from model.core.patterns import PatternSource, Scratch, block_reductions, block_starts, mask_spans
-from model.core.row_reduction import RowLayout
 from model.registry import load_runner
 from viz.thumbnails import resample
 
@@ -64,7 +66,7 @@ def test_asking_which_patterns_a_trace_has_computes_none(runners, monkeypatch) -
     def computed(*args, **kwargs):
         raise AssertionError("a pattern was computed")
 
-    monkeypatch.setattr("model.core.patterns.PatternSource.pattern", computed)
+    monkeypatch.setattr("model.core.attention.source.PatternSource.pattern", computed)
     assert trace.sites() == ["decoder.attn"]
     assert "decoder.0.attn.hook_pattern" in trace.attention and "decoder.9.attn.hook_pattern" not in trace.attention
 
@@ -139,7 +141,7 @@ def test_mask_spans_of_every_block_at_once_are_each_blocks_own(rows: int, keys: 
 def test_a_scratch_finds_a_masks_spans_once_for_every_view_of_it(monkeypatch) -> None:
     """Every layer of a capture reads the same mask through a view of its own: its spans are reduced once."""
     calls = []
-    monkeypatch.setattr(patterns, "mask_spans", lambda allowed, step: calls.append(step) or [(0, 1, True)])
+    monkeypatch.setattr(scratch_module, "mask_spans", lambda allowed, step: calls.append(step) or [(0, 1, True)])
     mask = torch.ones(2, 16, 16, dtype=torch.bool)
     scratch = Scratch()
     assert scratch.spans(mask[0], 16) == scratch.spans(mask[0], 16) == [(0, 1, True)]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import transformers
 
-from model.core.trace import distinct_nbytes
+from model.core.trace.trace import distinct_nbytes
 from model.hf.facts import LONGEST_INPUT, SOURCE_BYTES_LIMIT, longest_input, source_bytes
 from model.hf.taps import BERT, GPT2, LLAMA, T5
 from tests import tiny_hf

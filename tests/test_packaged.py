@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from model.core.runner import RunOptions
+from model.core.cache_folder import cache_dir
+from model.core.options import RunOptions
 from model.hf import packaged
 from model.hf.packaged import (
     MARKER,
     ModelPackageMissing,
-    cache_dir,
     is_complete,
     minilm_path,
     smollm2_folder,

@@ -1,5 +1,5 @@
-"""A site's attention reduced in one pass of row blocks (model/core/summary.py) equals the same numbers computed
-from whole patterns: statistics, thumbnails, rollout (exact up to ROLLOUT_SIZE, block means beyond)."""
+"""A site's attention reduced in one pass of row blocks (model/core/attention/summary.py) equals the same numbers
+computed from whole patterns: statistics, thumbnails, rollout (exact up to ROLLOUT_SIZE, block means beyond)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from model.core import summary
+from model.core.attention.row_reduction import STATISTICS, row_distances
+from model.core.attention.summary import SiteSummary, summarise
 from model.core.options import RunOptions
-from model.core.row_reduction import row_distances
-from model.core.summary import STATISTICS, summarise, summarise_site
+from model.core.trace.summaries import summarise_site
 from model.hf import heads
 from model.registry import load_runner
 from viz.thumbnails import resample
@@ -23,7 +23,7 @@ def blocks_of(pattern: np.ndarray, rows: int = 3):
         yield np.arange(start, start + block.shape[1]), torch.from_numpy(block)
 
 
-def summarised(layers: list[np.ndarray], size: int = 4, self_attention: bool = True) -> summary.SiteSummary:
+def summarised(layers: list[np.ndarray], size: int = 4, self_attention: bool = True) -> SiteSummary:
     return summarise((blocks_of(p) for p in layers), layers[0].shape, size, self_attention)
 
 
@@ -81,8 +81,8 @@ def smollm2_trace():
 
 
 def test_a_kept_source_reduces_to_the_numbers_of_its_whole_patterns(smollm2_trace, monkeypatch, reduction) -> None:
-    monkeypatch.setattr("model.core.trace.ROW_BLOCK", 256)
-    monkeypatch.setattr("model.core.patterns.ROW_BLOCK", 256)
+    monkeypatch.setattr("model.core.trace.trace.ROW_BLOCK", 256)
+    monkeypatch.setattr("model.core.attention.source.ROW_BLOCK", 256)
     trace, site = smollm2_trace, "decoder.attn"
     layers = [whole(trace, site, layer) for layer in range(trace.n_layers(site))]
     got = summarise_site(trace, site, size=32)
@@ -110,7 +110,7 @@ def test_rollout_of_a_long_text_is_block_means_of_the_exact_one(smollm2_trace, m
     """Cut into blocks (here 75 of 4 positions), the rollout approximates the exact one's block means."""
     trace, site = smollm2_trace, "decoder.attn"
     n = len(trace.tokens)
-    monkeypatch.setattr(summary, "ROLLOUT_SIZE", n // 4)
+    monkeypatch.setattr("model.core.attention.summary.ROLLOUT_SIZE", n // 4)
     got = summarise_site(trace, site, size=32)
     assert not got.rollout_is_exact and got.rollout.shape == (n // 4, n // 4)
     np.testing.assert_allclose(got.rollout.sum(-1), 1.0, atol=1e-6)  # float32
@@ -148,25 +148,25 @@ def test_padded_rows_that_see_only_keys_before_their_block_reduce_like_their_who
     few keys, every one before the block's first row."""
     runner = load_runner("minilm")
     trace = runner.run("The cat sat on the mat.", options=RunOptions(hooks=("*.hook_pattern",), pad_to=160,
-                                                                   summary_size=8))
+                                                                   summarised=True))
     made, site = trace.summaries["encoder.attn"], "encoder.attn"
     assert len(trace.tokens) == 160 and trace.masks[site][150].sum() < 20
     layers = [whole(trace, site, layer) for layer in range(trace.n_layers(site))]
     for layer, pattern in enumerate(layers):
         np.testing.assert_allclose(made.statistics[layer], reference_statistics(pattern, True), rtol=1e-4, atol=1e-6)
-    np.testing.assert_allclose(summarise_site(trace, site, size=8).statistics, made.statistics, atol=1e-9)
+    np.testing.assert_allclose(summarise_site(trace, site).statistics, made.statistics, atol=1e-9)
 
 
 @pytest.mark.parametrize("family", ["bert", "gpt2", "llama", "t5", "bart", "marian"])
 def test_a_summary_made_in_the_run_equals_one_made_from_its_trace(runners, family: str, reduction) -> None:
-    """RunOptions.summary_size: every site reduced on the model's device before the capture moves to the host
+    """RunOptions.summarised: every site reduced on the model's device before the capture moves to the host
     (GQA, T5's bias, cross-attention), the same numbers as reducing the trace's kept sources afterwards."""
     runner = runners[family]
     text = runner.examples[0]
-    trace = runner.run(text, options=RunOptions(hooks=("*.hook_pattern",), summary_size=8))
+    trace = runner.run(text, options=RunOptions(hooks=("*.hook_pattern",), summarised=True))
     assert trace.summaries and set(trace.summaries) == set(trace.sites())
     for site, made in trace.summaries.items():
-        later = summarise_site(trace, site, size=8)
+        later = summarise_site(trace, site)
         np.testing.assert_allclose(made.thumbnails, later.thumbnails, atol=1e-7)
         np.testing.assert_allclose(made.statistics, later.statistics, atol=1e-9)
         if later.rollout is None:
@@ -191,7 +191,7 @@ def test_a_summarised_run_computes_attention_once_with_the_plain_runs_outputs(ru
     monkeypatch.setattr(heads, "_fused", lambda *args: fused_calls.append(1) or fused(*args))
     plain = runner.run(text, options=RunOptions(hooks=hooks))
     plain_calls, fused_calls[:] = len(fused_calls), []
-    made = runner.run(text, options=RunOptions(hooks=hooks, summary_size=8))
+    made = runner.run(text, options=RunOptions(hooks=hooks, summarised=True))
     assert plain_calls - len(fused_calls) == len(plain.pattern_sources) > 0
     compared = [name for name in plain.captured if not name.endswith("hook_pattern")]
     assert any("attn_out" in name for name in compared) and any("resid_post" in name for name in compared)

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from model.core.runner import RunOptions
+from model.core.options import RunOptions
 from model.registry import list_model_ids, load_runner
 from model.toy.evaluate import exact_match
 from model.toy.store import available_toys, load_toy

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from model.core.runner import RunOptions
+from model.core.options import RunOptions
 from model.registry import load_runner
 from viz.heatmap import attention_heatmap
 from viz.masked import MASKED_LABEL
@@ -201,7 +201,7 @@ def test_tick_labels_push_the_margin_instead_of_covering_the_title() -> None:
 
 
 def test_output_kinds_round_trip_through_a_trace_file(tmp_path) -> None:
-    from model.core.trace import load_trace, save_trace
+    from model.core.trace.file import load_trace, save_trace
 
     trace = load_runner("toy-date").run("march 3 2021", "2021-03-03", RunOptions(hooks=("*.hook_pattern",)))
     save_trace(trace, tmp_path / "t.npz")

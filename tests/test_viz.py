@@ -5,7 +5,7 @@ import json
 import numpy as np
 import plotly.io as pio
 
-from model.core.trace import ModelFacts
+from model.core.trace.trace import ModelFacts
 from viz.heatmap import attention_heatmap, layer_head_heatmap, similarity_heatmap
 from viz.outputs import model_card, next_token_bars
 from viz.thumbnails import GAP, TOP, head_at, masked_pixels, resample, thumbnail_figure, thumbnail_grid

@@ -11,7 +11,7 @@ import pandas as pd
 import streamlit as st
 
 from model.core.runner import Runner
-from model.core.trace import Trace
+from model.core.trace.trace import Trace
 from model.inspect.lens import Lens, Unembedding, logit_lens
 from model.inspect.readout import forward_for
 from model.inspect.shapes import calls_table, shape_trace

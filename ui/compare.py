@@ -1,6 +1,6 @@
 """The Attention page's Compare view: the chosen head in this run (A) and in another run (B) side by side, and B − A
 on a diverging scale. B is the same input with the other causal choice, another text of the same length, or
-the same input with heads ablated (model/core/ablation.py)."""
+the same input with heads ablated (model/core/capture/ablation.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from typing import Protocol
 import numpy as np
 import streamlit as st
 
-from model.core.ablation import ABLATION_MODES, Head
-from model.core.trace import Site, Trace
+from model.core.options import ABLATION_MODES, Head
+from model.core.trace.sites import Site
+from model.core.trace.trace import Trace
 from model.inspect.ablation import every_head, head_site
 from ui.downloads import downloads, matrix_table
 from ui.messages import show_error

@@ -1,5 +1,5 @@
 """The Generate page's state in the session: the generated tokens and, per step, what the model did (model
-steps as model/core/stepping.py makes them, attention rows kept as float16). It belongs to one model, text,
+steps as model/core/generation/decoding.py makes them, attention rows kept as float16). It belongs to one model, text,
 causal choice and set of decoding settings, and is dropped when any of them changes."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import streamlit as st
 
-from model.core.sampling import DecodeSettings, choose_next
-from model.core.stepping import Step, Stepper, generate
+from model.core.generation.decoding import Step, Stepper, generate
+from model.core.generation.sampling import DecodeSettings, choose_next
 
 STATE = "generate_state"  # session key of the Generation
 MAX_CONTEXT_TOKENS = 1024  # longest prompt (or source) generated from: each step keeps a row per layer and head

@@ -16,10 +16,9 @@ from pathlib import Path
 import streamlit as st
 
 import app_pages
-from model.core.ablation import AblationMode, Head
-from model.core.options import CausalMode
+from model.core.options import AblationMode, CausalMode, Head
 from model.core.runner import Runner
-from model.core.trace import Trace
+from model.core.trace.trace import Trace
 from ui.messages import show_error
 from ui.runs import RunRequest, get_runner, trace_for
 
@@ -151,7 +150,7 @@ def trace_with(hooks: tuple[str, ...], causal: CausalMode | None = None, pad_to:
 
 def stop_if_too_long(hooks: tuple[str, ...], pad_to: int = 0) -> None:
     """Stop the page with a message when its run would keep more than attention patterns (which cost
-    O(tokens x d_head) a layer: model/core/patterns.py) for a text over PAGE_RUN_MAX_TOKENS tokens."""
+    O(tokens x d_head) a layer: model/core/attention/source.py) for a text over PAGE_RUN_MAX_TOKENS tokens."""
     trace = current_trace()
     length = max(len(trace.tokens), len(trace.target_tokens), pad_to)
     if length <= PAGE_RUN_MAX_TOKENS or all(hook.endswith(".hook_pattern") for hook in hooks):

@@ -12,9 +12,10 @@ from typing import Any
 import numpy as np
 import streamlit as st
 
-from model.core.ablation import Head
-from model.core.summary import STATISTICS
-from model.core.trace import Site, Trace
+from model.core.attention.row_reduction import STATISTICS
+from model.core.options import Head
+from model.core.trace.sites import Site
+from model.core.trace.trace import Trace
 from model.inspect.ablation import head_site
 from ui import url_state
 from ui.page import forget_choices

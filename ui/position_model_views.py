@@ -8,7 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from model.core import sinusoid as pe
-from model.core.trace import Trace
+from model.core.trace.trace import Trace
 from model.inspect.positions import PositionScheme
 from ui.downloads import downloads
 from ui.page import trace_with

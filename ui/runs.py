@@ -21,13 +21,11 @@ from typing import TypeVar
 
 import streamlit as st
 
-from model.core.ablation import AblationMode, Head
 from model.core.devices import is_out_of_memory, pick_device, pick_precision
-from model.core.options import CausalMode, RunOptions
+from model.core.options import AblationMode, CausalMode, Head, RunOptions
 from model.core.runner import Runner
-from model.core.trace import Trace
+from model.core.trace.trace import Trace
 from model.registry import list_model_ids, load_runner
-from ui.summary import thumbnail_size
 from ui.trace_cache import cached_trace
 
 T = TypeVar("T")
@@ -101,7 +99,7 @@ def trace_for(request: RunRequest, hooks: tuple[str, ...] = PATTERNS, causal: Ca
     runner = get_runner(request.model_id, request.device, request.precision)
     options = request.options(hooks, causal, pad_to, blocked, ablated, ablation)
     if summarised:
-        options = replace(options, summary_size=thumbnail_size(runner.facts.n_heads))
+        options = replace(options, summarised=True)
     key = (request, options)
     return _readable_failures(f"Running {request.model_id}", lambda: cached_trace(
         key, lambda: runner.run(request.text, request.target, options)))

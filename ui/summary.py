@@ -1,12 +1,14 @@
-"""A trace's attention sites reduced in one pass (model/core/summary.py): the model view's thumbnails, the head
-statistics, the rollout, and the head the app opens on all read it. The frame's run of a Hugging Face model
-computes it in the run, on the model's device (RunOptions.summary_size); otherwise it is computed here once per
-trace and site and kept with the trace in the server's cache."""
+"""A trace's attention sites reduced in one pass (model/core/attention/summary.py): the model view's thumbnails, the
+head statistics, the rollout, and the head the app opens on all read it. The frame's run of a Hugging Face model
+computes it in the run, on the model's device (RunOptions.summarised); otherwise it is computed here once per
+trace and site and kept with the trace in the server's cache. Either way its thumbnails have THUMBNAIL_SIZE pixels a
+side; the model view shrinks them to its width (`thumbnail_size`)."""
 
 from __future__ import annotations
 
-from model.core.summary import SiteSummary, summarise_site
-from model.core.trace import Trace
+from model.core.attention.summary import SiteSummary
+from model.core.trace.summaries import summarise_site
+from model.core.trace.trace import Trace
 from ui.trace_cache import per_trace
 
 MODEL_VIEW_WIDTH = 900  # pixels the model view's thumbnails share across a row of heads
@@ -18,9 +20,8 @@ def thumbnail_size(heads: int) -> int:
 
 
 def site_summary(trace: Trace, site: str) -> SiteSummary:
-    """Every layer of `site` reduced, thumbnails of the model view's size."""
+    """Every layer of `site` reduced: made in the run, or here once."""
     made_in_run = trace.summaries.get(site)
-    if made_in_run is not None and trace.options.summary_size == thumbnail_size(trace.facts.n_heads):
+    if made_in_run is not None:
         return made_in_run
-    return per_trace(trace, ("summary", site),
-                     lambda: summarise_site(trace, site, thumbnail_size(trace.facts.n_heads)))
+    return per_trace(trace, ("summary", site), lambda: summarise_site(trace, site))

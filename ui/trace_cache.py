@@ -1,9 +1,9 @@
-"""The server's one cache of traces and of what pages derive from them, bounded in bytes (model/core/byte_cache.py).
+"""The server's one cache of traces and of what pages derive from them, bounded in bytes (model/core/bounded_cache.py).
 
 Every session shares it. Its budget is `ATTENTION_ATLAS_CACHE_MB` megabytes (MiB), 2,560 by default, chosen
 for a 24 GB machine whose server should stay under about 8 GB: the process with MiniLM and SmolLM2 loaded
 takes 1.2 GB, and at most MAX_RUNS run at once. A 2,048-token SmolLM2 trace of the frame's run holds 204 MiB
-(what its patterns are computed from, model/core/patterns.py, and its summary), a 512-token MiniLM one 18 MiB:
+(what its patterns are computed from, model/core/attention/source.py, and its summary), a 512-token MiniLM one 18 MiB:
 the default holds about 12 of the former or 139 of the latter, with their derived values.
 
 An evicted trace (or one not kept) is freed only once nothing else holds it. Earlier reruns' page namespaces
@@ -29,9 +29,9 @@ from typing import TypeVar
 
 import streamlit as st
 
-from model.core.byte_cache import ByteCache
-from model.core.capture import reporting_progress
-from model.core.trace import Trace
+from model.core.bounded_cache import ByteCache
+from model.core.capture.record import reporting_progress
+from model.core.trace.trace import Trace
 
 T = TypeVar("T")
 BUDGET_VARIABLE = "ATTENTION_ATLAS_CACHE_MB"

@@ -38,8 +38,8 @@ def token_table(tokens: Sequence[str], ids: Sequence[int], special: Sequence[boo
 
 
 def forced_table(outputs: dict[str, np.ndarray]) -> pd.DataFrame:
-    """A given target, token by token (the forced_* outputs of model/core/forcing.py): the probability and rank the
-    model gave each target token, the token it would have chosen itself, and whether the two agree."""
+    """A given target, token by token (the forced_* outputs of model/core/generation/forcing.py): the probability and
+    rank the model gave each target token, the token it would have chosen itself, and whether the two agree."""
     return pd.DataFrame({
         "target token": [visible_token(t) for t in outputs["forced_tokens"]],
         "probability": outputs["forced_probs"].astype(np.float64),

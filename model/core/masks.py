@@ -82,3 +82,9 @@ def hidden_key_pairs(length: int, keys: Iterable[int], queries: Iterable[int] = 
 def outside_window_pairs(length: int, width: int) -> tuple[tuple[int, int], ...]:
     """A band mask: the (query, key) pairs more than `width` positions apart, for RunOptions.blocked."""
     return tuple((query, key) for query in range(length) for key in range(length) if abs(query - key) > width)
+
+
+def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """bool (batch, 1, q, k), True = may attend -> 0 where allowed, the dtype's minimum elsewhere (what a Hugging Face
+    model adds to its scores)."""
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(~allowed, torch.finfo(dtype).min)

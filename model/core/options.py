@@ -1,14 +1,16 @@
-"""How a run is made: which masks, and which hooks to capture. A Trace keeps the options it was made with."""
+"""How a run is made: which masks, which hooks to capture, which heads to ablate. Plain data: a Trace keeps the
+options it was made with."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from model.core.ablation import AblationMode, Head
-
 CausalMode = Literal["auto", "on", "off"]
 Stack = Literal["encoder", "decoder"]
+AblationMode = Literal["zero", "mean"]  # a head's output replaced by 0, or by its mean over the positions
+ABLATION_MODES: tuple[AblationMode, ...] = ("zero", "mean")
+Head = tuple[str, int]  # (attention site, head index): ("decoder.3.attn", 2) (model/core/capture/ablation.py)
 
 
 @dataclass(frozen=True)
@@ -21,11 +23,11 @@ class RunOptions:
     pad_to: int = 0  # append <pad> tokens to the source up to this many tokens, to show the padding mask
     blocked: tuple[tuple[int, int], ...] = ()  # (query, key) pairs hidden in the first self-attention
     #                                           (the encoder's, or a decoder-only model's)
-    ablated: tuple[Head, ...] = ()  # heads whose output is replaced, in this run only (model/core/ablation.py)
+    ablated: tuple[Head, ...] = ()  # heads whose output is replaced, in this run only (model/core/capture/ablation.py)
     ablation: AblationMode = "zero"  # by 0, or by its mean over the positions
-    summary_size: int = 0  # > 0: reduce every attention site in the run, on the model's device (thumbnails this
-    #                        many pixels a side, statistics, rollout: model/core/summary.py); for patterns kept as
-    #                        sources (Hugging Face models); 0: a view that needs it computes it later
+    summarised: bool = False  # reduce every attention site in the run, on the model's device (thumbnails,
+    #                           statistics, rollout: model/core/attention/summary.py), for patterns kept as sources
+    #                           (Hugging Face models); else a view that needs it computes it later
 
     def causal_for(self, stack: Stack) -> bool:
         """Whether a stack's self-attention is causal in this run: the one place this is decided."""
@@ -44,7 +46,7 @@ class RunOptions:
         """The options as plain JSON-able values (a trace file keeps them so)."""
         return {"hooks": list(self.hooks), "causal": self.causal, "pad_to": self.pad_to,
                 "blocked": [list(pair) for pair in self.blocked], "ablated": [list(head) for head in self.ablated],
-                "ablation": self.ablation, "summary_size": self.summary_size}
+                "ablation": self.ablation, "summarised": self.summarised}
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> RunOptions:
@@ -53,4 +55,4 @@ class RunOptions:
         return cls(hooks=tuple(record.get("hooks", ("*",))), causal=record["causal"], pad_to=record["pad_to"],
                    blocked=tuple(tuple(pair) for pair in record["blocked"]),
                    ablated=tuple((site, int(head)) for site, head in record.get("ablated", ())),
-                   ablation=record.get("ablation", "zero"), summary_size=record.get("summary_size", 0))
+                   ablation=record.get("ablation", "zero"), summarised=record.get("summarised", False))

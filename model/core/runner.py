@@ -9,13 +9,14 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from model.core.ablation import AblationMode, Head, Outcome
-from model.core.capture import Captured
-from model.core.options import RunOptions
-from model.core.patterns import PatternSource
-from model.core.sites import Site
-from model.core.summary import SiteSummary
-from model.core.trace import ModelFacts, Trace
+from model.core.attention.source import PatternSource
+from model.core.attention.summary import SiteSummary
+from model.core.capture.ablation import Outcome
+from model.core.capture.record import Captured
+from model.core.generation.decoding import Stepper
+from model.core.options import AblationMode, Head, RunOptions
+from model.core.trace.sites import Site
+from model.core.trace.trace import ModelFacts, Trace
 
 
 class Runner(Protocol):
@@ -29,13 +30,18 @@ class Runner(Protocol):
         and trace it; else trace the model reading `target` (teacher forcing). ValueError for unusable text."""
         ...
 
+    def stepper(self, text: str, options: RunOptions) -> Stepper:
+        """Generation from `text` one token at a time, under the causal choice of `options` (the Generate page).
+        ValueError for an encoder, or a text the model cannot read."""
+        ...
+
     def cautions(self, text: str) -> tuple[str, ...]:
         """What a person should know before reading this text's output (e.g. longer than the model learned)."""
         ...
 
     def ablation_outcomes(self, trace: Trace, rows: Sequence[Sequence[Head]], mode: AblationMode) -> Outcome:
         """What the input of `trace` (unpadded) leads to, once per row of a batch that ablates the heads `rows[b]`
-        in row b (model/core/ablation.py); rows = [()] is the model whole."""
+        in row b (model/core/capture/ablation.py); rows = [()] is the model whole."""
         ...
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from torch import nn
 
 from model.core.devices import precision_name
-from model.core.trace import ModelFacts
+from model.core.trace.trace import ModelFacts
 from model.hf.taps import Family
 
 LONGEST_INPUT = 8192  # tokens at most, whatever the model allows (T5 has no position limit of its own)
@@ -25,7 +25,7 @@ def _config_value(config: Any, *names: str, default: int = 0) -> int:
 
 
 def source_bytes(config: Any, family: Family, length: int) -> int:
-    """Bytes a run of `length` tokens keeps to compute every attention pattern from (model/core/patterns.py
+    """Bytes a run of `length` tokens keeps to compute every attention pattern from (model/core/attention/source.py
     PatternSource), a source and a target of `length` tokens each for an encoder-decoder (an upper bound).
 
     Per attention site (encoder self, decoder self, decoder cross) and layer, float32:

@@ -5,15 +5,15 @@ function it looks up in transformers' attention interface by the name of its imp
 it query, key and value already split into heads (and rotated, in rotary models), the mask, its scaling
 and any position bias (T5). Models are loaded with the implementation ATTENTION, registered once here:
 softmax(Q K^T x scale + bias + M) V by torch's fused `scaled_dot_product_attention` (never materialising the
-probabilities), which on the thread of a capture also reports what it asks for (model/core/hooks.py
+probabilities), which on the thread of a capture also reports what it asks for (model/core/capture/hooks.py
 `reports_wanted`): the per-head inputs, the scores (computed only then), the output z, and for `hook_pattern`
-what the pattern is computed from later, on demand (model/core/patterns.py), instead of the pattern itself.
+what the pattern is computed from later, on demand (model/core/attention/source.py), instead of the pattern itself.
 A capture that summarises its run reduces each layer's probabilities as the layer reports them and computes the
 layer's output from those same probabilities (PatternInputs.summary_rows): then the fused kernel is skipped, and
 the probabilities are computed once, not once by the kernel and again for the summary (on the CPU the kernel was
 44% of a 2,048-token forward pass). Otherwise GPT-2 configs with reorder_and_upcast_attn keep their own eager
 float32 path. Asked for nothing, it costs two thread-local lookups per layer; the shared model itself is never
-changed per run. A thread that ablates heads (model/core/ablation.py) has each head's output `z` edited here,
+changed per run. A thread that ablates heads (model/core/capture/ablation.py) has each head's output `z` edited here,
 before W_O.
 
 Rotary models rotate q and k before that call, so their `hook_q`/`hook_k` (before the rotation) are read
@@ -30,9 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from model.core.capture import ModuleTap, ReportedTap
-from model.core.hooks import active_recorder, reported_edit, reports_wanted
-from model.core.patterns import PatternInputs
+from model.core.attention.layer_inputs import PatternInputs
+from model.core.capture.hooks import ModuleTap, ReportedTap, active_recorder, reported_edit, reports_wanted
 
 ATTENTION = "atlas"  # the attn_implementation models are loaded with
 
@@ -77,14 +76,14 @@ def attention(
     scale = _scale(query, kwargs.get("scaling"))
     bias = kwargs.get("position_bias")  # (batch or 1, heads, q_len, k_len)
     computed = _report_inputs(wanted, query, key, value, scale, bias, attention_mask) if wanted else None
-    if computed is not None:  # by the capture, from the probabilities it summarised (model/core/patterns.py)
+    if computed is not None:  # by the capture, from the probabilities it summarised (model/core/attention/source.py)
         out = computed
     elif getattr(module, "reorder_and_upcast_attn", False):  # GPT-2's own float32 path, as eager takes it
         out, _ = module._upcast_and_reordered_attn(query, key, value, attention_mask)
     else:
         out = _fused(query, key, value, attention_mask, scale, bias)
     edit = reported_edit(module, "z")
-    if edit is not None:  # an intervention on this thread (model/core/ablation.py)
+    if edit is not None:  # an intervention on this thread (model/core/capture/ablation.py)
         out = edit(out.transpose(1, 2)).transpose(1, 2)  # the edit sees (batch, heads, q_len, d_head)
     if "z" in wanted:
         active_recorder()(wanted["z"], out.transpose(1, 2))  # (batch, heads, q_len, d_head)
@@ -116,8 +115,8 @@ def _report_inputs(
     position_bias: torch.Tensor | None, mask: torch.Tensor | None,
 ) -> torch.Tensor | None:
     """Hand the wanted values going into attention to the thread's recorder; the scores are computed only if
-    wanted, and a pattern is handed over as what it is computed from (model/core/patterns.py). Returns attention's
-    output (batch, q_len, heads, d_head) where the recorder computed it with the pattern, else None."""
+    wanted, and a pattern is handed over as what it is computed from (model/core/attention/source.py). Returns
+    attention's output (batch, q_len, heads, d_head) where the recorder computed it with the pattern, else None."""
     record = active_recorder()
     inputs = {"query": query, "key": key, "value": value}
     output = None

@@ -4,7 +4,7 @@ Masks are built here as one (q_len, k_len) bool matrix per self-attention site (
 and handed to the model as a 4D additive mask, so that a causal mask can be switched on for an
 encoder or off for a decoder without touching the shared model. Attention runs fused (heads.py); its
 probabilities are kept as what they are computed from, and computed when a page reads them
-(model/core/patterns.py). The model card's facts come from facts.py.
+(model/core/attention/source.py). The model card's facts come from facts.py.
 """
 
 from __future__ import annotations
@@ -18,17 +18,22 @@ import numpy as np
 import torch
 from torch import nn
 
-from model.core.ablation import AblationMode, Head, Outcome, ablating, ablating_rows
-from model.core.capture import Captured, ModuleTap, ReportedTap, capture
+from model.core.capture.ablation import Outcome, ablating, ablating_rows
+from model.core.capture.hooks import ModuleTap, ReportedTap
+from model.core.capture.record import Captured, capture
 from model.core.devices import free_accelerator_memory, is_out_of_memory
-from model.core.forcing import score_target
-from model.core.inputs import validate_text
-from model.core.masks import self_attention_mask
-from model.core.runner import RunOptions, trace_of_run
-from model.core.trace import OutputKind, Trace
+from model.core.generation.decoding import Stepper
+from model.core.generation.forcing import score_target
+from model.core.masks import additive_mask, self_attention_mask
+from model.core.options import AblationMode, Head, RunOptions
+from model.core.runner import trace_of_run
+from model.core.text_checks import validate_text
+from model.core.trace.trace import OutputKind, Trace
 from model.hf.examples import EXAMPLES
 from model.hf.facts import model_facts
+from model.hf.stepper import hf_stepper
 from model.hf.taps import Family
+from model.hf.text import TokenText, eos_ids
 
 MAX_TEXT_CHARS = 100_000  # before tokenising (above the text box's 60,000; 45 ms for SmolLM2's tokenizer): the
 # token limit (facts.max_len) is the real one
@@ -36,14 +41,6 @@ CONTINUATION_TOKENS = 8  # a causal LM's greedy continuation shown as its output
 CONTINUATION_MAX_PROMPT = 512  # longer prompts show the next-token choice only (generating re-reads the prompt)
 MAX_GENERATED = 64  # longest output an encoder-decoder model writes
 TOP_K = 10
-READABLE_MARKERS = ("Ġ", "▁", "Ċ", "ĉ")  # byte-level BPE and SentencePiece spell spaces with these
-
-
-def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """bool (batch, 1, q, k), True = may attend -> 0 where allowed, the dtype's minimum elsewhere."""
-    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(
-        ~allowed, torch.finfo(dtype).min
-    )
 
 
 class HFRunner:
@@ -65,6 +62,7 @@ class HFRunner:
         self.examples = EXAMPLES[family.kind]
         facts = model_facts(model_id, model, family, notes)
         self.facts = replace(facts, special_ids=sorted(set(tokenizer.all_special_ids)))
+        self.text = TokenText(tokenizer, model_id, self.facts.max_len)
         self._cpu_copy: nn.Module | None = None
         self._cpu_copy_lock = threading.Lock()
 
@@ -98,46 +96,26 @@ class HFRunner:
     def cautions(self, text: str) -> tuple[str, ...]:
         return ()
 
+    def stepper(self, text: str, options: RunOptions, use_cache: bool = True) -> Stepper:
+        """Generation from `text`, one token at a time (model/hf/stepper.py); use_cache=False re-reads the whole
+        sequence at every step even where a KV cache could be used (the reference the cache is tested against)."""
+        return hf_stepper(self.model, self.taps, self.family.kind, self.text, text, options, use_cache)
+
     def _run(self, model: nn.Module, text: str, target: str | None, options: RunOptions) -> Trace:
         with ablating(self._taps(model), options.ablated, options.ablation, self.facts.n_heads):  # generation too
             if self.family.kind == "encoder-decoder":
                 return self._run_encoder_decoder(model, text, target, options)
             return self._run_single_stack(model, text, target, options)
 
-    # -- tokens --------------------------------------------------------------------------------
-    def _encode(self, text: str, what: str = "text") -> list[int]:
-        ids = self.tokenizer(text, add_special_tokens=True)["input_ids"]
-        if len(ids) > self.max_tokens:
-            raise ValueError(
-                f"The {what} is {len(ids):,} tokens long; {self.facts.model_id} accepts at most "
-                f"{self.max_tokens:,} here. Shorten it."
-            )
-        return ids
-
-    def _tokens(self, ids: list[int]) -> list[str]:
-        """Token strings a person can read: byte-level and SentencePiece markers turned back into spaces."""
-        special = set(self.tokenizer.all_special_ids)
-        out = []
-        for i, raw in zip(ids, self.tokenizer.convert_ids_to_tokens(ids), strict=True):
-            readable = raw
-            if i not in special and any(m in raw for m in READABLE_MARKERS):
-                readable = self.tokenizer.convert_tokens_to_string([raw]) or raw
-            out.append(readable)
-        return out
-
-    def _pad_id(self) -> int:
-        pad = self.tokenizer.pad_token_id
-        return pad if pad is not None else self.tokenizer.eos_token_id or 0
-
     # -- encoder-only and decoder-only ---------------------------------------------------------
     def _run_single_stack(self, model: nn.Module, text: str, target: str | None, options: RunOptions) -> Trace:
         """An encoder, or a causal LM reading the text (and the target after it, teacher-forced, if given)."""
         is_decoder = self.family.kind == "decoder"
         stack = "decoder" if is_decoder else "encoder"
-        ids = self._encode(text)
-        target_ids = self._encode_continuation(target, len(ids)) if is_decoder and target is not None else []
+        ids = self.text.encode(text)
+        target_ids = self.text.encode_continuation(target, len(ids)) if is_decoder and target is not None else []
         sequence = ids + target_ids
-        padded = options.padded(sequence, self._pad_id(), self.max_tokens)
+        padded = options.padded(sequence, self.text.pad_id(), self.max_tokens)
         causal = options.causal_for(stack)
         allowed = self_attention_mask(len(padded), len(sequence), causal, options.blocked)
         device = model.device
@@ -149,7 +127,7 @@ class HFRunner:
         run_kwargs = {"logits_to_keep": scored} if is_decoder else {}
         out, captured = capture(
             model, self._taps(model), options.hooks,
-            lambda: model(input_ids=input_ids, attention_mask=attention_mask, **run_kwargs), options.summary_size,
+            lambda: model(input_ids=input_ids, attention_mask=attention_mask, **run_kwargs), options.summarised,
         )
         masks = {f"{stack}.attn": allowed[0, 0]}
         if not is_decoder:
@@ -158,21 +136,11 @@ class HFRunner:
         logits = out.logits[0]  # (len(scored), vocab)
         outputs = self._top_next(logits[-1])
         if target is not None:
-            outputs |= score_target(logits[:-1], target_ids, self._tokens)
+            outputs |= score_target(logits[:-1], target_ids, self.text.tokens)
             return self._trace(padded, [], masks, captured, outputs, target, "teacher-forced", options)
         first = int(outputs["top_next_ids"][0])
         text_out, kind = self._continuation(model, ids, first, options)
         return self._trace(padded, [], masks, captured, outputs, text_out, kind, options)
-
-    def _encode_continuation(self, target: str, prompt_len: int) -> list[int]:
-        """A causal LM's target: its tokens as they continue the prompt (no special tokens added)."""
-        ids = self.tokenizer(target, add_special_tokens=False)["input_ids"]
-        if not ids:
-            raise ValueError("The target has no tokens: type at least one word.")
-        if prompt_len + len(ids) > self.max_tokens:
-            raise ValueError(f"The text and the target are {prompt_len + len(ids):,} tokens together; "
-                             f"{self.facts.model_id} accepts at most {self.max_tokens:,} here. Shorten them.")
-        return ids
 
     def _top_next(self, logits: torch.Tensor) -> dict[str, np.ndarray]:
         """The TOP_K most likely next tokens from one position's logits (vocab,)."""
@@ -181,7 +149,7 @@ class HFRunner:
         return {
             "top_next_ids": np.array(top_ids),
             "top_next_probs": top.values.cpu().numpy(),
-            "top_next_tokens": np.array(self._tokens(top_ids), dtype=str),
+            "top_next_tokens": np.array(self.text.tokens(top_ids), dtype=str),
         }
 
     def _continuation(
@@ -200,11 +168,11 @@ class HFRunner:
                 generated = model.generate(
                     torch.tensor([sequence], device=model.device),
                     attention_mask=torch.ones(1, len(sequence), device=model.device),
-                    max_new_tokens=CONTINUATION_TOKENS - 1, do_sample=False, pad_token_id=self._pad_id(),
+                    max_new_tokens=CONTINUATION_TOKENS - 1, do_sample=False, pad_token_id=self.text.pad_id(),
                 )
                 sequence = generated[0].tolist()
             else:
-                while len(sequence) - len(ids) < CONTINUATION_TOKENS and sequence[-1] not in self._eos_ids(model):
+                while len(sequence) - len(ids) < CONTINUATION_TOKENS and sequence[-1] not in eos_ids(model):
                     visible = tuple(pair for pair in blocked if max(pair) < len(sequence))
                     allowed = self_attention_mask(len(sequence), len(sequence), causal, visible).to(model.device)
                     logits = model(input_ids=torch.tensor([sequence], device=model.device), logits_to_keep=1,
@@ -212,17 +180,11 @@ class HFRunner:
                     sequence.append(int(logits.argmax()))
         return self.tokenizer.decode(sequence[len(ids):]), "generated"  # specials kept: an end token is news
 
-    @staticmethod
-    def _eos_ids(model: nn.Module) -> set[int]:
-        eos = model.generation_config.eos_token_id
-        eos = model.config.eos_token_id if eos is None else eos
-        return set(eos) if isinstance(eos, list) else {eos} if eos is not None else set()
-
     # -- encoder-decoder -----------------------------------------------------------------------
     def _run_encoder_decoder(self, model: nn.Module, text: str, target: str | None, options: RunOptions) -> Trace:
         device = model.device
-        ids = self._encode(text)
-        padded = options.padded(ids, self._pad_id(), self.max_tokens)
+        ids = self.text.encode(text)
+        padded = options.padded(ids, self.text.pad_id(), self.max_tokens)
         src = torch.tensor([padded], device=device)
         real_keys = (torch.arange(len(padded), device=device) < len(ids)).long()[None]  # (1, src_len)
         encoder_causal, decoder_causal = options.causal_for("encoder"), options.causal_for("decoder")
@@ -236,10 +198,10 @@ class HFRunner:
             dec_allowed = self_attention_mask(len(tgt_ids), len(tgt_ids), decoder_causal, ())
             return _decode(model, encoder_out, real_keys, torch.tensor([tgt_ids], device=device), dec_allowed)
 
-        labels = self._generate(encode, decode, start, model) if target is None else self._encode(target, "target")
+        labels = self._generate(encode, decode, start, model) if target is None else self.text.encode(target, "target")
         tgt_ids = [start, *labels[:-1]]
         out, captured = capture(model, self._taps(model), options.hooks, lambda: decode(encode(), tgt_ids),
-                                 options.summary_size)
+                                 options.summarised)
         predicted = out.logits[0].argmax(-1).tolist()
         masks = {
             "encoder.attn": enc_allowed[0, 0],
@@ -248,10 +210,10 @@ class HFRunner:
         }
         outputs = {
             "predicted_ids": np.array(predicted),
-            "predicted_tokens": np.array(self._tokens(predicted), dtype=str),
+            "predicted_tokens": np.array(self.text.tokens(predicted), dtype=str),
         }
         if target is not None:
-            outputs |= score_target(out.logits[0], labels, self._tokens)
+            outputs |= score_target(out.logits[0], labels, self.text.tokens)
             return self._trace(padded, tgt_ids, masks, captured, outputs, target, "teacher-forced", options)
         output_text = self.tokenizer.decode(labels, skip_special_tokens=True)
         return self._trace(padded, tgt_ids, masks, captured, outputs, output_text, "generated", options)
@@ -261,7 +223,7 @@ class HFRunner:
     ) -> list[int]:
         """Greedy decoding under the masks of the traced pass: the encoder once, then the whole decoder input
         at every step (no KV cache, so a decoder without its causal mask is decoded as it is traced)."""
-        eos, labels = self._eos_ids(model), []
+        eos, labels = eos_ids(model), []
         with torch.inference_mode():
             encoder_out = encode()
             for _ in range(min(MAX_GENERATED, self.max_tokens)):
@@ -314,7 +276,7 @@ class HFRunner:
         output_kind: OutputKind,
         options: RunOptions,
     ) -> Trace:
-        return trace_of_run(self.facts, ids, target_ids, self._tokens, masks, captured, outputs=outputs,
+        return trace_of_run(self.facts, ids, target_ids, self.text.tokens, masks, captured, outputs=outputs,
                             output_text=output_text, options=options, output_kind=output_kind)
 
 

@@ -1,4 +1,5 @@
-"""A Hugging Face model's generation pass, one token at a time, for the Generate page (model/core/stepping.py).
+"""A Hugging Face model's generation pass, one token at a time, for the Generate page
+(model/core/generation/decoding.py).
 
 A causal LM under its trained masks keeps a KV cache (`past_key_values`): each step feeds only the tokens the
 cache has not seen and captures the new query's attention row in every layer. Under other masks (no causal
@@ -7,54 +8,56 @@ the source once and re-reads the decoder's whole input at each step (its decoder
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
+from torch import nn
 from transformers import DynamicCache
 
-from model.core.capture import capture
-from model.core.masks import self_attention_mask
+from model.core.capture.hooks import ModuleTap, ReportedTap
+from model.core.capture.record import capture
+from model.core.generation.decoding import Stepper
+from model.core.masks import additive_mask, self_attention_mask
 from model.core.options import RunOptions
-from model.core.stepping import Stepper
-from model.hf.runner import HFRunner, additive_mask
+from model.hf.text import TokenText, eos_ids
 
+Taps = Mapping[str, ModuleTap | ReportedTap]  # a loaded model's hook name -> where its value is read
 SELF_PATTERNS = ("decoder.*.attn.hook_pattern",)
 DECODER_PATTERNS = ("decoder.*attn.hook_pattern",)  # self- and cross-attention
 
 
-def hf_stepper(runner: HFRunner, text: str, options: RunOptions, use_cache: bool = True) -> Stepper:
-    """Generation from `text` with `runner` (an HFRunner); use_cache=False re-reads the whole sequence at every
-    step even where a KV cache could be used (the reference the cache is tested against)."""
-    kind = runner.family.kind
+def hf_stepper(model: nn.Module, taps: Taps, kind: str, tokens: TokenText, text: str, options: RunOptions,
+               use_cache: bool = True) -> Stepper:
+    """Generation from `text` with a loaded model (`kind`: encoder, decoder or encoder-decoder) and its hook `taps`;
+    use_cache=False re-reads the whole sequence at every step even where a KV cache could be used."""
     if kind == "encoder":
-        raise ValueError(f"{runner.facts.model_id} is an encoder: it reads text but does not generate any.")
-    model = runner.model
-    ids = runner._encode(text)
-    eos, limit = runner._eos_ids(model), runner.max_tokens
-    def decode(generated: list[int]) -> str:
-        return runner.tokenizer.decode(generated, skip_special_tokens=True)
+        raise ValueError(f"{tokens.model_id} is an encoder: it reads text but does not generate any.")
+    ids = tokens.encode(text)
+    eos, limit = eos_ids(model), tokens.max_tokens
 
-    readings = runner._tokens, decode
+    def decode(generated: list[int]) -> str:
+        return tokens.decode(generated, skip_special_tokens=True)
+
     if kind == "encoder-decoder":
-        return Stepper([model.config.decoder_start_token_id], _seq2seq_forward(runner, ids, options), eos, limit,
-                       *readings, source=ids)
+        return Stepper([model.config.decoder_start_token_id], _seq2seq_forward(model, taps, ids, options), eos, limit,
+                       tokens.tokens, decode, source=ids)
     cached = use_cache and options.trained_masks
-    forward = _cached_forward(runner) if cached else _full_forward(runner, options.causal_for("decoder"))
+    forward = _cached_forward(model, taps) if cached else _full_forward(model, taps, options.causal_for("decoder"))
     prompt = decode(ids)
 
     def continuation(generated: list[int]) -> str:  # decoded with the prompt: a word's leading space is kept
         return decode([*ids, *generated])[len(prompt):]
 
-    return Stepper(ids, forward, eos, limit, runner._tokens, continuation)
+    return Stepper(ids, forward, eos, limit, tokens.tokens, continuation)
 
 
-def _full_forward(runner: HFRunner, causal: bool):
+def _full_forward(model: nn.Module, taps: Taps, causal: bool):
     """Every step reads the whole sequence under the chosen causal mask."""
-    model = runner.model
 
     def forward(ids: list[int]) -> tuple[torch.Tensor, dict]:
         allowed = self_attention_mask(len(ids), len(ids), causal, (), model.device)
-        out, captured = capture(model, runner.taps, SELF_PATTERNS, lambda: model(
+        out, captured = capture(model, taps, SELF_PATTERNS, lambda: model(
             input_ids=torch.tensor([ids], device=model.device), logits_to_keep=1, use_cache=False,
             attention_mask=additive_mask(allowed, model.dtype)))
         return out.logits[0, -1], captured
@@ -62,9 +65,8 @@ def _full_forward(runner: HFRunner, causal: bool):
     return forward
 
 
-def _cached_forward(runner: HFRunner):
+def _cached_forward(model: nn.Module, taps: Taps):
     """Each step feeds the tokens its KV cache has not seen (all of them at the first step, then one)."""
-    model = runner.model
     state: dict[str, Any] = {"cache": DynamicCache(config=model.config), "seen": []}
 
     def forward(ids: list[int]) -> tuple[torch.Tensor, dict]:
@@ -72,7 +74,7 @@ def _cached_forward(runner: HFRunner):
         if ids[: len(seen)] != seen or len(ids) <= len(seen):  # another branch (a forced token): start again
             state["cache"], seen = DynamicCache(config=model.config), []
         new = torch.tensor([ids[len(seen):]], device=model.device)
-        out, captured = capture(model, runner.taps, SELF_PATTERNS, lambda: model(
+        out, captured = capture(model, taps, SELF_PATTERNS, lambda: model(
             input_ids=new, past_key_values=state["cache"], use_cache=True, logits_to_keep=1,
             attention_mask=torch.ones(1, len(ids), dtype=torch.long, device=model.device)))
         state["seen"] = list(ids)
@@ -81,9 +83,8 @@ def _cached_forward(runner: HFRunner):
     return forward
 
 
-def _seq2seq_forward(runner: HFRunner, source: list[int], options: RunOptions):
+def _seq2seq_forward(model: nn.Module, taps: Taps, source: list[int], options: RunOptions):
     """The encoder once (under the chosen masks), then the decoder's whole input at each step."""
-    model = runner.model
     device = model.device
     src = torch.tensor([source], device=device)
     enc_allowed = self_attention_mask(len(source), len(source), options.causal_for("encoder"), (), device)
@@ -93,7 +94,7 @@ def _seq2seq_forward(runner: HFRunner, source: list[int], options: RunOptions):
 
     def forward(ids: list[int]) -> tuple[torch.Tensor, dict]:
         allowed = self_attention_mask(len(ids), len(ids), options.causal_for("decoder"), (), device)
-        out, captured = capture(model, runner.taps, DECODER_PATTERNS, lambda: model(
+        out, captured = capture(model, taps, DECODER_PATTERNS, lambda: model(
             encoder_outputs=memory, attention_mask=keys, use_cache=False,
             decoder_input_ids=torch.tensor([ids], device=device),
             decoder_attention_mask=additive_mask(allowed, model.dtype)))

@@ -1,6 +1,6 @@
 """Where the hook names live in Hugging Face models: one table per architecture family.
 
-Each family maps names of the hook vocabulary (model/core/vocabulary.py, the same as the from-scratch
+Each family maps names of the hook vocabulary (model/core/trace/hook_names.py, the same as the from-scratch
 model's) onto module paths under `model.base_model`, with a reader that picks the tensor from the
 module's (args, kwargs, output). Residual hooks are the sums before any norm: in post-norm families
 (BERT, BART, Marian) they are read from the input of the norm that follows the sum. The per-head
@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from model.core.capture import ModuleTap, ReportedTap
+from model.core.capture.hooks import ModuleTap, ReportedTap
 from model.hf.heads import ProjectionHeads, Reported
 
 Reader = Callable[[tuple[Any, ...], dict[str, Any], Any], torch.Tensor]

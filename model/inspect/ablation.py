@@ -1,6 +1,6 @@
 """How much ablating heads changes what a model concludes, for one choice of heads or for every head in turn.
 
-The change is measured on the runner's `ablation_outcomes` (model/core/ablation.py `Outcome`):
+The change is measured on the runner's `ablation_outcomes` (model/core/capture/ablation.py `Outcome`):
 - distributions: the KL divergence KL(before || after) of the next-token distributions, in nats, averaged over the
   positions that matter (a causal LM: the one after the text);
 - embeddings (encoders): 1 − the cosine similarity of each token's last-layer vector before and after, averaged
@@ -16,8 +16,10 @@ from typing import Protocol
 
 import numpy as np
 
-from model.core.ablation import AblationMode, Head, Outcome
-from model.core.trace import Site, Trace
+from model.core.capture.ablation import Outcome
+from model.core.options import AblationMode, Head
+from model.core.trace.sites import Site
+from model.core.trace.trace import Trace
 
 MAX_SCAN_WORK = 40_000  # tokens x heads one scan may read (SmolLM2: about 1 ms each on a 2-core CPU, bench.head_scan)
 TOKENS_PER_PASS = 512  # a scan's batches: rows (one ablated head each) x tokens

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from model.core.runner import Runner
-from model.core.trace import Site
+from model.core.trace.sites import Site
 
 Affine = tuple[np.ndarray, np.ndarray | None]  # (W (d_in, d_out), b (d_out,) or None): x @ W + b
 

@@ -4,14 +4,14 @@ input statistics (its mean) beside what it divides by (`hook_scale`), with no ex
 Pre-norm models normalise a copy of the stream before each block: ln1 reads `hook_resid_pre`, ln_cross reads
 `hook_resid_mid`, ln2 the sum after the last attention block, ln_final the last layer's `hook_resid_post`.
 Post-norm models normalise the sum after each block: ln1 reads `hook_resid_mid`, ln_cross `hook_resid_mid_cross`,
-ln2 `hook_resid_post` (the residual hooks are the sums before any norm: model/core/vocabulary.py).
+ln2 `hook_resid_post` (the residual hooks are the sums before any norm: model/core/trace/hook_names.py).
 """
 
 from __future__ import annotations
 
 import re
 
-from model.core.trace import ModelFacts
+from model.core.trace.trace import ModelFacts
 
 _NORM_SCALE = re.compile(r"^(encoder|decoder)\.(?:(\d+)\.)?(ln1|ln2|ln_cross|ln_final)\.hook_scale$")
 

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from model.core.runner import Runner
-from model.core.trace import Trace
+from model.core.trace.trace import Trace
 from model.hf.runner import HFRunner
 from model.inspect.lens import Unembedding
 from model.scratch.transformer import EncoderDecoder
@@ -96,5 +96,5 @@ def spell_for(runner: Runner) -> Callable[[list[int]], list[str]]:
     if isinstance(runner, ToyRunner):
         return runner.toy.tokenizer.tokens
     if isinstance(runner, HFRunner):
-        return runner._tokens  # the runner's own spelling (byte-level markers turned back into spaces)
+        return runner.text.tokens  # the runner's own spelling (byte-level markers turned back into spaces)
     raise ValueError(f"{runner.facts.model_id}: no vocabulary here")

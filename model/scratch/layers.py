@@ -8,7 +8,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from model.core.hooks import HookPoint
+from model.core.capture.hooks import HookPoint
 from model.scratch.attention import MultiHeadAttention
 from model.scratch.config import TransformerConfig
 

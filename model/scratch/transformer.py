@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from model.core.hooks import HookPoint, name_hook_points
+from model.core.capture.hooks import HookPoint, name_hook_points
 from model.scratch.config import TransformerConfig
 from model.scratch.layers import HookedLayerNorm, TransformerLayer, embedding_scale, sinusoidal_table
 

@@ -9,13 +9,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from model.core.ablation import AblationMode, Head, Outcome, ablating, ablating_rows
-from model.core.capture import capture
-from model.core.forcing import score_target
+from model.core.capture.ablation import Outcome, ablating, ablating_rows
+from model.core.capture.record import capture
+from model.core.generation.decoding import Stepper
+from model.core.generation.forcing import score_target
 from model.core.masks import padding_mask, self_attention_mask
-from model.core.runner import RunOptions, trace_of_run
-from model.core.trace import DecodeStep, ModelFacts, Trace
+from model.core.options import AblationMode, Head, RunOptions
+from model.core.runner import trace_of_run
+from model.core.trace.trace import DecodeStep, ModelFacts, Trace
 from model.scratch.transformer import EncoderDecoder
+from model.toy.stepper import toy_stepper
 from model.toy.store import ToyModel
 
 DECODER_PATTERNS = ("decoder.*attn.hook_pattern",)  # captured at every generation step
@@ -55,6 +58,10 @@ class ToyRunner:
                 **training_notes(toy.training),
             },
         )
+
+    def stepper(self, text: str, options: RunOptions) -> Stepper:
+        """Generation from `text`, one token at a time (model/toy/stepper.py)."""
+        return toy_stepper(self.toy, text, options)
 
     def cautions(self, text: str) -> tuple[str, ...]:
         """A text longer than the training examples (one the model cannot read at all gets an error instead)."""

@@ -1,13 +1,13 @@
-"""A toy model's generation pass, one token at a time, for the Generate page (model/core/stepping.py)."""
+"""A toy model's generation pass, one token at a time, for the Generate page (model/core/generation/decoding.py)."""
 
 from __future__ import annotations
 
 import torch
 
-from model.core.capture import capture
+from model.core.capture.record import capture
+from model.core.generation.decoding import Stepper
 from model.core.masks import padding_mask, self_attention_mask
 from model.core.options import RunOptions
-from model.core.stepping import Stepper
 from model.scratch.transformer import EncoderDecoder
 from model.toy.store import ToyModel
 

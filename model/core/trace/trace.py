@@ -1,7 +1,6 @@
-"""The Trace: everything one run of a model produced, as plain CPU numpy data, and its .npz file.
+"""The Trace: everything one run of a model produced, as plain CPU numpy data (its file: trace/file.py).
 
-The file's layout (`save_trace` / `load_trace`) is documented in docs/hooks.md, "Reading a trace file" (a test holds
-the two to each other). The Hugging Face models keep their patterns as what they are computed from (`source:` keys):
+The Hugging Face models keep their patterns as what they are computed from (`source:` keys):
 O(tokens x d_head) per head instead of O(tokens²). `Trace.attention[name]` and `Trace.pattern(site, layer)` give
 (heads, q_len, k_len) either way, computed when read for a kept source (a view that needs only some heads or rows
 asks `Trace.pattern_source`); `save_trace(..., dense=True)` writes such patterns whole instead.
@@ -9,54 +8,24 @@ asks `Trace.pattern_source`); `save_trace(..., dense=True)` writes such patterns
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypedDict
+from typing import Any, Literal, TypedDict
 
 import numpy as np
 import torch
 
+from model.core.attention.source import ROW_BLOCK, PatternSource
+from model.core.attention.summary import SiteSummary
 from model.core.options import RunOptions
-from model.core.patterns import ROW_BLOCK, PatternSource
-from model.core.sites import PATTERN_SUFFIX, Site
-
-if TYPE_CHECKING:  # summary.py reads traces
-    from model.core.summary import SiteSummary
+from model.core.trace.attention_view import AttentionView
+from model.core.trace.sites import Site
 
 OutputKind = Literal["generated", "next token", "teacher-forced", "embeddings"]
 # generated: output_text is the model's own greedy output, computed under the masks of this trace;
 # next token: only the most likely next token (a causal LM's prompt too long to continue);
 # teacher-forced: output_text is the target a person gave, scored token by token in the forced_* outputs;
 # embeddings: an encoder, whose output is one vector per token (no text).
-
-
-class AttentionView(Mapping[str, np.ndarray]):
-    """Attention patterns by hook name, each (heads, q_len, k_len): captured ones as they are, kept sources
-    computed on access (float16)."""
-
-    def __init__(self, captured: dict[str, np.ndarray], sources: dict[str, PatternSource]) -> None:
-        self._names = [k for k in captured if k.endswith(PATTERN_SUFFIX)] + list(sources)
-        self._captured, self._sources = captured, sources
-
-    def __getitem__(self, name: str) -> np.ndarray:
-        if name in self._sources:
-            return self._sources[name].pattern()
-        if name not in self._names:
-            raise KeyError(name)
-        return self._captured[name]
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._names  # Mapping's default reads the value: a kept source's whole pattern
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._names)
-
-    def __len__(self) -> int:
-        return len(self._names)
 
 
 def _root(array: np.ndarray) -> np.ndarray:
@@ -82,7 +51,7 @@ class Outputs(TypedDict, total=False):
     top_next_probs: np.ndarray  # (10,) their probabilities
     top_next_tokens: np.ndarray  # (10,) str, how they read
     token_similarity: np.ndarray  # Hugging Face encoders: (len, len) cosine similarity of the last layer's vectors
-    forced_tokens: np.ndarray  # a given target (teacher-forced, model/core/forcing.py): (n,) str, its tokens
+    forced_tokens: np.ndarray  # a given target (teacher-forced, model/core/generation/forcing.py): (n,) str, its tokens
     forced_probs: np.ndarray  # (n,) the probability the model gave each
     forced_ranks: np.ndarray  # (n,) its rank among all tokens (1 = the model's own choice)
     forced_choice_tokens: np.ndarray  # (n,) str, what the model would have chosen
@@ -138,7 +107,7 @@ class Trace:
     steps: list[DecodeStep] = field(default_factory=list)
     pattern_sources: dict[str, PatternSource] = field(default_factory=dict)  # patterns kept uncomputed
     summaries: dict[str, SiteSummary] = field(default_factory=dict)  # site -> every layer reduced in the run
-    #                                       (model/core/summary.py; not written to a trace file: derived)
+    #                                       (model/core/attention/summary.py; not written to a trace file: derived)
     output_kind: OutputKind = "generated"
     cautions: tuple[str, ...] = ()  # what a person must know to read the output (e.g. outside the training range)
     fallback: str = ""  # why this run left the device the model is on (a GPU out of memory), or ""
@@ -250,87 +219,3 @@ class Trace:
             "masks": {k: list(v.shape) for k, v in self.masks.items()},
             "hooks": {k: list(self.shape(k)) for k in [*self.captured, *self.pattern_sources]},
         }
-
-
-DENSE_BYTES_LIMIT = 2 * 1024**3  # the whole patterns a dense file may hold (float16): made in memory before writing
-
-
-def save_trace(trace: Trace, path: str | Path, dense: bool = False) -> None:
-    """Write `trace` to an .npz file (layout in docs/hooks.md). dense: every pattern kept as its source is written
-    whole under its hook name, (heads, q_len, k_len) float16, instead of its source; ValueError past
-    DENSE_BYTES_LIMIT."""
-    arrays: dict[str, np.ndarray] = {
-        "tokens": np.array(trace.tokens, dtype=str),
-        "ids": np.array(trace.ids, dtype=np.int64),
-        "target_tokens": np.array(trace.target_tokens, dtype=str),
-        "target_ids": np.array(trace.target_ids, dtype=np.int64),
-        "facts": np.array(json.dumps(dataclasses.asdict(trace.facts))),
-        "options": np.array(json.dumps(trace.options.record())),
-        "output_text": np.array(trace.output_text),
-        "output_kind": np.array(trace.output_kind),
-        "cautions": np.array(json.dumps(list(trace.cautions))),
-        "fallback": np.array(trace.fallback),
-        "step_ids": np.array([s.token_id for s in trace.steps], dtype=np.int64),
-    }
-    arrays.update({f"mask:{k}": v for k, v in trace.masks.items()})
-    arrays.update(trace.captured)
-    arrays.update({f"output:{k}": v for k, v in trace.outputs.items()})
-    if dense:
-        dense_bytes = sum(2 * math.prod(source.shape) for source in trace.pattern_sources.values())
-        if dense_bytes > DENSE_BYTES_LIMIT:
-            raise ValueError(f"the whole attention patterns of this run are {dense_bytes / 1024**3:.1f} GiB, more "
-                             f"than the {DENSE_BYTES_LIMIT / 1024**3:.0f} GiB a dense file may hold; write the file "
-                             "without --dense and read patterns with load_trace")
-        arrays.update({name: source.pattern() for name, source in trace.pattern_sources.items()})
-    for name, source in ({} if dense else trace.pattern_sources).items():
-        parts = {"query": source.query, "key": source.key, "scale": np.array(source.scale), "allowed": source.allowed}
-        parts |= {} if source.bias is None else {"bias": source.bias}
-        arrays.update({f"source:{name}:{part}": value for part, value in parts.items()})
-    for i, step in enumerate(trace.steps):
-        arrays.update({f"step:{i}:{k}": v for k, v in step.attention.items()})
-    with open(path, "wb") as f:
-        np.savez_compressed(f, **arrays)
-
-
-def load_trace(path: str | Path) -> Trace:
-    """Read a Trace written by `save_trace` (no pickles: object arrays are refused)."""
-    with np.load(path, allow_pickle=False) as data:
-        arrays = {k: data[k] for k in data.files}
-    prefixed = {"mask:": {}, "output:": {}, "step:": {}, "source:": {}}
-    captured: dict[str, np.ndarray] = {}
-    plain = {"tokens", "ids", "target_tokens", "target_ids", "facts", "options", "output_text", "output_kind",
-             "cautions", "fallback", "step_ids"}
-    for key, value in arrays.items():
-        prefix = next((p for p in prefixed if key.startswith(p)), None)
-        if prefix:
-            prefixed[prefix][key[len(prefix):]] = value
-        elif key not in plain:
-            captured[key] = value
-    step_arrays = prefixed["step:"]  # "<i>:<hook name>" -> (heads, k_len)
-    steps = [
-        DecodeStep(int(token_id), {k.split(":", 1)[1]: v for k, v in step_arrays.items() if k.startswith(f"{i}:")})
-        for i, token_id in enumerate(arrays["step_ids"].tolist())
-    ]
-    parts: dict[str, dict[str, np.ndarray]] = {}  # hook name -> part -> array
-    for key, value in prefixed["source:"].items():
-        name, part = key.rsplit(":", 1)
-        parts.setdefault(name, {})[part] = value
-    sources = {name: PatternSource(query=p["query"], key=p["key"], scale=float(p["scale"]), allowed=p["allowed"],
-                                   bias=p.get("bias")) for name, p in parts.items()}
-    return Trace(
-        facts=ModelFacts(**json.loads(str(arrays["facts"]))),
-        tokens=arrays["tokens"].tolist(),
-        ids=arrays["ids"].tolist(),
-        target_tokens=arrays["target_tokens"].tolist(),
-        target_ids=arrays["target_ids"].tolist(),
-        masks=prefixed["mask:"],
-        captured=captured,
-        outputs=prefixed["output:"],
-        output_text=str(arrays["output_text"]),
-        options=RunOptions.from_record(json.loads(str(arrays["options"]))),
-        steps=steps,
-        pattern_sources=sources,
-        output_kind=str(arrays["output_kind"]) if "output_kind" in arrays else "generated",
-        cautions=tuple(json.loads(str(arrays["cautions"]))) if "cautions" in arrays else (),
-        fallback=str(arrays["fallback"]) if "fallback" in arrays else "",
-    )

@@ -4,8 +4,9 @@ A summary reads each block of query rows once: the softmax, the entropy, the dis
 the thumbnail's and the rollout's column sums. As torch ops that is a dozen passes over a (heads, rows, keys) block
 too large for the cache, each paying a dispatch; the kernel makes every number of a row while the row is in the
 cache (MiniLM at 512 tokens: about a fifth of the torch ops' time). It is compiled with the machine's C compiler
-(`$CC`, else `cc`) on first use into the user cache (model/core/user_cache.py), with OpenMP where the compiler has
-it; where none compiles it, `attention_rows()` is None and the torch ops do the work (model/core/row_reduction.py).
+(`$CC`, else `cc`) on first use into the user cache (model/core/cache_folder.py), with OpenMP where the compiler
+has it; where none compiles it, `attention_rows()` is None and the torch ops do the work
+(model/core/attention/row_reduction.py).
 
 The library is linked without -ffast-math (only compiled with it): gcc before 13 links a fast-math shared library
 with code that flushes subnormal floats to zero for the whole process when it loads.
@@ -28,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from model.core.user_cache import cache_dir
+from model.core.cache_folder import cache_dir
 
 SOURCE = Path(__file__).with_name("attention_rows.c")
 FLAGS = ("-O3", "-march=native", "-fPIC", "-ffast-math")  # the machine's own vector unit: compiled where it runs

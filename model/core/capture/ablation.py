@@ -7,7 +7,7 @@ self-attention, whose output is `decoder.3.attn.hook_z` (cross-attention: "decod
 - mean: by its mean over the positions of the pass, so the head adds the same vector to every token and
   carries no information about which token it reads.
 
-The edit is applied where z is computed (model/core/hooks.py `editing`), on the running thread only: another
+The edit is applied where z is computed (model/core/capture/hooks.py `editing`), on the running thread only: another
 session running the same model at the same moment sees it whole. A batch can ablate different heads in each of
 its rows (`ablating_rows`), which is how a scan of every head runs in a few passes.
 """
@@ -23,12 +23,9 @@ from typing import Literal
 import numpy as np
 import torch
 
-from model.core.capture import ReportedTap
-from model.core.hooks import Edit, HookPoint, editing
+from model.core.capture.hooks import Edit, HookPoint, ReportedTap, editing
+from model.core.options import ABLATION_MODES, AblationMode, Head
 
-AblationMode = Literal["zero", "mean"]
-ABLATION_MODES: tuple[AblationMode, ...] = ("zero", "mean")
-Head = tuple[str, int]  # (attention site, head index): ("decoder.3.attn", 2)
 ALL_ROWS = -1  # a row index meaning every row of the batch
 
 

@@ -14,10 +14,11 @@ head or every layer need, without holding any layer's (heads, q_len, k_len) patt
   every run draws first, should not wait for it).
 
 A Hugging Face run makes it in its capture, a layer at a time as the forward pass reports each pattern, on the
-model's device (`SiteSummariser`; model/core/capture.py, RunOptions.summary_size), from the probabilities that
-also make the layer's attention output (model/core/patterns.py PatternInputs.summary_rows); `summarise_site`
-makes it from a trace afterwards (from its kept sources, or the toy models' patterns, captured whole). Each block of
-query rows comes reduced (model/core/row_reduction.py): the summariser only adds blocks up.
+model's device (`SiteSummariser`; model/core/capture/record.py, RunOptions.summarised), from the probabilities that
+also make the layer's attention output (model/core/attention/layer_inputs.py PatternInputs.summary_rows);
+`summarise_site` (model/core/trace/summaries.py) makes it from a trace afterwards (from its kept sources, or the toy
+models' patterns, captured whole). Each block of query rows comes reduced (model/core/attention/row_reduction.py):
+the summariser only adds blocks up.
 """
 
 from __future__ import annotations
@@ -25,20 +26,18 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-from model.core.patterns import BlockMeans, Scratch, block_starts, on_host
-from model.core.row_reduction import STATISTICS, ReducedRows, RowLayout, reduce_rows
-from model.core.sites import Site
-
-if TYPE_CHECKING:  # a trace's patterns are read, never made, here
-    from model.core.trace import Trace
+from model.core.attention.arrays import on_host
+from model.core.attention.block_means import BlockMeans, block_starts
+from model.core.attention.row_reduction import STATISTICS, ReducedRows, RowLayout, reduce_rows
 
 ProbabilityBlock = tuple[np.ndarray, torch.Tensor] | tuple[np.ndarray, torch.Tensor, torch.Tensor]
 ROLLOUT_SIZE = 512  # positions (or blocks of positions) a side of the rollout matrix
+THUMBNAIL_SIZE = 64  # pixels a side of each head's thumbnail (fewer for a shorter text): a view that draws smaller
+# thumbnails shrinks these (viz.thumbnails.thumbnail_grid)
 
 
 @dataclass(frozen=True)
@@ -206,16 +205,3 @@ def _lower_triangle(b: int, device: torch.device) -> torch.Tensor:
     """(b (b + 1) / 2,) the flat indices of a (b, b) matrix's lower triangle, row by row."""
     rows, cols = torch.tril_indices(b, b, device=device)
     return rows * b + cols
-
-
-def summarise_site(trace: Trace, site: str, size: int) -> SiteSummary:
-    """Every layer of `site` in `trace` reduced (thumbnails `size` a side), one block of query rows at a time."""
-    summariser = SiteSummariser(trace.shape(trace.pattern_name(site, 0)), size, not Site.of(site).is_cross)
-    scratch = Scratch()  # every layer's blocks computed in the same memory
-    for layer in range(trace.n_layers(site)):
-        source = trace.pattern_source(site, layer)
-        if source is not None:
-            summariser.add_layer(source.reduced_rows(summariser.layout, scratch=scratch))
-        else:
-            summariser.add_probabilities(trace.pattern_blocks(site, layer))
-    return summariser.result()

@@ -7,7 +7,7 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from model.core.patterns import PatternSource
+from model.core.attention.source import PatternSource
 
 _NOT_IN_NUMPY = (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2)
 

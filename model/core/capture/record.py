@@ -1,7 +1,7 @@
 """Run a model once and collect the values at chosen hook points.
 
 Three kinds of tap (a place a hook's value is read from): the from-scratch model's HookPoints, which
-report to the recorder the current thread switched on (model/core/hooks.py); values that code inside a
+report to the recorder the current thread switched on (model/core/capture/hooks.py); values that code inside a
 module's forward reports to that same recorder when asked (ReportedTap: the per-head values of Hugging
 Face attention, model/hf/heads.py); and any other module (a Hugging Face layer), on which a PyTorch
 forward hook is registered for the one pass and removed in `finally`. All are safe on a model shared
@@ -17,43 +17,22 @@ import fnmatch
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
 import torch
 from torch import nn
 
-from model.core.hooks import HookPoint, recording
-from model.core.host import HostCopies
-from model.core.patterns import PatternInputs, PatternSource, Scratch
-from model.core.sites import PATTERN_SUFFIX, Site
-from model.core.summary import SiteSummariser, SiteSummary
+from model.core.attention.layer_inputs import PatternInputs
+from model.core.attention.scratch import Scratch
+from model.core.attention.source import PatternSource
+from model.core.attention.summary import THUMBNAIL_SIZE, SiteSummariser, SiteSummary
+from model.core.capture.hooks import HookPoint, ModuleTap, Reader, ReportedTap, recording
+from model.core.capture.host_copies import HostCopies
+from model.core.trace.sites import PATTERN_SUFFIX, Site
 
 T = TypeVar("T")
 HookSelection = str | Iterable[str] | Callable[[str], bool] | None  # None = every hook point
-Reader = Callable[[tuple[Any, ...], dict[str, Any], Any], torch.Tensor]
-
-
-def _read_output(args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> torch.Tensor:
-    return output
-
-
-@dataclass(frozen=True)
-class ModuleTap:
-    """A module to hook and how to read the captured tensor from its (args, kwargs, output)."""
-
-    module: nn.Module
-    read: Reader = _read_output
-
-
-@dataclass(frozen=True)
-class ReportedTap:
-    """A value that code running inside `module`'s forward reports itself, as `quantity`, and computes
-    only when the capturing thread asks for it (model/core/hooks.py `reports_wanted`)."""
-
-    module: nn.Module
-    quantity: str
 
 
 _progress = threading.local()  # .report: the current thread's `reporting_progress` callback, if any
@@ -102,16 +81,17 @@ def capture(
     taps: Mapping[str, HookPoint | nn.Module | ModuleTap | ReportedTap],
     selection: HookSelection,
     run: Callable[[], T],
-    summary_size: int = 0,
+    summarised: bool = False,
 ) -> tuple[T, dict[str, Captured]]:
     """Call `run()` (one forward pass of `model`) under `torch.inference_mode()`, recording the
     selected taps. Returns run's result and {hook name: value as CPU numpy, batch dim kept}, in the
     order the forward pass reached them; a Hugging Face model's `hook_pattern` comes as a PatternSource
-    (model/core/patterns.py), computed when read. With `summary_size`, each attention site whose patterns
-    come so is also reduced on the model's device as each layer reports its pattern (model/core/summary.py:
-    thumbnails of that side, statistics, rollout; batch row 0), under its site name, and in a run of one sequence
+    (model/core/attention/source.py), computed when read. With `summarised`, each attention site whose patterns
+    come so is also reduced on the model's device as each layer reports its pattern (model/core/attention/summary.py:
+    thumbnails, statistics, rollout; batch row 0), under its site name, and in a run of one sequence
     the layer's attention output is computed from the probabilities that summary reads. A pattern's source moves
-    to the host as its layer reports it (model/core/host.py): the device holds no layer's after its own."""
+    to the host as its layer reports it (model/core/capture/host_copies.py): the device holds no layer's after its
+    own."""
     wanted_points: set[str] = set()  # names reported to the recorder: HookPoints and ReportedTaps
     reports: dict[nn.Module, dict[str, str]] = {}  # module -> {quantity: hook name}
     module_taps: dict[str, ModuleTap] = {}
@@ -137,10 +117,11 @@ def capture(
             return
         if isinstance(value, PatternInputs):  # this layer's pattern: reduced, and on its way to the host, now
             source = value.source(converted)
-            if summary_size:
+            if summarised:
                 site, _ = Site.of_pattern(name)
                 if site.name not in summarisers:
-                    summarisers[site.name] = SiteSummariser(source[0].shape, summary_size, not site.is_cross)
+                    summarisers[site.name] = SiteSummariser(source[0].shape, THUMBNAIL_SIZE,
+                                                              not site.is_cross)
                 summarisers[site.name].add_layer(value.summary_rows(source, summarisers[site.name].layout, scratch))
             value = copies.source(source)
         store[name] = value  # an inference-mode tensor: nothing to detach

@@ -1,7 +1,7 @@
 """Identity modules that mark the places whose values can be captured.
 
 A HookPoint hands its value to the recorder that the current thread has switched on with
-`recording(...)` (see model/core/capture.py) and returns it unchanged. Because the recorder belongs to
+`recording(...)` (see model/core/capture/record.py) and returns it unchanged. Because the recorder belongs to
 the thread, two sessions running one shared model at the same time never see each other's values,
 and the check costs a fraction of a microsecond, far less than registering and dispatching a
 PyTorch forward hook on every point (bench/capture.py). Ordinary `register_forward_hook` works on
@@ -11,7 +11,7 @@ Code that computes a value only when someone keeps it (the Hugging Face attentio
 model/hf/heads.py) asks `reports_wanted(module)` which values the thread's capture wants from it, and
 hands those to the same recorder under their hook names.
 
-Interventions (a head's output zeroed, model/core/ablation.py) work the same way: `editing(...)` gives the
+Interventions (a head's output zeroed, model/core/capture/ablation.py) work the same way: `editing(...)` gives the
 thread a replacement function for some hook points (by name) and reported values (by module and quantity);
 the value is replaced where it is computed, before any recorder sees it, for that thread only. The shared
 model's weights and modules are never changed.
@@ -22,11 +22,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
 
 Recorder = Callable[[str, torch.Tensor], None]
+Reader = Callable[[tuple[Any, ...], dict[str, Any], Any], torch.Tensor]  # a module's (args, kwargs, output) -> a value
 Reports = Mapping[nn.Module, Mapping[str, str]]  # module -> {the quantity it reports: hook name}
 Edit = Callable[[torch.Tensor], torch.Tensor]  # a value -> its replacement (same shape)
 PointEdits = Mapping[str, Edit]  # hook point name -> its edit
@@ -111,3 +114,24 @@ def name_hook_points(model: nn.Module) -> dict[str, HookPoint]:
             module.name = hook_name(path)
             points[module.name] = module
     return points
+
+
+def _read_output(args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> torch.Tensor:
+    return output
+
+
+@dataclass(frozen=True)
+class ModuleTap:
+    """A module to hook and how to read the captured tensor from its (args, kwargs, output)."""
+
+    module: nn.Module
+    read: Reader = _read_output
+
+
+@dataclass(frozen=True)
+class ReportedTap:
+    """A value that code running inside `module`'s forward reports itself, as `quantity`, and computes
+    only when the capturing thread asks for it (model/core/capture/hooks.py `reports_wanted`)."""
+
+    module: nn.Module
+    quantity: str

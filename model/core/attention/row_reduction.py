@@ -1,9 +1,10 @@
-"""A block of attention's query rows reduced to what a summary (model/core/summary.py) adds up: per-head statistic
-sums, each row's sums over the thumbnail's and the rollout's column blocks, and whether a row reaches past the block.
+"""A block of attention's query rows reduced to what a summary (model/core/attention/summary.py) adds up: per-head
+statistic sums, each row's sums over the thumbnail's and the rollout's column blocks, and whether a row reaches past
+the block.
 
 Two ways make the same numbers: from a block's probabilities with torch ops (`reduce_rows`: any device, and the
-patterns a trace keeps whole), and on the CPU from its scores in the native kernel (model/core/native), which
-makes the probabilities too (model/core/patterns.py `PatternSource.reduced_rows` picks).
+patterns a trace keeps whole), and on the CPU from its scores in the native kernel (model/core/attention/native), which
+makes the probabilities too (model/core/attention/source.py `PatternSource.reduced_rows` picks).
 """
 
 from __future__ import annotations

@@ -1,0 +1,38 @@
+"""Where a pattern's arrays live: numpy on the host (a trace), torch tensors on the model's device (a capture)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+Array = np.ndarray | torch.Tensor  # numpy on the host; torch on the model's device while a capture summarises
+
+
+def on_host(tensors: list[torch.Tensor]) -> tuple[np.ndarray, ...]:
+    """Tensors (of one dtype) as host arrays: on the CPU, the tensors themselves; from another device, one copy of
+    them all (a GPU waits once)."""
+    if tensors[0].device.type == "cpu":
+        return tuple(t.numpy() for t in tensors)
+    flat = torch.cat([t.reshape(-1) for t in tensors]).cpu()
+    parts = flat.split([t.numel() for t in tensors])
+    return tuple(part.view(t.shape).numpy() for part, t in zip(parts, tensors, strict=True))
+
+
+def run_of(array: Array, index: int) -> Array:
+    """Run `index` of an array whose leading dimension is the batch, or 1 when every run shares it."""
+    return array[index if len(array) > 1 else 0]
+
+
+def as_tensor(array: Array, device: torch.device) -> torch.Tensor:
+    """A host array or a tensor as a tensor on `device` (a host array on the CPU: shared, not copied, unless it is
+    a read-only view, such as a mask broadcast over a batch)."""
+    if isinstance(array, torch.Tensor):
+        return array.to(device)
+    if not array.flags.writeable:
+        array = array.copy()
+    return torch.from_numpy(array).to(device)
+
+
+def as_index(rows: slice | np.ndarray, device: torch.device) -> slice | torch.Tensor:
+    """Row positions as an index of a tensor on `device`."""
+    return rows if isinstance(rows, slice) else torch.from_numpy(np.asarray(rows)).to(device)

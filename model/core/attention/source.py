@@ -1,0 +1,206 @@
+"""Attention patterns computed when asked, from what attention read: a pattern costs O(tokens x d_head) to keep.
+
+A fused attention kernel (sdpa, flash) never materialises its probabilities; asking a model for them forces
+the slow eager path and O(tokens²) memory per head. Instead the Hugging Face models run their fast attention
+and, where a capture asks for `hook_pattern`, keep what attention read: the queries and keys as it received
+them (rotated, in rotary models), its scale, any bias added to the scores (T5's relative positions) and the
+mask it applied. `PatternSource.pattern(...)` then computes softmax(Q K^T x scale + bias + M) for the heads
+and query rows a view asks for, exactly as eager attention does (float32: equal to the model's own eager
+probabilities to 1e-5, tests/test_hf_heads.py).
+
+Arrays may keep a leading batch dimension until a Trace is made (`source[0]` takes one run of a batch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import torch
+
+from model.core.attention import native
+from model.core.attention.arrays import Array, as_index, as_tensor, run_of
+from model.core.attention.block_means import BlockMeans
+from model.core.attention.row_reduction import STATISTICS, ReducedRows, RowLayout, reduce_rows
+from model.core.attention.scratch import Scratch
+
+ROW_BLOCK = 128  # query rows computed at once, at most: bounds the scratch to heads x 128 x k_len floats; fewer rows
+# skip more of a causal mask's hidden keys, at a fixed cost a block (128 was the fastest at 512 and 2,048 tokens)
+BLOCK_BYTES = 32 << 20  # and fewer rows where one (heads, rows, k_len) float32 block would be larger (long texts)
+LOG2_E = float(np.log2(np.e))  # scores are computed in bits (x log2 e): exp2 took a quarter of exp's time on the CPU
+EXP_FLOOR = -112.0  # scores in bits (less each row's greatest) are raised to this before exp2: 2^-112 over a row's
+# sum (at most 8,192 = 2^13 keys) stays above 2^-126, float32's smallest normal number. exp2 took four times as long
+# where its results are smaller (subnormal or 0; exp, 60x), and so do products with them. A key's probability then
+# differs from eager attention's by under 1e-33, except hidden keys', set to exactly 0.
+_TORCH = {np.dtype(np.float16): torch.float16, np.dtype(np.float32): torch.float32}
+
+
+@dataclass(frozen=True)
+class PatternSource:
+    """One layer's attention pattern, not yet computed: (heads, q_len, k_len) on demand, on `device`.
+
+    A trace keeps host numpy arrays; while a capture summarises its run (model/core/attention/summary.py) the arrays are
+    the capture's own tensors, still on the model's device. Either way the probabilities are computed on `device`."""
+
+    query: Array  # (heads, q_len, d_head): what attention read (rotated in rotary models)
+    key: Array  # (kv_heads, k_len, d_head); query head h reads key head h // (heads / kv_heads)
+    scale: float  # the scores' factor (1/sqrt(d_head) in most models; T5: 1)
+    allowed: Array  # (q_len, k_len) bool: True where the mask let the query see the key
+    bias: Array | None = None  # (heads, q_len, k_len) added to the scores (T5), shared by the layers
+    device: str = "cpu"  # where the probabilities are computed: the model's device
+
+    def __getitem__(self, index: int) -> PatternSource:
+        """Run `index` of a batch (the arrays' leading dimension)."""
+        return replace(self, query=self.query[index], key=self.key[index], allowed=run_of(self.allowed, index),
+                       bias=None if self.bias is None else run_of(self.bias, index))
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """(heads, q_len, k_len) of the pattern."""
+        return (*self.query.shape[:2], self.key.shape[1])
+
+    def arrays(self) -> list[np.ndarray]:
+        """The arrays held (the bias and the mask may be shared with other layers: count them once)."""
+        return [self.query, self.key, self.allowed, *([] if self.bias is None else [self.bias])]
+
+    def pattern(self, heads: Any = slice(None), rows: Any = slice(None), dtype: type = np.float16) -> np.ndarray:
+        """(len(heads), len(rows), k_len) probabilities of the chosen heads and query rows (all by default)."""
+        head_ids, row_ids = self._ids(heads, rows)
+        out = np.zeros((len(head_ids), len(row_ids), self.key.shape[1]), dtype=dtype)
+        for start, probabilities in self.blocks(head_ids, row_ids):
+            rows, seen = probabilities.shape[1:]
+            out[:, start : start + rows, :seen] = probabilities.to(_TORCH[np.dtype(dtype)]).cpu().numpy()
+        return out
+
+    def shrunk(self, size: int, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """(heads, size, size) float32: the pattern's query `rows` x key `cols` shrunk by block means, with the
+        blocks of `viz.thumbnails.resample`, one block of query rows at a time (never the whole pattern). When
+        rows or cols are fewer than `size`, the pattern's rows x cols themselves (the caller resamples)."""
+        if len(rows) < size or len(cols) < size:
+            return self.pattern(rows=rows, dtype=np.float32)[:, :, cols]
+        every_key = len(cols) == self.key.shape[1] and bool((np.asarray(cols) == np.arange(len(cols))).all())
+        columns = None if every_key else torch.from_numpy(np.asarray(cols)).to(self.device)
+        means = BlockMeans((self.query.shape[0],), len(rows), len(cols), size)
+        for start, probabilities in self.blocks(np.arange(self.query.shape[0]), np.asarray(rows)):
+            if columns is not None:
+                hidden = self.key.shape[1] - probabilities.shape[-1]
+                probabilities = torch.nn.functional.pad(probabilities, (0, hidden))[:, :, columns]
+            means.add(start, probabilities)
+        return means.result().numpy()
+
+    def _ids(self, heads: Any, rows: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Head and query-row indices of a selection (a slice, a list or one index)."""
+        head_ids = np.atleast_1d(np.arange(self.query.shape[0])[heads])
+        return head_ids, np.atleast_1d(np.arange(self.query.shape[1])[rows])
+
+    def reduced_rows(self, layout: RowLayout, value: torch.Tensor | None = None, output: torch.Tensor | None = None,
+                     scratch: Scratch | None = None) -> Iterator[ReducedRows]:
+        """Every head's pattern reduced a block of query rows at a time (model/core/attention/row_reduction.py), for the
+        one pass that summarises a layer (model/core/attention/summary.py). Given the layer's `value` (kv_heads, k_len,
+        d_head) on `device`, each block's attention output (its probabilities times the values) is written into `output`
+        (heads, q_len, d_head) float32 as well: the layer's attention computed once for the forward pass and for the
+        summary. On the CPU the native kernel makes a block's probabilities and reductions in one pass over each row
+        (model/core/attention/native), elsewhere (or where it did not compile) torch ops. `scratch`: buffers to compute
+        in, kept by a caller that reads many layers."""
+        scratch = scratch or Scratch()
+        kernel = native.attention_rows() if torch.device(self.device).type == "cpu" else None
+        blocks = (self._native_blocks(kernel, layout, scratch) if kernel is not None
+                  else self._torch_blocks(layout, scratch))
+        value = None if value is None else value.float()
+        for p, reduced in blocks:
+            if value is not None:  # each group of heads reads one value head: (kv_heads, group x rows, d_head)
+                grouped = torch.matmul(p.view(len(value), -1, p.shape[-1]), value[:, : p.shape[-1]])
+                output[:, reduced.start : reduced.start + p.shape[1]] = grouped.view(*p.shape[:2], -1)
+            yield reduced
+
+    def _native_blocks(self, kernel: Callable, layout: RowLayout, scratch: Scratch
+                       ) -> Iterator[tuple[torch.Tensor, ReducedRows]]:
+        """(probabilities (heads, rows, seen), the block reduced) from the native kernel, a block of rows at a time."""
+        heads, positions = self.query.shape[0], np.arange(self.query.shape[1])
+        for start, first, _, scores, allowed in self._scores(np.arange(heads), positions, scratch):
+            n, width = scores.shape[1:]
+            thumbnail = torch.empty(heads, n, len(layout.thumbnail_starts) - 1)
+            rollout = None if layout.rollout_starts is None else torch.empty(n, len(layout.rollout_starts) - 1)
+            statistics = torch.empty(heads, n, len(STATISTICS))
+            native.run_kernel(kernel, scores, allowed, first, start, layout.positional, EXP_FLOOR,
+                              layout.thumbnail_starts, thumbnail, layout.rollout_starts, rollout, statistics)
+            yield scores, ReducedRows(start, statistics.sum(1), thumbnail, rollout, width > start + n)  # p, now
+
+    def _torch_blocks(self, layout: RowLayout, scratch: Scratch) -> Iterator[tuple[torch.Tensor, ReducedRows]]:
+        """`_native_blocks` made with torch ops, on `device`."""
+        positions = np.arange(self.query.shape[1])
+        for start, p, shifted, total in self._blocks(np.arange(self.query.shape[0]), positions, scratch):
+            # -sum p log2 p with log2 p = shifted - log2 Z: log2 Z - sum p shifted (a hidden key adds 0 x its finite
+            # score = 0); the products made in the scores' scratch
+            entropy = total.log2_().sub_(shifted.mul_(p).sum(-1))  # (heads, rows)
+            rows, width = p.shape[1:]
+            yield p, reduce_rows(start, p, layout, entropy, beyond_last=width > start + rows)
+
+    def blocks(self, head_ids: np.ndarray, row_ids: np.ndarray) -> Iterator[tuple[int, torch.Tensor]]:
+        """(offset in row_ids, float32 probabilities (heads, block, seen) on `device`) for up to ROW_BLOCK query rows
+        at a time (BLOCK_BYTES a block at most): softmax(Q K^T x scale + bias + M), as eager attention computes it,
+        for the keys 0..seen-1. The keys after those, hidden from every row of the block (a causal mask's future),
+        are not computed: their probability is exactly 0, as in eager attention (a causal pattern costs about half
+        the whole). A block is scratch the next one overwrites: read or copy it before asking for the next."""
+        for start, p, _, _ in self._blocks(head_ids, row_ids, Scratch()):
+            yield start, p
+
+    def _blocks(self, head_ids: np.ndarray, row_ids: np.ndarray, scratch: Scratch
+                ) -> Iterator[tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """`blocks`, with the scores they are the base-2 softmax of (in bits: eager's scores x log2 e), less each
+        row's greatest (so <= 0; floored at EXP_FLOOR, a hidden key's too), computed in `scratch`, and each row's sum
+        of 2^scores (heads, rows), Z."""
+        device = torch.device(self.device)
+        for start, first, every_row, scores, allowed in self._scores(head_ids, row_ids, scratch):
+            end = scores.shape[-1]
+            # the band's mask as floats: adding and multiplying took a seventh of masked_fill's time on the CPU
+            keep = as_tensor(allowed[:, first:end], device).float() if end > first else None  # (block, band): 1 seen
+            if keep is not None:
+                scores[..., first:end] += (1 - keep) * torch.finfo(torch.float32).min
+            scores -= scores.amax(-1, keepdim=True)  # each row's greatest score 0
+            scores.clamp_(min=EXP_FLOOR)
+            # softmax as exp2, sum, divide: torch's fused softmax (its exp) took 1.7x as long on the CPU
+            p = torch.exp2(scores, out=scratch.probabilities(scores.shape, device))
+            total = p.sum(-1)  # (heads, block)
+            p /= total[..., None]
+            if keep is not None:
+                if not every_row:  # a row that sees no key stays uniform (its scores all the minimum), as in eager
+                    keep[~as_tensor(allowed, device).any(-1)] = 1.0
+                p[..., first:end] *= keep  # a hidden key's probability exactly 0, as in eager attention
+            yield start, p, scores, total
+
+    def _scores(self, head_ids: np.ndarray, row_ids: np.ndarray, scratch: Scratch
+                ) -> Iterator[tuple[int, int, bool, torch.Tensor, Array]]:
+        """For each block of up to ROW_BLOCK query rows (BLOCK_BYTES at most): (its offset in row_ids, `first`,
+        whether every row sees some key, its scores, its rows of the mask (block, k_len), where the mask is). The
+        scores (heads, block, end) are eager's before the mask, in bits (x log2 e), computed in `scratch` on
+        `device`: every row sees every key before `first`, and the keys from `end` on are hidden from every row, so
+        not computed (`mask_spans`)."""
+        device = torch.device(self.device)
+        heads = torch.from_numpy(np.asarray(head_ids)).to(device)
+        query = as_tensor(self.query, device).float()  # (heads, q_len, d_head)
+        key = as_tensor(self.key, device).float()  # (kv_heads, k_len, d_head): head h reads h // (heads / kv_heads)
+        if len(head_ids) < len(query) or bool((np.asarray(head_ids) != np.arange(len(query))).any()):
+            query, key = query[heads], key[heads // (len(query) // len(key))]  # some heads: a key head each
+        key = key.transpose(1, 2)  # (kv_heads, d_head, k_len); a group of query heads reads each
+        contiguous = len(row_ids) > 0 and bool((np.diff(row_ids) == 1).all())
+        step = int(np.clip(BLOCK_BYTES // (4 * len(head_ids) * key.shape[-1]), 16, ROW_BLOCK))  # rows a block
+        selected = slice(row_ids[0], row_ids[-1] + 1) if contiguous else row_ids  # a slice copies nothing
+        on_host_already = isinstance(self.allowed, np.ndarray)  # a trace's: reduced where it is, not sent to the device
+        mask = as_tensor(self.allowed[selected], torch.device("cpu") if on_host_already else device)
+        spans = scratch.spans(mask, step) if len(row_ids) else []
+        for (first, end, every_row), start in zip(spans, range(0, len(row_ids), step), strict=True):
+            block = row_ids[start : start + step]
+            rows = slice(block[0], block[-1] + 1) if contiguous else block
+            scores = scratch.scores((len(head_ids), len(block), end), device)
+            # a group of query heads reads one key head: (kv_heads, group x block, end) is (heads, block, end)
+            scaled = query[:, as_index(rows, device)] * (self.scale * LOG2_E)  # (heads, block, d_head): bits
+            grouped = scaled.reshape(len(key), -1, query.shape[-1])
+            torch.matmul(grouped, key[:, :, :end], out=scores.view(len(key), -1, end))
+            if self.bias is not None:  # in nats, as the scores were
+                bias = (self.bias[np.ix_(head_ids, block, np.arange(end))] if isinstance(self.bias, np.ndarray)
+                        else self.bias[heads][:, as_index(rows, device), :end])
+                scores.add_(as_tensor(bias, device).float(), alpha=LOG2_E)
+            yield start, first, every_row, scores, self.allowed[rows]
