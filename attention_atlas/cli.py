@@ -32,10 +32,14 @@ def streamlit_arguments(argv: list[str] | None = None) -> tuple[list[str], dict[
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Start the app's server; returns when it stops."""
+    """Start the app's server; returns when it stops. The CPU kernel is built first (once a machine), so that no
+    person's first run waits for it."""
     from streamlit.web import cli as streamlit_cli  # imports the whole of Streamlit: after the arguments parsed
 
+    from model.core.attention.native import attention_rows
+
     command, environment = streamlit_arguments(argv)
+    attention_rows()
     os.environ.update(environment)
     streamlit_cli.main(args=command, prog_name="attention-atlas", standalone_mode=False)
     return 0

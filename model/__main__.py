@@ -3,7 +3,7 @@
 --model takes an id from --list (toy-<task>, minilm, smollm2) or any Hugging Face model folder or hub id.
 
 Prints a JSON summary (model id, tokens, output text, hook names with shapes). The .npz layout is
-documented in docs/hooks.md; read it back with `model.core.trace.load_trace`, or write it with --dense to read
+documented in docs/hooks.md; read it back with `model.core.trace.file.load_trace`, or write it with --dense to read
 the attention patterns with numpy alone.
 `python -m model --list` prints the model ids, one a line.
 """

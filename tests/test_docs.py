@@ -18,6 +18,7 @@ from model.core.options import RunOptions
 from model.core.trace.file import save_trace
 from model.core.trace.hook_names import PER_LAYER, PER_STACK, in_vocabulary
 from model.registry import load_runner
+from tests.test_layers import defined_at_top
 from tests.tiny_hf import build
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,6 +64,20 @@ def test_every_code_name_cited_exists(page: Path) -> None:
     spans |= set(re.findall(commands, text, re.MULTILINE))
     missing = [span for span in sorted(spans) if not _exists(span.strip())]
     assert not missing, f"{page.name} cites what the code does not have: {missing}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_import_in_an_example_is_the_one_path_to_its_name(page: Path) -> None:
+    """`from model.core.options import RunOptions` in a code example: the module defines the name (not a module that
+    happens to import it), so an example keeps working and teaches the one import path."""
+    wrong = []
+    imports = re.findall(r"^from ((?:model|ui|viz)[\w.]*) import ([\w, ]+)$", page.read_text(), re.MULTILINE)
+    for module, names in imports:
+        file = ROOT / Path(*module.split("."))
+        file = file / "__init__.py" if file.is_dir() else file.with_suffix(".py")
+        wrong += [f"from {module} import {name}" for name in map(str.strip, names.split(","))
+                  if not file.is_file() or name not in defined_at_top(file)]
+    assert not wrong, wrong
 
 
 def test_the_hook_tables_are_the_vocabulary() -> None:

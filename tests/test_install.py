@@ -49,7 +49,7 @@ def test_the_wheel_holds_the_command_and_the_apps_files(wheel: Path) -> None:
         entry_points = next(archive.read(n).decode() for n in names if n.endswith("entry_points.txt"))
     assert "attention-atlas = attention_atlas.cli:main" in entry_points
     assert {"attention_atlas/app.py", "attention_atlas/.streamlit/config.toml", "app_pages/overview.py",
-            "model/core/native/attention_rows.c", "model/toy/models/reverse/model.safetensors"} <= names
+            "model/core/attention/native/attention_rows.c", "model/toy/models/reverse/model.safetensors"} <= names
     with zipfile.ZipFile(wheel) as archive:  # the frame itself, not a link to it
         assert archive.read("attention_atlas/app.py") == (ROOT / "app.py").read_bytes()
 

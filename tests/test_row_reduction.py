@@ -11,6 +11,7 @@ import torch
 from model.core.attention import native
 from model.core.attention.block_means import block_starts
 from model.core.attention.row_reduction import RowLayout
+from model.core.attention.scratch import Scratch
 from model.core.attention.source import PatternSource
 
 
@@ -143,13 +144,13 @@ def test_the_kernel_is_compiled_once_into_the_user_cache(monkeypatch, tmp_path) 
     kernel = native.attention_rows()  # this process's
     assert kernel is not None
     monkeypatch.setenv("ATTENTION_ATLAS_CACHE", str(tmp_path))
-    built = native._built()
+    built = native._built(openmp=True)
     assert built is not None and built.parent == tmp_path / "native" and list(built.parent.iterdir()) == [built]
     modified = built.stat().st_mtime_ns
-    assert native._built() == built and built.stat().st_mtime_ns == modified  # found, not built again
+    assert native._built(openmp=True) == built and built.stat().st_mtime_ns == modified  # found, not built again
     monkeypatch.setenv("ATTENTION_ATLAS_CACHE", str(tmp_path / "other"))
     monkeypatch.setenv("CC", "false")  # a compiler that fails
-    assert native._built() is None
+    assert native._built(openmp=True) is None and native._built(openmp=False) is None
     monkeypatch.setenv("ATTENTION_ATLAS_NO_NATIVE", "1")
     assert native.attention_rows.__wrapped__() is None
     assert native.attention_rows() is kernel  # loaded once a process
@@ -175,3 +176,70 @@ def test_the_kernel_refuses_arrays_it_would_read_or_write_outside_of() -> None:
                      "roll_starts": None, "roll": None, "stats": stats} | bad
         with pytest.raises(ValueError, match="attention_rows"):
             native.run_kernel(kernel, **arguments)
+
+
+@pytest.mark.parametrize("mask", ["causal", "full"])
+def test_nan_and_infinite_scores_give_the_same_numbers_both_ways(mask) -> None:
+    """A NaN or infinite score (a half-precision overflow) gives what the torch ops give, row by row: NaN or +inf
+    anywhere a block computes (a hidden key's too) makes the row NaN; -inf is a very low score; a row of nothing but
+    -inf is NaN."""
+    kernel = native.attention_rows()
+    if kernel is None:
+        pytest.skip("no C compiler here: the native kernel is not built")
+    n, rng = 24, np.random.default_rng(0)
+    allowed = masks(n, n, rng)[mask]
+    bias = np.zeros((2, n, n), dtype=np.float32)
+    bias[0, 3, 1] = np.nan  # a key the row sees
+    bias[0, 7, 2] = np.inf
+    bias[1, 9, 4] = -np.inf
+    bias[1, 12, 13] = np.nan  # a key hidden from the row (causal), computed in the block
+    bias[0, 14, 20] = np.inf
+    bias[1, 20] = -np.inf  # every key
+    source = PatternSource(query=rng.normal(size=(2, n, 4)).astype(np.float32),
+                           key=rng.normal(size=(1, n, 4)).astype(np.float32), scale=0.5, allowed=allowed, bias=bias)
+    layout = RowLayout(block_starts(n, 8).astype(np.int32), block_starts(n, 12).astype(np.int32), True)
+
+    def blocks(way) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(probabilities (heads, n, n), thumbnail sums (heads, n, 8), rollout sums (n, 12)) of every block."""
+        p, thumb, roll = np.zeros((2, n, n), np.float32), [], []
+        for probabilities, reduced in way:
+            rows, width = probabilities.shape[1:]
+            p[:, reduced.start : reduced.start + rows, :width] = probabilities.numpy()
+            thumb.append(reduced.thumbnail.numpy())
+            roll.append(reduced.rollout.numpy())
+        return p, np.concatenate(thumb, 1), np.concatenate(roll)
+
+    ours = blocks(source._native_blocks(kernel, layout, Scratch()))
+    torchs = blocks(source._torch_blocks(layout, Scratch()))
+    for got, expected in zip(ours, torchs, strict=True):
+        assert np.array_equal(np.isnan(got), np.isnan(expected))
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-7)
+    p = ours[0]
+    assert np.isnan(p[0, [3, 7]]).all() and np.isfinite(p[1, 9]).all() and p[1, 9, 4] < 1e-30
+    assert np.isnan(p[1, 12]).all() and np.isnan(p[0, 14]).all()  # a key seen (full), or hidden in the block (causal)
+    assert np.isnan(p[1, 20]).all()  # as eager attention's softmax of nothing but -inf
+
+
+def test_the_kernel_never_brings_a_second_openmp_runtime(monkeypatch) -> None:
+    """Where the process holds another OpenMP runtime than the one the kernel was linked with (a Homebrew libomp
+    beside torch's: "OMP: Error #15" aborts the process), or where the loaded libraries cannot be listed, the build
+    without OpenMP is loaded; with the runtime torch loaded, the OpenMP build."""
+    if native.attention_rows() is None:
+        pytest.skip("no C compiler here: the native kernel is not built")
+    with_openmp = native._built(openmp=True)
+    needed = set(native.OPENMP_RUNTIME.findall(with_openmp.read_bytes()))
+    if not needed:
+        pytest.skip("this compiler builds no OpenMP")
+    assert native.loaded_openmp_runtimes() >= {name.decode() for name in needed}  # torch's, under the same name
+    assert native._joins_the_process(with_openmp) == with_openmp
+    serial = native._built(openmp=False)
+    assert not native.OPENMP_RUNTIME.findall(serial.read_bytes())
+    for other in ({"libomp.dylib"}, None):
+        monkeypatch.setattr(native, "loaded_openmp_runtimes", lambda other=other: other)
+        assert native._joins_the_process(with_openmp) is None
+        assert native._joins_the_process(serial) == serial
+        kernel = native.attention_rows.__wrapped__()  # the serial build, and it computes
+        scores, thumb, stats = torch.zeros(1, 2, 4), torch.empty(1, 2, 2), torch.empty(1, 2, 5)
+        native.run_kernel(kernel, scores, np.ones((2, 4), dtype=bool), 0, 0, True, -112.0,
+                          block_starts(4, 2).astype(np.int32), thumb, None, None, stats)
+        np.testing.assert_allclose(thumb.numpy(), 0.5)

@@ -8,8 +8,14 @@ cache (MiniLM at 512 tokens: about a fifth of the torch ops' time). It is compil
 has it; where none compiles it, `attention_rows()` is None and the torch ops do the work
 (model/core/attention/row_reduction.py).
 
-The library is linked without -ffast-math (only compiled with it): gcc before 13 links a fast-math shared library
-with code that flushes subnormal floats to zero for the whole process when it loads.
+It is compiled with -ffast-math but without its finite-math assumption (a NaN or infinite score, a half-precision
+overflow, gives what the torch ops give: tests/test_row_reduction.py), and linked without -ffast-math: gcc before 13
+links a fast-math shared library with code that flushes subnormal floats to zero for the whole process when it loads.
+
+OpenMP: the library is built with it where the compiler has it, and loaded so only where the OpenMP runtime it
+needs is the one the process has already (torch's: it binds to that one) or none is loaded yet; else a build
+without OpenMP is loaded (one thread), never a second OpenMP runtime (two abort the process: "OMP: Error #15").
+`python -m model.core.attention.native` builds it ahead of the first run (`make` does).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import hashlib
 import logging
 import os
 import platform
+import re
 import shutil
 import subprocess
 import tempfile
@@ -32,7 +39,8 @@ import torch
 from model.core.cache_folder import cache_dir
 
 SOURCE = Path(__file__).with_name("attention_rows.c")
-FLAGS = ("-O3", "-march=native", "-fPIC", "-ffast-math")  # the machine's own vector unit: compiled where it runs
+FLAGS = ("-O3", "-march=native", "-fPIC", "-ffast-math", "-fno-finite-math-only")  # the machine's vector unit
+OPENMP_RUNTIME = re.compile(rb"lib(?:gomp|omp|iomp5)[\w.-]*?\.(?:so(?:\.\d+)*|dylib)")  # a runtime's file name
 DISABLE = "ATTENTION_ATLAS_NO_NATIVE"  # set (to anything) to use the torch ops only
 _build_lock = threading.Lock()
 _log = logging.getLogger(__name__)
@@ -47,7 +55,7 @@ def attention_rows() -> ctypes._CFuncPtr | None:
     if os.environ.get(DISABLE):
         return None
     with _build_lock:
-        library = _built()
+        library = _joins_the_process(_built(openmp=True)) or _built(openmp=False)
     if library is None:
         return None
     try:
@@ -59,33 +67,61 @@ def attention_rows() -> ctypes._CFuncPtr | None:
     return function
 
 
-def _built() -> Path | None:
-    """The library for this source, compiler and processor, built into the user cache unless it is there."""
+def _built(openmp: bool) -> Path | None:
+    """The library for this source, compiler and processor, with OpenMP or without, built into the user cache unless
+    it is there (None: no compiler, or the build failed; Apple's clang has no OpenMP)."""
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if compiler is None:
         _log.warning("No C compiler found: attention summaries use torch ops on the CPU (slower).")
         return None
-    key = hashlib.sha256(SOURCE.read_bytes() + repr((FLAGS, compiler, platform.machine(), _cpu_flags())).encode())
+    flags = [*FLAGS, *(["-fopenmp"] if openmp else [])]
+    key = hashlib.sha256(SOURCE.read_bytes() + repr((flags, compiler, platform.machine(), _cpu_flags())).encode())
     target = cache_dir() / "native" / f"attention_rows-{key.hexdigest()[:16]}.so"
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
-        built, errors = Path(scratch) / target.name, []
-        for openmp in (["-fopenmp"], []):  # Apple's clang has no OpenMP: one thread then
-            obj = Path(scratch) / "attention_rows.o"
-            compile_and_link = ([compiler, *FLAGS, *openmp, "-c", str(SOURCE), "-o", str(obj)],
-                                [compiler, "-shared", *openmp, str(obj), "-o", str(built), "-lm"])
-            try:
-                for command in compile_and_link:
-                    subprocess.run(command, check=True, capture_output=True, text=True, timeout=120)
-            except (OSError, subprocess.SubprocessError) as error:
-                errors.append(getattr(error, "stderr", None) or str(error))
-                continue
-            os.replace(built, target)  # atomic: another process building it at the same time finds one whole
-            return target
-    _log.warning("The CPU kernel did not compile; attention summaries use torch ops (slower): %s", errors[-1])
+        built, obj = Path(scratch) / target.name, Path(scratch) / "attention_rows.o"
+        compile_and_link = ([compiler, *flags, "-c", str(SOURCE), "-o", str(obj)],
+                            [compiler, "-shared", *flags[-1:] * openmp, str(obj), "-o", str(built), "-lm"])
+        try:
+            for command in compile_and_link:
+                subprocess.run(command, check=True, capture_output=True, text=True, timeout=120)
+        except (OSError, subprocess.SubprocessError) as error:
+            if not openmp:
+                _log.warning("The CPU kernel did not compile; attention summaries use torch ops (slower): %s",
+                             getattr(error, "stderr", None) or error)
+            return None
+        os.replace(built, target)  # atomic: another process building it at the same time finds one whole
+    return target
+
+
+def _joins_the_process(library: Path | None) -> Path | None:
+    """`library` where loading it brings no second OpenMP runtime into this process: it needs none, or only those
+    loaded already (it binds to them), or none is loaded yet. None otherwise, or where the loaded libraries cannot
+    be listed."""
+    if library is None:
+        return None
+    needed = {name.decode() for name in OPENMP_RUNTIME.findall(library.read_bytes())}
+    loaded = loaded_openmp_runtimes()
+    if not needed or (loaded is not None and (not loaded or needed <= loaded)):
+        return library
+    _log.info("The CPU kernel's OpenMP (%s) is not this process's (%s): it runs on one thread.", needed, loaded)
     return None
+
+
+def loaded_openmp_runtimes() -> set[str] | None:
+    """The file names of the OpenMP runtimes loaded in this process (Linux: from /proc/self/maps; macOS: from dyld),
+    or None where they cannot be listed."""
+    if Path("/proc/self/maps").exists():
+        names = {line.rsplit("/", 1)[-1].strip() for line in Path("/proc/self/maps").read_text().splitlines()}
+    elif platform.system() == "Darwin":
+        dyld = ctypes.CDLL(None)
+        dyld._dyld_get_image_name.restype = ctypes.c_char_p
+        names = {dyld._dyld_get_image_name(i).decode().rsplit("/", 1)[-1] for i in range(dyld._dyld_image_count())}
+    else:
+        return None
+    return {name for name in names if OPENMP_RUNTIME.fullmatch(name.encode())}
 
 
 def _cpu_flags() -> str:
@@ -126,3 +162,4 @@ def run_kernel(kernel: ctypes._CFuncPtr, scores: torch.Tensor, allowed: torch.Te
            int(positional), floor_bits, thumb_starts.ctypes.data, len(thumb_starts) - 1, thumb.data_ptr(),
            None if roll_starts is None else roll_starts.ctypes.data, 0 if roll_starts is None else len(roll_starts) - 1,
            None if roll is None else roll.data_ptr(), stats.data_ptr(), torch.get_num_threads())
+

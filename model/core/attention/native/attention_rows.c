@@ -1,6 +1,6 @@
 /* One block of attention rows on the CPU: each row's softmax in bits and every reduction a summary reads, in one
- * pass over the row while it is in the cache (model/core/native/__init__.py calls it; model/core/row_reduction.py
- * computes the same numbers with torch ops, a dozen passes over the block).
+ * pass over the row while it is in the cache (model/core/attention/native/__init__.py calls it;
+ * model/core/attention/row_reduction.py and source.py compute the same numbers with torch ops, a dozen passes).
  *
  * Row (h, r) is query i = query0 + r of head h: scores[h, r, k] for keys k < width, in bits (Q K^T x scale x log2 e,
  * plus any bias x log2 e). Every key before `first` is seen; key k >= first is seen where allowed[r * stride + k].
@@ -12,7 +12,10 @@
  *   computed, and with positional = 0 (queries and keys not one sequence) the distance, previous and self 0;
  * - thumb[h, r, b] = the row's sum over the key columns thumb_starts[b] .. thumb_starts[b + 1] - 1;
  * - if roll is given, roll[r, b] = the heads' sums of the same over roll_starts.
- * Rows are shared among `threads` OpenMP threads. */
+ * A score that is NaN, or +inf, makes its row's every number NaN, as the torch ops and eager attention do (a hidden
+ * key's score counts as score - FLT_MAX, as the torch ops add the mask); -inf is floored like any low score. So the
+ * kernel is compiled without the finite-math assumption of -ffast-math.
+ * Rows are shared among `threads` OpenMP threads (one thread where it is built without OpenMP). */
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
@@ -20,8 +23,9 @@
 
 typedef union { float f; int32_t i; } Bits;
 
-static inline float exp2_normal(float x) { /* 2^x for x in [-126, 0]: relative error under 1e-7 */
+static inline float exp2_normal(float x) { /* 2^x for x in [-126, 0]: relative error under 1e-7; NaN for NaN */
     float n = rintf(x), f = x - n; /* f in [-0.5, 0.5]; 2^f by a degree-5 polynomial fitted to it */
+    n = n >= -126.0f ? n : -126.0f; /* NaN too: no float-to-int conversion of a NaN (f is NaN, so the result) */
     float poly = 1.326697039e-3f;
     poly = poly * f + 9.675459746e-3f;
     poly = poly * f + 5.550742616e-2f;
@@ -50,15 +54,19 @@ static void column_sums(const float *restrict row, int width, const int32_t *res
 
 static void softmax_row(float *restrict row, const uint8_t *restrict seen, const float *restrict distance,
                         int width, int first, float floor_bits, float *restrict st) {
-    /* row: the scores in, the probabilities out (each key's score read before its probability is written) */
-    float top = -FLT_MAX;
-    for (int k = 0; k < first; k++) top = row[k] > top ? row[k] : top;
+    /* row: the scores in, the probabilities out (each key's score read before its probability is written). As the
+     * torch ops compute it: a hidden key's score is score - FLT_MAX, its 2^x counts in the row's sum (2^floor_bits
+     * where any key is seen), and its probability is then 0. */
+    float top = -INFINITY; /* the greatest score (hidden keys' included), NaN where any is NaN: torch's amax */
+    int any_seen = first > 0;
+    for (int k = 0; k < first; k++) top = row[k] > top || row[k] != row[k] ? row[k] : top;
     for (int k = first; k < width; k++) {
-        float v = seen[k] ? row[k] : -FLT_MAX;
-        top = v > top ? v : top;
+        float v = seen[k] ? row[k] : row[k] - FLT_MAX;
+        top = v > top || v != v ? v : top;
+        any_seen |= seen[k];
     }
-    float total = 0.0f, bits = 0.0f, far = 0.0f; /* sum 2^x, sum 2^x x, sum 2^x |i - k| */
-    if (top == -FLT_MAX) { /* no key seen: uniform over every key, as in eager attention */
+    float total = 0.0f, bits = 0.0f, far = 0.0f; /* sum 2^x, sum 2^x x, sum 2^x |i - k| over the keys seen */
+    if (!any_seen && top == -FLT_MAX) { /* no key seen (every score finite): uniform over every key, as in eager */
         for (int k = 0; k < width; k++) {
             row[k] = 1.0f;
             far += distance[k];
@@ -67,17 +75,22 @@ static void softmax_row(float *restrict row, const uint8_t *restrict seen, const
     } else {
         for (int k = 0; k < first; k++) { /* keys every row sees */
             float x = row[k] - top;
-            x = x < floor_bits ? floor_bits : x;
+            x = x < floor_bits ? floor_bits : x; /* NaN stays NaN */
             float e = exp2_normal(x);
             row[k] = e;
             total += e, bits += e * x, far += e * distance[k];
         }
-        for (int k = first; k < width; k++) { /* the band: the keys the mask lets this row see */
-            float x = row[k] - top;
+        for (int k = first; k < width; k++) { /* the band: the keys the mask lets this row see, and the others */
+            float x = (seen[k] ? row[k] : row[k] - FLT_MAX) - top;
             x = x < floor_bits ? floor_bits : x;
-            float e = seen[k] ? exp2_normal(x) : 0.0f;
-            row[k] = e;
-            total += e, bits += e * x, far += e * distance[k];
+            float e = exp2_normal(x);
+            total += e;
+            if (seen[k]) {
+                row[k] = e;
+                bits += e * x, far += e * distance[k];
+            } else {
+                row[k] = e != e ? e : 0.0f; /* 0, or the NaN the torch ops keep */
+            }
         }
     }
     float inv = 1.0f / total;
