@@ -1,11 +1,14 @@
 # make run: set up .venv if needed and start the app on http://localhost:8501
 # make test: set up .venv with the dev tools and run the linter and every test
+# make check: the linter and the fast layers' tests (model, viz, contract: no Streamlit, no browser), while editing
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PORT ?= 8501
+# test processes (pytest-xdist), each file's tests in one; the load test runs alone after them
+TEST_WORKERS ?= 2
 
-.PHONY: run test lint bench train screenshots
+.PHONY: run test check lint bench train screenshots
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -25,7 +28,11 @@ run: $(VENV)/.runtime
 	$(PY) -m attention_atlas --port $(PORT)
 
 test: $(VENV)/.dev lint
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not load"
+	$(PY) -m pytest -m load
+
+check: $(VENV)/.dev lint
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "model or viz or contract"
 
 lint: $(VENV)/.dev
 	$(PY) -m ruff check .

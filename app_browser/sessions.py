@@ -1,4 +1,4 @@
-"""Many browser sessions on one app server at once, for the load test (tests/test_load.py) and the sessions
+"""Many browser sessions on one app server at once, for the load test (tests/load/test_load.py) and the sessions
 bench (bench/sessions.py): open them together, time each one's first figure, and watch the server's memory."""
 
 from __future__ import annotations

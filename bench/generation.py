@@ -44,13 +44,13 @@ def main() -> None:
         greedy = DecodeSettings()
         return [s.token_id for s in generate(stepper(use_cache), [], TOKENS, lambda x, i: choose_next(x, greedy, i))]
 
-    ids = torch.tensor([runner._encode(PROMPT)])
+    ids = torch.tensor([runner.text.encode(PROMPT)])
     for _ in range(2):  # the first round warms up
         cached_s, cached = _timed(lambda: steps(True))
         full_s, full = _timed(lambda: steps(False))
         plain_s, _ = _timed(lambda: runner.model.generate(
             ids, attention_mask=torch.ones_like(ids), max_new_tokens=TOKENS, min_new_tokens=TOKENS, do_sample=False,
-            pad_token_id=runner._pad_id()))
+            pad_token_id=runner.text.pad_id()))
     print(f"{TOKENS} tokens of SmolLM2 on {torch.get_num_threads()} threads:")
     print(f"  stepper, KV cache, attention rows captured: {cached_s:.2f} s")
     print(f"  stepper, whole sequence every step:        {full_s:.2f} s")

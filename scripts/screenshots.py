@@ -2,7 +2,7 @@
 
 Starts the app (app_browser.server), opens each view below in Debian's Chromium at 1280 × 720 (a projector's
 size) and writes what it shows to docs/images/<name>.webp. Every picture the README names must be one of these
-(tests/test_docs.py checks that each exists).
+(tests/contract/test_docs.py checks that each exists).
 """
 
 from __future__ import annotations

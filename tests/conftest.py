@@ -1,3 +1,7 @@
+"""Fixtures every layer's tests share: tiny random Hugging Face models of every family, each way a block of
+attention rows is reduced, a record of the toy models' runs. Each folder is a layer of the code (its marker).
+"""
+
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -8,6 +12,20 @@ import pytest
 import torch
 
 torch.backends.mha.set_fastpath_enabled(False)  # compare against the plain PyTorch reference path
+# Test processes share the cores (make test runs two): each takes its part, as too many threads slow every one
+torch.set_num_threads(max(1, torch.get_num_threads() // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
+pytest_plugins = ("tests.chromium",)  # the `browser` fixture of the browser and load tests
+
+
+LAYERS = ("model", "viz", "contract", "app", "browser", "load")  # the folders, each a marker (`pytest -m app`)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Each test carries its folder's marker."""
+    for item in items:
+        folder = item.path.relative_to(Path(__file__).parent).parts[0]
+        if folder in LAYERS:
+            item.add_marker(folder)
 
 
 @pytest.fixture(autouse=True)
@@ -45,7 +63,6 @@ def toy_runs(monkeypatch) -> list[str]:
     return calls
 
 from model.hf.loading import load_hf_runner  # noqa: E402
-from tests.browser import app_url, browser, fresh_app_url, fresh_page, page  # noqa: E402, F401 (browser fixtures)
 from tests.tiny_hf import FAMILIES, build  # noqa: E402
 
 

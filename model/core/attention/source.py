@@ -6,7 +6,7 @@ and, where a capture asks for `hook_pattern`, keep what attention read: the quer
 them (rotated, in rotary models), its scale, any bias added to the scores (T5's relative positions) and the
 mask it applied. `PatternSource.pattern(...)` then computes softmax(Q K^T x scale + bias + M) for the heads
 and query rows a view asks for, exactly as eager attention does (float32: equal to the model's own eager
-probabilities to 1e-5, tests/test_hf_heads.py).
+probabilities to 1e-5, tests/model/test_hf_heads.py).
 
 Arrays may keep a leading batch dimension until a Trace is made (`source[0]` takes one run of a batch).
 """

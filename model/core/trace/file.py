@@ -1,5 +1,5 @@
 """A Trace as an .npz file and back: the layout is documented in docs/hooks.md ("Reading a trace file"), and
-tests/test_docs.py holds the two to each other. No pickles: object arrays are refused."""
+tests/contract/test_docs.py holds the two to each other. No pickles: object arrays are refused."""
 
 from __future__ import annotations
 

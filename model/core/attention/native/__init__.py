@@ -9,8 +9,8 @@ has it; where none compiles it, `attention_rows()` is None and the torch ops do 
 (model/core/attention/row_reduction.py).
 
 It is compiled with -ffast-math but without its finite-math assumption (a NaN or infinite score, a half-precision
-overflow, gives what the torch ops give: tests/test_row_reduction.py), and linked without -ffast-math: gcc before 13
-links a fast-math shared library with code that flushes subnormal floats to zero for the whole process when it loads.
+overflow, gives what the torch ops give: tests/model/test_row_reduction.py), and linked without -ffast-math: gcc before
+13 links a fast-math shared library with code that flushes subnormal floats to zero for the whole process when it loads.
 
 OpenMP: the library is built with it where the compiler has it, and loaded so only where the OpenMP runtime it
 needs is the one the process has already (torch's: it binds to that one) or none is loaded yet; else a build

@@ -1,0 +1,24 @@
+"""Opening a page of the app in AppTest as a person would: a model (or a custom folder), a text, a link."""
+
+from __future__ import annotations
+
+from streamlit.testing.v1 import AppTest
+
+CUSTOM = "custom"
+
+
+def open_app_page(page: str, model_id: str = "toy-date", text: str | None = None, folder: str | None = None,
+                  params: dict[str, str] | None = None) -> AppTest:
+    """The app opened through a link carrying `params`, on `model_id` (or the custom `folder`) with `text`, then
+    switched to `page` ("app_pages/masks.py"); asserts that nothing raised."""
+    at = AppTest.from_file("../../app.py", default_timeout=120)
+    at.query_params.update(params or {})
+    at.run()
+    at.sidebar.selectbox(key="model_id").set_value(CUSTOM if folder else model_id).run()
+    if folder:
+        at.sidebar.text_input(key="custom_model").set_value(folder).run()
+    if text is not None:
+        at.sidebar.text_input(key="text").set_value(text).run()
+    at.switch_page(page).run()
+    assert not at.exception, at.exception[0].message if at.exception else ""
+    return at

@@ -1,0 +1,86 @@
+"""The Attention page in a real browser: every view draws, a thumbnail opens its head, the causal
+mask switch zeroes the upper triangle, and a figure downloads as a PNG."""
+
+from __future__ import annotations
+
+import numpy as np
+from playwright.sync_api import expect
+
+from app_browser.page import choose, choose_model, figure, heatmap_values, open_page, set_text
+from app_browser.server import ARTIFACTS
+from viz.masked import MASKED_LABEL
+
+ONE_HEAD = "encoder self-attention · layer"
+
+
+def test_attention_page_views(page) -> None:
+    choose_model(page, "toy-copy")
+    open_page(page, "Attention")
+    expect(page.get_by_role("heading", name="Attention", exact=True)).to_be_visible()
+    expect(figure(page, "layers × heads")).to_be_visible()  # it opens on the model view
+    page.get_by_role("tab", name="One head").click()
+    choose(page, "Layer", "0")
+    choose(page, "Head", "0")
+    expect(figure(page, ONE_HEAD).first.locator(".gtitle")).to_have_text("encoder self-attention · layer 0 · head 0")
+    choose(page, "Head", "3")
+    expect(figure(page, ONE_HEAD).first.locator(".gtitle")).to_have_text("encoder self-attention · layer 0 · head 3")
+    page.screenshot(path=str(ARTIFACTS / "attention.png"), full_page=True)
+    for tab, title in [("All heads of this layer", "all 4 heads"), ("Token lines", "token lines"),
+                       ("Model view", "layers × heads"), ("Rollout", "rollout")]:
+        page.get_by_role("tab", name=tab).click()
+        expect(figure(page, title)).to_be_visible()
+        figure(page, title).screenshot(path=str(ARTIFACTS / f"{tab.lower().replace(' ', '-')}.png"))
+    page.get_by_role("tab", name="Head statistics").click()
+    expect(page.get_by_test_id("stDataFrame")).to_be_visible()
+    assert page.console_errors == []
+
+
+def test_clicking_a_thumbnail_opens_that_head(page) -> None:
+    choose(page, "Model", "Toy (trained here) · toy-reverse", in_sidebar=True)
+    open_page(page, "Attention")
+    grid = figure(page, "layers × heads")
+    expect(grid).to_be_visible()
+    grid.locator(".scatterlayer .point").nth(6).click(force=True)  # layer 1, head 2; plotly's drag layer takes it
+    expect(page.get_by_test_id("stMain").get_by_label("Layer", exact=True)).to_have_value("1")
+    expect(figure(page, ONE_HEAD).first.locator(".gtitle")).to_have_text("encoder self-attention · layer 1 · head 2")
+    page.get_by_role("tab", name="All heads of this layer").click()
+    figure(page, "all 4 heads").locator(".scatterlayer .point").nth(1).click(force=True)
+    expect(figure(page, ONE_HEAD).first.locator(".gtitle")).to_have_text("encoder self-attention · layer 1 · head 1")
+    assert page.console_errors == []
+
+
+def test_the_causal_mask_switch_masks_the_upper_triangle_and_draws_it_apart(page) -> None:
+    choose_model(page, "toy-copy")
+    set_text(page, "abcdef")
+    open_page(page, "Attention")
+    page.get_by_role("tab", name="One head").click()
+    before = np.array(heatmap_values(page, ONE_HEAD), dtype=float)  # (q, k): an encoder sees both ways
+    assert np.triu(before, 1).sum() > 0.1
+    expect(page.get_by_text(MASKED_LABEL)).to_have_count(0)
+    choose(page, "Causal mask", "on everywhere", in_sidebar=True)
+    expect(figure(page, "· head").first.locator(".gtitle")).to_contain_text("encoder self-attention (masked) · layer")
+    after = np.array(heatmap_values(page, "· head"), dtype=float)  # JSON null -> NaN: drawn as no colour
+    assert np.isnan(after[np.triu_indices(7, 1)]).all()  # masked: no value of the colour scale
+    assert not np.isnan(after[np.tril_indices(7)]).any()
+    assert np.allclose(after[np.tril_indices(7)].reshape(-1).sum(), 7.0, atol=1e-3)  # every row sums to 1
+    head = figure(page, "· head").first
+    expect(head.get_by_text(MASKED_LABEL)).to_be_visible()  # the legend names it
+    expect(head.locator(".imagelayer image")).to_have_count(1)  # the hatching under it
+    head.screenshot(path=str(ARTIFACTS / "causal-on.png"))
+    assert page.console_errors == []
+
+
+def test_a_figure_downloads_as_png(page) -> None:
+    choose_model(page, "toy-copy")
+    open_page(page, "Attention")
+    page.get_by_role("tab", name="One head").click()
+    choose(page, "Layer", "0")
+    choose(page, "Head", "0")
+    expect(figure(page, ONE_HEAD)).to_be_visible()
+    with page.expect_download(timeout=60_000) as download:  # the first PNG starts kaleido's Chromium
+        page.get_by_test_id("stMain").get_by_role("button", name="PNG", exact=True).first.click()
+    path = ARTIFACTS / "download.png"
+    download.value.save_as(path)
+    assert download.value.suggested_filename == "toy-copy.encoder.attn.0.0.png"
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
+    assert page.console_errors == []

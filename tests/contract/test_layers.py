@@ -1,0 +1,170 @@
+"""The layers' contract: what each part of the code may import, and no import cycle. Every import counts: at the top,
+inside a function, and those made only for type checking."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("model", "ui", "viz", "app_pages", "bench", "attention_atlas", "app_browser", "tests", "scripts")
+FORBIDDEN = {  # importer (a module or package) -> what it must never import
+    "viz": ("model", "ui", "streamlit", "app_pages"),
+    "model": ("ui", "viz", "streamlit", "app_pages"),
+    "model.core": ("model.hf", "model.toy", "model.scratch", "model.inspect", "model.registry"),
+    "bench": ("tests",),
+    "app_browser": ("tests",),
+    "scripts": ("tests",),
+}
+
+
+def module_name(file: Path) -> str:
+    parts = file.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+@cache
+def modules() -> dict[str, Path]:
+    """Every module of the project by its dotted name (the frame is `app`)."""
+    files = [ROOT / "app.py", *(f for package in PACKAGES for f in (ROOT / package).glob("**/*.py"))]
+    return {module_name(file): file for file in files}
+
+
+def imports_of(file: Path) -> Iterator[str]:
+    """The modules a file imports (a `from package import module` names the module), wherever the import is."""
+    package = module_name(file) if file.name == "__init__.py" else module_name(file).rpartition(".")[0]
+    for node in ast.walk(ast.parse(file.read_text())):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative
+                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parent, *filter(None, [base])])
+            for alias in node.names:
+                yield f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules() else base
+
+
+def within(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+@cache
+def graph() -> dict[str, set[str]]:
+    """Project module -> the project modules it imports."""
+    return {name: {target for target in imports_of(file) if target in modules() and target != name}
+            for name, file in modules().items()}
+
+
+def violations(edges: dict[str, set[str]], external: dict[str, list[str]]) -> list[str]:
+    """'importer -> imported' for every import the contract forbids."""
+    found = []
+    for importer in sorted(set(edges) | set(external)):
+        for layer, banned in FORBIDDEN.items():
+            if not within(importer, layer):
+                continue
+            for target in sorted(edges.get(importer, set()) | set(external.get(importer, []))):
+                if any(within(target, b) for b in banned):
+                    found.append(f"{importer} -> {target}")
+    return found
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in edges.get(node, ()):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def external_imports() -> dict[str, list[str]]:
+    """Project module -> the imports of other packages (streamlit …) it makes."""
+    return {name: [target for target in imports_of(file) if target.split(".")[0] not in PACKAGES]
+            for name, file in modules().items()}
+
+
+def test_each_layer_imports_only_what_it_may() -> None:
+    assert violations(graph(), external_imports()) == []
+
+
+def test_there_is_no_import_cycle() -> None:
+    assert cycles(graph()) == []
+
+
+@pytest.mark.parametrize(("importer", "imported"), [
+    ("viz.heatmap", "model.core.trace"), ("viz.heatmap", "streamlit"), ("model.core.masks", "model.hf.runner"),
+    ("model.toy.runner", "ui.page"), ("bench.capture", "tests.browser"),
+])
+def test_the_contract_catches_a_forbidden_import(importer: str, imported: str) -> None:
+    edges = {name: set(targets) for name, targets in graph().items()}
+    external = external_imports()
+    if imported in modules():
+        edges[importer].add(imported)
+    else:
+        external[importer] = [*external[importer], imported]
+    assert violations(edges, external) == [f"{importer} -> {imported}"]
+
+
+def test_the_contract_catches_a_cycle() -> None:
+    edges = {name: set(targets) for name, targets in graph().items()}
+    edges["model.core.options"].add("model.core.runner")  # the runner imports the options
+    assert any({"model.core.options", "model.core.runner"} <= set(component) for component in cycles(edges))
+
+
+def defined_at_top(file: Path) -> set[str]:
+    """The names a module itself defines at its top level (not those it imports)."""
+    names: set[str] = set()
+    for node in ast.parse(file.read_text()).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            targets = [e for t in node.targets for e in (t.elts if isinstance(t, ast.Tuple) else [t])]
+            names.update(t.id for t in targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign | ast.AugAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return names
+
+
+def test_every_name_is_imported_from_where_it_is_defined() -> None:
+    """One import path per name: `from model.core.trace.trace import Site` would work (trace.py imports Site), but
+    Site lives in model/core/trace/sites.py, and that is the only place to import it from."""
+    second_paths = []
+    for name, file in modules().items():
+        for node in ast.walk(ast.parse(file.read_text())):
+            if not (isinstance(node, ast.ImportFrom) and node.module in modules() and not node.level):
+                continue
+            defined = defined_at_top(modules()[node.module])
+            second_paths += [f"{name}: from {node.module} import {alias.name}" for alias in node.names
+                             if alias.name not in defined and f"{node.module}.{alias.name}" not in modules()]
+    assert second_paths == []
