@@ -28,7 +28,8 @@ from ui.downloads import constant, downloads, file_name
 from ui.messages import show_error
 from ui.page import current_request, current_runner, current_trace, trace_with
 from ui.pickers import head_label
-from ui.trace_cache import per_trace, run_slots
+from ui.run_scheduler import run_slots
+from ui.trace_cache import per_trace
 from viz.ablation import change_bars, scan_heatmap
 from viz.masks import next_token_comparison
 from viz.tokens import visible_token

@@ -5,9 +5,7 @@ Only the open tab is computed and sent."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, replace
-from functools import cached_property, partial
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -17,11 +15,12 @@ from model.core.attention.row_reduction import STATISTICS
 from model.core.trace.sites import Site
 from model.core.trace.trace import Trace
 from ui import url_state
+from ui.attention_choice import Choice
 from ui.compare import show_compare
-from ui.downloads import constant, downloads, file_name, matrix_table, whole_csv
+from ui.downloads import constant, downloads, whole_csv
 from ui.page import current_trace, show_open_tab
-from ui.pickers import choose_head, keep_valid, open_clicked_head, site_label
-from ui.summary import site_summary, thumbnail_size
+from ui.pickers import choose_head, keep_valid, open_clicked_head
+from ui.site_summary import site_summary, thumbnail_size
 from ui.trace_cache import per_trace
 from viz.head_lines import DEFAULT_THRESHOLD, head_lines_figure
 from viz.heatmap import COLOR_SCALES, VALUES_UP_TO, WINDOW, attention_heatmap, block_labels, layer_head_heatmap
@@ -30,95 +29,6 @@ from viz.tokens import visible_token
 
 VIEWS = ["Model view", "One head", "All heads of this layer", "Token lines", "Head statistics", "Rollout", "Compare"]
 LAYER_THUMBNAIL = 96  # pixels per head when showing one layer
-
-
-@dataclass(frozen=True)
-class Choice:
-    """What the person chose above the tabs, and the chosen layer's attention as drawn."""
-
-    trace: Trace
-    site: str
-    layer: int
-    head: int
-    rows: np.ndarray  # (q_shown,) query positions drawn
-    cols: np.ndarray  # (k_shown,) key positions drawn
-    hide_special: bool
-    colorscale: str
-    show_values: bool
-
-    def shown(self, matrix: np.ndarray) -> np.ndarray:
-        """(..., q_len, k_len) -> (..., q_shown, k_shown) float32 (a copy only where something is left out)."""
-        if len(self.rows) < matrix.shape[-2]:
-            matrix = matrix[..., self.rows, :]
-        return self._columns(matrix)
-
-    def _columns(self, matrix: np.ndarray) -> np.ndarray:
-        """(..., q_shown, k_len) -> (..., q_shown, k_shown) float32."""
-        if len(self.cols) < matrix.shape[-1]:
-            matrix = matrix[..., self.cols]
-        return matrix.astype(np.float32, copy=False)
-
-    @property
-    def _query_rows(self) -> np.ndarray | slice:
-        """The rows drawn, as the trace is asked for them (every row: a slice, which copies nothing)."""
-        return slice(None) if len(self.rows) == len(self.trace.query_ids(self.site)) else self.rows
-
-    @cached_property
-    def pattern(self) -> np.ndarray:
-        """(heads, q_shown, k_shown): the chosen layer as drawn, only the rows drawn computed."""
-        return self._columns(self.trace.pattern_rows(self.site, self.layer, self._query_rows))
-
-    @property
-    def head_pattern(self) -> np.ndarray:
-        """(q_shown, k_shown): the chosen head as drawn, only its rows drawn computed."""
-        return self._columns(self.trace.head_pattern(self.site, self.layer, self.head, self._query_rows))
-
-    @property
-    def masked(self) -> np.ndarray:
-        """(q_shown, k_shown) bool: True where this run's mask hid the key from the query."""
-        return ~self.trace.masks[self.site][np.ix_(self.rows, self.cols)]
-
-    @property
-    def queries(self) -> list[str]:
-        return [self.trace.query_tokens(self.site)[i] for i in self.rows]
-
-    @property
-    def keys(self) -> list[str]:
-        return [self.trace.key_tokens(self.site)[i] for i in self.cols]
-
-    @property
-    def name(self) -> str:
-        """A file name stem: model, site, layer."""
-        return file_name(self.trace.facts.model_id, self.site, self.layer)
-
-    @property
-    def label(self) -> str:
-        return site_label(self.trace, self.site)
-
-    @property
-    def where(self) -> str:
-        return f"{self.label} · layer {self.layer}"
-
-    def heatmap(self, matrix: np.ndarray, title: str, masked: np.ndarray):
-        """A (q_shown, k_shown) matrix with the chosen options, `masked` cells hatched. Hidden special tokens
-        take weight with them, so the colours then stretch over what is shown."""
-        top = (float(np.nanmax(matrix)) or 1.0) if self.hide_special else 1.0
-        return attention_heatmap(matrix, self.queries, self.keys, title, row_positions=self.rows,
-                                 col_positions=self.cols, colorscale=self.colorscale, show_values=self.show_values,
-                                 zrange=(0.0, top), masked=masked)
-
-    def table(self, matrix: np.ndarray) -> Callable[[], pd.DataFrame]:
-        """The CSV of a (q_shown, k_shown) matrix with position-qualified headers, made when asked. It holds the
-        matrix and labels, not the trace: a session keeps its download callables after the run."""
-        return partial(matrix_table, matrix, self.queries, self.keys, self.rows, self.cols)
-
-    @property
-    def rows_note(self) -> str:
-        """What a row of the drawn matrix sums to."""
-        if self.hide_special:
-            return ("Each row sums to 1 over all keys; with special tokens hidden, the rows drawn sum to less and "
-                    "the colours stretch up to the largest weight shown.")
-        return "Each row sums to 1."
 
 
 def shown_positions(trace: Trace, site: str, hide_special: bool) -> tuple[np.ndarray, np.ndarray]:

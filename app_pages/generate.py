@@ -16,7 +16,7 @@ from ui import url_state
 from ui.downloads import constant, downloads, file_name, matrix_table
 from ui.messages import literal, show_error
 from ui.page import current_request, current_runner, current_trace
-from ui.trace_cache import run_slots
+from ui.run_scheduler import run_slots
 from viz.generation import alternatives_bar, rows_heatmap
 from viz.tokens import visible_token
 

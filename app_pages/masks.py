@@ -4,28 +4,22 @@ is computed; each asks the model only for the hooks it shows."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 import streamlit as st
 import torch
 
-from model.core.masks import check_every_query_sees_a_key, hidden_key_pairs, outside_window_pairs
+from model.core.masks import check_every_query_sees_a_key
 from model.core.trace.sites import Site
 from model.core.trace.trace import Trace
 from ui import url_state
-from ui.downloads import csv_fits, csv_gigabytes, downloads, file_name, matrix_table
+from ui.mask_comparison import compare
+from ui.mask_editor import editor_pairs
+from ui.mask_views import draw_mask, first_self_site, heatmap, name
 from ui.messages import literal
-from ui.page import current_runner, current_trace, show_open_tab, trace_with
-from ui.pickers import choose_head, keep_valid, site_label
-from viz.heatmap import attention_heatmap
+from ui.page import current_trace, show_open_tab, trace_with
+from ui.pickers import choose_head, site_label
 from viz.masks import (
     after_mask,
-    difference_figure,
-    hidden_counts,
-    hidden_reasons,
-    mask_figure,
-    next_token_comparison,
     softmax,
     visible_range,
     why_table,
@@ -33,60 +27,7 @@ from viz.masks import (
 from viz.tokens import position_label
 
 VIEWS = ["Masks of this run", "Scores → probabilities", "Mask on / off", "Custom mask", "Padding", "Why −∞"]
-EDITORS = ["hide words", "window"]
-DRAWN = 96  # the most rows and columns drawn (three figures side by side); the CSVs hold everything
 PAD_MORE = 16  # the padding slider goes this many tokens past the text (within the model's limit)
-TOP = 8  # next tokens compared
-
-
-def name(trace: Trace, *parts: object) -> str:
-    """A file name stem: model, then the parts."""
-    return file_name(trace.facts.model_id, *parts)
-
-
-def first_self_site(trace: Trace) -> str:
-    """The self-attention that padding and blocked pairs apply to: the encoder's, or a decoder-only model's."""
-    return "decoder.attn" if trace.facts.kind == "decoder" else "encoder.attn"
-
-
-def hiding(trace: Trace, site: str) -> tuple[bool, tuple[tuple[int, int], ...]]:
-    """(whether the causal mask hides keys at `site`, the blocked pairs that apply to it)."""
-    s = Site.of(site)
-    blocked = trace.options.blocked if site == first_self_site(trace) else ()
-    return not s.is_cross and trace.options.causal_for(s.stack), tuple(blocked)
-
-
-def heatmap(matrix: np.ndarray, trace: Trace, site: str, title: str, key: str, file: str, **options) -> None:
-    """A (q_len, k_len) matrix of `trace` at `site`, its first DRAWN rows and columns, with its downloads: the CSV
-    holds the whole matrix where it fits (`csv_fits`), else the corner drawn."""
-    queries, keys = trace.query_tokens(site), trace.key_tokens(site)
-    n_q, n_k = min(len(queries), DRAWN), min(len(keys), DRAWN)
-    masked = options.pop("masked", None)
-    figure = options.pop("draw", attention_heatmap)(
-        matrix[:n_q, :n_k], queries[:n_q], keys[:n_k], title, height=420,
-        **({"masked": masked[:n_q, :n_k]} if masked is not None else {}), **options)
-    st.plotly_chart(figure, key=key)
-    whole = csv_fits(len(queries), len(keys))
-    if max(len(queries), len(keys)) > max(n_q, n_k):
-        st.caption(f"Drawn: the first {n_q} × {n_k} of {len(queries):,} × {len(keys):,} cells; "
-                   + ("the CSV holds all." if whole else "the CSV holds those drawn (all would be about "
-                      f"{csv_gigabytes(len(queries), len(keys)):.1f} GB of text)."))
-    if not whole:  # the session keeps the table's maker, and with it what it closes over: the corner alone
-        matrix, queries, keys = np.array(matrix[:n_q, :n_k]), queries[:n_q], keys[:n_k]
-    downloads(figure, file, key, lambda: matrix_table(matrix, queries, keys))
-
-
-def draw_mask(trace: Trace, site: str, key: str) -> None:
-    visible = trace.masks[site]  # (q_len, k_len) bool
-    causal, blocked = hiding(trace, site)
-
-    def draw(matrix: np.ndarray, *labels, **options):  # the drawn corner of the mask
-        return mask_figure(matrix, hidden_reasons(matrix, causal, blocked), *labels, **options)
-
-    heatmap(visible, trace, site, f"mask · {Site.of(site).label}", key, name(trace, site, "mask"), draw=draw)
-    counts = ", ".join(f"{count:,} {reason}" for reason, count in hidden_counts(visible, causal, blocked).items())
-    hidden = visible.size - np.count_nonzero(visible)
-    st.caption(f"{hidden:,} of {visible.size:,} cells hidden" + (f" ({counts})." if counts else "."))
 
 
 def masks_view(trace: Trace, site: str, layer: int, head: int) -> None:
@@ -134,68 +75,6 @@ def scores_view(trace: Trace, site: str, layer: int, head: int) -> None:
     st.caption(f"All three: {where}.")
 
 
-def common(a: Sequence[int], b: Sequence[int]) -> int:
-    """How many leading positions two runs share (a model that generates may write other tokens under other masks)."""
-    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
-
-
-def compare(runs: dict[str, Trace], site: str, layer: int, head: int, key: str, difference_title: str) -> None:
-    """Two runs' head side by side (first, second) and second − first, over the positions both runs share."""
-    (label_a, a), (label_b, b) = runs.items()
-    n_q, n_k = common(a.query_ids(site), b.query_ids(site)), common(a.key_ids(site), b.key_ids(site))
-    pattern_a, pattern_b = (run.head_pattern(site, layer, head)[:n_q, :n_k] for run in (a, b))  # (n_q, n_k)
-    if n_q < len(a.query_ids(site)) or n_q < len(b.query_ids(site)):
-        st.caption(f"The two runs generated different outputs: compared over the {n_q} query positions they share.")
-    difference = pattern_b - pattern_a  # (n_q, n_k)
-    columns = st.columns(3)
-    for index, (label, run, pattern) in enumerate([(label_a, a, pattern_a), (label_b, b, pattern_b)]):
-        with columns[index]:
-            heatmap(pattern, run, site, label, f"{key}_{index}", name(run, site, layer, head, key, index),
-                    masked=~run.masks[site][:n_q, :n_k])
-    with columns[2]:
-        heatmap(difference, a, site, difference_title, f"{key}_difference",
-                name(a, site, layer, head, key, "difference"), draw=difference_figure)
-    st.markdown(f"Largest change of a weight: **{float(np.abs(difference).max()):.4f}**.")
-    next_tokens(runs, n_q)
-
-
-def vocabulary_tokens(ids: Sequence[int]) -> list[str]:
-    """Token strings of a toy model's ids (its traces keep the log-probabilities of its whole small vocabulary)."""
-    return current_runner().toy.tokenizer.tokens(list(ids))
-
-
-def top_tokens(run: Trace, row: int) -> tuple[list[str], np.ndarray] | None:
-    """The likeliest next tokens: a causal LM's after the text; a toy model's after decoder position `row`."""
-    if "top_next_tokens" in run.outputs:
-        return [str(t) for t in run.outputs["top_next_tokens"][:TOP]], run.outputs["top_next_probs"][:TOP]
-    if "log_probs" in run.outputs and row >= 0:
-        probabilities = np.exp(run.outputs["log_probs"][row].astype(np.float64))  # (vocab,)
-        ids = np.argsort(-probabilities)[:TOP]
-        return vocabulary_tokens(ids), probabilities[ids]
-    return None
-
-
-def next_tokens(runs: dict[str, Trace], shared: int) -> None:
-    """For models that write text: each run's output and its next-token choices."""
-    first = next(iter(runs.values()))
-    if first.facts.kind == "encoder":
-        return
-    decoder = "decoder.attn"
-    row = common(*(run.query_ids(decoder) for run in runs.values())) - 1 if first.facts.kind != "decoder" else \
-        min(shared, *(len(run.ids) for run in runs.values())) - 1
-    for column, (label, run) in zip(st.columns(len(runs)), runs.items(), strict=True):
-        column.caption(f"Output, {label}")
-        column.code(run.output_text or "∅", language=None, wrap_lines=True)
-    choices = {label: top for label, run in runs.items() if (top := top_tokens(run, row)) is not None}
-    if len(choices) == len(runs):
-        where = "after the text" if "top_next_tokens" in first.outputs else \
-            f"after decoder position #{row} ({literal(position_label(row, first.query_tokens(decoder)[row]))})"
-        st.caption(f"The likeliest next tokens {where}, with and without the mask.")
-        figure = next_token_comparison(choices, "next token")
-        st.plotly_chart(figure, key="masks_next_tokens")
-        downloads(figure, name(first, "next-token"), "masks_next_tokens")
-
-
 def on_off_view(trace: Trace, site: str, layer: int, head: int) -> None:
     s = Site.of(site)
     if s.is_cross:
@@ -212,38 +91,6 @@ def on_off_view(trace: Trace, site: str, layer: int, head: int) -> None:
     if not causal:  # the first is always the masked run, so the difference reads off − on
         runs = dict(reversed(list(runs.items())))
     compare(runs, site, layer, head, "masks_on_off", "difference: off − on")
-
-
-def editor_pairs(tokens: Sequence[str]) -> tuple[tuple[int, int], ...]:
-    """The custom mask's controls; returns its blocked (query, key) pairs."""
-    n = len(tokens)
-    keep_valid("masks_editor", EDITORS)
-    mode = st.radio("Custom mask", EDITORS, key="masks_editor", horizontal=True,
-                    help="hide words: chosen keys hidden from chosen queries. window: each token sees only keys "
-                         "within a distance (a band).")
-    label = lambda i: position_label(i, tokens[i])  # noqa: E731
-    for key in ("masks_hide", "masks_for"):
-        seed_list(key, n)
-    if mode == "window":
-        st.session_state["masks_window"] = min(max(0, st.session_state.get("masks_window", 1)), n - 1)
-        width = st.slider("Each token sees keys at most this many positions away", 0, n - 1, key="masks_window")
-        url_state.write(masks_editor=mode, masks_window=width)
-        return outside_window_pairs(n, width)
-    keys_col, queries_col = st.columns(2)
-    keys = keys_col.multiselect("Hide these keys", range(n), key="masks_hide", format_func=label)
-    queries = queries_col.multiselect("from these queries (none chosen: every query)", range(n), key="masks_for",
-                                      format_func=label)
-    url_state.write(masks_editor=mode, masks_hide=",".join(map(str, keys)) or None,
-                    masks_for=",".join(map(str, queries)) or None)
-    return hidden_key_pairs(n, keys, queries) if keys else ()
-
-
-def seed_list(key: str, n: int) -> None:
-    """A list widget's value: from a link on the first visit ("1,3"), kept to positions that exist."""
-    if key not in st.session_state and key in st.query_params:
-        st.session_state[key] = [int(v) for v in st.query_params[key].split(",") if v.isdigit()]
-    if key in st.session_state:
-        st.session_state[key] = [v for v in st.session_state[key] if v < n]
 
 
 def custom_view(trace: Trace, site: str, layer: int, head: int) -> None:

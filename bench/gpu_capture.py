@@ -24,7 +24,7 @@ reading the clock. Memory: the GPU's peak allocated during the work above what w
 and the inputs), from `torch.cuda.reset_peak_memory_stats` and `max_memory_allocated`; the largest of the rounds.
 After the warm-up round the capture's last-layer pattern (head 0, last rows) is checked against eager's.
 
-Targets (issue 13): capture + summary <= 1.2 x sdpa at 2,048 tokens and <= 1.5 x at 8,192; peak memory at 8,192
+Targets: capture + summary <= 1.2 x sdpa at 2,048 tokens and <= 1.5 x at 8,192; peak memory at 8,192
 <= 1.5 x sdpa's.
 
 Without CUDA it says so and exits 0, unless BENCH_DEVICE=cpu and BENCH_SHAPES=tiny: then the same code runs on the

@@ -15,7 +15,7 @@ one run, median of RUNS:
 - the same with torch ops only: where no C compiler built the kernel (and on a GPU);
 Also the bytes a trace holds for its attention: the sources vs the float16 patterns.
 
-Targets (issue 13): capture <= 1.2 x sdpa at 512 and 2,048 tokens, thumbnails and statistics counted.
+Targets: capture <= 1.2 x sdpa at 512 and 2,048 tokens, thumbnails and statistics counted.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ that work above its resident set when it began (the model loaded, and what loadi
 by malloc_trim), from /proc (VmHWM reset by clear_refs), and in brackets the process's whole peak (the model,
 Python and torch included).
 
-Targets (issue 13): capture <= 1.2 x sdpa at 2,048 tokens and 1.5 x at 8,192, thumbnails and statistics counted;
+Targets: capture <= 1.2 x sdpa at 2,048 tokens and 1.5 x at 8,192, thumbnails and statistics counted;
 peak memory at 8,192 <= 1.5 x sdpa's.
 """
 

@@ -11,7 +11,7 @@ Streamlit's protobuf protocol by hand, a browser would take the cores that the m
 2. BENCH_TEXTS (default 30) distinct SmolLM2 texts of 2,048 tokens, one after another in one session.
 3. BENCH_MINILM_TEXTS (default 100) distinct MiniLM texts of 512 tokens.
 4. BENCH_CONCURRENT (default 4) sessions sending distinct 2,048-token SmolLM2 texts at the same moment, with
-   the app's bound on runs at once (ui.trace_cache.MAX_RUNS) and without it; the peak RSS of each.
+   the app's bound on runs at once (ui.run_scheduler.MAX_RUNS) and without it; the peak RSS of each.
    0 skips it.
 
 Printed: after each text the seconds, the cache's entries and MiB, RSS, and RSS - floor - cache (memory
@@ -34,7 +34,7 @@ from transformers.utils import logging as transformers_logging
 from app_browser.sessions import peak_of
 from model.core.bounded_cache import ByteCache
 from model.hf import packaged
-from ui import trace_cache
+from ui import run_scheduler, trace_cache
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = "app_pages/attention.py"
@@ -138,7 +138,7 @@ def main() -> None:
     transformers_logging.disable_progress_bar()
     transformers_logging.set_verbosity_error()
     budget = trace_cache.budget_bytes()
-    print(f"budget {budget / MIB:,.0f} MiB ({trace_cache.BUDGET_VARIABLE}), at most {trace_cache.MAX_RUNS} runs "
+    print(f"budget {budget / MIB:,.0f} MiB ({trace_cache.BUDGET_VARIABLE}), at most {run_scheduler.MAX_RUNS} runs "
           f"at once; RSS at start {rss() / GB:.2f} GB")
     at = session("toy-copy")
     loaded, floor, params = floor_of(at)
@@ -155,9 +155,9 @@ def main() -> None:
     if CONCURRENT:
         print(f"\n{CONCURRENT} sessions sending distinct 2,048-token SmolLM2 texts at once (each session keeps "
               "its trace, as a real one does):")
-        for k, slots in enumerate((trace_cache.MAX_RUNS, CONCURRENT)):
-            trace_cache.MAX_RUNS = slots
-            trace_cache.run_slots.clear()
+        for k, slots in enumerate((run_scheduler.MAX_RUNS, CONCURRENT)):
+            run_scheduler.MAX_RUNS = slots
+            run_scheduler.run_slots.clear()
             top, seconds = concurrent_peak("smollm2", 2048, CONCURRENT, SMOLLM2_TEXTS + k * CONCURRENT)
             print(f"  at most {slots} runs at once: peak RSS {top / GB:.2f} GB, {seconds:.0f} s for all "
                   f"(peak - floor - budget: {(top - floor - budget) / GB:.2f} GB)", flush=True)

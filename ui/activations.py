@@ -16,7 +16,8 @@ from model.inspect.lens import Lens, Unembedding, logit_lens
 from model.inspect.readout import forward_for
 from model.inspect.shapes import calls_table, shape_trace
 from ui.page import trace_with
-from ui.trace_cache import per_trace, run_slots
+from ui.run_scheduler import run_slots
+from ui.trace_cache import per_trace
 from viz.residual import cosine_between_layers, norms, write_share
 from viz.trajectories import Projection, fit_pca
 

@@ -19,7 +19,7 @@ from model.core.trace.trace import Trace
 from model.inspect.ablation import head_site
 from ui import url_state
 from ui.page import forget_choices
-from ui.summary import site_summary
+from ui.site_summary import site_summary
 from viz.thumbnails import head_at
 
 HEAD_KEYS = ("site", "layer", "head")

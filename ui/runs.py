@@ -94,7 +94,7 @@ def trace_for(request: RunRequest, hooks: tuple[str, ...] = PATTERNS, causal: Ca
               ablation: AblationMode = "zero", summarised: bool = False) -> tuple[Trace, bool]:
     """The trace of `request` capturing `hooks`, under another causal choice, extra masks or ablated heads if
     given, from the shared cache (computed once). `summarised`: every attention site reduced in the run, for the
-    views of the whole text (the frame's run: the Overview and Attention pages read it; ui/summary.py). Returns
+    views of the whole text (the frame's run: the Overview and Attention pages read it; ui/site_summary.py). Returns
     (trace, kept): kept is False when it was too large for the budget (it will be computed again)."""
     runner = get_runner(request.model_id, request.device, request.precision)
     options = request.options(hooks, causal, pad_to, blocked, ablated, ablation)

@@ -2,9 +2,9 @@
 
 Every session shares it. Its budget is `ATTENTION_ATLAS_CACHE_MB` megabytes (MiB), 2,560 by default, chosen
 for a 24 GB machine whose server should stay under about 8 GB: the process with MiniLM and SmolLM2 loaded
-takes 1.2 GB, and at most MAX_RUNS run at once. A 2,048-token SmolLM2 trace of the frame's run holds 204 MiB
-(what its patterns are computed from, model/core/attention/source.py, and its summary), a 512-token MiniLM one 18 MiB:
-the default holds about 12 of the former or 139 of the latter, with their derived values.
+takes 1.2 GB, and at most MAX_RUNS run at once (ui/run_scheduler.py). A 2,048-token SmolLM2 trace of the frame's
+run holds 204 MiB (what its patterns are computed from, model/core/attention/source.py, and its summary), a 512-token
+MiniLM one 18 MiB: the default holds about 12 of the former or 139 of the latter, with their derived values.
 
 An evicted trace (or one not kept) is freed only once nothing else holds it. Earlier reruns' page namespaces
 are reference cycles (functions <-> module globals) that hold their `trace`, and Streamlit no longer collects
@@ -15,16 +15,12 @@ After each run, the C allocator's free pages go back to the system (glibc's mall
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import functools
 import gc
 import os
 import sys
-import threading
-import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable
 from typing import TypeVar
 
 import streamlit as st
@@ -32,17 +28,20 @@ import streamlit as st
 from model.core.bounded_cache import ByteCache
 from model.core.capture.record import reporting_progress
 from model.core.trace.trace import Trace
+from ui.run_scheduler import (
+    RunAbandoned,
+    RunProgress,
+    Waiters,
+    await_run,
+    layer_bar,
+    run_slots,
+    run_waiters,
+    run_workers,
+)
 
 T = TypeVar("T")
 BUDGET_VARIABLE = "ATTENTION_ATLAS_CACHE_MB"
 DEFAULT_BUDGET_MB = 2560
-MAX_RUNS = 2  # model runs at once in the server; more wait (2 cores: more would not finish sooner anyway)
-RUN_WORKERS = 16  # threads that compute traces (runs waiting for a slot, or for another session's same run, wait
-# in them too)
-PROGRESS_AFTER_S = 1.0  # a run that has taken this long shows how many attention layers it has passed
-ABANDON_AFTER_S = 5.0  # a run no script has waited for this long stops at its next attention layer (the person
-# changed the text): its slot goes to the runs people wait for. A page change asks for the same run again at once.
-POLL_S = 0.2  # how often a waiting script looks at its run's progress
 _MALLOC_TRIM = getattr(ctypes.CDLL(None), "malloc_trim", None) if sys.platform == "linux" else None  # glibc's
 
 
@@ -60,12 +59,6 @@ def budget_bytes() -> int:
 def shared_cache(budget: int) -> ByteCache:
     """One cache per server process (a new budget replaces it)."""
     return ByteCache(budget)
-
-
-@st.cache_resource(show_spinner=False)
-def run_slots() -> threading.BoundedSemaphore:
-    """MAX_RUNS slots for model runs, shared by every session."""
-    return threading.BoundedSemaphore(MAX_RUNS)
 
 
 def cached_trace(key: tuple, compute: Callable[[], Trace]) -> tuple[Trace, bool]:
@@ -127,118 +120,6 @@ def _await_in_worker(cache: ByteCache, key: tuple, run: Callable[[RunProgress], 
                     return await_run(future, progress, draw)
                 except RunAbandoned:
                     continue
-
-
-class RunAbandoned(Exception):
-    """Raised in a run's worker when no script has waited for the run for ABANDON_AFTER_S."""
-
-
-class Waiters:
-    """How many scripts wait for each run in flight, and since when none has: such a run is abandoned once
-    ABANDON_AFTER_S has passed with none (`abandoned`)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._counts: dict[tuple, int] = {}  # key -> scripts waiting for its run
-        self._running: set[tuple] = set()  # keys whose run is in flight
-        self._unwatched_since: dict[tuple, float] = {}  # key in flight -> when its last waiting script left
-
-    @contextlib.contextmanager
-    def waiting(self, key: tuple) -> Iterator[None]:
-        """While open, a script waits for the run of `key`."""
-        with self._lock:
-            self._counts[key] = self._counts.get(key, 0) + 1
-            self._unwatched_since.pop(key, None)
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._counts[key] -= 1
-                if not self._counts[key]:
-                    del self._counts[key]
-                    if key in self._running:
-                        self._unwatched_since[key] = time.monotonic()
-
-    @contextlib.contextmanager
-    def running(self, key: tuple) -> Iterator[None]:
-        """While open, the run of `key` is in flight."""
-        with self._lock:
-            self._running.add(key)
-            if key not in self._counts:  # its scripts left before the run began
-                self._unwatched_since.setdefault(key, time.monotonic())
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._running.discard(key)
-                self._unwatched_since.pop(key, None)
-
-    def abandoned(self, key: tuple) -> bool:
-        """Whether no script has waited for the run of `key` for ABANDON_AFTER_S."""
-        with self._lock:
-            since = self._unwatched_since.get(key)
-        return since is not None and time.monotonic() - since >= ABANDON_AFTER_S
-
-
-@st.cache_resource(show_spinner=False)
-def run_waiters() -> Waiters:
-    """The scripts waiting for runs, shared by every session."""
-    return Waiters()
-
-
-@st.cache_resource(show_spinner=False)
-def run_workers() -> ThreadPoolExecutor:
-    """The threads that compute traces, shared by every session. A run goes on when the script that asked for it is
-    stopped (its session asked for another run: the person opened another page, or changed the text while the bar
-    was drawn): a page that asks for the same trace again waits for that run instead of starting over. A run that
-    no script has waited for in ABANDON_AFTER_S stops at its next attention layer (`Waiters`). RUN_WORKERS bounds
-    the threads, MAX_RUNS the runs among them."""
-    return ThreadPoolExecutor(RUN_WORKERS, thread_name_prefix="atlas-run")
-
-
-class RunProgress:
-    """The attention layers a run in a worker has passed, written there, read by the script waiting for it; the
-    run stops there (RunAbandoned) once `abandoned()` says nobody waits for it any more."""
-
-    def __init__(self, abandoned: Callable[[], bool]) -> None:
-        self.state = (0, 0)  # (layers passed, layers kept): one tuple, replaced whole
-        self.abandoned = abandoned
-
-    def report(self, passed: int, layers: int) -> None:
-        self.state = (passed, layers)
-        if self.abandoned():
-            raise RunAbandoned
-
-
-def await_run(future: Future[T], progress: RunProgress, draw: Callable[[int, int], None]) -> T:
-    """The result of `future`, calling draw(layers passed, layers kept) every POLL_S once it has taken
-    PROGRESS_AFTER_S (a quick run, or a cached trace, draws nothing). What `draw` raises (Streamlit stopping this
-    script) leaves the run going on in its worker."""
-    started = time.monotonic()
-    while True:
-        try:
-            return future.result(timeout=POLL_S)
-        except TimeoutError:
-            passed, layers = progress.state
-            if layers and time.monotonic() - started >= PROGRESS_AFTER_S:
-                draw(passed, layers)
-
-
-@contextlib.contextmanager
-def layer_bar() -> Iterator[Callable[[int, int], None]]:
-    """draw(passed, layers): a progress bar "Attention layer 12 of 30", made when first drawn and gone at the end."""
-    bar = None
-
-    def draw(passed: int, layers: int) -> None:
-        nonlocal bar
-        bar = st.empty() if bar is None else bar
-        bar.progress(passed / layers, text=f"Attention layer {passed} of {layers}")
-
-    try:
-        yield draw
-    finally:
-        if bar is not None:
-            bar.empty()
 
 
 def per_trace(trace: Trace, name: tuple | str, compute: Callable[[], T]) -> T:

@@ -240,7 +240,7 @@ def test_a_long_text_shows_the_last_cells_of_the_head_and_says_which() -> None:
 def test_the_frames_run_reduces_every_site_in_the_run_and_the_views_read_that() -> None:
     """A Hugging Face model's frame run makes each site's summary on the model's device (RunOptions.summarised):
     the model view, head statistics, rollout and opening head read it, not a second pass."""
-    from ui.summary import site_summary
+    from ui.site_summary import site_summary
 
     at = _app()
     trace = at.session_state["trace"]

@@ -13,7 +13,7 @@ import torch
 
 from model.core.options import RunOptions
 from model.registry import load_runner
-from ui import trace_cache
+from ui import run_scheduler, trace_cache
 from ui.trace_cache import BUDGET_VARIABLE, DEFAULT_BUDGET_MB, budget_bytes, cached_trace
 
 
@@ -42,16 +42,16 @@ def test_at_most_max_runs_run_at_once(monkeypatch) -> None:
             running[0] -= 1
         return np.zeros(1)  # stands in for a trace: the cache needs only its size
 
-    runs = trace_cache.MAX_RUNS + 2
+    runs = run_scheduler.MAX_RUNS + 2
     threads = [threading.Thread(target=cached_trace, args=(("bounded runs", i), compute)) for i in range(runs)]
     for thread in threads:
         thread.start()
-    assert all(entered.acquire(timeout=30) for _ in range(trace_cache.MAX_RUNS))
+    assert all(entered.acquire(timeout=30) for _ in range(run_scheduler.MAX_RUNS))
     assert not entered.acquire(timeout=0.5)  # the others wait for a slot
     go.set()
     for thread in threads:
         thread.join(30)
-    assert most[0] == trace_cache.MAX_RUNS
+    assert most[0] == run_scheduler.MAX_RUNS
 
 
 class _Stopped(BaseException):
@@ -66,7 +66,7 @@ def test_a_run_goes_on_and_is_cached_when_the_script_waiting_for_it_is_stopped(m
     """The run computes in a worker; the waiting script draws its progress (layers passed of layers kept) and may be
     stopped there (the person opened another page): the run finishes anyway and the next request finds it cached."""
     monkeypatch.setenv(BUDGET_VARIABLE, "1")
-    monkeypatch.setattr(trace_cache, "PROGRESS_AFTER_S", 0.0)
+    monkeypatch.setattr(run_scheduler, "PROGRESS_AFTER_S", 0.0)
     halfway, finish = threading.Event(), threading.Event()
     drawn: list[tuple[int, int]] = []
 
@@ -102,8 +102,8 @@ def test_a_run_nobody_waits_for_stops_at_its_next_layer_and_frees_its_slot(monke
     """The person changed the text during a long run: once no script has waited for it for ABANDON_AFTER_S, the
     run stops at its next attention layer, its run slot is free again, and a later request runs it anew."""
     monkeypatch.setenv(BUDGET_VARIABLE, "1")
-    monkeypatch.setattr(trace_cache, "PROGRESS_AFTER_S", 0.0)
-    monkeypatch.setattr(trace_cache, "ABANDON_AFTER_S", 0.2)
+    monkeypatch.setattr(run_scheduler, "PROGRESS_AFTER_S", 0.0)
+    monkeypatch.setattr(run_scheduler, "ABANDON_AFTER_S", 0.2)
     stopped, outcome, held = threading.Event(), [], []
     runner = load_runner("toy-date")
     patterns = RunOptions(hooks=("*.hook_pattern",))
@@ -116,7 +116,7 @@ def test_a_run_nobody_waits_for_stops_at_its_next_layer_and_frees_its_slot(monke
         held.append(weakref.ref(during))
         try:
             return runner.run(DATE, options=patterns)
-        except trace_cache.RunAbandoned:
+        except run_scheduler.RunAbandoned:
             outcome.append("abandoned")
             raise
 
@@ -133,17 +133,17 @@ def test_a_run_nobody_waits_for_stops_at_its_next_layer_and_frees_its_slot(monke
     try:
         with pytest.raises(_Stopped):
             cached_trace(("abandoned run",), compute)
-        slots = trace_cache.run_slots()
+        slots = run_scheduler.run_slots()
         deadline = time.monotonic() + 30
         while not outcome and time.monotonic() < deadline:
             time.sleep(0.05)
         assert outcome == ["abandoned"]
-        assert all(slots.acquire(timeout=5) for _ in range(trace_cache.MAX_RUNS))  # every slot free again
+        assert all(slots.acquire(timeout=5) for _ in range(run_scheduler.MAX_RUNS))  # every slot free again
         assert held[0]() is None
     finally:
         gc.enable()
-    for _ in range(trace_cache.MAX_RUNS):
+    for _ in range(run_scheduler.MAX_RUNS):
         slots.release()
-    monkeypatch.setattr(trace_cache, "PROGRESS_AFTER_S", 60.0)  # a quick run: the stopping bar is not drawn
+    monkeypatch.setattr(run_scheduler, "PROGRESS_AFTER_S", 60.0)  # a quick run: the stopping bar is not drawn
     trace, kept = cached_trace(("abandoned run",), lambda: runner.run(DATE, options=patterns))
     assert kept and trace.tokens

@@ -1,4 +1,4 @@
-"""bench/gpu_capture.py, the tool a session with a GPU measures issue 13's GPU targets with, runs end to end on the
+"""bench/gpu_capture.py, the tool that measures the GPU targets, runs end to end on the
 CPU with its tiny shape, block sizes swept as asked, and its capture agrees with eager attention."""
 
 from __future__ import annotations
