@@ -40,10 +40,12 @@ lint: $(VENV)/.dev
 bench: $(VENV)/.dev
 	$(PY) -m bench.capture
 	$(PY) -m bench.hf_capture
+	$(PY) -m bench.kernel_choice
 	$(PY) -m bench.gpu_capture
 	$(PY) -m bench.long_capture
 	$(PY) -m bench.smollm2_load
 	$(PY) -m bench.app_rerun
+	$(PY) -m bench.activations_rerun
 	$(PY) -m bench.server_memory
 	$(PY) -m bench.sessions
 	$(PY) -m bench.browser_attention

@@ -1,6 +1,6 @@
-"""Fixtures every layer's tests share: tiny random Hugging Face models of every family, each way a block of
-attention rows is reduced, a record of the toy models' runs. Each folder is a layer of the code (its marker).
-"""
+"""What every layer's tests share: no hub, a seed, torch's threads shared among the test processes, tiny random
+Hugging Face models of every family. Each folder of tests is a layer of the code, and each test carries its folder's
+marker; a folder's own fixtures are in its conftest."""
 
 import os
 
@@ -32,35 +32,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def _seed() -> None:
     torch.manual_seed(0)
 
-
-@pytest.fixture(params=["native", "torch"])
-def reduction(request, monkeypatch) -> str:
-    """Each way a block of attention rows is reduced on the CPU: the native kernel (which CI must have: a test of
-    it that silently fell back to torch would compare torch with itself) and torch ops."""
-    from model.core.attention import native
-
-    if request.param == "torch":
-        monkeypatch.setattr(native, "attention_rows", lambda: None)
-    elif native.attention_rows() is None:
-        assert not os.environ.get("CI"), "the native kernel did not compile in CI"
-        pytest.skip("no C compiler here: the native kernel is not built (the torch ops are tested)")
-    return request.param
-
-
-@pytest.fixture
-def toy_runs(monkeypatch) -> list[str]:
-    """The texts every toy model is run on during the test, in order (to check when the model runs again)."""
-    from model.toy.runner import ToyRunner
-
-    calls: list[str] = []
-    real_run = ToyRunner.run
-
-    def counting_run(self, text, *args, **kwargs):
-        calls.append(text)
-        return real_run(self, text, *args, **kwargs)
-
-    monkeypatch.setattr(ToyRunner, "run", counting_run)
-    return calls
 
 from model.hf.loading import load_hf_runner  # noqa: E402
 from tests.tiny_hf import FAMILIES, build  # noqa: E402
