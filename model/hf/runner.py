@@ -160,7 +160,7 @@ class HFRunner:
         tokens; otherwise (no causal mask, blocked pairs, ablated heads) every step re-reads the whole sequence
         under them (an ablation by the mean over positions needs them all)."""
         if len(ids) > CONTINUATION_MAX_PROMPT:
-            return self.tokenizer.decode([first]), "next token"
+            return self.text.decode([first]), "next token"
         sequence = [*ids, first]
         causal, blocked = options.causal_for("decoder"), options.blocked
         with torch.inference_mode():
@@ -178,7 +178,7 @@ class HFRunner:
                     logits = model(input_ids=torch.tensor([sequence], device=model.device), logits_to_keep=1,
                                    attention_mask=additive_mask(allowed, model.dtype)).logits[0, -1]
                     sequence.append(int(logits.argmax()))
-        return self.tokenizer.decode(sequence[len(ids):]), "generated"  # specials kept: an end token is news
+        return self.text.decode(sequence[len(ids):]), "generated"  # specials kept: an end token is news
 
     # -- encoder-decoder -----------------------------------------------------------------------
     def _run_encoder_decoder(self, model: nn.Module, text: str, target: str | None, options: RunOptions) -> Trace:
@@ -215,7 +215,7 @@ class HFRunner:
         if target is not None:
             outputs |= score_target(out.logits[0], labels, self.text.tokens)
             return self._trace(padded, tgt_ids, masks, captured, outputs, target, "teacher-forced", options)
-        output_text = self.tokenizer.decode(labels, skip_special_tokens=True)
+        output_text = self.text.decode(labels, skip_special_tokens=True)
         return self._trace(padded, tgt_ids, masks, captured, outputs, output_text, "generated", options)
 
     def _generate(

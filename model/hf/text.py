@@ -35,23 +35,41 @@ class TokenText:
         return ids
 
     def tokens(self, ids: list[int]) -> list[str]:
-        """Token strings a person can read: byte-level and SentencePiece markers turned back into spaces."""
+        """Token strings a person can read: byte-level and SentencePiece markers turned back into spaces; an id the
+        tokenizer has no token for (a model's embedding padded past its tokenizer) as `unknown_id`."""
         special = set(self.tokenizer.all_special_ids)
         out = []
         for i, raw in zip(ids, self.tokenizer.convert_ids_to_tokens(ids), strict=True):
-            readable = raw
-            if i not in special and any(m in raw for m in READABLE_MARKERS):
+            readable = unknown_id(i) if raw is None else raw
+            if raw is not None and i not in special and any(m in raw for m in READABLE_MARKERS):
                 readable = self.tokenizer.convert_tokens_to_string([raw]) or raw
             out.append(readable)
         return out
 
     def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+        """The text of `ids`; an id the tokenizer has no token for is written `unknown_id` (the tokenizer would drop it
+        without a word)."""
+        known = [i < len(self.tokenizer) for i in ids]
+        if all(known):
+            return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+        parts, start = [], 0
+        for end in [*(n for n in range(1, len(ids)) if known[n] != known[n - 1]), len(ids)]:
+            run = ids[start:end]
+            parts.append(self.tokenizer.decode(run, skip_special_tokens=skip_special_tokens) if known[start]
+                         else "".join(map(unknown_id, run)))
+            start = end
+        return "".join(parts)
 
     def pad_id(self) -> int:
         """The padding token's id (the end token's where the tokenizer has none)."""
         pad = self.tokenizer.pad_token_id
         return pad if pad is not None else self.tokenizer.eos_token_id or 0
+
+
+def unknown_id(i: int) -> str:
+    """How an id the tokenizer has no token for reads: a model's embedding may be larger than its tokenizer (padded
+    vocabularies: Pythia, Qwen, many fine-tunes), and the model may still choose such an id."""
+    return f"[id {i}]"
 
 
 def eos_ids(model: nn.Module) -> set[int]:

@@ -284,3 +284,25 @@ def test_a_given_target_is_scored_token_by_token(runners, family: str) -> None:
     probs, ranks = trace.outputs["forced_probs"], trace.outputs["forced_ranks"]
     assert ((probs > 0) & (probs <= 1)).all() and (ranks >= 1).all()
     assert ((ranks == 1) == (trace.outputs["forced_choice_tokens"] == trace.outputs["forced_tokens"])).all()
+
+
+def test_a_model_whose_embedding_is_larger_than_its_tokenizer_names_the_ids_it_has_no_token_for(tmp_path) -> None:
+    """Padded vocabularies (Pythia, Qwen, many fine-tunes): an id past the tokenizer, chosen by the model, reads as
+    `[id N]` in the next-token bars, the output and generation, instead of crashing the run."""
+    from model.core.generation.decoding import generate
+    from model.core.generation.sampling import DecodeSettings, choose_next
+    from model.hf.text import unknown_id
+
+    runner = load_hf_runner(str(build("llama", tmp_path / "padded", vocab_size=200)))
+    assert runner.facts.vocab_size == 200 > len(runner.tokenizer)
+    padded_id = 150
+    with torch.no_grad():
+        runner.model.get_output_embeddings().weight[padded_id] += 5  # the model now prefers an id with no token
+    trace = runner.run("the quick brown fox")
+    assert trace.outputs["top_next_tokens"][0] == unknown_id(padded_id) == "[id 150]"
+    assert trace.output_text.startswith(unknown_id(padded_id))
+    stepper = runner.stepper("the quick brown fox", RunOptions())
+    steps = list(generate(stepper, [], 2, lambda logits, step: choose_next(logits, DecodeSettings(), step)))
+    assert [step.token_id for step in steps] == [padded_id, padded_id]
+    assert stepper.tokens([padded_id, 5]) == [unknown_id(padded_id), runner.tokenizer.convert_ids_to_tokens(5)]
+    assert runner.text.decode([5, padded_id]) == runner.tokenizer.decode([5]) + unknown_id(padded_id)
