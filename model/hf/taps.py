@@ -191,6 +191,8 @@ LLAMA = Family(
         "hook_attn_out": ("layers.{i}.self_attn", first_output),
         "hook_resid_mid": ("layers.{i}.post_attention_layernorm", first_input),
         **norm_hooks("ln2", "layers.{i}.post_attention_layernorm", RMS_SCALE),
+        "mlp.hook_pre": ("layers.{i}.mlp.gate_proj", output),  # the gate, before its activation
+        "mlp.hook_pre_linear": ("layers.{i}.mlp.up_proj", output),
         "mlp.hook_post": ("layers.{i}.mlp.down_proj", first_input),  # act(gate) * up
         "hook_mlp_out": ("layers.{i}.mlp", output),
         "hook_resid_post": ("layers.{i}", first_output),

@@ -48,7 +48,7 @@ LAYER_NAMES = {  # per family: the names of one layer, in table order
     "gpt2": ["hook_resid_pre", *LN1, *ATTN, "hook_attn_out", "hook_resid_mid", *LN2, "mlp.hook_pre",
              "mlp.hook_post", "hook_mlp_out", "hook_resid_post"],
     "llama": ["hook_resid_pre", *LN1, *ROTARY_ATTN, "hook_attn_out", "hook_resid_mid", *LN2,
-              "mlp.hook_post", "hook_mlp_out", "hook_resid_post"],
+              "mlp.hook_pre", "mlp.hook_pre_linear", "mlp.hook_post", "hook_mlp_out", "hook_resid_post"],
 }
 
 
@@ -306,3 +306,20 @@ def test_a_model_whose_embedding_is_larger_than_its_tokenizer_names_the_ids_it_h
     assert [step.token_id for step in steps] == [padded_id, padded_id]
     assert stepper.tokens([padded_id, 5]) == [unknown_id(padded_id), runner.tokenizer.convert_ids_to_tokens(5)]
     assert runner.text.decode([5, padded_id]) == runner.tokenizer.decode([5]) + unknown_id(padded_id)
+
+
+def test_a_gated_mlp_records_its_gate_and_up_projections_as_transformer_lens_does(runners) -> None:
+    """TransformerLens's GatedMLP: hook_pre = x W_gate (before the activation), hook_pre_linear = x W_in (the up
+    projection), hook_post = act(hook_pre) x hook_pre_linear, then W_out: hook_mlp_out."""
+    runner = runners["llama"]
+    trace = runner.run("the quick brown fox", options=RunOptions(hooks=("decoder.0.mlp.*", "decoder.0.hook_mlp_out",
+                                                                         "decoder.0.ln2.hook_normalized")))
+    c = {name: torch.from_numpy(value) for name, value in trace.captured.items()}
+    mlp = runner.model.model.layers[0].mlp
+    x = c["decoder.0.ln2.hook_normalized"]  # what the MLP reads (the norm's output, in this app's meaning today)
+    with torch.no_grad():
+        torch.testing.assert_close(c["decoder.0.mlp.hook_pre"], x @ mlp.gate_proj.weight.T)
+        torch.testing.assert_close(c["decoder.0.mlp.hook_pre_linear"], x @ mlp.up_proj.weight.T)
+        torch.testing.assert_close(c["decoder.0.mlp.hook_post"],
+                                   mlp.act_fn(c["decoder.0.mlp.hook_pre"]) * c["decoder.0.mlp.hook_pre_linear"])
+        torch.testing.assert_close(c["decoder.0.hook_mlp_out"], c["decoder.0.mlp.hook_post"] @ mlp.down_proj.weight.T)

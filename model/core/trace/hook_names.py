@@ -40,7 +40,8 @@ PER_LAYER: dict[str, str] = {
     **{f"ln1.{name}": meaning for name, meaning in _NORM.items()},  # the norm at self-attention
     **{f"ln_cross.{name}": meaning for name, meaning in _NORM.items()},  # the norm at cross-attention
     **{f"ln2.{name}": meaning for name, meaning in _NORM.items()},  # the norm at the MLP
-    "mlp.hook_pre": "(pos, d_ff): the MLP's hidden layer before the activation",
+    "mlp.hook_pre": "(pos, d_ff): the MLP's hidden layer before the activation (gated MLPs: the gate projection)",
+    "mlp.hook_pre_linear": "(pos, d_ff): gated MLPs: the up projection, which the activated gate multiplies",
     "mlp.hook_post": "(pos, d_ff): the MLP's hidden layer after the activation (x the gate, in gated MLPs)",
     "hook_mlp_out": "(pos, d_model): what the MLP adds to the residual stream",
     "hook_resid_post": "(pos, d_model): the residual stream after the MLP's sum, before any norm",
