@@ -14,6 +14,7 @@ from model.core.trace.sites import Site
 from model.core.trace.trace import Trace
 from model.inspect.head_math import HeadSteps, compute_head, concat_heads, output_projection
 from model.inspect.head_weights import HeadWeights, head_weights
+from model.inspect.norm_output import block_input
 from model.inspect.step_hooks import StepNames, step_names
 from ui import url_state
 from ui.downloads import file_name
@@ -42,6 +43,8 @@ class Head:
     steps: HeadSteps
     x: np.ndarray  # (q_len, d_model)
     x_kv: np.ndarray  # (k_len, d_model)
+    before: np.ndarray  # (q_len, d_model) the residual stream the block's output is added to
+    normed: np.ndarray  # (q_len, d_model) the output of the norm after the residual sum
 
     def captured(self, hook: str) -> np.ndarray:
         return self.trace.captured[f"{self.names.attention}.{hook}"]
@@ -75,14 +78,16 @@ def load_head(trace: Trace, site: str, layer: int, head: int) -> Head:
     """Trace the layer's hooks (cached), read the head's weights and recompute it (kept with that trace)."""
     names = step_names(trace.facts, site, layer)
     full = trace_with(hooks_to_capture(trace, site, layer))
-    x = full.captured[names.x]
-    x_kv = next(full.captured[m] for m in names.memory if m in full.captured) if names.memory else x
     runner = current_runner()
+    x = block_input(runner, names.x, full.captured[names.x])
+    x_kv = next(full.captured[m] for m in names.memory if m in full.captured) if names.memory else x
     weights = per_trace(full, ("step weights", site, layer, head),
                         lambda: head_weights(runner, site, layer, head, len(x), len(x_kv)))
     steps = per_trace(full, ("step head", site, layer, head),
                       lambda: compute_head(weights, x, x_kv, full.masks[site]))
-    return Head(full, site, layer, names, weights, steps, x, x_kv)
+    before, normed = (block_input(runner, name, full.captured[name]) for name in (names.before, names.norm))
+    return Head(full, site, layer, names, weights, steps, x, x_kv, before, normed)
+
 
 
 def checks(h: Head) -> pd.DataFrame:
@@ -101,7 +106,7 @@ def checks(h: Head) -> pd.DataFrame:
               "hook_pattern" + (" (float16)" if hf else "")),
              ("head output Z = A V", h.steps.z, z_all[head], "hook_z"),
              ("Concat(heads) W_O + b_O", output_projection(z_all, h.weights), c[h.names.out], h.names.out),
-             ("residual add", c[h.names.before] + c[h.names.out], c[h.names.after], h.names.after)]
+             ("residual add", h.before + c[h.names.out], c[h.names.after], h.names.after)]
     return pd.DataFrame([{"step": step, "max |recomputed − model|": f"{np.abs(mine - theirs).max():.2e}",
                           "the model's value": hook} for step, mine, theirs, hook in rows])
 
@@ -135,7 +140,8 @@ def show_inputs(h: Head, values: bool) -> None:
     st.caption("The layer's input after its norm: this model normalises before attention (pre-norm)." if pre else
                "The residual stream itself: this model normalises after the residual sum (post-norm).")
     d_model = dimension_names(h.x.shape[1])
-    show_matrix(h.x, h.rows, d_model, f"X ({h.names.x})", ("tokens", "d_model"), "step_x", show_values=values,
+    source = f"{h.names.x} × weight + bias" if h.names.x.endswith(".hook_normalized") else h.names.x
+    show_matrix(h.x, h.rows, d_model, f"X ({source})", ("tokens", "d_model"), "step_x", show_values=values,
                 stem=h.stem)
     if Site.of(h.site).is_cross:
         keys = h.cols
@@ -228,8 +234,9 @@ def show_output(h: Head, values: bool) -> None:
     rms = "RMS" in h.trace.facts.norm
     st.latex(r"\mathrm{RMSNorm}(x) = \frac{x}{\sqrt{\mathrm{mean}(x^2) + \epsilon}} \odot g" if rms else
              r"\mathrm{LayerNorm}(x) = \frac{x - \mathrm{mean}(x)}{\sqrt{\mathrm{var}(x) + \epsilon}} \odot g + b")
-    show_matrix(c[h.names.norm], h.rows, d_model, f"normalised by {h.names.norm_label}", ("tokens", "d_model"),
-                "step_norm", show_values=values, stem=h.stem)
+    affine = "hook_normalized × g" if rms else "hook_normalized × g + b"
+    show_matrix(h.normed, h.rows, d_model, f"{h.names.norm_label}: {affine}", ("tokens", "d_model"), "step_norm",
+                show_values=values, stem=h.stem)
 
 
 def page() -> None:

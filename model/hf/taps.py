@@ -12,7 +12,7 @@ can be captured from a Hugging Face model.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -46,10 +46,13 @@ def batched_output(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> t
 
 @dataclass(frozen=True)
 class NormScale:
-    """What a norm module divides by, (batch, len, 1), computed from its input: the standard deviation
-    (LayerNorm) or the root mean square (RMSNorm), each with the module's own epsilon."""
+    """A norm module's values as TransformerLens's norms record them, computed from its input: what it divides by,
+    (batch, len, 1), the standard deviation (LayerNorm) or the root mean square (RMSNorm) with the module's own
+    epsilon; or, `normalized`, its input (centred, for LayerNorm) divided by that, (batch, len, d_model), before the
+    norm's weight and bias (TransformerLens `components/layer_norm.py`: hook_normalized(x / scale), then w and b)."""
 
     rms: bool
+    normalized: bool = False
 
     def tap(self, module: nn.Module) -> ModuleTap:
         eps = float(getattr(module, "eps", None) or module.variance_epsilon)
@@ -57,7 +60,8 @@ class NormScale:
         def read(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> torch.Tensor:
             x = first_input(args, kwargs, out).float()
             centred = x if self.rms else x - x.mean(-1, keepdim=True)
-            return (centred.pow(2).mean(-1, keepdim=True) + eps).sqrt()
+            scale = (centred.pow(2).mean(-1, keepdim=True) + eps).sqrt()
+            return centred / scale if self.normalized else scale
 
         return ModuleTap(module, read)
 
@@ -71,7 +75,7 @@ TapTable = dict[str, tuple[str, Reader | TapMaker]]  # hook name -> (module path
 
 def norm_hooks(prefix: str, path: str, scale: NormScale) -> TapTable:
     """`<prefix>.hook_scale` and `<prefix>.hook_normalized` of the norm module at `path`."""
-    return {f"{prefix}.hook_scale": (path, scale), f"{prefix}.hook_normalized": (path, output)}
+    return {f"{prefix}.hook_scale": (path, scale), f"{prefix}.hook_normalized": (path, replace(scale, normalized=True))}
 
 
 def attention_hooks(prefix: str, path: str, rotary: bool = False) -> TapTable:

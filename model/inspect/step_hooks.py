@@ -1,11 +1,12 @@
 """Which hooks one layer's attention step-through reads, by name, for any model of the hook vocabulary.
 
-The head reads X: the layer's input after the norm where the model normalises first (pre-norm:
-`ln1.hook_normalized`, or `ln_cross.hook_normalized` for cross-attention), or the residual stream itself
-where it normalises after the sum (post-norm: `hook_resid_pre`; the decoder's cross-attention reads the
-self-attention block's normalised output `ln1.hook_normalized`). Cross-attention's keys and values read the
-encoder's output. After the heads: W_O gives `hook_attn_out`, the residual add gives `hook_resid_mid`, and
-the norm that follows gives its `hook_normalized`.
+The head reads X: the layer's input after the norm where the model normalises first (pre-norm: the output of
+the norm whose `ln1.hook_normalized` is named, or `ln_cross.hook_normalized` for cross-attention), or the residual
+stream itself where it normalises after the sum (post-norm: `hook_resid_pre`; the decoder's cross-attention reads
+the self-attention block's normalised output, ln1's). A norm's output is its `hook_normalized` x weight + bias
+(model/inspect/norm_output.py). Cross-attention's keys and values read the encoder's output. After the heads: W_O
+gives `hook_attn_out`, the residual add gives `hook_resid_mid`, and the norm that follows is named by its
+`hook_normalized`.
 """
 
 from __future__ import annotations
@@ -24,12 +25,12 @@ class StepNames:
     """Hook names of one layer's attention block."""
 
     attention: str  # prefix of the per-head hooks: "decoder.1.cross_attn"
-    x: str  # (q_len, d_model) what the queries read
+    x: str  # (q_len, d_model) what the queries read (a norm's hook_normalized: that norm's output)
     memory: tuple[str, ...]  # cross-attention: what keys and values read, the first one captured; else ()
     before: str  # (q_len, d_model) the residual stream the block's output is added to
     out: str  # (q_len, d_model) the block's output after W_O
     after: str  # (q_len, d_model) the residual sum
-    norm: str  # (q_len, d_model) the output of the norm that follows the sum
+    norm: str  # (q_len, d_model) the hook_normalized of the norm that follows the sum
     norm_label: str  # how a person names that norm
 
     def hooks(self) -> tuple[str, ...]:

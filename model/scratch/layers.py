@@ -28,17 +28,18 @@ def sinusoidal_table(max_len: int, d_model: int) -> torch.Tensor:
 
 
 class HookedLayerNorm(nn.LayerNorm):
-    """LayerNorm (the same parameters as nn.LayerNorm) that shows what it divides by and what it outputs."""
+    """LayerNorm (the same parameters as nn.LayerNorm) that shows what it divides by and its input so divided, before
+    its weight and bias (as TransformerLens's LayerNorm)."""
 
     def __init__(self, d_model: int, eps: float) -> None:
         super().__init__(d_model, eps=eps)
         self.hook_scale = HookPoint()  # (batch, len, 1): the standard deviation it divides by
-        self.hook_normalized = HookPoint()  # (batch, len, d_model): its output, after weight and bias
+        self.hook_normalized = HookPoint()  # (batch, len, d_model): x centred and divided by it, before weight and bias
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         centred = x - x.mean(-1, keepdim=True)  # (batch, len, d_model)
         scale = self.hook_scale((centred.pow(2).mean(-1, keepdim=True) + self.eps).sqrt())
-        return self.hook_normalized(centred / scale * self.weight + self.bias)
+        return self.hook_normalized(centred / scale) * self.weight + self.bias
 
 
 class FeedForward(nn.Module):

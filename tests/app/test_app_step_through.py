@@ -48,7 +48,8 @@ def test_every_site_layer_and_head_of_an_encoder_decoder() -> None:
             assert _differences(at)["pattern (softmax)"] < 1e-5  # the from-scratch model keeps float32
             titles = _titles(at)
             assert f"W_Q, the slice of head {head} · (d_model, d_head) = (64, 16)" in titles
-            x_hook = "hook_resid_pre" if site == "encoder.attn" or site == "decoder.attn" else "ln1.hook_normalized"
+            normalised = "ln1.hook_normalized × weight + bias"  # cross-attention reads ln1's output
+            x_hook = "hook_resid_pre" if site in ("encoder.attn", "decoder.attn") else normalised
             assert titles[0].startswith(f"X ({site.split('.')[0]}.{layer}.{x_hook})")  # post-norm: the stream
     assert "X_enc (the encoder's output) · (source tokens, d_model)" in " ".join(_titles(at))
     assert at.query_params["site"] == "decoder.cross_attn" and at.query_params["head"] == "3"
@@ -114,7 +115,7 @@ def test_minilm_and_smollm2() -> None:
     titles = _titles(at)
     assert {"Q · (tokens, d_head) = (5, 64)", "Q after the rotation · (tokens, d_head) = (5, 64)",
             "K after the rotation · (key tokens, d_head) = (5, 64)"} <= set(titles)  # 5 tokens, before and after
-    assert titles[0] == "X (decoder.2.ln1.hook_normalized) · (tokens, d_model) = (5, 576)"
+    assert titles[0] == "X (decoder.2.ln1.hook_normalized × weight + bias) · (tokens, d_model) = (5, 576)"
     assert any("first 48 of 576 columns" in c.value for c in at.caption)  # large ones are cut, and said so
 
 

@@ -9,6 +9,7 @@ from model.core.options import RunOptions
 from model.core.trace.trace import Trace
 from model.inspect.head_math import HeadSteps, compute_head, output_projection, softmax_rows
 from model.inspect.head_weights import HeadWeights, head_weights
+from model.inspect.norm_output import block_input
 from model.inspect.step_hooks import step_names
 from model.registry import load_runner
 
@@ -20,7 +21,7 @@ def _recompute(runner, text: str, target: str | None, site: str, layer: int, hea
                ) -> tuple[Trace, HeadWeights, HeadSteps, str]:
     names = step_names(runner.facts, site, layer)
     trace = runner.run(text, target, RunOptions(hooks=names.hooks()))
-    x = trace.captured[names.x]
+    x = block_input(runner, names.x, trace.captured[names.x])
     x_kv = next(trace.captured[m] for m in names.memory if m in trace.captured) if names.memory else x
     weights = head_weights(runner, site, layer, head, len(x), len(x_kv))
     return trace, weights, compute_head(weights, x, x_kv, trace.masks[site]), names.attention

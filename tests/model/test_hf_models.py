@@ -15,6 +15,7 @@ from model.core.options import RunOptions
 from model.core.trace.file import load_trace, save_trace
 from model.core.trace.hook_names import in_vocabulary
 from model.hf.loading import load_hf_runner
+from model.inspect.norm_output import norm_output
 from tests.tiny_hf import FAMILIES, build
 
 TEXT = "the quick brown fox jumps over the lazy dog"
@@ -97,8 +98,9 @@ def test_post_norm_residual_hooks_are_the_sums_before_the_norm(runners, family: 
     c = {k: torch.from_numpy(v) for k, v in trace.captured.items()}
     torch.testing.assert_close(c[f"{stack}.0.hook_resid_mid"], c[f"{stack}.0.hook_resid_pre"] +
                                c[f"{stack}.0.hook_attn_out"])
-    mlp_in = c[f"{stack}.0.ln1.hook_normalized"]
-    torch.testing.assert_close(c[f"{stack}.0.hook_resid_post"], mlp_in + c[f"{stack}.0.hook_mlp_out"])
+    mlp_in = norm_output(runners[family], f"{stack}.0.ln1.hook_normalized",
+                         trace.captured[f"{stack}.0.ln1.hook_normalized"])  # ln1's output: what the MLP reads
+    torch.testing.assert_close(c[f"{stack}.0.hook_resid_post"], torch.from_numpy(mlp_in) + c[f"{stack}.0.hook_mlp_out"])
     torch.testing.assert_close(c[f"{stack}.0.hook_normalized_resid_post"], c[f"{stack}.1.hook_resid_pre"])
     resid_post = c[f"{stack}.0.hook_resid_post"]
     centred = resid_post - resid_post.mean(-1, keepdim=True)
@@ -316,10 +318,48 @@ def test_a_gated_mlp_records_its_gate_and_up_projections_as_transformer_lens_doe
                                                                          "decoder.0.ln2.hook_normalized")))
     c = {name: torch.from_numpy(value) for name, value in trace.captured.items()}
     mlp = runner.model.model.layers[0].mlp
-    x = c["decoder.0.ln2.hook_normalized"]  # what the MLP reads (the norm's output, in this app's meaning today)
+    x = torch.from_numpy(norm_output(runner, "decoder.0.ln2.hook_normalized",
+                                     trace.captured["decoder.0.ln2.hook_normalized"]))  # what the MLP reads
     with torch.no_grad():
         torch.testing.assert_close(c["decoder.0.mlp.hook_pre"], x @ mlp.gate_proj.weight.T)
         torch.testing.assert_close(c["decoder.0.mlp.hook_pre_linear"], x @ mlp.up_proj.weight.T)
         torch.testing.assert_close(c["decoder.0.mlp.hook_post"],
                                    mlp.act_fn(c["decoder.0.mlp.hook_pre"]) * c["decoder.0.mlp.hook_pre_linear"])
         torch.testing.assert_close(c["decoder.0.hook_mlp_out"], c["decoder.0.mlp.hook_post"] @ mlp.down_proj.weight.T)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_norms_hooks_mean_what_transformer_lens_means(runners, family: str) -> None:
+    """TransformerLens (`components/layer_norm.py`, `rms_norm.py`): hook_scale = sqrt(mean(x^2) + eps) of the input
+    (centred first for LayerNorm), hook_normalized = that input divided by hook_scale, before the weight and bias;
+    the norm's output is hook_normalized x weight + bias. Checked on each family's first norm, its weights made
+    unlike 1 and 0 (a fresh model's are exactly those, where the two meanings agree)."""
+    runner = runners[family]
+    stack = "encoder" if runner.facts.kind != "decoder" else "decoder"
+    name = f"{stack}.0.ln1.hook_normalized"
+    module = runner.taps[name].module
+    inputs = []
+    handle = module.register_forward_hook(lambda m, args, out: inputs.append((args[0][0].detach(), out[0].detach())))
+    saved = {key: value.clone() for key, value in module.state_dict().items()}
+    try:
+        with torch.no_grad():
+            for parameter in module.parameters():
+                parameter.uniform_(0.5, 1.5)
+        trace = runner.run(TEXT, options=RunOptions(hooks=(name, name.replace("normalized", "scale"))))
+        output = torch.from_numpy(norm_output(runner, name, trace.captured[name]))  # with the weights it ran with
+    finally:
+        handle.remove()
+        module.load_state_dict(saved)
+    x, out = inputs[0]  # (pos, d_model): what the norm read and gave in the traced pass
+    rms = "RMS" in runner.facts.norm
+    centred = x if rms else x - x.mean(-1, keepdim=True)
+    scale = torch.from_numpy(trace.captured[name.replace("normalized", "scale")])
+    normalized = torch.from_numpy(trace.captured[name])
+    torch.testing.assert_close(scale, (centred.pow(2).mean(-1, keepdim=True) + module_eps(module)).sqrt())
+    torch.testing.assert_close(normalized, centred / scale)
+    torch.testing.assert_close(output, out, atol=1e-5, rtol=1e-5)
+    assert (normalized - out).abs().max() > 0.1  # the weights matter: before them is not after them
+
+
+def module_eps(module: torch.nn.Module) -> float:
+    return float(getattr(module, "eps", None) or module.variance_epsilon)

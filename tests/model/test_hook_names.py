@@ -68,11 +68,15 @@ def test_residual_hooks_are_the_sums_before_any_norm(norm: str) -> None:
     ln1, ln2 = model.decoder.layers[0].ln1, model.decoder.layers[0].ln2
     resid_pre = c["decoder.0.hook_resid_pre"]
     torch.testing.assert_close(c["decoder.0.hook_resid_mid"], resid_pre + c["decoder.0.hook_attn_out"])
-    mlp_in = c["decoder.0.ln1.hook_normalized"] if norm == "post" else c["decoder.0.hook_resid_mid"]
+    ln1_in = c["decoder.0.hook_resid_mid"] if norm == "post" else resid_pre
+    ln1_out = torch.nn.functional.layer_norm(ln1_in, (64,), ln1.weight, ln1.bias, ln1.eps)
+    mlp_in = ln1_out if norm == "post" else c["decoder.0.hook_resid_mid"]
     torch.testing.assert_close(c["decoder.0.hook_resid_post"], mlp_in + c["decoder.0.hook_mlp_out"])
-    torch.testing.assert_close(c["decoder.0.ln1.hook_normalized"],
-                               torch.nn.functional.layer_norm(c["decoder.0.hook_resid_mid"] if norm == "post"
-                                                              else resid_pre, (64,), ln1.weight, ln1.bias, ln1.eps))
+    # as TransformerLens's LayerNorm: hook_normalized is the input centred and divided by hook_scale, before the
+    # weight and bias; the norm's output is hook_normalized x weight + bias
+    centred = ln1_in - ln1_in.mean(-1, keepdim=True)
+    torch.testing.assert_close(c["decoder.0.ln1.hook_normalized"], centred / c["decoder.0.ln1.hook_scale"])
+    torch.testing.assert_close(c["decoder.0.ln1.hook_normalized"] * ln1.weight + ln1.bias, ln1_out)
     layer_out = c["decoder.0.hook_normalized_resid_post"] if norm == "post" else c["decoder.0.hook_resid_post"]
     torch.testing.assert_close(layer_out, c["decoder.1.hook_resid_pre"])
     if norm == "post":

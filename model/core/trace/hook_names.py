@@ -3,8 +3,9 @@
 Names follow TransformerLens (HookedTransformer, HookedEncoder) with a stack prefix: `encoder.` or
 `decoder.`, then the layer index for per-layer hooks (`decoder.3.attn.hook_pattern`). A name means
 what it means there. In particular the residual hooks are the stream's sums before any norm, also in
-post-norm models (the paper's model, BERT, BART, Marian), whose normalised stream is
-`ln1.hook_normalized` (after attention) and `hook_normalized_resid_post` (the layer's output).
+post-norm models (the paper's model, BERT, BART, Marian), whose layer output, the normalised stream, is
+`hook_normalized_resid_post`. A norm's `hook_normalized` is its input (centred, for LayerNorm) divided by its
+`hook_scale`, before its weight and bias: the norm's output is hook_normalized x weight + bias.
 
 Shapes are as a Trace stores them: the batch dimension removed. pos = a position of the stack's own
 sequence; key_pos = a position of the sequence attended to (the source, for cross-attention).
@@ -27,7 +28,8 @@ _ATTENTION = {  # under `attn.` (self-attention) or `cross_attn.` (the decoder's
 }
 _NORM = {
     "hook_scale": "(pos, 1): what the norm divides by (the standard deviation, or the RMS)",
-    "hook_normalized": "(pos, d_model): the norm's output, after its weight and bias",
+    "hook_normalized": "(pos, d_model): the norm's input (centred, for LayerNorm) divided by hook_scale, before its "
+                       "weight and bias",
 }
 PER_LAYER: dict[str, str] = {
     "hook_resid_pre": "(pos, d_model): the residual stream going into the layer",
