@@ -5,7 +5,8 @@
    once more in a fresh process, where transformers' first model load also pays its lazy imports.
 2. Peak RSS of one forward pass at 2048 tokens that keeps every layer's attention, each in a fresh subprocess so
    RSS is isolated: `output_attentions=True` (float32 squares, as transformers returns them), and the app's own
-   run (HFRunner: float16 lower triangles, logits of the last token only). Target: < 3 GB.
+   run (HFRunner: each pattern kept as the queries and keys it is computed from, logits of the last token only).
+   Target: < 3 GB.
 """
 
 from __future__ import annotations
@@ -71,8 +72,9 @@ def forward_rss(folder: Path, mode: str) -> None:
             shapes = f"{len(kept)} x {tuple(kept[0].shape)} {kept[0].dtype}"
         else:
             trace = runner.run(text, options=RunOptions(hooks=("*.attn.hook_pattern",)))
-            kept = [torch.from_numpy(v) for v in trace.captured.values()]
-            shapes = f"{len(kept)} x {tuple(kept[0].shape)} {kept[0].dtype} (lower triangles of {len(trace.ids)}²)"
+            kept = [torch.from_numpy(array) for source in trace.pattern_sources.values()
+                    for array in (source.query, source.key)]
+            shapes = f"{len(trace.pattern_sources)} patterns of {len(trace.ids)}² kept as their queries and keys"
     seconds = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
     gib = sum(t.numel() * t.element_size() for t in kept) / 2**30
