@@ -20,8 +20,9 @@ $(VENV)/.runtime: $(PY) requirements.txt requirements-models.txt scripts/install
 	$(PY) -m model.core.attention.native
 	touch $@
 
-$(VENV)/.dev: $(VENV)/.runtime requirements-dev.txt
+$(VENV)/.dev: $(VENV)/.runtime requirements-dev.txt requirements-reference.txt
 	$(PY) -m pip install -r requirements-dev.txt
+	$(PY) -m pip install --no-deps -r requirements-reference.txt
 	touch $@
 
 run: $(VENV)/.runtime
