@@ -1,16 +1,21 @@
-"""Every hook name means what it means in TransformerLens 3.9: the same weights loaded into its HookedTransformer
-(its own weight conversions) and run on the same tokens give the same value under the same name, for every hook
-both offer. GPT-2 (LayerNorm, a plain MLP, learned positions) and Llama (RMSNorm, a gated MLP, rotary positions,
-grouped key/value heads), tiny and random, their norms' weights made unlike 1 and 0 (where the meanings of
-`hook_normalized` before and after the weights would agree)."""
+"""Every hook name means what it means in TransformerLens 3.9: the same weights loaded into its HookedTransformer or
+HookedEncoder (its own weight conversions) and run on the same tokens give the same value under the same name, for
+every hook both offer. GPT-2 (LayerNorm, a plain MLP, learned positions), Llama (RMSNorm, a gated MLP, rotary
+positions, grouped key/value heads) and BERT (post-norm, an encoder), tiny and random, their norms' weights made
+unlike 1 and 0 (where the meanings of `hook_normalized` before and after the weights would agree)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
-from transformer_lens import HookedTransformer, HookedTransformerConfig  # make's dev setup installs 3.9
-from transformer_lens.pretrained.weight_conversions import convert_gpt2_weights, convert_llama_weights
+import transformers
+from transformer_lens import HookedEncoder, HookedTransformer, HookedTransformerConfig  # make installs 3.9
+from transformer_lens.pretrained.weight_conversions import (
+    convert_bert_weights,
+    convert_gpt2_weights,
+    convert_llama_weights,
+)
 
 from model.core.options import RunOptions
 from model.hf.loading import load_hf_runner
@@ -22,7 +27,13 @@ TEXT = "the quick brown fox"
 
 
 def transformer_lens_config(family: str, c) -> HookedTransformerConfig:
-    """The HookedTransformerConfig of a tiny GPT-2 or Llama config (its loader reads the hub's names only)."""
+    """The HookedTransformerConfig of a tiny GPT-2, Llama or BERT config (its loader reads the hub's names only)."""
+    if family == "bert":
+        return HookedTransformerConfig(
+            d_model=c.hidden_size, d_head=c.hidden_size // c.num_attention_heads, n_heads=c.num_attention_heads,
+            d_mlp=c.intermediate_size, n_layers=c.num_hidden_layers, n_ctx=c.max_position_embeddings,
+            d_vocab=c.vocab_size, act_fn="gelu", normalization_type="LN", eps=c.layer_norm_eps, dtype=torch.float32,
+            attention_dir="bidirectional", original_architecture="BertForMaskedLM")
     if family == "gpt2":
         return HookedTransformerConfig(
             d_model=c.n_embd, d_head=c.n_embd // c.n_head, n_heads=c.n_head, d_mlp=4 * c.n_embd, n_layers=c.n_layer,
@@ -36,16 +47,30 @@ def transformer_lens_config(family: str, c) -> HookedTransformerConfig:
         n_key_value_heads=c.num_key_value_heads, eps=c.rms_norm_eps, dtype=torch.float32, default_prepend_bos=False)
 
 
-@pytest.mark.parametrize(("family", "convert"), [("gpt2", convert_gpt2_weights), ("llama", convert_llama_weights)])
-def test_every_hook_is_transformer_lens_own(tmp_path, family: str, convert) -> None:
+def reference_of(family: str, model: torch.nn.Module) -> HookedTransformer | HookedEncoder:
+    """TransformerLens's model holding `model`'s weights (BERT's conversion reads a BertForPreTraining: its heads,
+    which no hook here reads, stay random)."""
+    config = transformer_lens_config(family, model.config)
+    if family == "bert":
+        pretraining = transformers.BertForPreTraining(model.config)
+        pretraining.bert.load_state_dict(model.state_dict())
+        reference = HookedEncoder(config)
+        reference.load_state_dict(convert_bert_weights(pretraining, config), strict=False)
+        return reference
+    reference = HookedTransformer(config)
+    convert = convert_gpt2_weights if family == "gpt2" else convert_llama_weights
+    reference.load_state_dict(convert(model, config), strict=False)
+    return reference
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama", "bert"])
+def test_every_hook_is_transformer_lens_own(tmp_path, family: str) -> None:
     runner = load_hf_runner(str(build(family, tmp_path / family)))
     with torch.no_grad():
         for name, parameter in runner.model.named_parameters():
-            if "norm" in name or ".ln" in name:
+            if "norm" in name.lower() or ".ln" in name:
                 parameter.uniform_(0.5, 1.5)
-    config = transformer_lens_config(family, runner.model.config)
-    reference = HookedTransformer(config)
-    reference.load_state_dict(convert(runner.model, config), strict=False)
+    reference = reference_of(family, runner.model)
     ids = runner.text.encode(TEXT)
     _, cache = reference.eval().run_with_cache(torch.tensor([ids]))
     trace = runner.run(TEXT, options=RunOptions(hooks=("*",)))
@@ -56,7 +81,8 @@ def test_every_hook_is_transformer_lens_own(tmp_path, family: str, convert) -> N
         rest = name.split(".")[1:]  # after the stack
         if rest[-1] in OURS_ONLY:
             continue
-        theirs = f"blocks.{'.'.join(rest)}" if rest[0].isdigit() else ".".join(rest)
+        stack_hook = f"embed.{'.'.join(rest)}" if family == "bert" else ".".join(rest)  # HookedEncoder's embed
+        theirs = f"blocks.{'.'.join(rest)}" if rest[0].isdigit() else stack_hook
         expected = cache[theirs][0].numpy()  # batch removed
         if rest[-1] in PER_HEAD:
             expected = expected.transpose(1, 0, 2)  # (pos, heads, d_head) -> ours (heads, pos, d_head)
@@ -64,5 +90,6 @@ def test_every_hook_is_transformer_lens_own(tmp_path, family: str, convert) -> N
         np.testing.assert_allclose(np.asarray(value, np.float32)[seen], expected[seen], atol=2e-6, err_msg=name)
         compared.append(rest[-1])
     assert {"hook_normalized", "hook_scale", "hook_pattern", "hook_attn_scores", "hook_resid_post", "hook_embed",
-            "hook_mlp_out", "hook_z"} <= set(compared)
-    assert family == "gpt2" or {"hook_rot_q", "hook_rot_k", "hook_pre_linear"} <= set(compared)
+            "hook_mlp_out", "hook_z", "hook_q", "hook_k", "hook_v", "hook_attn_out", "hook_resid_mid"} <= set(compared)
+    assert family != "llama" or {"hook_rot_q", "hook_rot_k", "hook_pre_linear"} <= set(compared)
+    assert family != "bert" or {"hook_normalized_resid_post", "hook_pos_embed"} <= set(compared)
