@@ -45,7 +45,7 @@ def batched_output(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> t
 
 
 @dataclass(frozen=True)
-class NormScale:
+class NormValue:
     """A norm module's values as TransformerLens's norms record them, computed from its input: what it divides by,
     (batch, len, 1), the standard deviation (LayerNorm) or the root mean square (RMSNorm) with the module's own
     epsilon; or, `normalized`, its input (centred, for LayerNorm) divided by that, (batch, len, d_model), before the
@@ -55,7 +55,7 @@ class NormScale:
     normalized: bool = False
 
     def tap(self, module: nn.Module) -> ModuleTap:
-        eps = float(getattr(module, "eps", None) or module.variance_epsilon)
+        eps = norm_eps(module)
 
         def read(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> torch.Tensor:
             x = first_input(args, kwargs, out).float()
@@ -66,16 +66,21 @@ class NormScale:
         return ModuleTap(module, read)
 
 
-LAYER_NORM_SCALE, RMS_SCALE = NormScale(rms=False), NormScale(rms=True)
+LAYER_NORM, RMS_NORM = NormValue(rms=False), NormValue(rms=True)
 
 
-TapMaker = NormScale | Reported | ProjectionHeads  # makes the tap from the module at the table's path
+def norm_eps(module: nn.Module) -> float:
+    """The epsilon a norm module adds under its square root (`eps`, or RMSNorm's `variance_epsilon`)."""
+    return float(getattr(module, "eps", None) or module.variance_epsilon)
+
+
+TapMaker = NormValue | Reported | ProjectionHeads  # makes the tap from the module at the table's path
 TapTable = dict[str, tuple[str, Reader | TapMaker]]  # hook name -> (module path, reader); "{i}": the layer
 
 
-def norm_hooks(prefix: str, path: str, scale: NormScale) -> TapTable:
+def norm_hooks(prefix: str, path: str, norm: NormValue) -> TapTable:
     """`<prefix>.hook_scale` and `<prefix>.hook_normalized` of the norm module at `path`."""
-    return {f"{prefix}.hook_scale": (path, scale), f"{prefix}.hook_normalized": (path, replace(scale, normalized=True))}
+    return {f"{prefix}.hook_scale": (path, norm), f"{prefix}.hook_normalized": (path, replace(norm, normalized=True))}
 
 
 def attention_hooks(prefix: str, path: str, rotary: bool = False) -> TapTable:
@@ -141,12 +146,12 @@ BERT = Family(
         **attention_hooks("attn", "encoder.layer.{i}.attention.self"),
         "hook_attn_out": ("encoder.layer.{i}.attention.output.dense", output),
         "hook_resid_mid": ("encoder.layer.{i}.attention.output.LayerNorm", first_input),  # the sum, before the norm
-        **norm_hooks("ln1", "encoder.layer.{i}.attention.output.LayerNorm", LAYER_NORM_SCALE),
+        **norm_hooks("ln1", "encoder.layer.{i}.attention.output.LayerNorm", LAYER_NORM),
         "mlp.hook_pre": ("encoder.layer.{i}.intermediate.dense", output),
         "mlp.hook_post": ("encoder.layer.{i}.intermediate", output),
         "hook_mlp_out": ("encoder.layer.{i}.output.dense", output),
         "hook_resid_post": ("encoder.layer.{i}.output.LayerNorm", first_input),
-        **norm_hooks("ln2", "encoder.layer.{i}.output.LayerNorm", LAYER_NORM_SCALE),
+        **norm_hooks("ln2", "encoder.layer.{i}.output.LayerNorm", LAYER_NORM),
         "hook_normalized_resid_post": ("encoder.layer.{i}", first_output),
     }},
     layer_counts={"encoder": lambda c: c.num_hidden_layers},
@@ -160,16 +165,16 @@ GPT2 = Family(
     stack_taps={"decoder": {
         "hook_embed": ("wte", output),
         "hook_pos_embed": ("wpe", output),
-        **norm_hooks("ln_final", "ln_f", LAYER_NORM_SCALE),
+        **norm_hooks("ln_final", "ln_f", LAYER_NORM),
         "hook_resid_final": ("ln_f", output),
     }},
     layer_taps={"decoder": {
         "hook_resid_pre": ("h.{i}", first_input),
-        **norm_hooks("ln1", "h.{i}.ln_1", LAYER_NORM_SCALE),
+        **norm_hooks("ln1", "h.{i}.ln_1", LAYER_NORM),
         **attention_hooks("attn", "h.{i}.attn"),
         "hook_attn_out": ("h.{i}.attn", first_output),
         "hook_resid_mid": ("h.{i}.ln_2", first_input),
-        **norm_hooks("ln2", "h.{i}.ln_2", LAYER_NORM_SCALE),
+        **norm_hooks("ln2", "h.{i}.ln_2", LAYER_NORM),
         "mlp.hook_pre": ("h.{i}.mlp.act", first_input),
         "mlp.hook_post": ("h.{i}.mlp.act", output),
         "hook_mlp_out": ("h.{i}.mlp", output),
@@ -185,16 +190,16 @@ LLAMA = Family(
     norm="pre-norm (RMSNorm)",
     stack_taps={"decoder": {
         "hook_embed": ("embed_tokens", output),
-        **norm_hooks("ln_final", "norm", RMS_SCALE),
+        **norm_hooks("ln_final", "norm", RMS_NORM),
         "hook_resid_final": ("norm", output),
     }},
     layer_taps={"decoder": {
         "hook_resid_pre": ("layers.{i}", first_input),
-        **norm_hooks("ln1", "layers.{i}.input_layernorm", RMS_SCALE),
+        **norm_hooks("ln1", "layers.{i}.input_layernorm", RMS_NORM),
         **attention_hooks("attn", "layers.{i}.self_attn", rotary=True),
         "hook_attn_out": ("layers.{i}.self_attn", first_output),
         "hook_resid_mid": ("layers.{i}.post_attention_layernorm", first_input),
-        **norm_hooks("ln2", "layers.{i}.post_attention_layernorm", RMS_SCALE),
+        **norm_hooks("ln2", "layers.{i}.post_attention_layernorm", RMS_NORM),
         "mlp.hook_pre": ("layers.{i}.mlp.gate_proj", output),  # the gate, before its activation
         "mlp.hook_pre_linear": ("layers.{i}.mlp.up_proj", output),
         "mlp.hook_post": ("layers.{i}.mlp.down_proj", first_input),  # act(gate) * up
@@ -210,20 +215,20 @@ def _t5_layer(stack: str) -> TapTable:
     ffn = f"{block}.layer.{2 if stack == 'decoder' else 1}.DenseReluDense"
     table: TapTable = {
         "hook_resid_pre": (block, first_input),
-        **norm_hooks("ln1", f"{block}.layer.0.layer_norm", RMS_SCALE),
+        **norm_hooks("ln1", f"{block}.layer.0.layer_norm", RMS_NORM),
         **attention_hooks("attn", f"{block}.layer.0.SelfAttention"),
         "hook_attn_out": (f"{block}.layer.0.SelfAttention", first_output),
         "hook_resid_mid": (f"{block}.layer.0", first_output),
     }
     if stack == "decoder":
         table |= {
-            **norm_hooks("ln_cross", f"{block}.layer.1.layer_norm", RMS_SCALE),
+            **norm_hooks("ln_cross", f"{block}.layer.1.layer_norm", RMS_NORM),
             **attention_hooks("cross_attn", f"{block}.layer.1.EncDecAttention"),
             "hook_cross_attn_out": (f"{block}.layer.1.EncDecAttention", first_output),
             "hook_resid_mid_cross": (f"{block}.layer.1", first_output),
         }
     return table | {
-        **norm_hooks("ln2", f"{ffn.rsplit('.', 1)[0]}.layer_norm", RMS_SCALE),
+        **norm_hooks("ln2", f"{ffn.rsplit('.', 1)[0]}.layer_norm", RMS_NORM),
         "mlp.hook_pre": (f"{ffn}.act", first_input),
         "mlp.hook_post": (f"{ffn}.act", output),
         "hook_mlp_out": (ffn, output),
@@ -238,7 +243,7 @@ T5 = Family(
     norm="pre-norm (RMSNorm)",
     stack_taps={stack: {
         "hook_embed": (f"{stack}.embed_tokens", output),
-        **norm_hooks("ln_final", f"{stack}.final_layer_norm", RMS_SCALE),
+        **norm_hooks("ln_final", f"{stack}.final_layer_norm", RMS_NORM),
         "hook_resid_final": (f"{stack}.final_layer_norm", output),
     } for stack in ("encoder", "decoder")},
     layer_taps={stack: _t5_layer(stack) for stack in ("encoder", "decoder")},
@@ -254,21 +259,21 @@ def _bart_layer(stack: str) -> TapTable:
         **attention_hooks("attn", f"{layer}.self_attn"),
         "hook_attn_out": (f"{layer}.self_attn", first_output),
         "hook_resid_mid": (f"{layer}.self_attn_layer_norm", first_input),  # the sum, before the norm
-        **norm_hooks("ln1", f"{layer}.self_attn_layer_norm", LAYER_NORM_SCALE),
+        **norm_hooks("ln1", f"{layer}.self_attn_layer_norm", LAYER_NORM),
     }
     if stack == "decoder":
         table |= {
             **attention_hooks("cross_attn", f"{layer}.encoder_attn"),
             "hook_cross_attn_out": (f"{layer}.encoder_attn", first_output),
             "hook_resid_mid_cross": (f"{layer}.encoder_attn_layer_norm", first_input),
-            **norm_hooks("ln_cross", f"{layer}.encoder_attn_layer_norm", LAYER_NORM_SCALE),
+            **norm_hooks("ln_cross", f"{layer}.encoder_attn_layer_norm", LAYER_NORM),
         }
     return table | {
         "mlp.hook_pre": (f"{layer}.fc1", output),
         "mlp.hook_post": (f"{layer}.activation_fn", output),
         "hook_mlp_out": (f"{layer}.fc2", output),
         "hook_resid_post": (f"{layer}.final_layer_norm", first_input),
-        **norm_hooks("ln2", f"{layer}.final_layer_norm", LAYER_NORM_SCALE),
+        **norm_hooks("ln2", f"{layer}.final_layer_norm", LAYER_NORM),
         "hook_normalized_resid_post": (layer, first_output),
     }
 

@@ -15,6 +15,7 @@ from model.core.options import RunOptions
 from model.core.trace.file import load_trace, save_trace
 from model.core.trace.hook_names import in_vocabulary
 from model.hf.loading import load_hf_runner
+from model.hf.taps import norm_eps
 from model.inspect.norm_output import norm_output
 from tests.tiny_hf import FAMILIES, build
 
@@ -355,11 +356,7 @@ def test_a_norms_hooks_mean_what_transformer_lens_means(runners, family: str) ->
     centred = x if rms else x - x.mean(-1, keepdim=True)
     scale = torch.from_numpy(trace.captured[name.replace("normalized", "scale")])
     normalized = torch.from_numpy(trace.captured[name])
-    torch.testing.assert_close(scale, (centred.pow(2).mean(-1, keepdim=True) + module_eps(module)).sqrt())
+    torch.testing.assert_close(scale, (centred.pow(2).mean(-1, keepdim=True) + norm_eps(module)).sqrt())
     torch.testing.assert_close(normalized, centred / scale)
     torch.testing.assert_close(output, out, atol=1e-5, rtol=1e-5)
     assert (normalized - out).abs().max() > 0.1  # the weights matter: before them is not after them
-
-
-def module_eps(module: torch.nn.Module) -> float:
-    return float(getattr(module, "eps", None) or module.variance_epsilon)
