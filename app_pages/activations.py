@@ -29,8 +29,10 @@ from ui.activations import (
     residual_measures,
     shapes_of_run,
     stack_tokens,
+    stream_boundaries,
     stream_trace,
 )
+from ui.colour_scale import Scale, colour_scale
 from ui.downloads import constant, downloads, file_name, matrix_table
 from ui.page import current_runner, current_trace, show_open_tab, trace_with
 from viz.logit_lens import lens_grid, rank_lines
@@ -73,23 +75,30 @@ def residual(trace: Trace, stack: str) -> None:
                "models then normalise it, and the next layer reads the normalised vector). The share is "
                "‖block output‖ / ‖the sum it went into‖; the cosine compares what a layer reads and what it hands on.")
     streamed = stream_trace(stack)
-    if missing_hooks(streamed, tuple(f"{stack}.0.{hook}" for hook in STREAM[:5])):
+    needed = (*stream_boundaries(streamed, stack), *STREAM[3:5])
+    if missing_hooks(streamed, tuple(f"{stack}.0.{hook}" for hook in needed)):
         return
     measures, tokens = residual_measures(streamed, stack), stack_tokens(streamed, stack)
     label = st.selectbox("Measure", list(MEASURES), key="activations_residual_measure")
     name, value_name = MEASURES[label]
     values = measures[name]  # (rows, pos)
     layers = layer_count(streamed, stack)
-    rows = boundary_labels(layers) if name == "boundaries" else [f"L{i}" for i in range(layers)]
-    zrange = (-1.0, 1.0) if name == "cosine" else None
-    scale = "RdBu" if name == "cosine" else "Viridis"
-    figure = layer_token_heatmap(values, rows, tokens, f"{stack}: {label}", value_name, scale, zrange)
+    where = [hook.removeprefix("hook_resid_") for hook in stream_boundaries(streamed, stack)]
+    rows = boundary_labels(layers, where) if name == "boundaries" else [f"L{i}" for i in range(layers)]
+    if name in ("boundaries", "attn", "mlp"):  # norms: a massive activation flattens them
+        shown = colour_scale(values, value_name, "activations_residual_scale")
+    else:
+        shown = Scale(values, (-1.0, 1.0) if name == "cosine" else None, value_name, None)
+    figure = layer_token_heatmap(shown.values, rows, tokens, f"{stack}: {label}", shown.value_name,
+                                 "RdBu" if name == "cosine" else "Viridis", shown.zrange)
     st.plotly_chart(figure, key="activations_residual")
     downloads(figure, f"{file_stem(trace, stack)}.{name}", "activations_residual",
               lambda: matrix_table(values, rows, tokens).set_axis(rows, axis=0))
     peak = np.unravel_index(int(np.argmax(measures["boundaries"])), measures["boundaries"].shape)
-    st.caption(f"Largest residual norm: {measures['boundaries'][peak]:.4g}, at {boundary_labels(layers)[peak[0]]} of "
-               f"token {position_label(int(peak[1]), tokens[peak[1]])}.")
+    at = boundary_labels(layers, where)[peak[0]]
+    largest = (f"Largest residual norm: {measures['boundaries'][peak]:.4g}, at {at} of token "
+               f"{position_label(int(peak[1]), tokens[peak[1]])}.")
+    st.caption(f"{shown.note} {largest}" if shown.note else largest)
     lines = layer_lines(np.stack([measures["attn"].mean(1), measures["mlp"].mean(1)]), ["‖attn_out‖", "‖mlp_out‖"],
                         f"{stack}: what each block writes, mean over tokens", "mean norm")
     st.plotly_chart(lines, key="activations_writes")
@@ -131,10 +140,12 @@ def neurons(trace: Trace, stack: str) -> None:
     strongest = most_active(hidden, HEATMAP_NEURONS)
     names = [f"n{n}" for n in strongest]
     drawn = hidden[:, strongest].T  # (neurons, pos)
-    top = float(np.abs(drawn).max()) or 1.0
+    shown = colour_scale(drawn, "activation", "activations_neuron_scale", signed=True)
     grid = layer_token_heatmap(drawn, names, tokens, f"layer {layer}: the {len(names)} most active neurons (by "
-                               "their peak)", "activation", "RdBu_r", (-top, top))
+                               "their peak)", "activation", "RdBu_r", shown.zrange)
     st.plotly_chart(grid, key="activations_neurons")
+    if shown.note:
+        st.caption(shown.note)
     downloads(grid, f"{file_stem(trace, stack)}.{layer}.neurons", "activations_neurons",
               lambda: matrix_table(drawn, names, tokens).set_axis(names, axis=0))
 

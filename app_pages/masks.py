@@ -14,7 +14,7 @@ from model.core.trace.trace import Trace
 from ui import url_state
 from ui.mask_comparison import compare
 from ui.mask_editor import editor_pairs
-from ui.mask_views import draw_mask, first_self_site, heatmap, name
+from ui.mask_views import draw_mask, first_self_site, heatmap, layer_mask, name
 from ui.messages import literal
 from ui.page import current_trace, show_open_tab, trace_with
 from ui.pickers import choose_head, site_label
@@ -41,6 +41,15 @@ def masks_view(trace: Trace, site: str, layer: int, head: int) -> None:
         for column, mask_site in zip(st.columns(2), sites[first:first + 2], strict=False):
             with column:
                 draw_mask(trace, mask_site, f"masks_mask_{mask_site}")
+    windows = trace.facts.windows
+    if windows:
+        sliding = [i for i, w in enumerate(windows) if w]
+        st.markdown(f"**Sliding windows.** In layers {', '.join(map(str, sliding))} of this model each token sees "
+                    f"itself and the {max(windows) - 1} tokens before it, no further back: the mask above and this "
+                    "window together" + (", while the other layers see every earlier token." if len(sliding) <
+                                         len(windows) else "."))
+        chosen = layer if windows[layer] else sliding[0]
+        draw_mask(trace, first_self_site(trace), "masks_mask_window", chosen)
 
 
 def head_run(site: str, layer: int) -> tuple[Trace, str, str]:
@@ -55,7 +64,7 @@ def scores_view(trace: Trace, site: str, layer: int, head: int) -> None:
              r"\ A=\mathrm{softmax}(S+M)")
     run, scores_hook, pattern_hook = head_run(site, layer)
     scores = run.captured[scores_hook][head]  # (q_len, k_len)
-    visible = run.masks[site]  # (q_len, k_len)
+    window, visible = layer_mask(run, site, layer)  # (q_len, k_len), a sliding window's too
     low, high = visible_range(scores, visible)
     st.caption(f"Layer {layer} · head {head}. The raw scores are coloured from the smallest visible one ({low:.3g}) "
                f"to the largest ({high:.3g}); after the mask a hidden score is −∞, drawn hatched (no colour means it), "
@@ -72,7 +81,8 @@ def scores_view(trace: Trace, site: str, layer: int, head: int) -> None:
     with prob_col:
         heatmap(run.attention[pattern_hook][head], run, site, "softmax(scores + M)", "masks_probabilities",
                 name(run, site, layer, head, "pattern"), masked=~visible)
-    st.caption(f"All three: {where}.")
+    st.caption(f"All three: {where}." + (f" This layer slides: a query sees itself and the {window - 1} keys before "
+                                         "it, no further back." if window else ""))
 
 
 def on_off_view(trace: Trace, site: str, layer: int, head: int) -> None:

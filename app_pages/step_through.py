@@ -44,7 +44,7 @@ class Head:
     x: np.ndarray  # (q_len, d_model)
     x_kv: np.ndarray  # (k_len, d_model)
     before: np.ndarray  # (q_len, d_model) the residual stream the block's output is added to
-    normed: np.ndarray  # (q_len, d_model) the output of the norm after the residual sum
+    normed: np.ndarray | None  # (q_len, d_model) the output of the norm after the residual sum, if there is one
 
     def captured(self, hook: str) -> np.ndarray:
         return self.trace.captured[f"{self.names.attention}.{hook}"]
@@ -81,11 +81,13 @@ def load_head(trace: Trace, site: str, layer: int, head: int) -> Head:
     runner = current_runner()
     x = block_input(runner, names.x, full.captured[names.x])
     x_kv = next(full.captured[m] for m in names.memory if m in full.captured) if names.memory else x
+    source = full.pattern_sources.get(Site.of(site).pattern_name(layer))  # what the layer's attention read
+    mask = full.masks[site] if source is None else np.asarray(source.allowed)  # (q_len, k_len), windows too
     weights = per_trace(full, ("step weights", site, layer, head),
-                        lambda: head_weights(runner, site, layer, head, len(x), len(x_kv)))
-    steps = per_trace(full, ("step head", site, layer, head),
-                      lambda: compute_head(weights, x, x_kv, full.masks[site]))
-    before, normed = (block_input(runner, name, full.captured[name]) for name in (names.before, names.norm))
+                        lambda: head_weights(runner, site, layer, head, len(x), len(x_kv), source))
+    steps = per_trace(full, ("step head", site, layer, head), lambda: compute_head(weights, x, x_kv, mask))
+    before = block_input(runner, names.before, full.captured[names.before])
+    normed = None if names.norm is None else block_input(runner, names.norm, full.captured[names.norm])
     return Head(full, site, layer, names, weights, steps, x, x_kv, before, normed)
 
 
@@ -95,18 +97,20 @@ def checks(h: Head) -> pd.DataFrame:
     c, head, kv = h.trace.captured, h.weights.head, h.weights.kv_head
     z_all = h.captured("hook_z")  # (heads, q_len, d_head)
     hf = h.trace.facts.family.endswith("Hugging Face)")
-    rows = [("Q (before any rotation)", h.steps.q, h.captured("hook_q")[head], "hook_q"),
-            ("K", h.steps.k, h.captured("hook_k")[kv], "hook_k"),
-            ("V", h.steps.v, h.captured("hook_v")[kv], "hook_v")]
-    if h.steps.rot_q is not None:
-        rows += [("Q rotated", h.steps.rot_q, h.captured("hook_rot_q")[head], "hook_rot_q"),
-                 ("K rotated", h.steps.rot_k, h.captured("hook_rot_k")[kv], "hook_rot_k")]
+    rows = [(step, mine, h.captured(hook)[index], hook) for step, mine, hook, index in (
+        ("Q (before any rotation)", h.steps.q, "hook_q", head), ("K", h.steps.k, "hook_k", kv),
+        ("V", h.steps.v, "hook_v", kv)) if f"{h.names.attention}.{hook}" in c]  # fused projections: no hook_q
+    if h.steps.rot_q is not None and f"{h.names.attention}.hook_rot_q" in c:
+        rows += [("Q as attention read it", h.steps.rot_q, h.captured("hook_rot_q")[head], "hook_rot_q"),
+                 ("K as attention read it", h.steps.rot_k, h.captured("hook_rot_k")[kv], "hook_rot_k")]
     rows += [("scores before the mask", h.steps.scores, h.captured("hook_attn_scores")[head], "hook_attn_scores"),
              ("pattern (softmax)", h.steps.pattern, h.trace.head_pattern(h.site, h.layer, head),
               "hook_pattern" + (" (float16)" if hf else "")),
-             ("head output Z = A V", h.steps.z, z_all[head], "hook_z"),
-             ("Concat(heads) W_O + b_O", output_projection(z_all, h.weights), c[h.names.out], h.names.out),
-             ("residual add", h.before + c[h.names.out], c[h.names.after], h.names.after)]
+             ("head output Z = A V", h.steps.z, z_all[head], "hook_z")]
+    if h.names.projected:
+        rows.append(("Concat(heads) W_O + b_O", output_projection(z_all, h.weights), c[h.names.out], h.names.out))
+    if h.names.after is not None:
+        rows.append(("residual add", h.before + c[h.names.out], c[h.names.after], h.names.after))
     return pd.DataFrame([{"step": step, "max |recomputed − model|": f"{np.abs(mine - theirs).max():.2e}",
                           "the model's value": hook} for step, mine, theirs, hook in rows])
 
@@ -165,18 +169,33 @@ def show_qkv(h: Head, values: bool) -> None:
     show_matrix(s.k, h.cols, d_head, "K", ("key tokens", "d_head"), "step_k", show_values=values, stem=h.stem)
     show_matrix(s.v, h.cols, d_head, "V", ("key tokens", "d_head"), "step_v", show_values=values, stem=h.stem)
     if s.rot_q is not None and s.rot_k is not None:
-        st.markdown("**Rotary positions**: each pair of dimensions (i, i + d_head/2) of Q and K is rotated by an "
-                    "angle proportional to the token's position, so Q·K depends on the two positions' distance.")
-        st.latex(r"\tilde q_p = q_p \cos(p\,\theta) + \mathrm{rotate\_half}(q_p) \sin(p\,\theta)")
-        show_matrix(s.rot_q, h.rows, d_head, "Q after the rotation", ("tokens", "d_head"), "step_rot_q",
+        w, done = h.weights, []
+        if w.q_norm is not None:
+            spans = "every head's numbers at once" if w.q_norm.whole is not None else "the head's own d_head numbers"
+            st.markdown(f"**Query and key norms**: Q and K are each normalised (an RMSNorm over {spans}, times a "
+                        "learned gain) before the scores.")
+            st.latex(r"\hat q_p = \frac{q_p}{\sqrt{\mathrm{mean}(q_p^2) + \epsilon}} \odot g_q")
+            done.append("its norm")
+        if w.rotary is not None:
+            r = w.rotary.cos.shape[-1]
+            pairs = "(2i, 2i + 1)" if w.rotary.interleaved else f"(i, i + {r // 2})"
+            part = f"the first {r} of its {w.d_head} dimensions" if r < w.d_head else "its dimensions"
+            st.markdown(f"**Rotary positions**: each pair {pairs} of {part} of Q and K is rotated by an angle "
+                        "proportional to the token's position, so Q·K depends on the two positions' distance.")
+            st.latex(r"\tilde q_p = q_p \cos(p\,\theta) + \mathrm{rotate}(q_p) \sin(p\,\theta)")
+            done.append("the rotation")
+        what = " and ".join(done)
+        show_matrix(s.rot_q, h.rows, d_head, f"Q after {what}", ("tokens", "d_head"), "step_rot_q",
                     show_values=values, stem=h.stem)
-        show_matrix(s.rot_k, h.cols, d_head, "K after the rotation", ("key tokens", "d_head"), "step_rot_k",
+        show_matrix(s.rot_k, h.cols, d_head, f"K after {what}", ("key tokens", "d_head"), "step_rot_k",
                     show_values=values, stem=h.stem)
 
 
 def scores_latex(w: HeadWeights) -> str:
     """S as this model computes it: ÷√d_k, T5's unscaled scores plus its relative position bias, or another scale."""
     bias = r" + B_{\text{relative position}}" if w.position_bias is not None else ""
+    if w.softcap is not None:
+        return rf"S = c \tanh\Big(\frac{{Q K^\top \times {w.scale:.4g}}}{{c}}\Big),\quad c = {w.softcap:g}"
     if w.scale == 1.0:
         return rf"S = Q K^\top{bias}\quad\text{{(no division by }}\sqrt{{d_k}})"
     if np.isclose(w.scale, w.d_head ** -0.5):
@@ -226,11 +245,23 @@ def show_output(h: Head, values: bool) -> None:
     show_matrix(w.w_o, concat_cols, d_model, "W_O", ("heads·d_head", "d_model"), "step_w_o", show_values=values,
                 stem=h.stem)
     c = h.trace.captured
+    if not h.names.projected:
+        show_matrix(output_projection(z_all, w), h.rows, d_model, "Concat(Z) W_O + b_O", ("tokens", "d_model"),
+                    "step_projected", show_values=values, stem=h.stem)
+        st.caption("This model normalises attention's output before adding it to the stream: what it adds is that "
+                   f"norm's output ({h.names.out}).")
     show_matrix(c[h.names.out], h.rows, d_model, "the attention block's output", ("tokens", "d_model"),
                 "step_attn_out", show_values=values, stem=h.stem)
+    if h.names.after is None:
+        st.info("Attention and the MLP run side by side in this model: both read the layer's input, and both outputs "
+                "are added to it at once (hook_resid_post), so there is no sum after attention alone.",
+                icon=":material/call_split:")
+        return
     st.latex(r"x_{\text{after}} = x_{\text{before}} + \mathrm{Attention}(x)")
     show_matrix(c[h.names.after], h.rows, d_model, "the residual sum", ("tokens", "d_model"), "step_resid",
                 show_values=values, stem=h.stem)
+    if h.normed is None:
+        return
     rms = "RMS" in h.trace.facts.norm
     st.latex(r"\mathrm{RMSNorm}(x) = \frac{x}{\sqrt{\mathrm{mean}(x^2) + \epsilon}} \odot g" if rms else
              r"\mathrm{LayerNorm}(x) = \frac{x - \mathrm{mean}(x)}{\sqrt{\mathrm{var}(x) + \epsilon}} \odot g + b")

@@ -78,3 +78,66 @@ def build(family: str, folder: Path, safe: bool = True, **overrides: object) -> 
         torch.save(model.state_dict(), folder / "pytorch_model.bin")
     _tokenizer(specials, template).save_pretrained(folder)
     return folder
+
+
+# Every other model type the app opens, tiny and random, built from its config class: model type -> the config's
+# settings beyond the shared ones. Sliding windows of 3 tokens, so that they hide keys of a ten-token text.
+SHARED = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+          "intermediate_size": 64, "max_position_embeddings": 64, "bos_token_id": 2, "eos_token_id": 3,
+          "pad_token_id": 0}
+DECODER_TYPES: dict[str, dict[str, object]] = {
+    "mistral": {"sliding_window": 3},
+    "qwen2": {},
+    "qwen3": {"head_dim": 8},  # query and key norms
+    "gemma": {"head_dim": 8},  # embeddings x sqrt(d_model)
+    "gemma2": {"head_dim": 8, "sliding_window": 3, "attn_logit_softcapping": 5.0, "final_logit_softcapping": 3.0},
+    "gemma3_text": {"head_dim": 8, "sliding_window": 3, "layer_types": ["sliding_attention", "full_attention"]},
+    "phi": {"partial_rotary_factor": 0.5},  # attention and MLP in parallel, one norm
+    "phi3": {"sliding_window": 3},  # fused query/key/value and gate/up projections
+    "olmo": {},  # LayerNorm without weights
+    "olmo2": {},  # norms after each sublayer, query and key norms
+    "gpt_neox": {"rotary_pct": 0.5, "num_key_value_heads": 4},  # Pythia: parallel, fused projections
+    "opt": {"ffn_dim": 64, "word_embed_proj_dim": 32, "num_key_value_heads": 4},  # learned positions
+    "gptj": {"n_embd": 32, "n_layer": 2, "n_head": 4, "rotary_dim": 4, "n_positions": 64, "n_inner": 64,
+             "num_key_value_heads": 4},
+    "mixtral": {"num_local_experts": 4, "num_experts_per_tok": 2, "head_dim": 8, "sliding_window": 3},
+    "starcoder2": {"sliding_window": 3},
+    "cohere": {},  # parallel, LayerNorm without bias
+    "smollm3": {},
+}
+ENCODER_TYPES: dict[str, tuple[type, dict[str, object]]] = {
+    "roberta": (transformers.RobertaModel, {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+                                            "intermediate_size": 64, "max_position_embeddings": 70, "pad_token_id": 0}),
+    "distilbert": (transformers.DistilBertModel, {"dim": 32, "n_layers": 2, "n_heads": 4, "hidden_dim": 64,
+                                                  "max_position_embeddings": 64, "pad_token_id": 0}),
+}
+SEQ2SEQ_SHARED = {"d_model": 32, "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4,
+                  "decoder_attention_heads": 4, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64,
+                  "max_position_embeddings": 64, "pad_token_id": 0, "eos_token_id": 3, "decoder_start_token_id": 0}
+SEQ2SEQ_TYPES: dict[str, dict[str, object]] = {
+    "mt5": {"d_model": 32, "d_kv": 8, "d_ff": 64, "num_layers": 2, "num_heads": 4, "pad_token_id": 0,
+            "eos_token_id": 3, "decoder_start_token_id": 0},  # a gated MLP
+    "mbart": SEQ2SEQ_SHARED,  # pre-norm
+    "pegasus": SEQ2SEQ_SHARED,
+}
+TYPES = (*DECODER_TYPES, *ENCODER_TYPES, *SEQ2SEQ_TYPES)
+
+
+def build_type(model_type: str, folder: Path) -> Path:
+    """Save a tiny random model of `model_type` (one of TYPES) and a word-level tokenizer into `folder`."""
+    torch.manual_seed(0)
+    vocab = len(dict.fromkeys(LM_SPECIALS.values())) + len(WORDS)
+    if model_type in DECODER_TYPES:
+        config = transformers.AutoConfig.for_model(model_type, vocab_size=vocab, **(SHARED | DECODER_TYPES[model_type]))
+        model, specials, template = transformers.AutoModelForCausalLM.from_config(config), LM_SPECIALS, "<s> $A"
+    elif model_type in ENCODER_TYPES:
+        model_class, settings = ENCODER_TYPES[model_type]
+        vocab = len(dict.fromkeys(BERT_SPECIALS.values())) + len(WORDS)
+        config = transformers.AutoConfig.for_model(model_type, vocab_size=vocab, **settings)
+        model, specials, template = model_class(config), BERT_SPECIALS, "[CLS] $A [SEP]"
+    else:
+        config = transformers.AutoConfig.for_model(model_type, vocab_size=vocab, **SEQ2SEQ_TYPES[model_type])
+        model, specials, template = transformers.AutoModelForSeq2SeqLM.from_config(config), LM_SPECIALS, "$A </s>"
+    model.eval().save_pretrained(folder)
+    _tokenizer(specials, template).save_pretrained(folder)
+    return folder

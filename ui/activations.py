@@ -54,18 +54,25 @@ def layer_outputs(trace: Trace, stack: str) -> Iterator[np.ndarray]:
         yield trace.captured.get(normalized, trace.captured[f"{stack}.{i}.hook_resid_post"])
 
 
+def stream_boundaries(trace: Trace, stack: str) -> tuple[str, ...]:
+    """The residual hooks at each block's boundaries: pre, mid, post; pre and post where attention and the MLP run
+    side by side (GPT-NeoX, Phi: no sum between them), attention's share then being of resid_post."""
+    has_mid = f"{stack}.0.hook_resid_mid" in trace.captured
+    return STREAM[:3] if has_mid else (STREAM[0], STREAM[2])
+
+
 def residual_measures(trace: Trace, stack: str) -> dict[str, np.ndarray]:
     """Every measure of the residual view, each (rows, pos), computed once per trace."""
 
     def compute() -> tuple[np.ndarray, ...]:  # a tuple: the cache can size it
         c, layers = trace.captured, layer_count(trace, stack)
         hook = lambda name: [c[f"{stack}.{i}.{name}"] for i in range(layers)]  # noqa: E731
-        pre, mid, post = (np.stack([norms(x) for x in hook(h)]) for h in STREAM[:3])  # (layers, pos) each
+        boundaries = [np.stack([norms(x) for x in hook(h)]) for h in stream_boundaries(trace, stack)]  # (layers, pos)
         attn, mlp = (np.stack([norms(x) for x in hook(h)]) for h in STREAM[3:5])
         outputs = list(layer_outputs(trace, stack))
         cosine = np.stack([cosine_between_layers(np.stack(outputs[i:i + 2]))[0] for i in range(layers)])
-        boundaries = np.stack([pre, mid, post], axis=1).reshape(3 * layers, -1)  # (3 * layers, pos)
-        return boundaries, attn, mlp, write_share(attn, mid), write_share(mlp, post), cosine
+        stacked = np.stack(boundaries, axis=1).reshape(len(boundaries) * layers, -1)  # (boundaries x layers, pos)
+        return stacked, attn, mlp, write_share(attn, boundaries[-2]), write_share(mlp, boundaries[-1]), cosine
 
     values = per_trace(trace, ("activations residual", stack), compute)
     return dict(zip(("boundaries", "attn", "mlp", "attn_share", "mlp_share", "cosine"), values, strict=True))

@@ -52,14 +52,31 @@ def heatmap(matrix: np.ndarray, trace: Trace, site: str, title: str, key: str, f
     downloads(figure, file, key, lambda: matrix_table(matrix, queries, keys))
 
 
-def draw_mask(trace: Trace, site: str, key: str) -> None:
-    visible = trace.masks[site]  # (q_len, k_len) bool
+def layer_mask(trace: Trace, site: str, layer: int | None) -> tuple[int, np.ndarray]:
+    """(the layer's sliding window, 0 for none; the mask (q_len, k_len) bool its attention read): the site's mask,
+    and in a sliding-window layer only the keys less than the window back."""
+    self_attention = not Site.of(site).is_cross and trace.facts.windows and layer is not None
+    window = trace.facts.windows[layer] if self_attention else 0
+    visible = trace.masks[site]
+    if window:
+        distance = np.subtract.outer(np.arange(visible.shape[0]), np.arange(visible.shape[1]))  # query - key
+        visible = visible & (distance < window)
+    return window, visible
+
+
+def draw_mask(trace: Trace, site: str, key: str, layer: int | None = None) -> None:
+    """The mask of `site`; of its `layer` where that layer slides (a sliding window also hides the keys too far
+    back: the layer's own mask, as its attention read it)."""
+    window, visible = layer_mask(trace, site, layer)
     causal, blocked = hiding(trace, site)
 
     def draw(matrix: np.ndarray, *labels, **options):  # the drawn corner of the mask
-        return mask_figure(matrix, hidden_reasons(matrix, causal, blocked), *labels, **options)
+        return mask_figure(matrix, hidden_reasons(matrix, causal, blocked, window), *labels, **options)
 
-    heatmap(visible, trace, site, f"mask · {Site.of(site).label}", key, name(trace, site, "mask"), draw=draw)
-    counts = ", ".join(f"{count:,} {reason}" for reason, count in hidden_counts(visible, causal, blocked).items())
+    title = f"mask · {Site.of(site).label}" + (f" · layer {layer} (a window of {window})" if window else "")
+    heatmap(visible, trace, site, title, key, name(trace, site, *(("layer", layer) if window else ()), "mask"),
+            draw=draw)
+    counts = ", ".join(f"{count:,} {reason}" for reason, count in
+                       hidden_counts(visible, causal, blocked, window).items())
     hidden = visible.size - np.count_nonzero(visible)
     st.caption(f"{hidden:,} of {visible.size:,} cells hidden" + (f" ({counts})." if counts else "."))

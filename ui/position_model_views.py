@@ -74,11 +74,13 @@ def absolute_view(scheme: PositionScheme, length: int, measure: str, name: str) 
 def rotary_view(scheme: PositionScheme, name: str) -> None:
     st.latex(r"q'_m=R_{\Theta,m}\,q,\quad k'_n=R_{\Theta,n}\,k,\quad q'_m\cdot k'_n=q^\top R_{\Theta,n-m}\,k,"
              r"\qquad\theta_i=\mathrm{base}^{-2i/d_{head}}")
-    freqs = scheme.inv_freq  # (head_dim / 2,)
+    freqs = scheme.inv_freq  # (rotated dims / 2,)
     head_dim = 2 * len(freqs)
-    st.caption(f"base = {scheme.rotary_base:g}, d_head = {head_dim}; the paper's sinusoid uses base 10000. The slowest "
-               f"pair of this model turns once every {2 * np.pi / freqs[-1]:,.0f} positions. (Hugging Face's Llama "
-               "pairs dimension i with i + d_head/2, not 2i with 2i + 1: the same rotations, stored in another order.)")
+    pairs = ("pairs dimension 2i with 2i + 1, as the paper" if scheme.interleaved else "pairs dimension i with i + "
+             "r/2, not 2i with 2i + 1 as the paper: the same rotations, stored in another order")
+    st.caption(f"base = {scheme.rotary_base:g}, rotated dimensions r = {head_dim}; the paper's sinusoid uses base "
+               f"10000. The slowest pair of this model turns once every {2 * np.pi / freqs[-1]:,.0f} positions. "
+               f"(This model {pairs}.)")
     frame = pd.concat([pd.DataFrame({"pair i": np.arange(len(freqs)), "radians per position": f, "series": series})
                        for f, series in [(freqs, "this model (inv_freq)"),
                                          (pe.frequencies(head_dim), "sinusoid, base 10000")]])

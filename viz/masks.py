@@ -14,38 +14,47 @@ from viz.heatmap import matrix_heatmap
 from viz.tokens import plotly_label, visible_token
 
 VISIBLE_RGB = "rgb(76, 120, 168)"  # a cell where the query may attend to the key
-REASON_RGB = {"causal": "rgb(214, 39, 40)", "padding": "rgb(148, 103, 189)", "blocked": "rgb(255, 127, 14)"}
-REASON_TEXT = {"causal": "hidden by the causal mask (a later key)", "padding": "hidden by the padding mask",
+REASON_RGB = {"causal": "rgb(214, 39, 40)", "window": "rgb(44, 160, 44)", "padding": "rgb(148, 103, 189)",
+              "blocked": "rgb(255, 127, 14)"}
+REASON_TEXT = {"causal": "hidden by the causal mask (a later key)",
+               "window": "hidden by the sliding window (too far back)", "padding": "hidden by the padding mask",
                "blocked": "hidden by your custom mask"}
 
 
-def hidden_reasons(visible: np.ndarray, causal: bool, blocked: Sequence[tuple[int, int]] = ()) -> dict[str, np.ndarray]:
+def hidden_reasons(visible: np.ndarray, causal: bool, blocked: Sequence[tuple[int, int]] = (),
+                   window: int = 0) -> dict[str, np.ndarray]:
     """visible: (q_len, k_len) bool -> reason -> (q_len, k_len) bool, True where that reason hides the cell. A cell
-    above the diagonal of a causal mask is "causal", a blocked pair not already so "blocked", the rest "padding"."""
+    above the diagonal of a causal mask is "causal", one `window` or more keys back in a sliding-window layer
+    "window", a blocked pair not already so "blocked", the rest "padding"."""
     hidden = ~visible
     q_len, k_len = visible.shape
     causal_cells = np.triu(np.ones((q_len, k_len), dtype=bool), 1) & hidden if causal else np.zeros_like(hidden)
+    far = np.tril(np.ones((q_len, k_len), dtype=bool), -window) if window else np.zeros_like(hidden)
+    window_cells = far & hidden & ~causal_cells
     blocked_cells = np.zeros_like(hidden)
     for query, key in blocked:
         if query < q_len and key < k_len:
             blocked_cells[query, key] = True
-    blocked_cells &= hidden & ~causal_cells
-    reasons = {"causal": causal_cells, "blocked": blocked_cells, "padding": hidden & ~causal_cells & ~blocked_cells}
+    blocked_cells &= hidden & ~causal_cells & ~window_cells
+    reasons = {"causal": causal_cells, "window": window_cells, "blocked": blocked_cells,
+               "padding": hidden & ~causal_cells & ~window_cells & ~blocked_cells}
     return {name: cells for name, cells in reasons.items() if cells.any()}
 
 
-def hidden_counts(visible: np.ndarray, causal: bool, blocked: Sequence[tuple[int, int]] = (),
+def hidden_counts(visible: np.ndarray, causal: bool, blocked: Sequence[tuple[int, int]] = (), window: int = 0,
                   rows_at_once: int = 512) -> dict[str, int]:
     """reason -> how many cells it hides, as `hidden_reasons` marks them, counted a block of rows at a time (no
     (q_len, k_len) array made: at 8,192 tokens each was 67 MB)."""
     q_len, k_len = visible.shape
     hidden = visible.size - np.count_nonzero(visible)
-    above = 0  # hidden cells above the diagonal
-    if causal:
-        for first in range(0, q_len, rows_at_once):
-            above += np.count_nonzero(np.triu(~visible[first : first + rows_at_once], first + 1))
-    pairs = {(q, k) for q, k in blocked if q < q_len and k < k_len and not visible[q, k] and not (causal and k > q)}
-    counts = {"causal": above, "blocked": len(pairs), "padding": hidden - above - len(pairs)}
+    above = far = 0  # hidden cells above the diagonal; hidden ones `window` or more below it
+    for first in range(0, q_len, rows_at_once):
+        rows = ~visible[first : first + rows_at_once]
+        above += np.count_nonzero(np.triu(rows, first + 1)) if causal else 0
+        far += np.count_nonzero(np.tril(rows, first - window)) if window else 0
+    pairs = {(q, k) for q, k in blocked if q < q_len and k < k_len and not visible[q, k] and not (causal and k > q)
+             and not (window and q - k >= window)}
+    counts = {"causal": above, "window": far, "blocked": len(pairs), "padding": hidden - above - far - len(pairs)}
     return {name: count for name, count in counts.items() if count}
 
 

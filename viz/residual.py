@@ -56,9 +56,9 @@ def layer_token_heatmap(
     }})
 
 
-def boundary_labels(layers: int) -> list[str]:
-    """Row names of the stream's norms: 'L0 pre', 'L0 mid', 'L0 post', 'L1 pre', ..."""
-    return [f"L{i} {where}" for i in range(layers) for where in ("pre", "mid", "post")]
+def boundary_labels(layers: int, boundaries: Sequence[str] = ("pre", "mid", "post")) -> list[str]:
+    """Row names of the stream's norms: 'L0 pre', 'L0 mid', 'L0 post', 'L1 pre', ... (no 'mid' in parallel blocks)."""
+    return [f"L{i} {where}" for i in range(layers) for where in boundaries]
 
 
 def layer_lines(values: np.ndarray, names: Sequence[str], title: str, value_name: str) -> go.Figure:

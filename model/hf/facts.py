@@ -56,12 +56,51 @@ def longest_input(config: Any, family: Family, byte_limit: int = SOURCE_BYTES_LI
     return max(1, fitting)
 
 
+def attention_windows(config: Any, layers: int) -> list[int]:
+    """Per layer, how many keys a query sees at most (sliding-window attention: itself and those before it), 0 for
+    all, as transformers' attention reads the config: `layer_types` names each layer's kind (Gemma 2/3, Qwen 2/3),
+    else a `sliding_window` holds for every layer (Mistral, Mixtral, Phi-3, Starcoder2). Empty where none slides."""
+    window = getattr(config, "sliding_window", None) or 0
+    kinds = getattr(config, "layer_types", None)
+    windows = ([window if kind == "sliding_attention" else 0 for kind in kinds] if kinds else [window] * layers)
+    return windows if any(windows) else []
+
+
+def rotated_fraction(config: Any) -> float:
+    """The part of each head's dimensions a rotary model rotates (partial rotary: Phi, GPT-NeoX, GPT-J)."""
+    parameters = getattr(config, "rope_parameters", None) or {}
+    if "partial_rotary_factor" in parameters:
+        return float(parameters["partial_rotary_factor"])
+    if getattr(config, "rotary_dim", None):  # GPT-J: a number of dimensions
+        return config.rotary_dim / (config.n_embd // config.n_head)
+    return float(getattr(config, "partial_rotary_factor", None) or 1.0)
+
+
+def _layout_notes(config: Any, family: Family, windows: list[int]) -> dict[str, str]:
+    """What the model card says of this layout beyond the facts' fields."""
+    notes = {}
+    if windows:
+        sliding = [str(i) for i, w in enumerate(windows) if w]
+        notes["sliding-window attention"] = (f"layers {', '.join(sliding)}: each token sees itself and the "
+                                             f"{max(windows) - 1} tokens before it; the other layers see every token")
+    partial = rotated_fraction(config)
+    if family.positional == "rotary" and partial < 1:
+        notes["rotary dimensions"] = f"{partial:.0%} of each head's dimensions are rotated, the rest are not"
+    if getattr(config, "attn_logit_softcapping", None):
+        notes["soft-capping"] = f"attention scores capped to c·tanh(score / c), c = {config.attn_logit_softcapping}"
+    if family.unplaced:
+        notes["hooks not found"] = ", ".join(family.unplaced)
+    return notes
+
+
 def model_facts(model_id: str, model: nn.Module, family: Family, notes: dict[str, Any]) -> ModelFacts:
     c = model.config
     n_heads = _config_value(c, "num_attention_heads", "n_head", "encoder_attention_heads", "num_heads")
     n_kv = _config_value(c, "num_key_value_heads", default=n_heads)
     d_model = _config_value(c, "hidden_size", "n_embd", "d_model")
     layers = {stack: count(c) for stack, count in family.layer_counts.items()}
+    windows = attention_windows(c, layers.get("decoder", 0)) if family.kind == "decoder" else []
+    notes = {**notes, **_layout_notes(c, family, windows)}
     if n_kv != n_heads:
         notes = {**notes, "grouped-query attention": f"query head h reads key/value head h // {n_heads // n_kv}"}
     return ModelFacts(
@@ -82,4 +121,5 @@ def model_facts(model_id: str, model: nn.Module, family: Family, notes: dict[str
         device=str(model.device),
         notes=notes,
         precision=precision_name(model.dtype),
+        windows=windows,
     )

@@ -22,6 +22,8 @@ from the projections' outputs with a forward hook instead (ProjectionHeads).
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -68,20 +70,24 @@ def attention(
     key: torch.Tensor,  # (batch, kv_heads, k_len, d_head)
     value: torch.Tensor,  # (batch, kv_heads, k_len, d_head)
     attention_mask: torch.Tensor | None,  # additive, (batch or 1, 1, q_len, >= k_len)
-    **kwargs: Any,  # scaling, dropout, position_bias (T5), ...
+    **kwargs: Any,  # scaling, dropout, position_bias (T5), sliding_window, softcap (Gemma 2), ...
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The family's attention, reporting what the capturing thread asks of `module`.
     Returns (output (batch, q_len, heads, d_head), None: the probabilities are never materialised here)."""
     wanted = reports_wanted(module)
     scale = _scale(query, kwargs.get("scaling"))
     bias = kwargs.get("position_bias")  # (batch or 1, heads, q_len, k_len)
-    computed = _report_inputs(wanted, query, key, value, scale, bias, attention_mask) if wanted else None
+    softcap = kwargs.get("softcap")
+    mask = windowed(attention_mask, kwargs.get("sliding_window"), query.size(-2), key.size(-2), query.device)
+    computed = _report_inputs(wanted, query, key, value, scale, bias, mask, softcap) if wanted else None
     if computed is not None:  # by the capture, from the probabilities it summarised (model/core/attention/source.py)
         out = computed
     elif getattr(module, "reorder_and_upcast_attn", False):  # GPT-2's own float32 path, as eager takes it
-        out, _ = module._upcast_and_reordered_attn(query, key, value, attention_mask)
+        out, _ = module._upcast_and_reordered_attn(query, key, value, mask)
+    elif softcap is not None:  # scores capped before the mask: no fused kernel does that
+        out = _capped(query, key, value, mask, scale, softcap)
     else:
-        out = _fused(query, key, value, attention_mask, scale, bias)
+        out = _fused(query, key, value, mask, scale, bias)
     edit = reported_edit(module, "z")
     if edit is not None:  # an intervention on this thread (model/core/capture/ablation.py)
         out = edit(out.transpose(1, 2)).transpose(1, 2)  # the edit sees (batch, heads, q_len, d_head)
@@ -93,6 +99,47 @@ def attention(
 def _scale(query: torch.Tensor, scaling: float | None) -> float:
     """The scores' factor: the model's own, or 1/sqrt(d_head) as eager attention defaults to."""
     return query.size(-1) ** -0.5 if scaling is None else float(scaling)
+
+
+def windowed(mask: torch.Tensor | None, window: int | None, q_len: int, k_len: int,
+             device: torch.device) -> torch.Tensor | None:
+    """The additive mask with the keys at least `window` positions before each query hidden too: a sliding-window
+    layer's (Mistral, Gemma 2/3, ...), as transformers' own masks hide them (query i, the last q_len of the k_len
+    positions, sees key j when 0 <= i - j < window, with the causal mask). Made once per mask and window on a thread,
+    since every such layer reads the same. The app's runs pass masks of their own, which transformers does not
+    window itself; a mask transformers made is windowed already, and stays what it is. Kept while `mask` lives."""
+    if not window or window >= k_len:
+        return mask
+    cache = _windows.__dict__.setdefault("cache", {})
+    kept = cache.get((id(mask), window, q_len, k_len))
+    if kept is not None:
+        return kept
+    rows = torch.arange(k_len - q_len, k_len, device=device)[:, None]  # (q_len, 1): each query's position
+    too_far = rows - torch.arange(k_len, device=device)[None] >= window  # (q_len, k_len)
+    dtype = torch.float32 if mask is None else mask.dtype
+    base = torch.zeros(1, 1, q_len, k_len, dtype=dtype, device=device) if mask is None else mask[..., :k_len]
+    result = base.masked_fill(too_far, torch.finfo(dtype).min)
+    if mask is not None:  # every layer of this window reads it, while the forward pass holds the mask
+        key = (id(mask), window, q_len, k_len)
+        cache[key] = result
+        weakref.finalize(mask, cache.pop, key, None)
+    return result
+
+
+_windows = threading.local()  # .cache: (id of a mask, window, q_len, k_len) -> the windowed mask
+
+
+def _capped(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None, scale: float,
+            softcap: float) -> torch.Tensor:
+    """softmax(c tanh(Q K^T x scale / c) + M) V, as eager computes it with logit soft-capping (Gemma 2) ->
+    (batch, q_len, heads, d_head)."""
+    group = query.size(1) // key.size(1)
+    key, value = key.repeat_interleave(group, 1), value.repeat_interleave(group, 1)
+    scores = torch.tanh(torch.matmul(query, key.transpose(2, 3)) * scale / softcap) * softcap
+    if mask is not None:
+        scores = scores + mask[..., : key.size(-2)]
+    probabilities = scores.softmax(-1, dtype=torch.float32).to(query.dtype)
+    return torch.matmul(probabilities, value).transpose(1, 2)
 
 
 def _fused(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None, scale: float,
@@ -112,7 +159,7 @@ def _fused(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: to
 
 def _report_inputs(
     wanted: Mapping[str, str], query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float,
-    position_bias: torch.Tensor | None, mask: torch.Tensor | None,
+    position_bias: torch.Tensor | None, mask: torch.Tensor | None, softcap: float | None,
 ) -> torch.Tensor | None:
     """Hand the wanted values going into attention to the thread's recorder; the scores are computed only if
     wanted, and a pattern is handed over as what it is computed from (model/core/attention/source.py). Returns
@@ -124,19 +171,22 @@ def _report_inputs(
         if quantity in inputs:
             record(name, inputs[quantity])
         elif quantity == "scores":
-            record(name, _scores(query, key, scale, position_bias))
+            record(name, _scores(query, key, scale, position_bias, softcap))
         elif quantity == "pattern":
-            pattern = PatternInputs(query, key, value, scale, mask, position_bias)
+            pattern = PatternInputs(query, key, value, scale, mask, position_bias, softcap)
             record(name, pattern)
             output = pattern.output
     return output
 
 
-def _scores(query: torch.Tensor, key: torch.Tensor, scale: float, position_bias: torch.Tensor | None) -> torch.Tensor:
-    """(batch, heads, q_len, k_len): Q K^T x scale (+ position bias), before the mask, as eager computes them;
-    query head h reads key head h // (heads / kv_heads)."""
+def _scores(query: torch.Tensor, key: torch.Tensor, scale: float, position_bias: torch.Tensor | None,
+            softcap: float | None) -> torch.Tensor:
+    """(batch, heads, q_len, k_len): Q K^T x scale (+ position bias; soft-capped: c tanh(./c)), before the mask, as
+    eager computes them; query head h reads key head h // (heads / kv_heads)."""
     key = key.repeat_interleave(query.size(1) // key.size(1), dim=1)  # (batch, heads, k_len, d_head)
     scores = torch.matmul(query, key.transpose(2, 3)) * scale
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
     return scores if position_bias is None else scores + position_bias
 
 

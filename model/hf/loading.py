@@ -19,9 +19,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from model.hf.families import Kind, family_of, kind_of
 from model.hf.heads import ATTENTION, register_attention
 from model.hf.runner import HFRunner
-from model.hf.taps import Family, family_for
 
 HUB_HOST = ("huggingface.co", 443)
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
@@ -93,7 +93,7 @@ def check_local_folder(folder: Path, source: str | None = None) -> None:
     if "transformers_weights" in config:
         raise ValueError(f"{shown(source)}/config.json points at its own weights file ('transformers_weights'); "
                          "refused for safety")
-    family_for(str(config.get("model_type")))  # a clear message for a type this app cannot show
+    kind_of(str(config.get("model_type")))  # a clear message for a type this app cannot show
     if not any(folder.glob("*.safetensors")):
         pickles = sorted(p.name for p in folder.iterdir() if p.suffix in PICKLE_SUFFIXES)
         found = f" (found {', '.join(pickles)})" if pickles else ""
@@ -104,14 +104,14 @@ def check_local_folder(folder: Path, source: str | None = None) -> None:
         )
 
 
-def _model_class(family: Family) -> Any:
+def _model_class(kind: Kind) -> Any:
     import transformers
 
     return {
         "encoder": transformers.AutoModel,
         "decoder": transformers.AutoModelForCausalLM,
         "encoder-decoder": transformers.AutoModelForSeq2SeqLM,
-    }[family.kind]
+    }[kind]
 
 
 def load_hf_runner(
@@ -141,15 +141,22 @@ def load_hf_runner(
     start = time.perf_counter()
     try:
         config = transformers.AutoConfig.from_pretrained(where, **common)
-        family = family_for(config.model_type)
+        kind = kind_of(config.model_type)
 
         def load_model(on: torch.device | str, dtype: torch.dtype = torch.float32) -> nn.Module:
-            model = _model_class(family).from_pretrained(
+            model = _model_class(kind).from_pretrained(
                 where, attn_implementation=ATTENTION, use_safetensors=True, dtype=dtype, **common
             )
             return model.to(on).eval()
 
-        model = load_model(device, precision)
+        try:
+            model = load_model(device, precision)
+        except KeyError as error:  # transformers looked the implementation up in a table of its own
+            if error.args != (ATTENTION,):
+                raise
+            raise ValueError(f"{config.model_type} computes attention in its own code, not through transformers' "
+                             "attention interface, so its attention cannot be read here yet.") from error
+        family = family_of(model, config)
         tokenizer = transformers.AutoTokenizer.from_pretrained(where, **common)
     except OSError as error:
         raise ValueError(_explain_load_failure(source, folder, common["local_files_only"], error)) from error

@@ -31,6 +31,7 @@ from model.core.text_checks import validate_text
 from model.core.trace.trace import OutputKind, Trace
 from model.hf.examples import EXAMPLES
 from model.hf.facts import model_facts
+from model.hf.inputs import masked_inputs
 from model.hf.stepper import hf_stepper
 from model.hf.taps import Family
 from model.hf.text import TokenText, eos_ids
@@ -120,15 +121,12 @@ class HFRunner:
         allowed = self_attention_mask(len(padded), len(sequence), causal, options.blocked)
         device = model.device
         input_ids = torch.tensor([padded], device=device)
-        attention_mask = additive_mask(allowed.to(device), model.dtype)
         # a causal LM computes the logits of the positions it is asked about only: (len, vocab) of them
         # would be 400 MB at 2k. Those are the last real token, and with a target every position before one.
         scored = torch.arange(len(ids) - 1, len(sequence), device=device)
-        run_kwargs = {"logits_to_keep": scored} if is_decoder else {}
-        out, captured = capture(
-            model, self._taps(model), options.hooks,
-            lambda: model(input_ids=input_ids, attention_mask=attention_mask, **run_kwargs), options.summarised,
-        )
+        inputs = (masked_inputs(input_ids, allowed, model.dtype) | {"logits_to_keep": scored} if is_decoder
+                  else {"input_ids": input_ids, "attention_mask": additive_mask(allowed.to(device), model.dtype)})
+        out, captured = capture(model, self._taps(model), options.hooks, lambda: model(**inputs), options.summarised)
         masks = {f"{stack}.attn": allowed[0, 0]}
         if not is_decoder:
             outputs = {"token_similarity": _cosine_similarity(out.last_hidden_state[0])}
@@ -174,9 +172,9 @@ class HFRunner:
             else:
                 while len(sequence) - len(ids) < CONTINUATION_TOKENS and sequence[-1] not in eos_ids(model):
                     visible = tuple(pair for pair in blocked if max(pair) < len(sequence))
-                    allowed = self_attention_mask(len(sequence), len(sequence), causal, visible).to(model.device)
-                    logits = model(input_ids=torch.tensor([sequence], device=model.device), logits_to_keep=1,
-                                   attention_mask=additive_mask(allowed, model.dtype)).logits[0, -1]
+                    allowed = self_attention_mask(len(sequence), len(sequence), causal, visible)
+                    logits = model(**masked_inputs(torch.tensor([sequence], device=model.device), allowed,
+                                                   model.dtype), logits_to_keep=1).logits[0, -1]
                     sequence.append(int(logits.argmax()))
         return self.text.decode(sequence[len(ids):]), "generated"  # specials kept: an end token is news
 
@@ -226,7 +224,7 @@ class HFRunner:
         eos, labels = eos_ids(model), []
         with torch.inference_mode():
             encoder_out = encode()
-            for _ in range(min(MAX_GENERATED, self.max_tokens)):
+            for _ in range(min(MAX_GENERATED, self.max_tokens - 1)):  # and its end token, re-read as a target
                 next_id = int(decode(encoder_out, [start, *labels]).logits[0, -1].argmax())
                 labels.append(next_id)
                 if next_id in eos:
@@ -253,11 +251,11 @@ class HFRunner:
                               masks["decoder.attn"])
                 log_probs = out.logits.float().log_softmax(-1)  # (batch, tgt_len, vocab)
                 return Outcome("distributions", log_probs.cpu().numpy(), tuple(range(len(trace.target_ids))))
-            attention_mask = additive_mask(next(iter(masks.values())), model.dtype)
+            allowed = next(iter(masks.values()))
             if self.family.kind == "encoder":
-                hidden = model(input_ids=ids, attention_mask=attention_mask).last_hidden_state  # (batch, len, d)
-                return Outcome("embeddings", hidden.float().cpu().numpy(), tuple(range(len(trace.ids))))
-            logits = model(input_ids=ids, attention_mask=attention_mask, logits_to_keep=1).logits  # (batch, 1, vocab)
+                hidden = model(input_ids=ids, attention_mask=additive_mask(allowed, model.dtype)).last_hidden_state
+                return Outcome("embeddings", hidden.float().cpu().numpy(), tuple(range(len(trace.ids))))  # (b, len, d)
+            logits = model(**masked_inputs(ids, allowed, model.dtype), logits_to_keep=1).logits  # (batch, 1, vocab)
             return Outcome("distributions", logits.float().log_softmax(-1).cpu().numpy(), (len(trace.ids) - 1,))
 
     # -- shared --------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from model.core.capture.record import capture
 from model.core.generation.decoding import Stepper
 from model.core.masks import additive_mask, self_attention_mask
 from model.core.options import RunOptions
+from model.hf.inputs import masked_inputs
 from model.hf.text import TokenText, eos_ids
 
 Taps = Mapping[str, ModuleTap | ReportedTap]  # a loaded model's hook name -> where its value is read
@@ -58,8 +59,8 @@ def _full_forward(model: nn.Module, taps: Taps, causal: bool):
     def forward(ids: list[int]) -> tuple[torch.Tensor, dict]:
         allowed = self_attention_mask(len(ids), len(ids), causal, (), model.device)
         out, captured = capture(model, taps, SELF_PATTERNS, lambda: model(
-            input_ids=torch.tensor([ids], device=model.device), logits_to_keep=1, use_cache=False,
-            attention_mask=additive_mask(allowed, model.dtype)))
+            **masked_inputs(torch.tensor([ids], device=model.device), allowed, model.dtype), logits_to_keep=1,
+            use_cache=False))
         return out.logits[0, -1], captured
 
     return forward

@@ -70,11 +70,28 @@ LAYER_NORM, RMS_NORM = NormValue(rms=False), NormValue(rms=True)
 
 
 def norm_eps(module: nn.Module) -> float:
-    """The epsilon a norm module adds under its square root (`eps`, or RMSNorm's `variance_epsilon`)."""
-    return float(getattr(module, "eps", None) or module.variance_epsilon)
+    """The epsilon a norm module adds under its square root (`eps`, or RMSNorm's `variance_epsilon`; a norm without
+    either, as OLMo's: torch's LayerNorm default 1e-5)."""
+    return float(getattr(module, "eps", None) or getattr(module, "variance_epsilon", None) or 1e-5)
 
 
-TapMaker = NormValue | Reported | ProjectionHeads  # makes the tap from the module at the table's path
+@dataclass(frozen=True)
+class OneRun:
+    """A value the model computes with its positions flattened, (batch x len, ...) (OPT's MLP side), read as one
+    run of them: (1, len, ...) (a capture reads one text)."""
+
+    read: Reader | NormValue
+
+    def tap(self, module: nn.Module) -> ModuleTap:
+        inner = _tap(module, self.read)
+
+        def read(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> torch.Tensor:
+            return inner.read(args, kwargs, out).unsqueeze(0)
+
+        return ModuleTap(module, read)
+
+
+TapMaker = NormValue | Reported | ProjectionHeads | OneRun  # makes the tap from the module at the table's path
 TapTable = dict[str, tuple[str, Reader | TapMaker]]  # hook name -> (module path, reader); "{i}": the layer
 
 
@@ -108,6 +125,8 @@ class Family:
     layer_taps: dict[str, TapTable]  # stack -> taps once per layer ("{i}" in paths and names)
     layer_counts: dict[str, Callable[[Any], int]]  # stack -> config -> number of layers
     position_bias: bool = False  # attention adds a (heads, q_len, k_len) bias to the scores (T5's relative positions)
+    final_norm: str | None = None  # path of the last stack's final norm (what the logit lens reads through)
+    unplaced: tuple[str, ...] = ()  # hooks a model of this layout has that could not be placed (model/hf/discovery.py)
 
     def taps(self, model: nn.Module) -> dict[str, ModuleTap | ReportedTap]:
         """Every hook name of this model, mapped to its module and reader."""
@@ -120,12 +139,6 @@ class Family:
             for name, (path, read) in self.stack_taps.get(stack, {}).items():
                 taps[f"{stack}.{name}"] = _tap(modules[path], read)
         return taps
-
-    def names(self, config: Any) -> list[str]:
-        """Every hook name a model with this config offers (without building the model)."""
-        return [f"{stack}.{i}.{name}" for stack, count in self.layer_counts.items() for i in range(count(config))
-                for name in self.layer_taps[stack]] + [
-            f"{stack}.{name}" for stack in self.layer_counts for name in self.stack_taps.get(stack, {})]
 
 
 def _tap(module: nn.Module, read: Reader | TapMaker) -> ModuleTap | ReportedTap:
@@ -157,60 +170,33 @@ BERT = Family(
     layer_counts={"encoder": lambda c: c.num_hidden_layers},
 )
 
-GPT2 = Family(
-    name="GPT-2",
-    kind="decoder",
+DISTILBERT = Family(
+    name="DistilBERT",
+    kind="encoder",
     positional="learned absolute",
-    norm="pre-norm",
-    stack_taps={"decoder": {
-        "hook_embed": ("wte", output),
-        "hook_pos_embed": ("wpe", output),
-        **norm_hooks("ln_final", "ln_f", LAYER_NORM),
-        "hook_resid_final": ("ln_f", output),
+    norm="post-norm",
+    stack_taps={"encoder": {
+        "hook_embed": ("embeddings.word_embeddings", output),
+        "hook_pos_embed": ("embeddings.position_embeddings", output),
     }},
-    layer_taps={"decoder": {
-        "hook_resid_pre": ("h.{i}", first_input),
-        **norm_hooks("ln1", "h.{i}.ln_1", LAYER_NORM),
-        **attention_hooks("attn", "h.{i}.attn"),
-        "hook_attn_out": ("h.{i}.attn", first_output),
-        "hook_resid_mid": ("h.{i}.ln_2", first_input),
-        **norm_hooks("ln2", "h.{i}.ln_2", LAYER_NORM),
-        "mlp.hook_pre": ("h.{i}.mlp.act", first_input),
-        "mlp.hook_post": ("h.{i}.mlp.act", output),
-        "hook_mlp_out": ("h.{i}.mlp", output),
-        "hook_resid_post": ("h.{i}", first_output),
+    layer_taps={"encoder": {
+        "hook_resid_pre": ("transformer.layer.{i}", first_input),
+        **attention_hooks("attn", "transformer.layer.{i}.attention"),
+        "hook_attn_out": ("transformer.layer.{i}.attention", first_output),
+        "hook_resid_mid": ("transformer.layer.{i}.sa_layer_norm", first_input),
+        **norm_hooks("ln1", "transformer.layer.{i}.sa_layer_norm", LAYER_NORM),
+        "mlp.hook_pre": ("transformer.layer.{i}.ffn.lin1", output),
+        "mlp.hook_post": ("transformer.layer.{i}.ffn.lin2", first_input),
+        "hook_mlp_out": ("transformer.layer.{i}.ffn", output),
+        "hook_resid_post": ("transformer.layer.{i}.output_layer_norm", first_input),
+        **norm_hooks("ln2", "transformer.layer.{i}.output_layer_norm", LAYER_NORM),
+        "hook_normalized_resid_post": ("transformer.layer.{i}", first_output),
     }},
-    layer_counts={"decoder": lambda c: c.n_layer},
-)
-
-LLAMA = Family(
-    name="Llama",
-    kind="decoder",
-    positional="rotary",
-    norm="pre-norm (RMSNorm)",
-    stack_taps={"decoder": {
-        "hook_embed": ("embed_tokens", output),
-        **norm_hooks("ln_final", "norm", RMS_NORM),
-        "hook_resid_final": ("norm", output),
-    }},
-    layer_taps={"decoder": {
-        "hook_resid_pre": ("layers.{i}", first_input),
-        **norm_hooks("ln1", "layers.{i}.input_layernorm", RMS_NORM),
-        **attention_hooks("attn", "layers.{i}.self_attn", rotary=True),
-        "hook_attn_out": ("layers.{i}.self_attn", first_output),
-        "hook_resid_mid": ("layers.{i}.post_attention_layernorm", first_input),
-        **norm_hooks("ln2", "layers.{i}.post_attention_layernorm", RMS_NORM),
-        "mlp.hook_pre": ("layers.{i}.mlp.gate_proj", output),  # the gate, before its activation
-        "mlp.hook_pre_linear": ("layers.{i}.mlp.up_proj", output),
-        "mlp.hook_post": ("layers.{i}.mlp.down_proj", first_input),  # act(gate) * up
-        "hook_mlp_out": ("layers.{i}.mlp", output),
-        "hook_resid_post": ("layers.{i}", first_output),
-    }},
-    layer_counts={"decoder": lambda c: c.num_hidden_layers},
+    layer_counts={"encoder": lambda c: c.n_layers},
 )
 
 
-def _t5_layer(stack: str) -> TapTable:
+def _t5_layer(stack: str, gated: bool) -> TapTable:
     block = f"{stack}.block.{{i}}"
     ffn = f"{block}.layer.{2 if stack == 'decoder' else 1}.DenseReluDense"
     table: TapTable = {
@@ -229,85 +215,91 @@ def _t5_layer(stack: str) -> TapTable:
         }
     return table | {
         **norm_hooks("ln2", f"{ffn.rsplit('.', 1)[0]}.layer_norm", RMS_NORM),
-        "mlp.hook_pre": (f"{ffn}.act", first_input),
-        "mlp.hook_post": (f"{ffn}.act", output),
+        "mlp.hook_pre": (f"{ffn}.act", first_input),  # gated (T5 v1.1, mT5): wi_0's output, the gate
+        **({"mlp.hook_pre_linear": (f"{ffn}.wi_1", output)} if gated else {}),
+        "mlp.hook_post": (f"{ffn}.wo", first_input),
         "hook_mlp_out": (ffn, output),
         "hook_resid_post": (block, first_output),
     }
 
 
-T5 = Family(
-    name="T5",
-    kind="encoder-decoder",
-    positional="relative position buckets",
-    norm="pre-norm (RMSNorm)",
-    stack_taps={stack: {
-        "hook_embed": (f"{stack}.embed_tokens", output),
-        **norm_hooks("ln_final", f"{stack}.final_layer_norm", RMS_NORM),
-        "hook_resid_final": (f"{stack}.final_layer_norm", output),
-    } for stack in ("encoder", "decoder")},
-    layer_taps={stack: _t5_layer(stack) for stack in ("encoder", "decoder")},
-    layer_counts={"encoder": lambda c: c.num_layers, "decoder": lambda c: c.num_decoder_layers},
-    position_bias=True,
-)
+def _t5(gated: bool) -> Family:
+    return Family(
+        name="T5",
+        kind="encoder-decoder",
+        positional="relative position buckets",
+        norm="pre-norm (RMSNorm)",
+        stack_taps={stack: {
+            "hook_embed": (f"{stack}.embed_tokens", output),
+            **norm_hooks("ln_final", f"{stack}.final_layer_norm", RMS_NORM),
+            "hook_resid_final": (f"{stack}.final_layer_norm", output),
+        } for stack in ("encoder", "decoder")},
+        layer_taps={stack: _t5_layer(stack, gated) for stack in ("encoder", "decoder")},
+        layer_counts={"encoder": lambda c: c.num_layers, "decoder": lambda c: c.num_decoder_layers},
+        position_bias=True,
+        final_norm="decoder.final_layer_norm",
+    )
 
 
-def _bart_layer(stack: str) -> TapTable:
+def _bart_layer(stack: str, pre_norm: bool) -> TapTable:
+    """A BART-style layer: post-norm (BART, Marian: each norm reads the sum) or pre-norm (mBART, Pegasus: each norm
+    reads the stream before its sublayer, and the stack ends with a norm of its own)."""
     layer = f"{stack}.layers.{{i}}"
+    norms = (f"{layer}.self_attn_layer_norm", f"{layer}.encoder_attn_layer_norm", f"{layer}.final_layer_norm")
+    after_self, after_cross = (norms[1] if stack == "decoder" else norms[2]), norms[2]  # read the sums in pre-norm
     table: TapTable = {
         "hook_resid_pre": (layer, first_input),
+        **norm_hooks("ln1", norms[0], LAYER_NORM),
         **attention_hooks("attn", f"{layer}.self_attn"),
         "hook_attn_out": (f"{layer}.self_attn", first_output),
-        "hook_resid_mid": (f"{layer}.self_attn_layer_norm", first_input),  # the sum, before the norm
-        **norm_hooks("ln1", f"{layer}.self_attn_layer_norm", LAYER_NORM),
+        "hook_resid_mid": (after_self if pre_norm else norms[0], first_input),  # the sum, before the next norm
     }
     if stack == "decoder":
         table |= {
+            **norm_hooks("ln_cross", norms[1], LAYER_NORM),
             **attention_hooks("cross_attn", f"{layer}.encoder_attn"),
             "hook_cross_attn_out": (f"{layer}.encoder_attn", first_output),
-            "hook_resid_mid_cross": (f"{layer}.encoder_attn_layer_norm", first_input),
-            **norm_hooks("ln_cross", f"{layer}.encoder_attn_layer_norm", LAYER_NORM),
+            "hook_resid_mid_cross": (after_cross if pre_norm else norms[1], first_input),
         }
     return table | {
+        **norm_hooks("ln2", norms[2], LAYER_NORM),
         "mlp.hook_pre": (f"{layer}.fc1", output),
         "mlp.hook_post": (f"{layer}.activation_fn", output),
         "hook_mlp_out": (f"{layer}.fc2", output),
-        "hook_resid_post": (f"{layer}.final_layer_norm", first_input),
-        **norm_hooks("ln2", f"{layer}.final_layer_norm", LAYER_NORM),
-        "hook_normalized_resid_post": (layer, first_output),
+        "hook_resid_post": (layer if pre_norm else norms[2], first_output if pre_norm else first_input),
+        **({} if pre_norm else {"hook_normalized_resid_post": (layer, first_output)}),
     }
 
 
-BART = Family(
-    name="BART / Marian",
-    kind="encoder-decoder",
-    positional="learned or sinusoidal absolute",
-    norm="post-norm",
-    stack_taps={stack: {
-        "hook_embed": (f"{stack}.embed_tokens", output),
-        "hook_pos_embed": (f"{stack}.embed_positions", batched_output),
-    } for stack in ("encoder", "decoder")},
-    layer_taps={stack: _bart_layer(stack) for stack in ("encoder", "decoder")},
-    layer_counts={"encoder": lambda c: c.encoder_layers, "decoder": lambda c: c.decoder_layers},
-)
+def _bart(pre_norm: bool, positional: str, name: str) -> Family:
+    final = {stack: {**norm_hooks("ln_final", f"{stack}.layer_norm", LAYER_NORM),
+                     "hook_resid_final": (f"{stack}.layer_norm", output)} if pre_norm else {}
+             for stack in ("encoder", "decoder")}
+    return Family(
+        name=name,
+        kind="encoder-decoder",
+        positional=positional,
+        norm="pre-norm" if pre_norm else "post-norm",
+        stack_taps={stack: {
+            "hook_embed": (f"{stack}.embed_tokens", output),
+            "hook_pos_embed": (f"{stack}.embed_positions", batched_output),
+            **final[stack],
+        } for stack in ("encoder", "decoder")},
+        layer_taps={stack: _bart_layer(stack, pre_norm) for stack in ("encoder", "decoder")},
+        layer_counts={"encoder": lambda c: c.encoder_layers, "decoder": lambda c: c.decoder_layers},
+        final_norm="decoder.layer_norm" if pre_norm else None,
+    )
 
-FAMILIES: dict[str, Family] = {
-    "bert": BERT,
-    "gpt2": GPT2,
-    "llama": LLAMA,
-    "mistral": LLAMA,
-    "qwen2": LLAMA,
-    "t5": T5,
-    "bart": BART,
-    "marian": BART,
+
+BART, MARIAN = _bart(False, "learned absolute", "BART"), _bart(False, "sinusoidal absolute", "Marian")
+MBART, PEGASUS = _bart(True, "learned absolute", "mBART"), _bart(True, "sinusoidal absolute", "Pegasus")
+T5, T5_GATED = _t5(gated=False), _t5(gated=True)
+TABLES: dict[str, Callable[[Any], Family]] = {  # model type -> config -> its family, where a table describes it
+    **dict.fromkeys(("bert", "roberta", "xlm-roberta", "camembert"), lambda config: BERT),
+    "distilbert": lambda config: DISTILBERT,
+    **dict.fromkeys(("t5", "mt5"), lambda config: T5_GATED if config.is_gated_act else T5),
+    "bart": lambda config: BART,
+    "marian": lambda config: MARIAN,
+    "mbart": lambda config: MBART,
+    "pegasus": lambda config: PEGASUS,
 }
-
-
-def family_for(model_type: str) -> Family:
-    """The family of a config's model_type; ValueError naming the supported types otherwise."""
-    try:
-        return FAMILIES[model_type]
-    except KeyError:
-        raise ValueError(
-            f"model type {model_type!r} is not supported yet; supported: {', '.join(sorted(FAMILIES))}"
-        ) from None

@@ -1,8 +1,8 @@
 """One attention head computed again by hand, in numpy, from its weights and its input: every step kept.
 
-softmax(mask(scale · Q Kᵀ + bias)) V with Q = X W_Q + b_Q, K = X_kv W_K + b_K, V = X_kv W_V + b_V, the
-rotary rotation applied to Q and K where the model has one. In float64, so that what differs from the
-model's own float32 numbers is the model's rounding, not this file's.
+softmax(mask(scale · Q Kᵀ + bias)) V with Q = X W_Q + b_Q, K = X_kv W_K + b_K, V = X_kv W_V + b_V; where the model
+has them, Q and K normalised (query/key norms), then rotated (rotary), and the scores soft-capped. In float64, so
+that what differs from the model's own float32 numbers is the model's rounding, not this file's.
 """
 
 from __future__ import annotations
@@ -10,8 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
-from model.inspect.head_weights import HeadWeights
+from model.inspect.head_weights import HeadWeights, QueryKeyNorm
+from model.inspect.rotary import rotate
 
 
 @dataclass(frozen=True)
@@ -21,7 +23,7 @@ class HeadSteps:
     q: np.ndarray  # (q_len, d_head), before any rotation
     k: np.ndarray  # (k_len, d_head)
     v: np.ndarray  # (k_len, d_head)
-    rot_q: np.ndarray | None  # (q_len, d_head) after the rotary rotation (rotary models only)
+    rot_q: np.ndarray | None  # (q_len, d_head) what attention read: after the query norm and the rotation, if any
     rot_k: np.ndarray | None  # (k_len, d_head)
     qk: np.ndarray  # (q_len, k_len): Q Kᵀ (of the rotated Q and K in rotary models)
     scores: np.ndarray  # (q_len, k_len): x scale (+ position bias)
@@ -33,12 +35,6 @@ class HeadSteps:
     def nbytes(self) -> int:
         """Bytes of the arrays held (a cache counts them)."""
         return sum(a.nbytes for a in vars(self).values() if a is not None)
-
-
-def rotate(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
-    """(len, d_head) rotated as Llama does: x cos + rotate_half(x) sin, rotate_half(x) = [-x2, x1]."""
-    half = x.shape[-1] // 2
-    return x * cos + np.concatenate([-x[:, half:], x[:, :half]], axis=-1) * sin
 
 
 def _project(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
@@ -54,21 +50,37 @@ def softmax_rows(scores: np.ndarray) -> np.ndarray:
 
 def compute_head(weights: HeadWeights, x: np.ndarray, x_kv: np.ndarray, mask: np.ndarray) -> HeadSteps:
     """x: (q_len, d_model) what the queries read; x_kv: (k_len, d_model) what keys and values read (x itself in
-    self-attention); mask: (q_len, k_len) bool, True = may attend."""
+    self-attention); mask: (q_len, k_len) bool, True = may attend (a sliding-window layer's: its window too)."""
     q, k, v = (_project(x, weights.w_q, weights.b_q), _project(x_kv, weights.w_k, weights.b_k),
                _project(x_kv, weights.w_v, weights.b_v))
     rot_q = rot_k = None
-    if weights.rotary is not None:
-        cos, sin = (t.astype(np.float64) for t in weights.rotary)  # (len, d_head)
-        rot_q, rot_k = rotate(q, cos[: len(q)], sin[: len(q)]), rotate(k, cos[: len(k)], sin[: len(k)])
+    if weights.rotary is not None or weights.q_norm is not None:  # what attention reads: normalised, rotated
+        rot_q, rot_k = _normalised(q, x, weights.q_norm), _normalised(k, x_kv, weights.k_norm)
+        if weights.rotary is not None:
+            r = weights.rotary
+            cos, sin = torch.from_numpy(r.cos).double(), torch.from_numpy(r.sin).double()  # (len, r)
+            rot_q, rot_k = (rotate(torch.from_numpy(a), cos[: len(a)], sin[: len(a)], r.interleaved).numpy()
+                            for a in (rot_q, rot_k))
     qk = (q if rot_q is None else rot_q) @ (k if rot_k is None else rot_k).T  # (q_len, k_len)
     scores = qk * weights.scale
+    if weights.softcap is not None:
+        scores = np.tanh(scores / weights.softcap) * weights.softcap
     if weights.position_bias is not None:
         scores = scores + weights.position_bias
     masked = np.where(mask, scores, -np.inf)
     pattern = softmax_rows(masked)
     steps = (q, k, v, rot_q, rot_k, qk, scores, masked, pattern, pattern @ v)
     return HeadSteps(*(None if a is None else a.astype(np.float32) for a in steps))
+
+
+def _normalised(projected: np.ndarray, x: np.ndarray, norm: QueryKeyNorm | None) -> np.ndarray:
+    """(len, d_head) queries or keys after the model's RMSNorm of them, if it has one: over the head's own numbers,
+    or over every head's (the layer's whole projection of x)."""
+    if norm is None:
+        return projected
+    spanned = projected if norm.whole is None else _project(x, *norm.whole)  # (len, d_head or heads x d_head)
+    rms = np.sqrt((spanned**2).mean(-1, keepdims=True) + norm.eps)
+    return projected / rms * norm.gain
 
 
 def concat_heads(z: np.ndarray) -> np.ndarray:

@@ -5,7 +5,9 @@ Every family stores W_Q, W_K, W_V and W_O differently: the from-scratch model as
 `attention.output.dense`); GPT-2 as one Conv1D `c_attn` whose weight is (d_model, 3 d_model), already
 transposed, and `c_proj`; Llama as `q_proj`/`k_proj`/`v_proj`/`o_proj` with fewer key/value heads
 (GQA); T5 as `q`/`k`/`v`/`o` without biases and without the 1/sqrt(d_head) scaling; BART and Marian as
-`q_proj`/`k_proj`/`v_proj`/`out_proj`. `head_weights` returns them all in one layout: x @ W + b.
+`q_proj`/`k_proj`/`v_proj`/`out_proj`; DistilBERT as `q_lin` ... `out_lin`; GPT-NeoX as one `query_key_value` with each
+head's q, k and v side by side; Phi-3 as one `qkv_proj`; Phi's W_O is `dense`. `head_weights` returns them all in one
+layout: x @ W + b, with what the model does around QK^T: its scale, rotation, query/key norms, soft-capping.
 
 Nothing here changes the model: weights are copied out under `torch.no_grad`.
 """
@@ -13,16 +15,41 @@ Nothing here changes the model: weights are copied out under `torch.no_grad`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 from torch import nn
 
+from model.core.attention.source import PatternSource
 from model.core.runner import Runner
 from model.core.trace.sites import Site
+from model.hf.taps import norm_eps
+from model.inspect.norm_output import norm_affine
+from model.inspect.rotary import rotary_tables
 
 Affine = tuple[np.ndarray, np.ndarray | None]  # (W (d_in, d_out), b (d_out,) or None): x @ W + b
+
+
+@dataclass(frozen=True)
+class Rotary:
+    """A rotary embedding at positions 0..len-1: (cos, sin), each (len, r), rotating the first r dimensions of a
+    head (all of them, or a part: Phi, GPT-NeoX, GPT-J) in pairs (i, i + r/2) (Llama and most) or (2i, 2i + 1)."""
+
+    cos: np.ndarray
+    sin: np.ndarray
+    interleaved: bool = False
+
+
+@dataclass(frozen=True)
+class QueryKeyNorm:
+    """An RMSNorm of the queries (or keys) after their projection (Qwen3, Gemma 3, OLMo 2): x / RMS(x) x gain, the
+    RMS over the head's own d_head numbers, or over every head's at once (`whole`: OLMo 2), which then needs the
+    layer's whole projection."""
+
+    gain: np.ndarray  # (d_head,) this head's
+    eps: float
+    whole: Affine | None = None  # (W (d_model, heads x d_head), b): every head's projection, when the RMS spans them
 
 
 @dataclass(frozen=True)
@@ -44,19 +71,25 @@ class HeadWeights:
     b_o: np.ndarray | None  # (d_model,)
     scale: float  # what Q K^T is multiplied by
     scale_text: str  # how a person reads it: "1/√8", "1 (T5 does not scale)"
-    rotary: tuple[np.ndarray, np.ndarray] | None  # (cos, sin), each (len, d_head): rotary models only
-    position_bias: np.ndarray | None  # (q_len, k_len) added to the scores (T5's relative buckets), else None
+    rotary: Rotary | None = None  # rotary models only
+    position_bias: np.ndarray | None = None  # (q_len, k_len) added to the scores (T5's relative buckets), else None
+    q_norm: QueryKeyNorm | None = None
+    k_norm: QueryKeyNorm | None = None
+    softcap: float | None = None  # scores capped to c tanh(score / c) before the mask (Gemma 2)
 
     @property
     def nbytes(self) -> int:
         """Bytes of the arrays held (a cache counts them)."""
+        norms = [a for n in (self.q_norm, self.k_norm) if n is not None for a in (n.gain, *(n.whole or ()))]
         arrays = [self.w_q, self.b_q, self.w_k, self.b_k, self.w_v, self.b_v, self.w_o, self.b_o,
-                  self.position_bias, *(self.rotary or ())]
+                  self.position_bias, *norms, *((self.rotary.cos, self.rotary.sin) if self.rotary else ())]
         return sum(a.nbytes for a in arrays if a is not None)
 
 
-def head_weights(runner: Runner, site: str, layer: int, head: int, q_len: int, k_len: int) -> HeadWeights:
-    """The weights of `head` at `site` ("decoder.cross_attn"...) and `layer`, for a run of q_len x k_len."""
+def head_weights(runner: Runner, site: str, layer: int, head: int, q_len: int, k_len: int,
+                 source: PatternSource | None = None) -> HeadWeights:
+    """The weights of `head` at `site` ("decoder.cross_attn"...) and `layer`, for a run of q_len x k_len. `source`:
+    what the model's attention read at that layer (a trace's), whose scale and soft-capping are the model's own."""
     model = getattr(runner, "model", None)
     if model is None:  # a from-scratch model (model/toy/runner.py)
         module = _scratch_attention(runner.toy.model, site, layer)  # type: ignore[attr-defined]
@@ -67,14 +100,26 @@ def head_weights(runner: Runner, site: str, layer: int, head: int, q_len: int, k
     out_module = taps[f"{Site.of(site).stack}.{layer}.hook_attn_out"].module if hasattr(module, "query") else None
     affines, n_heads, n_kv, d_head = _hf_affines(module, out_module)
     scale, scale_text = _hf_scale(module, d_head, layer)
-    rotary = _rotary(model, k_len, d_head) if runner.facts.positional == "rotary" else None
+    if source is not None and not math.isclose(source.scale, scale):  # the scale the model's attention received
+        prescaled = getattr(module, "scaling", None)  # OPT scales its queries when projecting, and passes 1
+        if source.scale == 1.0 and prescaled:
+            w, b = affines["q"]
+            affines["q"] = (w * prescaled, None if b is None else b * prescaled)
+            scale_text = f"1 (the queries were scaled by {prescaled:.4g} = 1/√{d_head} when projected)"
+        else:
+            scale_text = f"{source.scale:.4g} (the model's own scale)"
+        scale = source.scale
+    rotary = _rotary(model, k_len, getattr(module, "layer_type", None)) if runner.facts.positional == "rotary" else None
     bias = _t5_bias(model, site, head, q_len, k_len) if hasattr(module, "relative_attention_num_buckets") else None
-    return _slice(affines, head, n_heads, n_kv, d_head, scale, scale_text, rotary, bias)
+    weights = _slice(affines, head, n_heads, n_kv, d_head, scale, scale_text, rotary, bias)
+    kv_head = head // (n_heads // n_kv)
+    return replace(weights, q_norm=_query_key_norm(module, ("q_norm", "q_layernorm"), affines["q"], head, d_head),
+                   k_norm=_query_key_norm(module, ("k_norm", "k_layernorm"), affines["k"], kv_head, d_head),
+                   softcap=None if source is None else source.softcap)
 
 
 def _slice(affines: dict[str, Affine], head: int, n_heads: int, n_kv: int, d_head: int, scale: float,
-           scale_text: str, rotary: tuple[np.ndarray, np.ndarray] | None = None,
-           position_bias: np.ndarray | None = None) -> HeadWeights:
+           scale_text: str, rotary: Rotary | None = None, position_bias: np.ndarray | None = None) -> HeadWeights:
     """Cut the head's columns out of whole-layer affines {"q", "k", "v", "o"}."""
     kv_head = head // (n_heads // n_kv)
 
@@ -87,6 +132,20 @@ def _slice(affines: dict[str, Affine], head: int, n_heads: int, n_kv: int, d_hea
     w_o, b_o = affines["o"]
     return HeadWeights(head, kv_head, n_heads, n_kv, d_head, w_q, b_q, w_k, b_k, w_v, b_v, w_o, b_o, scale,
                        scale_text, rotary, position_bias)
+
+
+def _query_key_norm(module: nn.Module, names: tuple[str, ...], whole: Affine, head: int,
+                    d_head: int) -> QueryKeyNorm | None:
+    """The RMSNorm the attention module applies to its queries or keys, if it has one (its gain read from what it
+    does: w, or 1 + w in Gemma)."""
+    norm = next((getattr(module, n) for n in names if isinstance(getattr(module, n, None), nn.Module)), None)
+    if norm is None or isinstance(norm, nn.Identity):
+        return None
+    gain, _ = norm_affine(norm)  # (d_head or heads x d_head,)
+    eps, width = norm_eps(norm), len(gain)
+    if width == d_head:
+        return QueryKeyNorm(gain, eps)
+    return QueryKeyNorm(gain[head * d_head:(head + 1) * d_head], eps, whole)
 
 
 def _affine(layer: nn.Module) -> Affine:
@@ -125,9 +184,26 @@ def _hf_affines(module: nn.Module, out_module: nn.Module | None) -> tuple[dict[s
     if hasattr(module, "relative_attention_num_buckets"):  # T5
         affines = {name: _affine(getattr(module, name)) for name in "qkvo"}
         return affines, module.n_heads, module.n_heads, module.key_value_proj_dim
-    out = module.o_proj if hasattr(module, "o_proj") else module.out_proj  # Llama family / BART, Marian
+    if hasattr(module, "q_lin"):  # DistilBERT
+        affines = {name: _affine(getattr(module, f"{name}_lin")) for name in "qkv"} | {"o": _affine(module.out_lin)}
+        d_head = module.dim // module.n_heads
+        return affines, module.n_heads, module.n_heads, d_head
+    out = next(getattr(module, n) for n in ("o_proj", "out_proj", "dense") if hasattr(module, n))
+    d_head = getattr(module, "head_dim", None) or module.head_size  # GPT-NeoX: head_size
+    if hasattr(module, "query_key_value"):  # GPT-NeoX: fused, each head's q, k and v side by side
+        w, b = _affine(module.query_key_value)  # (d_model, heads x 3 x d_head)
+        heads = w.shape[1] // (3 * d_head)
+        split = lambda a, i: a.reshape(*a.shape[:-1], heads, 3, d_head)[..., i, :].reshape(*a.shape[:-1], -1)  # noqa: E731
+        affines = {name: (split(w, i), None if b is None else split(b, i)) for i, name in enumerate("qkv")}
+        return affines | {"o": _affine(out)}, heads, heads, d_head
+    if hasattr(module, "qkv_proj"):  # Phi-3: fused, rows [every head's q; every kv head's k; ... v]
+        w, b = _affine(module.qkv_proj)
+        kv = module.num_key_value_heads * d_head
+        q = w.shape[1] - 2 * kv
+        bounds = {"q": (0, q), "k": (q, q + kv), "v": (q + kv, q + 2 * kv)}
+        affines = {n: (w[:, lo:hi], None if b is None else b[lo:hi]) for n, (lo, hi) in bounds.items()}
+        return affines | {"o": _affine(out)}, q // d_head, kv // d_head, d_head
     affines = {name: _affine(getattr(module, f"{name}_proj")) for name in "qkv"} | {"o": _affine(out)}
-    d_head = module.head_dim
     return affines, affines["q"][0].shape[1] // d_head, affines["k"][0].shape[1] // d_head, d_head
 
 
@@ -146,14 +222,11 @@ def _hf_scale(module: nn.Module, d_head: int, layer: int) -> tuple[float, str]:
     return 1 / math.sqrt(d_head), f"1/√{d_head}"
 
 
-def _rotary(model: nn.Module, length: int, d_head: int) -> tuple[np.ndarray, np.ndarray]:
-    """(cos, sin), each (len, d_head), of the model's rotary embedding at positions 0..len-1."""
-    rotary_emb = model.base_model.rotary_emb
-    with torch.no_grad():
-        positions = torch.arange(length, device=rotary_emb.inv_freq.device)[None]  # (1, len)
-        probe = torch.zeros(1, dtype=torch.float32, device=rotary_emb.inv_freq.device)
-        cos, sin = rotary_emb(probe, positions)  # (1, len, d_head) each
-    return cos[0].float().cpu().numpy(), sin[0].float().cpu().numpy()
+def _rotary(model: nn.Module, length: int, layer_type: str | None) -> Rotary:
+    """The model's rotary embedding at positions 0..len-1 (model/inspect/positions.py reads the same module), for a
+    layer of `layer_type` where the model rotates kinds of layer differently (Gemma 3)."""
+    cos, sin, interleaved = rotary_tables(model, length, layer_type)
+    return Rotary(cos.float().numpy(), sin.float().numpy(), interleaved)
 
 
 def _t5_bias(model: nn.Module, site: str, head: int, q_len: int, k_len: int) -> np.ndarray:

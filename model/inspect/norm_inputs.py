@@ -2,7 +2,8 @@
 input statistics (its mean) beside what it divides by (`hook_scale`), with no extra hook on the norm itself.
 
 Pre-norm models normalise a copy of the stream before each block: ln1 reads `hook_resid_pre`, ln_cross reads
-`hook_resid_mid`, ln2 the sum after the last attention block, ln_final the last layer's `hook_resid_post`.
+`hook_resid_mid`, ln2 the sum after the last attention block (`hook_resid_pre` where attention and the MLP run in
+parallel), ln_final the last layer's `hook_resid_post`.
 Post-norm models normalise the sum after each block: ln1 reads `hook_resid_mid`, ln_cross `hook_resid_mid_cross`,
 ln2 `hook_resid_post` (the residual hooks are the sums before any norm: model/core/trace/hook_names.py).
 """
@@ -24,12 +25,14 @@ def norm_input(facts: ModelFacts, scale_hook: str) -> str | None:
         raise ValueError(f"{scale_hook!r} is not a norm's hook_scale")
     stack, layer, norm = match.group(1), match.group(2), match.group(3)
     has_cross = stack == "decoder" and facts.kind == "encoder-decoder"
+    post_norm = facts.norm.startswith("post")
     if norm == "ln_final":
         last = facts.n_encoder_layers if stack == "encoder" else facts.n_decoder_layers
-        return f"{stack}.{last - 1}.hook_resid_post" if facts.norm.startswith("pre") else None
-    if facts.norm.startswith("pre"):
+        return None if post_norm else f"{stack}.{last - 1}.hook_resid_post"
+    if not post_norm:
+        after_attention = "hook_resid_mid_cross" if has_cross else "hook_resid_mid"
         reads = {"ln1": "hook_resid_pre", "ln_cross": "hook_resid_mid",
-                 "ln2": "hook_resid_mid_cross" if has_cross else "hook_resid_mid"}
+                 "ln2": "hook_resid_pre" if "parallel" in facts.norm else after_attention}
     else:
         reads = {"ln1": "hook_resid_mid", "ln_cross": "hook_resid_mid_cross", "ln2": "hook_resid_post"}
     return f"{stack}.{layer}.{reads[norm]}"

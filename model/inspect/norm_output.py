@@ -1,6 +1,7 @@
 """A norm's output from its `hook_normalized`: as in TransformerLens, that hook is the norm's input (centred, for
 LayerNorm) divided by its `hook_scale`, before the norm's weight and bias; what the next block reads is
-hook_normalized x weight + bias. The weights are read from the loaded model of any family (never changed)."""
+hook_normalized x weight + bias (x 1 + weight in Gemma). The weights are read from what the loaded model's norm does,
+for any family (never changed)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import torch
 from torch import nn
 
 from model.core.runner import Runner
+from model.hf.taps import norm_eps
 
 
 def norm_module(runner: Runner, hook_name: str) -> nn.Module:
@@ -21,14 +23,24 @@ def norm_module(runner: Runner, hook_name: str) -> nn.Module:
                 if getattr(module, "hook_normalized", None) is point)
 
 
+def norm_affine(module: nn.Module) -> tuple[np.ndarray, np.ndarray]:
+    """(gain, bias), each (d,) float64: what a norm multiplies its normalised input by and adds, read from what the
+    module does (any formula: weight, Gemma's 1 + weight, OLMo's none), by normalising e = (1, -1, 1, ...) and -e,
+    whose mean is 0 and whose mean square is 1, so that each comes out as ±e / sqrt(1 + eps) x gain + bias."""
+    parameter = next(iter(module.parameters()), None)
+    width = parameter.shape[-1] if parameter is not None else module.normalized_shape[-1]
+    dtype, device = (parameter.dtype, parameter.device) if parameter is not None else (torch.float32, "cpu")
+    e = torch.tensor([1.0, -1.0], dtype=torch.float64).repeat((width + 1) // 2)[:width]
+    with torch.no_grad():
+        plus, minus = (module(sign * e.to(dtype=dtype, device=device)).double().cpu() for sign in (1, -1))
+    gain = (plus - minus) / 2 * np.sqrt(1 + norm_eps(module)) / e
+    return gain.numpy(), ((plus + minus) / 2).numpy()
+
+
 def norm_output(runner: Runner, hook_name: str, normalized: np.ndarray) -> np.ndarray:
     """(pos, d_model) float32: the norm's output for its `normalized` values (pos, d_model)."""
-    module = norm_module(runner, hook_name)
-    with torch.no_grad():
-        weight = module.weight.detach().float().cpu().numpy()  # (d_model,)
-        bias = getattr(module, "bias", None)
-        out = normalized.astype(np.float32) * weight
-        return out if bias is None else out + bias.detach().float().cpu().numpy()
+    gain, bias = norm_affine(norm_module(runner, hook_name))
+    return (normalized.astype(np.float64) * gain + bias).astype(np.float32)
 
 
 def block_input(runner: Runner, hook: str, value: np.ndarray) -> np.ndarray:

@@ -1,8 +1,8 @@
 """How a loaded model tells positions apart, read from its own weights and modules (never changed).
 
-From-scratch models add a fixed sinusoidal table (their `pos_table` buffer); BERT, GPT-2 and BART add a learned
-table; Marian adds a fixed sinusoid laid out differently; Llama-style models rotate queries and keys (rotary);
-T5 adds a learned bias per relative distance to the attention scores.
+From-scratch models add a fixed sinusoidal table (their `pos_table` buffer); BERT, GPT-2, BART and OPT add a learned
+table; Marian and Pegasus add a fixed sinusoid laid out differently; Llama-style models rotate queries and keys
+(rotary, on all of a head's dimensions or a part); T5 adds a learned bias per relative distance to the scores.
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-SchemeKind = Literal["sinusoidal", "learned", "rotary", "relative"]
-BART_OFFSET = 2  # BART's position table keeps two rows before position 0 (a quirk of its padding_idx)
+from model.inspect.rotary import rotary_tables, rotate
+
+SchemeKind = Literal["sinusoidal", "learned", "rotary", "relative", "none"]
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,8 @@ class PositionScheme:
     about: str  # what it is, in a sentence or two
     table: np.ndarray | None = None  # (positions, d_model) float32: row p is added at position p (absolute schemes)
     halves: bool = False  # a sinusoid with every sine first, then every cosine (Marian), not interleaved
-    inv_freq: np.ndarray | None = None  # rotary: (head_dim / 2,) radians per position of each dimension pair
+    inv_freq: np.ndarray | None = None  # rotary: (rotated dims / 2,) radians per position of each dimension pair
+    interleaved: bool = False  # rotary: pairs are dimensions 2i and 2i + 1 (GPT-J), not i and i + r/2 (Llama)
     rotary_base: float = 0.0  # rotary: θ in inv_freq_i = θ^(-2i / head_dim)
     rotary_profile: np.ndarray | None = None  # rotary: (len,) q·k of q = k = (1, …, 1) at distance 0 .. len-1
     rotary_spread: float = 0.0  # rotary: how much q·k varies among pairs at the same distance (0: only distance counts)
@@ -48,58 +50,68 @@ def position_scheme(runner: Any, stack: str, length: int) -> PositionScheme:
         return PositionScheme("sinusoidal", f"{stack}.pos_table (a buffer)", "A fixed table computed once from the "
                               "formula and added to the token embeddings (× √d_model); nothing about it is learned.",
                               table=table.detach().cpu().float().numpy())
-    model = runner.model.base_model
-    model_type = runner.model.config.model_type
-    if model_type in ("llama", "mistral", "qwen2"):
+    family, model = runner.family, runner.model.base_model
+    if family.positional == "rotary":
         return _rotary(runner.model, length)
-    if model_type == "t5":
+    if family.position_bias:
         return _t5(getattr(model, stack), length)
-    return _absolute(model, model_type, stack)
+    place = family.stack_taps.get(stack, {}).get("hook_pos_embed")
+    if place is None:
+        return PositionScheme("none", "—", "No position table and no rotation were found in this model: it may tell "
+                              "positions apart only through its causal mask.")
+    return _absolute(model, place[0])
 
 
 def _weight(module: torch.nn.Module) -> np.ndarray:
     return module.weight.detach().cpu().float().numpy()
 
 
-def _absolute(model: torch.nn.Module, model_type: str, stack: str) -> PositionScheme:
-    """The tables added to the token embeddings: learned (BERT, GPT-2, BART) or fixed (Marian)."""
-    if model_type == "bert":
-        return PositionScheme("learned", "embeddings.position_embeddings", "A learned table added to the token "
-                              "embeddings, with a learned token-type (segment) vector; LayerNorm then normalises the "
-                              "sum.", table=_weight(model.embeddings.position_embeddings))
-    if model_type == "gpt2":
-        return PositionScheme("learned", "wpe", "A learned table added to the token embeddings.",
-                              table=_weight(model.wpe))
-    positions = getattr(model, stack).embed_positions
-    if model_type == "marian":
-        return PositionScheme("sinusoidal", f"{stack}.embed_positions", "A fixed sinusoid as in the paper, laid out "
+def _absolute(model: torch.nn.Module, path: str) -> PositionScheme:
+    """The table added to the token embeddings, at `path`: learned (BERT, GPT-2, BART, OPT ...) or a fixed sinusoid
+    with every sine first, then every cosine (Marian, Pegasus). Position p reads row p + offset: BART and OPT keep two
+    rows before position 0, RoBERTa its padding row and those before it."""
+    module = model.get_submodule(path)
+    padding = getattr(module, "padding_idx", None)
+    offset = int(getattr(module, "offset", 0) or (padding + 1 if padding is not None else 0))
+    table = _weight(module)[offset:]
+    shift = f" (rows from {offset})" if offset else ""
+    if "sinusoidal" in type(module).__name__.lower():
+        return PositionScheme("sinusoidal", f"{path}{shift}", "A fixed sinusoid as in the paper, laid out "
                               "differently: the sines in the first half of the dimensions, the cosines in the second.",
-                              table=_weight(positions), halves=True)
-    return PositionScheme("learned", f"{stack}.embed_positions (rows from {BART_OFFSET})",
-                          f"A learned table added to the token embeddings; position p reads row p + {BART_OFFSET} "
-                          "(BART keeps two rows before position 0).", table=_weight(positions)[BART_OFFSET:])
+                              table=table, halves=True)
+    about = "A learned table added to the token embeddings"
+    about += f"; position p reads row p + {offset}." if offset else "."
+    parent = model.get_submodule(path.rsplit(".", 1)[0]) if "." in path else model
+    if hasattr(parent, "token_type_embeddings"):
+        about += " A learned token-type (segment) vector is added too; LayerNorm then normalises the sum."
+    return PositionScheme("learned", f"{path}{shift}", about, table=table)
 
 
 def _rotary(causal_lm: torch.nn.Module, length: int) -> PositionScheme:
-    """Rotary embedding, from the model's own rotary module: frequencies and q·k of q = k = (1, …, 1)."""
-    config, rotary = causal_lm.config, causal_lm.base_model.rotary_emb
+    """Rotary embedding, from the model's own rotary module: each dimension pair's frequency (the angle it turns by
+    from position 0 to 1) and q·k of q = k = (1, …, 1). Pairs are dimensions i and i + r/2 of the r rotated ones
+    (Llama and most), or 2i and 2i + 1 (GPT-J, Cohere); r is every dimension of a head or a part of them."""
+    config = causal_lm.config
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     parameters = getattr(config, "rope_parameters", None) or {}
+    if "full_attention" in parameters:  # per kind of layer (Gemma 3): the full layers'
+        parameters = parameters["full_attention"]
     base = float(parameters.get("rope_theta", getattr(config, "rope_theta", 10000.0)))
-    with torch.inference_mode():
-        positions = torch.arange(length)[None]  # (1, len)
-        cos, sin = rotary(torch.zeros(1, length, head_dim), positions)  # (1, len, head_dim) each
-        vector = torch.ones(length, head_dim)  # the same q and k at every position
-        half = head_dim // 2
-        rotated = vector * cos[0] + torch.cat([-vector[:, half:], vector[:, :half]], -1) * sin[0]  # (len, head_dim)
-        scores = (rotated @ rotated.T).double().numpy()  # (len, len): q at position m · k at position n
+    cos, sin, interleaved = rotary_tables(causal_lm, max(length, 2))  # (len, r) each
+    rotated_dims = cos.shape[-1]
+    first = slice(0, None, 2) if interleaved else slice(0, rotated_dims // 2)
+    inv_freq = torch.atan2(sin[1, first], cos[1, first])  # (r / 2,): under 1 radian a position, so read exactly
+    rotated = rotate(torch.ones(len(cos), rotated_dims, dtype=torch.float64), cos, sin, interleaved)  # (len, r):
+    scores = (rotated @ rotated.T)[:length, :length].numpy()  # the same q = k at every position; q_m · k_n
     diagonals = [np.diagonal(scores, -d) for d in range(length)]  # distance m - n = d
-    return PositionScheme("rotary", "rotary_emb (inv_freq)", "Nothing is added to the embeddings. In every layer, "
+    part = (f" Only the first {rotated_dims} of each head's {head_dim} dimensions are rotated; the rest carry no "
+            "position." if rotated_dims < head_dim else "")
+    return PositionScheme("rotary", "rotary_emb", "Nothing is added to the embeddings. In every layer, "
                           "each pair of dimensions of a head's query and key is rotated by the angle position × its "
-                          "frequency, so q·k depends on the distance between them, not on where they are.",
-                          inv_freq=rotary.inv_freq.detach().cpu().double().numpy(), rotary_base=base,
+                          "frequency, so q·k depends on the distance between them, not on where they are." + part,
+                          inv_freq=inv_freq.numpy(), rotary_base=base,
                           rotary_profile=np.array([d[0] for d in diagonals]),
-                          rotary_spread=max(float(np.ptp(d)) for d in diagonals))
+                          rotary_spread=max(float(np.ptp(d)) for d in diagonals), interleaved=interleaved)
 
 
 def _t5(stack: torch.nn.Module, length: int) -> PositionScheme:

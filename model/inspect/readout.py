@@ -17,7 +17,6 @@ from model.inspect.lens import Unembedding
 from model.scratch.transformer import EncoderDecoder
 from model.toy.runner import ToyRunner
 
-HF_FINAL_NORMS = {"GPT-2": "ln_f", "Llama": "norm", "T5": "decoder.final_layer_norm"}  # under base_model
 POST_NORM = "no final norm (post-norm: each layer's output is already normalised)"
 NO_LM_HEAD = ("{model} is {family}: it has no unembedding (no matrix that turns its vectors into token scores), "
               "so there is no logit lens to show. The other views work.")
@@ -49,23 +48,26 @@ def _toy_unembedding(runner: ToyRunner) -> Unembedding:
 
 
 def _hf_unembedding(runner: HFRunner) -> Unembedding | str:
-    """lm_head (with BART's and Marian's final_logits_bias, T5's output scaling) after the final norm."""
+    """lm_head (with BART's and Marian's final_logits_bias, T5's output scaling, Gemma 2's soft-capping) after the
+    final norm."""
     model, family = runner.model, runner.family
     head = model.get_output_embeddings()
     if head is None:
         return NO_LM_HEAD.format(model=runner.facts.model_id, family=f"{type(model).__name__} ({family.name})")
-    modules = dict(model.base_model.named_modules())
-    final = modules[HF_FINAL_NORMS[family.name]] if family.name in HF_FINAL_NORMS else None
+    final = model.base_model.get_submodule(family.final_norm) if family.final_norm else None
     bias = getattr(model, "final_logits_bias", None)  # (1, vocab) or None
     scale = model.config.d_model ** -0.5 if getattr(model.config, "scale_decoder_outputs", False) else 1.0
+
+    cap = getattr(model.config, "final_logit_softcapping", None)  # Gemma 2: c tanh(logits / c)
 
     def readout(x: torch.Tensor) -> torch.Tensor:  # (rows, d_model) -> (rows, vocab)
         x = x.to(head.weight.device, head.weight.dtype)
         logits = head((final(x) if final is not None else x) * scale)
-        return (logits + bias if bias is not None else logits).float().cpu()
+        logits = logits + bias if bias is not None else logits
+        return (torch.tanh(logits / cap) * cap if cap else logits).float().cpu()
 
     stack = "encoder" if family.kind == "encoder" else "decoder"
-    norm = f"its final norm {HF_FINAL_NORMS[family.name]}" if family.name in HF_FINAL_NORMS else POST_NORM
+    norm = f"its final norm {family.final_norm}" if family.final_norm else POST_NORM
     return Unembedding(stack, _layer_output(family.norm), norm, readout)
 
 

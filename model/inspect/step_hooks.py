@@ -5,8 +5,9 @@ the norm whose `ln1.hook_normalized` is named, or `ln_cross.hook_normalized` for
 stream itself where it normalises after the sum (post-norm: `hook_resid_pre`; the decoder's cross-attention reads
 the self-attention block's normalised output, ln1's). A norm's output is its `hook_normalized` x weight + bias
 (model/inspect/norm_output.py). Cross-attention's keys and values read the encoder's output. After the heads: W_O
-gives `hook_attn_out`, the residual add gives `hook_resid_mid`, and the norm that follows is named by its
-`hook_normalized`.
+gives `hook_attn_out` (or the norm of attention's output does, in models that normalise it: Gemma 2, OLMo 2), the
+residual add gives `hook_resid_mid` (none where attention and the MLP run in parallel), and the norm that follows is
+named by its `hook_normalized`.
 """
 
 from __future__ import annotations
@@ -28,22 +29,26 @@ class StepNames:
     x: str  # (q_len, d_model) what the queries read (a norm's hook_normalized: that norm's output)
     memory: tuple[str, ...]  # cross-attention: what keys and values read, the first one captured; else ()
     before: str  # (q_len, d_model) the residual stream the block's output is added to
-    out: str  # (q_len, d_model) the block's output after W_O
-    after: str  # (q_len, d_model) the residual sum
-    norm: str  # (q_len, d_model) the hook_normalized of the norm that follows the sum
+    out: str  # (q_len, d_model) what the block adds to the stream: W_O's output, or a norm's of it (`projected`)
+    after: str | None  # (q_len, d_model) the residual sum; None where attention and the MLP run in parallel
+    norm: str | None  # (q_len, d_model) the hook_normalized of the norm that follows the sum, if any
     norm_label: str  # how a person names that norm
+    projected: bool = True  # `out` is W_O's output (False: the model normalises it before the sum, as Gemma 2)
 
     def hooks(self) -> tuple[str, ...]:
         """Everything to capture, and nothing else of the model."""
         return (*(f"{self.attention}.{h}" for h in ATTENTION_HOOKS), self.x, *self.memory, self.before, self.out,
-                self.after, self.norm)
+                *(name for name in (self.after, self.norm) if name is not None))
 
 
 def step_names(facts: ModelFacts, site: str, layer: int) -> StepNames:
-    """The hook names of `site` ("encoder.attn", "decoder.cross_attn") at `layer` for a model with `facts`."""
+    """The hook names of `site` ("encoder.attn", "decoder.cross_attn") at `layer` for a model with `facts`, whose
+    norm placement (`facts.norm`, model/hf/discovery.py) says where the block reads and writes."""
     where = Site.of(site)
     prefix = f"{where.stack}.{layer}"
     pre_norm = facts.norm.startswith("pre")
+    parallel = "parallel" in facts.norm  # attention and the MLP read the same input: no sum between them
+    normed_out = "sublayer" in facts.norm  # a norm of attention's output is what the stream adds (Gemma 2, OLMo 2)
     last_encoder = facts.n_encoder_layers - 1
     memory = ("encoder.hook_resid_final", f"encoder.{last_encoder}.hook_normalized_resid_post") \
         if where.is_cross else ()
@@ -51,13 +56,16 @@ def step_names(facts: ModelFacts, site: str, layer: int) -> StepNames:
         x = f"{prefix}.ln_cross.hook_normalized" if pre_norm else f"{prefix}.ln1.hook_normalized"
         before, out, after = (f"{prefix}.hook_resid_mid" if pre_norm else x, f"{prefix}.hook_cross_attn_out",
                               f"{prefix}.hook_resid_mid_cross")
-        norm = "ln2" if pre_norm else "ln_cross"
+        norm: str | None = "ln2" if pre_norm else "ln_cross"
     else:
         x = f"{prefix}.ln1.hook_normalized" if pre_norm else f"{prefix}.hook_resid_pre"
-        before, out, after = f"{prefix}.hook_resid_pre", f"{prefix}.hook_attn_out", f"{prefix}.hook_resid_mid"
+        before, out = f"{prefix}.hook_resid_pre", f"{prefix}.hook_attn_out"
+        after = None if parallel else f"{prefix}.hook_resid_mid"
         has_cross = where.stack == "decoder" and facts.kind == "encoder-decoder"
-        norm = ("ln_cross" if has_cross else "ln2") if pre_norm else "ln1"
+        norm = ("ln_cross" if has_cross else "ln2") if pre_norm else None if normed_out else "ln1"
+        norm = None if parallel else norm
     label = {"ln1": "the norm after the sum (ln1)", "ln2": "the MLP block's norm (ln2)",
              "ln_cross": "the cross-attention block's norm (ln_cross)" if pre_norm else "the norm after the sum "
-                         "(ln_cross)"}[norm]
-    return StepNames(f"{prefix}.{where.kind}", x, memory, before, out, after, f"{prefix}.{norm}.hook_normalized", label)
+                         "(ln_cross)", None: ""}[norm]
+    return StepNames(f"{prefix}.{where.kind}", x, memory, before, out, after,
+                     None if norm is None else f"{prefix}.{norm}.hook_normalized", label, not normed_out)

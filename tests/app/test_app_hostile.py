@@ -102,8 +102,8 @@ EXPECTED = {  # what the message says for each broken folder of the corpus
     "pickle_only": "no .safetensors weights (found pytorch_model.bin). Pickle checkpoints are refused",
     "malformed_config": "config.json is not valid JSON",
     "config_not_an_object": "config.json does not hold a JSON object",
-    "unknown_model_type": "model type 'made_up_type' is not supported yet",
-    "unsupported_model_type": "model type 'vit' is not supported yet",
+    "unknown_model_type": "model type 'made_up_type' is not one the installed transformers knows",
+    "unsupported_model_type": "model type 'vit' is not supported: the app opens decoder-only language models",
     "garbage_weights": "garbage_weights failed (SafetensorError); the details are in the server's log",
 }
 

@@ -137,7 +137,7 @@ def test_a_real_encoder_and_a_rotary_decoder() -> None:
     assert "**Rotary**" in at.markdown[0].value
     titles = [c["title"] for c in _altair(at)]
     assert titles == ["frequency of each dimension pair", "rotated q·k vs distance"]
-    assert _caption(at, "base = 100000, d_head = 64")
+    assert _caption(at, "base = 100000, rotated dimensions r = 64")
     _view(at, "Your tokens")
     assert "adds no positional vector" in at.info[0].value and list(_specs(at)) == ["decoder · token embedding"]
 

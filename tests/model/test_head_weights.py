@@ -6,12 +6,15 @@ import numpy as np
 import pytest
 
 from model.core.options import RunOptions
+from model.core.trace.sites import Site
 from model.core.trace.trace import Trace
+from model.hf.loading import load_hf_runner
 from model.inspect.head_math import HeadSteps, compute_head, output_projection, softmax_rows
 from model.inspect.head_weights import HeadWeights, head_weights
 from model.inspect.norm_output import block_input
 from model.inspect.step_hooks import step_names
 from model.registry import load_runner
+from tests.tiny_hf import TYPES, build_type
 
 TOL = 1e-5
 FLOAT16_STEP = 2.0 ** -11  # float16's relative rounding step: HF patterns are kept in float16
@@ -23,8 +26,10 @@ def _recompute(runner, text: str, target: str | None, site: str, layer: int, hea
     trace = runner.run(text, target, RunOptions(hooks=names.hooks()))
     x = block_input(runner, names.x, trace.captured[names.x])
     x_kv = next(trace.captured[m] for m in names.memory if m in trace.captured) if names.memory else x
-    weights = head_weights(runner, site, layer, head, len(x), len(x_kv))
-    return trace, weights, compute_head(weights, x, x_kv, trace.masks[site]), names.attention
+    source = trace.pattern_sources.get(Site.of(site).pattern_name(layer))  # the layer's own mask and scale
+    mask = trace.masks[site] if source is None else np.asarray(source.allowed)
+    weights = head_weights(runner, site, layer, head, len(x), len(x_kv), source)
+    return trace, weights, compute_head(weights, x, x_kv, mask), names.attention
 
 
 def _check(runner, text: str, site: str, layer: int, target: str | None = None) -> None:
@@ -38,17 +43,19 @@ def _check(runner, text: str, site: str, layer: int, target: str | None = None) 
         assert np.abs(steps.scores - model_scores).max() < TOL * max(1.0, np.abs(model_scores).max())
         if pattern.dtype == np.float16:  # the app keeps HF patterns in float16: within its rounding, and the
             assert np.all(np.abs(steps.pattern - pattern) <= FLOAT16_STEP * np.abs(pattern) + 1e-7)
-            float32 = softmax_rows(np.where(trace.masks[site], model_scores, -np.inf).astype(np.float32))
+            float32 = softmax_rows(np.where(steps.masked > -np.inf, model_scores, -np.inf).astype(np.float32))
             assert np.abs(steps.pattern - float32).max() < TOL  # model's float32 scores through the softmax
         else:
             assert pattern.dtype == np.float32 and np.abs(steps.pattern - pattern).max() < TOL
         assert np.abs(steps.z - captured[f"{prefix}.hook_z"][head]).max() < TOL
         if steps.rot_q is not None:
             assert np.abs(steps.rot_q - captured[f"{prefix}.hook_rot_q"][head]).max() < TOL * 10
+            assert np.abs(steps.rot_k - captured[f"{prefix}.hook_rot_k"][weights.kv_head]).max() < TOL * 10
             assert np.abs(steps.q - steps.rot_q).max() > 1e-3  # the rotation did something
         zs.append(steps.z)
     names = step_names(runner.facts, site, layer)
-    assert np.abs(output_projection(np.stack(zs), weights) - captured[names.out]).max() < TOL
+    if names.projected:  # W_O's output is what the block adds (not a norm of it)
+        assert np.abs(output_projection(np.stack(zs), weights) - captured[names.out]).max() < TOL
 
 
 @pytest.mark.parametrize(("model_id", "site", "layer"), [
@@ -108,3 +115,15 @@ def test_the_page_asks_only_for_hooks_the_model_offers(runners) -> None:
             assert all(in_vocabulary(name) for name in names.hooks()), label
             assert wanted <= offered, (label, site, wanted - offered)
             assert not names.memory or set(names.memory) & offered, label
+
+
+@pytest.mark.parametrize("model_type", TYPES)
+def test_every_model_type_recomputes_its_heads(tmp_path, model_type: str) -> None:
+    """Fused projections, partial and interleaved rotations, query/key norms, soft-capping, sliding windows (layer
+    0 slides in Gemma 3, layer 1 does not), pre-scaled queries (OPT): every head of both layers as the model's."""
+    runner = load_hf_runner(str(build_type(model_type, tmp_path / model_type)))
+    text = "the quick brown fox jumps over the lazy dog"
+    target = "the cat sat" if runner.facts.kind == "encoder-decoder" else None
+    for site in runner.run(text, target, RunOptions(hooks=("*.hook_pattern",))).sites():
+        for layer in (0, 1):
+            _check(runner, text, site, layer, target)

@@ -61,9 +61,9 @@ def _t5_layer(cross: bool) -> list[str]:
 
 
 def _bart_layer(cross: bool) -> list[str]:
-    names = ["hook_resid_pre", *ATTN, "hook_attn_out", "hook_resid_mid", *LN1]
-    names += [*CROSS, *LN_CROSS] if cross else []
-    return [*names, "mlp.hook_pre", "mlp.hook_post", "hook_mlp_out", "hook_resid_post", *LN2,
+    names = ["hook_resid_pre", *LN1, *ATTN, "hook_attn_out", "hook_resid_mid"]
+    names += [*LN_CROSS, *CROSS] if cross else []
+    return [*names, *LN2, "mlp.hook_pre", "mlp.hook_post", "hook_mlp_out", "hook_resid_post",
             "hook_normalized_resid_post"]
 
 

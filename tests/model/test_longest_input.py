@@ -8,25 +8,27 @@ import transformers
 
 from model.core.trace.trace import distinct_nbytes
 from model.hf.facts import LONGEST_INPUT, SOURCE_BYTES_LIMIT, longest_input, source_bytes
-from model.hf.taps import BERT, GPT2, LLAMA, T5
+from model.hf.taps import BERT, T5, Family
 from tests import tiny_hf
 
 GIB = 1 << 30
+DECODER = Family(name="a decoder", kind="decoder", positional="rotary", norm="pre-norm", stack_taps={},
+                 layer_taps={}, layer_counts={"decoder": lambda c: c.num_hidden_layers})  # as model/hf/discovery.py
 
 
 def test_smollm2_reads_its_whole_8192_tokens() -> None:
     config = transformers.LlamaConfig(hidden_size=576, num_hidden_layers=30, num_attention_heads=9,
                                       num_key_value_heads=3, max_position_embeddings=8192)
     # 30 layers x (9 query + 3 key heads) x 64 x 4 bytes a token, and one (L, L) bool mask
-    assert source_bytes(config, LLAMA, 8192) == 8192 * 30 * 12 * 64 * 4 + 8192**2  # 784 MiB
-    assert longest_input(config, LLAMA) == 8192
+    assert source_bytes(config, DECODER, 8192) == 8192 * 30 * 12 * 64 * 4 + 8192**2  # 784 MiB
+    assert longest_input(config, DECODER) == 8192
 
 
 def test_minilm_and_gpt2_read_their_own_limit() -> None:
     minilm = transformers.BertConfig(hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
                                      max_position_embeddings=512)
     assert longest_input(minilm, BERT) == 512
-    assert longest_input(transformers.GPT2Config(n_positions=1024), GPT2) == 1024
+    assert longest_input(transformers.GPT2Config(n_positions=1024), DECODER) == 1024
 
 
 def test_a_tiny_t5_without_a_position_limit_stops_where_its_position_biases_fill_the_limit() -> None:
@@ -44,8 +46,8 @@ def test_a_wide_model_reads_fewer_tokens_than_its_own_limit() -> None:
     wide = transformers.LlamaConfig(hidden_size=4096, num_hidden_layers=32, num_attention_heads=32,
                                     num_key_value_heads=32, max_position_embeddings=131072)
     # 32 layers x 64 heads x 128 x 4 = 1 MiB a token: 1,023 tokens and their mask fit in 1 GiB, 1,024 do not
-    assert longest_input(wide, LLAMA) == 1023
-    assert longest_input(wide, LLAMA, byte_limit=GIB // 2) == 511
+    assert longest_input(wide, DECODER) == 1023
+    assert longest_input(wide, DECODER, byte_limit=GIB // 2) == 511
 
 
 @pytest.mark.parametrize("family", tiny_hf.FAMILIES)

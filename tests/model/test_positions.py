@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from model.core import sinusoid as pe
-from model.inspect.positions import BART_OFFSET, position_scheme
+from model.inspect.positions import position_scheme
 from model.registry import load_runner
 from model.scratch.layers import sinusoidal_table
 
@@ -63,7 +63,7 @@ def test_learned_tables_are_the_models_weights(runners) -> None:
     bert, gpt2, bart = runners["bert"].model.base_model, runners["gpt2"].model.base_model, runners["bart"].model
     cases = [(runners["bert"], "encoder", bert.embeddings.position_embeddings.weight),
              (runners["gpt2"], "decoder", gpt2.wpe.weight),
-             (runners["bart"], "decoder", bart.base_model.decoder.embed_positions.weight[BART_OFFSET:])]
+             (runners["bart"], "decoder", bart.base_model.decoder.embed_positions.weight[2:])]
     for runner, stack, weight in cases:
         scheme = position_scheme(runner, stack, 8)
         assert scheme.kind == "learned"

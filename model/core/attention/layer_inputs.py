@@ -24,6 +24,7 @@ class PatternInputs:
     scale: float
     mask: torch.Tensor | None  # additive (batch or 1, 1, q_len, >= k_len): the dtype's minimum where hidden
     bias: torch.Tensor | None  # (batch or 1, heads, q_len, k_len) or None
+    softcap: float | None = None  # scores capped to c tanh(score / c) before the mask (Gemma 2)
     output: torch.Tensor | None = None  # (batch, q_len, heads, d_head) in the query's dtype, once computed
 
     def summary_rows(self, source: PatternSource, layout: RowLayout, scratch: Scratch) -> Iterator[ReducedRows]:
@@ -58,4 +59,4 @@ class PatternInputs:
             allowed = once(self.mask, lambda m: m[:, 0, :, :k_len] > minimum / 2)  # (batch or 1, q_len, k_len)
         bias = None if self.bias is None else once(self.bias, lambda b: b.float())
         return PatternSource(query=self.query.float(), key=self.key.float(), scale=self.scale, allowed=allowed,
-                             bias=bias, device=str(self.query.device))
+                             bias=bias, softcap=self.softcap, device=str(self.query.device))

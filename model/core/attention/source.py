@@ -4,9 +4,9 @@ A fused attention kernel (sdpa, flash) never materialises its probabilities; ask
 the slow eager path and O(tokens²) memory per head. Instead the Hugging Face models run their fast attention
 and, where a capture asks for `hook_pattern`, keep what attention read: the queries and keys as it received
 them (rotated, in rotary models), its scale, any bias added to the scores (T5's relative positions) and the
-mask it applied. `PatternSource.pattern(...)` then computes softmax(Q K^T x scale + bias + M) for the heads
-and query rows a view asks for, exactly as eager attention does (float32: equal to the model's own eager
-probabilities to 1e-5, tests/model/test_hf_heads.py).
+mask it applied. `PatternSource.pattern(...)` then computes softmax(Q K^T x scale + bias + M) (the scores
+soft-capped where the model caps them) for the heads and query rows a view asks for, exactly as eager attention
+does (float32: equal to the model's own eager probabilities to 1e-5, tests/model/test_hf_heads.py).
 
 Arrays may keep a leading batch dimension until a Trace is made (`source[0]` takes one run of a batch).
 """
@@ -49,6 +49,7 @@ class PatternSource:
     scale: float  # the scores' factor (1/sqrt(d_head) in most models; T5: 1)
     allowed: Array  # (q_len, k_len) bool: True where the mask let the query see the key
     bias: Array | None = None  # (heads, q_len, k_len) added to the scores (T5), shared by the layers
+    softcap: float | None = None  # scores capped to c tanh(score / c) before the mask (Gemma 2's logit soft-capping)
     device: str = "cpu"  # where the probabilities are computed: the model's device
 
     def __getitem__(self, index: int) -> PatternSource:
@@ -199,6 +200,8 @@ class PatternSource:
             scaled = query[:, as_index(rows, device)] * (self.scale * LOG2_E)  # (heads, block, d_head): bits
             grouped = scaled.reshape(len(key), -1, query.shape[-1])
             torch.matmul(grouped, key[:, :, :end], out=scores.view(len(key), -1, end))
+            if self.softcap is not None:  # c tanh(s / c) of the scores s in nats, kept in bits
+                scores.mul_(1 / (LOG2_E * self.softcap)).tanh_().mul_(self.softcap * LOG2_E)
             if self.bias is not None:  # in nats, as the scores were
                 bias = (self.bias[np.ix_(head_ids, block, np.arange(end))] if isinstance(self.bias, np.ndarray)
                         else self.bias[heads][:, as_index(rows, device), :end])

@@ -55,19 +55,26 @@ def last_row(pattern: Captured) -> np.ndarray:
     return pattern[0, :, -1]
 
 
-def attention_rows(patterns: Mapping[str, Captured]) -> tuple[np.ndarray, np.ndarray | None]:
-    """Captured patterns {hook name: (1, heads, q, k)} in layer order -> the last query's rows, stacked:
-    self (layers, heads, k) and cross (layers, heads, source) or None."""
-    self_rows = [last_row(p) for name, p in patterns.items() if CROSS not in name]
+def attention_rows(patterns: Mapping[str, Captured], context: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """Captured patterns {hook name: (1, heads, q, k)} in layer order, of a query that reads `context` tokens ->
+    the last query's rows, stacked: self (layers, heads, context) and cross (layers, heads, source) or None."""
+    self_rows = _aligned([last_row(p) for name, p in patterns.items() if CROSS not in name], context)
     cross_rows = [last_row(p) for name, p in patterns.items() if CROSS in name]
-    return np.stack(self_rows).astype(np.float32), np.stack(cross_rows).astype(np.float32) if cross_rows else None
+    return self_rows, np.stack(cross_rows).astype(np.float32) if cross_rows else None
 
 
-def make_step(logits: torch.Tensor, patterns: Mapping[str, Captured], token_id: int) -> Step:
-    """The Step that chose `token_id` from `logits` (vocab,) with these attention patterns."""
+def _aligned(rows: list[np.ndarray], context: int) -> np.ndarray:
+    """Self-attention rows (heads, k) stacked (layers, heads, context): a sliding-window layer's cache keeps only its
+    last keys, so a shorter row is of the last positions, and the keys before them get probability 0."""
+    return np.stack([np.pad(row, ((0, 0), (context - row.shape[-1], 0))) for row in rows]).astype(np.float32)
+
+
+def make_step(logits: torch.Tensor, patterns: Mapping[str, Captured], token_id: int, context: int) -> Step:
+    """The Step that chose `token_id` from `logits` (vocab,) with these attention patterns, its query reading
+    `context` tokens."""
     probs = logits.float().softmax(-1)  # (vocab,)
     top = probs.topk(min(TOP_ALTERNATIVES, probs.numel()))
-    self_rows, cross_rows = attention_rows(patterns)
+    self_rows, cross_rows = attention_rows(patterns, context)
     return Step(token_id, float(probs[token_id]), top.indices.cpu().numpy(), top.values.cpu().numpy(),
                 self_rows, cross_rows)
 
@@ -80,5 +87,5 @@ def generate(stepper: Stepper, generated: list[int], n: int, choose: Chooser) ->
             return
         logits, patterns = stepper.forward(ids)
         token_id = choose(logits, len(ids) - len(stepper.context))
-        yield make_step(logits, patterns, token_id)
+        yield make_step(logits, patterns, token_id, len(ids))
         ids.append(token_id)

@@ -47,6 +47,7 @@ def save_trace(trace: Trace, path: str | Path, dense: bool = False) -> None:
     for name, source in ({} if dense else trace.pattern_sources).items():
         parts = {"query": source.query, "key": source.key, "scale": np.array(source.scale), "allowed": source.allowed}
         parts |= {} if source.bias is None else {"bias": source.bias}
+        parts |= {} if source.softcap is None else {"softcap": np.array(source.softcap)}
         arrays.update({f"source:{name}:{part}": value for part, value in parts.items()})
     for i, step in enumerate(trace.steps):
         arrays.update({f"step:{i}:{k}": v for k, v in step.attention.items()})
@@ -78,7 +79,8 @@ def load_trace(path: str | Path) -> Trace:
         name, part = key.rsplit(":", 1)
         parts.setdefault(name, {})[part] = value
     sources = {name: PatternSource(query=p["query"], key=p["key"], scale=float(p["scale"]), allowed=p["allowed"],
-                                   bias=p.get("bias")) for name, p in parts.items()}
+                                   bias=p.get("bias"), softcap=float(p["softcap"]) if "softcap" in p else None)
+               for name, p in parts.items()}
     return Trace(
         facts=ModelFacts(**json.loads(str(arrays["facts"]))),
         tokens=arrays["tokens"].tolist(),

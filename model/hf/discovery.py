@@ -1,0 +1,385 @@
+"""Where the hooks are in a decoder-only Hugging Face model that no family table describes, found by running it.
+
+Most current families (Llama, Mistral, Qwen, Gemma, Phi, OLMo, GPT-NeoX, OPT, GPT-2 ...) keep their blocks in one
+`nn.ModuleList` and compute attention through transformers' attention interface, but name and wire their blocks'
+parts differently: a norm called `post_attention_layernorm` is the norm before the MLP in Llama and the norm of
+attention's output in Gemma 2 and OLMo 2; GPT-NeoX and Phi run attention and the MLP side by side. Names cannot
+tell these apart; values can. `discover` runs the model once on a few tokens, records what each block's parts
+received and returned, and places a hook only where the values show its meaning:
+
+- ln1: the norm whose input is the block's input and whose output is attention's input;
+- hook_attn_out: attention's output, or that of the norm applied to it (sandwich norms);
+- ln2: the norm whose output is the MLP's input; the block is parallel when that norm reads the block's input;
+- hook_resid_mid: what ln2 (or, without one, the MLP) reads after attention's sum (sequential blocks only);
+- hook_mlp_out: the MLP's output, or that of the norm applied to it; hook_resid_post: the block's output;
+- inside the MLP: mlp.hook_post is what its last projection reads, mlp.hook_pre what its activation reads, and
+  mlp.hook_pre_linear the other projection of a gated MLP (the up projection);
+- inside attention: the per-head values its attention function reports (model/hf/heads.py); where the queries
+  it reports are not its `q_proj`'s output (rotated, or normalised), hook_q/hook_k are the projections' outputs
+  and hook_rot_q/hook_rot_k what attention read;
+- per stack: hook_embed (the token embeddings, x the model's scale where it scales them), hook_pos_embed (a learned
+  position table), ln_final and hook_resid_final (the norm read after the last block).
+
+A hook must be placed alike in every block, or it is not placed; the hooks a decoder has that could not be placed
+are listed (`Family.unplaced`), and the model card says so. A model whose attention reports nothing (it computes
+attention in its own code: BLOOM, for one) cannot be shown, and says why.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from model.core.capture.hooks import recording
+from model.hf.heads import ProjectionHeads
+from model.hf.taps import (
+    LAYER_NORM,
+    RMS_NORM,
+    Family,
+    NormValue,
+    OneRun,
+    Reader,
+    TapMaker,
+    TapTable,
+    attention_hooks,
+    batched_output,
+    first_input,
+    first_output,
+    norm_hooks,
+    output,
+)
+
+PROBE_TOKENS = 6
+LAYER_ORDER = (  # what a decoder block may offer, in the order of its computation
+    "hook_resid_pre", "ln1.hook_scale", "ln1.hook_normalized", "attn.hook_q", "attn.hook_k", "attn.hook_v",
+    "attn.hook_rot_q", "attn.hook_rot_k", "attn.hook_attn_scores", "attn.hook_pattern", "attn.hook_z",
+    "hook_attn_out", "hook_resid_mid", "ln2.hook_scale", "ln2.hook_normalized", "mlp.hook_pre",
+    "mlp.hook_pre_linear", "mlp.hook_post", "hook_mlp_out", "hook_resid_post",
+)
+STACK_ORDER = ("hook_embed", "hook_pos_embed", "ln_final.hook_scale", "ln_final.hook_normalized", "hook_resid_final")
+
+
+@dataclass
+class Call:
+    """One call of a module during the probe: its place in the order of calls, and its first input and output."""
+
+    order: int
+    input: torch.Tensor | None
+    output: torch.Tensor | None
+
+
+@dataclass
+class Probe:
+    """What the probe pass saw: each module's first call, and which modules reported queries from attention."""
+
+    calls: dict[nn.Module, Call] = field(default_factory=dict)
+    queries: dict[nn.Module, torch.Tensor] = field(default_factory=dict)  # attention module -> (heads, len, d_head)
+
+
+def discover(model: nn.Module) -> Family:
+    """The Family of a decoder-only model, its hooks found by a probe pass (see the module's docstring).
+    ValueError where no block list is found, or attention reports nothing."""
+    base = model.base_model
+    path_of = {module: path for path, module in base.named_modules()}
+    layers_path, layers = _block_list(model)
+    probe = _probe(model, base, layers)
+    rotary = _has_rotary(base)
+    tables = [_block_table(block, probe, rotary) for block in layers]
+    if not all(any(name.startswith("attn.") for name in table) for table in tables):
+        raise ValueError(f"{type(model).__name__} computes attention in its own code, not through transformers' "
+                         "attention interface, so its attention cannot be read here yet.")
+    layer_taps = {name: (f"{layers_path}.{{i}}{'.' + tables[0][name][0] if tables[0][name][0] else ''}",
+                         tables[0][name][1])
+                  for name in LAYER_ORDER if name in tables[0] and all(t.get(name) == tables[0][name] for t in tables)}
+    found = _stack_table(model, base, layers, probe, path_of)
+    stack_taps = {name: found[name] for name in STACK_ORDER if name in found}
+    rotary = rotary or "attn.hook_rot_q" in layer_taps
+    parallel = _parallel(tables[0])
+    unplaced = tuple(name for name in LAYER_ORDER if name not in layer_taps and _expected(name, rotary, parallel)) + \
+        tuple(name for name in STACK_ORDER if name not in stack_taps and name != "hook_pos_embed")
+    norm_kind = _norm_kind(layers[0])
+    return Family(
+        name=type(base).__name__.removesuffix("Model"),
+        kind="decoder",
+        positional="rotary" if rotary else "learned absolute" if "hook_pos_embed" in stack_taps else "none found",
+        norm=_norm_layout(tables[0], parallel, norm_kind),
+        stack_taps={"decoder": stack_taps},
+        layer_taps={"decoder": layer_taps},
+        layer_counts={"decoder": _count(len(layers))},
+        final_norm=stack_taps["ln_final.hook_scale"][0] if "ln_final.hook_scale" in stack_taps else None,
+        unplaced=unplaced,
+    )
+
+
+def _count(n: int) -> Callable[[Any], int]:
+    """A family's layer count: the blocks found, whatever the config says."""
+    return lambda config: n
+
+
+def _block_list(model: nn.Module) -> tuple[str, nn.ModuleList]:
+    """(path under base_model, the list) of the model's blocks: the largest ModuleList of num_hidden_layers."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    count = getattr(config, "num_hidden_layers", None)
+    lists = [(path, m) for path, m in model.base_model.named_modules()
+             if isinstance(m, nn.ModuleList) and len(m) == count and len(m) > 0]
+    if not lists:
+        raise ValueError(f"{type(model).__name__}: no list of {count} blocks found, so its layers cannot be read.")
+    return max(lists, key=lambda item: sum(p.numel() for p in item[1].parameters()))
+
+
+@contextmanager
+def _watching(modules: list[nn.Module], probe: Probe) -> Iterator[None]:
+    """Record each module's first call into `probe` while inside."""
+    counter = itertools.count()
+
+    def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+        if module not in probe.calls:
+            inputs = args[0] if args else kwargs.get("hidden_states", kwargs.get("input"))
+            result = out if isinstance(out, torch.Tensor) else out[0] if isinstance(out, tuple) and out else None
+            probe.calls[module] = Call(next(counter), _tensor(inputs), _tensor(result))
+
+    handles = [m.register_forward_hook(hook, with_kwargs=True) for m in modules]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _tensor(value: Any) -> torch.Tensor | None:
+    return value.detach().float() if isinstance(value, torch.Tensor) else None
+
+
+def _probe(model: nn.Module, base: nn.Module, layers: nn.ModuleList) -> Probe:
+    """Run the model once on PROBE_TOKENS tokens, recording the calls of the blocks, their parts and the parts'
+    parts, of every module outside the blocks, and the queries each attention module reports."""
+    inside = {m for block in layers for m in block.modules()}
+    watched = [m for m in base.modules() if m not in inside]
+    for block in layers:
+        watched.append(block)
+        for child in block.children():
+            watched += [child, *child.children()]
+    probe = Probe()
+    reports = {m: {"query": str(id(m))} for m in inside}
+    by_id = {str(id(m)): m for m in inside}
+
+    def record(name: str, value: torch.Tensor) -> None:
+        probe.queries.setdefault(by_id[name], value[0].detach().float())
+
+    vocab = model.get_input_embeddings().num_embeddings
+    ids = torch.arange(1, PROBE_TOKENS + 1, device=model.device)[None] % vocab  # (1, len)
+    with _watching(watched, probe), recording(record, reports), torch.inference_mode():
+        model(input_ids=ids, use_cache=False)
+    return probe
+
+
+def _same(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
+    if a is None or b is None or a.shape != b.shape:
+        return False
+    return bool(torch.allclose(a, b, rtol=1e-4, atol=1e-5 * max(1.0, float(b.abs().max()))))
+
+
+def _is_norm(module: nn.Module) -> bool:
+    return "norm" in type(module).__name__.lower() and not isinstance(module, nn.Identity)
+
+
+def _norm_value(module: nn.Module) -> NormValue:
+    return RMS_NORM if "rms" in type(module).__name__.lower() else LAYER_NORM
+
+
+def _block_table(block: nn.Module, probe: Probe, rotary: bool) -> dict[str, tuple[str, Reader | TapMaker]]:
+    """The hooks placed in one block: name -> (path relative to the block, reader)."""
+    table: dict[str, tuple[str, Reader | TapMaker]] = {}
+    own = probe.calls.get(block)
+    if own is None:
+        return table
+    parts = [(name, m) for name, m in block.named_children() if m in probe.calls]
+    parts.sort(key=lambda item: probe.calls[item[1]].order)
+    attention = next(((name, m) for name, m in parts if any(q is m or q in set(m.modules())
+                                                              for q in probe.queries)), None)
+    table["hook_resid_pre"] = ("", first_input)
+    table["hook_resid_post"] = ("", first_output)
+    if attention is None:
+        return table
+    norms = [(name, m) for name, m in parts if _is_norm(m)]
+    others = [(name, m) for name, m in parts if not _is_norm(m) and m is not attention[1]
+              and any(True for _ in m.parameters())]
+    x, attn_call = own.input, probe.calls[attention[1]]
+    ln1 = next(((n, m) for n, m in norms if _same(probe.calls[m].input, x)
+                and _same(probe.calls[m].output, attn_call.input)), None)
+    if ln1 is not None:
+        table |= dict(norm_hooks("ln1", ln1[0], _norm_value(ln1[1])))
+    table |= _attention_table(attention, probe, rotary)
+    post_attention = next(((n, m) for n, m in norms if _same(probe.calls[m].input, attn_call.output)), None)
+    table["hook_attn_out"] = (post_attention[0], output) if post_attention else (attention[0], first_output)
+    mlp = _find_mlp(block, others, probe)
+    if mlp is None:
+        return table
+    ln2 = next(((n, m) for n, m in norms if _same(probe.calls[m].output, mlp.input)), None)
+    mlp_reads = probe.calls[ln2[1]].input if ln2 else mlp.input
+    if ln2 is not None and ln2 != ln1:
+        table |= dict(norm_hooks("ln2", ln2[0], _norm_value(ln2[1])))
+    if not _same(mlp_reads, x):  # sequential: what the MLP's side reads is the sum after attention
+        table["hook_resid_mid"] = (ln2[0], first_input) if ln2 else mlp.reads
+    post_mlp = next(((n, m) for n, m in norms if _same(probe.calls[m].input, mlp.output)), None)
+    table["hook_mlp_out"] = (post_mlp[0], output) if post_mlp else mlp.made
+    table |= _mlp_table(mlp, probe)
+    if mlp.input is not None and x is not None and mlp.input.dim() < x.dim():  # flattened positions (OPT)
+        table = {name: (path, OneRun(read)) if _is_mlp_side(name) else (path, read)
+                 for name, (path, read) in table.items()}
+    return table
+
+
+def _is_mlp_side(name: str) -> bool:
+    return name.startswith(("ln2.", "mlp.")) or name in ("hook_resid_mid", "hook_mlp_out")
+
+
+@dataclass
+class MLP:
+    """A block's MLP: a part of its own (`path`), or its projections among the block's parts (OPT; `path` "")."""
+
+    path: str
+    parts: list[tuple[str, nn.Module]]  # what it calls, in the order called
+    input: torch.Tensor | None
+    output: torch.Tensor | None
+    reads: tuple[str, Reader]  # where its input is read
+    made: tuple[str, Reader]  # where its output is read
+
+
+def _find_mlp(block: nn.Module, others: list[tuple[str, nn.Module]], probe: Probe) -> MLP | None:
+    """The block's MLP: its one part with weights besides attention and the norms, or else its projections."""
+    if len(others) == 1:
+        name, module = others[0]
+        call = probe.calls[module]
+        parts = sorted(((n, m) for n, m in module.named_children() if m in probe.calls),
+                       key=lambda item: probe.calls[item[1]].order)
+        return MLP(name, parts, call.input, call.output, (name, first_input), (name, first_output))
+    if len(others) >= 2 and all(_is_projection(m) for _, m in others):
+        parts = sorted(((n, m) for n, m in block.named_children() if m in probe.calls
+                        and (_is_projection(m) or not any(True for _ in m.parameters()))),
+                       key=lambda item: probe.calls[item[1]].order)
+        first, last = probe.calls[others[0][1]], probe.calls[others[-1][1]]
+        return MLP("", parts, first.input, last.output, (others[0][0], first_input), (others[-1][0], output))
+    return None
+
+
+def _is_projection(module: nn.Module) -> bool:
+    """A linear map (nn.Linear, GPT-2's Conv1D): a 2D weight."""
+    weight = getattr(module, "weight", None)
+    return isinstance(weight, torch.Tensor) and weight.dim() == 2 and not isinstance(module, nn.Embedding)
+
+
+def _attention_table(attention: tuple[str, nn.Module], probe: Probe, rotary: bool
+                     ) -> dict[str, tuple[str, Reader | TapMaker]]:
+    """The per-head hooks of the attention part (or of its part that reports). rotary: the model rotates queries
+    and keys, which is all that tells where projections are fused."""
+    name, module = attention
+    reporting = next(m for m in module.modules() if m in probe.queries)
+    path = name + "".join(f".{n}" for n, m in module.named_modules() if m is reporting and n)
+    separate = all(isinstance(getattr(reporting, p, None), nn.Linear) for p in ("q_proj", "k_proj"))
+    rotated = rotary and (_rotated(reporting, probe) if separate else True)
+    table = attention_hooks("attn", path, rotary=rotated)
+    if rotated and not separate:  # fused projections: what the queries and keys were before the rotation is not read
+        table = {k: v for k, v in table.items() if k not in ("attn.hook_q", "attn.hook_k")}
+    return dict(table)
+
+
+def _rotated(module: nn.Module, probe: Probe) -> bool:
+    """Whether the queries attention read differ from what its `q_proj` made (rotated, or normalised)."""
+    projection = module.q_proj
+    reported = probe.queries[module]  # (heads, len, d_head)
+    projected = ProjectionHeads("q_proj").tap(module).read((), {}, probe.calls[projection].output)[0]
+    return not _scaled_copy(reported, projected)  # OPT scales its queries before attention, and rotates nothing
+
+
+def _mlp_table(mlp: MLP, probe: Probe) -> dict[str, tuple[str, Reader | TapMaker]]:
+    """mlp.hook_pre, hook_pre_linear and hook_post, where the MLP's parts show them."""
+    prefix = f"{mlp.path}." if mlp.path else ""
+    linears = [(n, m) for n, m in mlp.parts if _is_projection(m)]
+    activations = [(n, m) for n, m in mlp.parts if not any(True for _ in m.parameters())
+                   and not isinstance(m, nn.Dropout)]
+    table: dict[str, tuple[str, Reader | TapMaker]] = {}
+    if len(linears) < 2:
+        return table  # a mixture of experts, or a layout not seen before
+    table["mlp.hook_post"] = (f"{prefix}{linears[-1][0]}", first_input)
+    if len(activations) == 1:
+        act_name, act = activations[0]
+        table["mlp.hook_pre"] = (f"{prefix}{act_name}", first_input)
+        if len(linears) == 3:
+            up = [n for n, m in linears[:2] if not _same(probe.calls[m].output, probe.calls[act].input)]
+            if len(up) == 1:
+                table["mlp.hook_pre_linear"] = (f"{prefix}{up[0]}", output)
+    elif len(linears) == 2:
+        table["mlp.hook_pre"] = (f"{prefix}{linears[0][0]}", output)
+    return table
+
+
+def _stack_table(model: nn.Module, base: nn.Module, layers: nn.ModuleList, probe: Probe,
+                 path_of: dict[nn.Module, str]) -> TapTable:
+    """hook_embed, hook_pos_embed, ln_final.* and hook_resid_final."""
+    table: TapTable = {}
+    embedding = model.get_input_embeddings()
+    first, last = probe.calls[layers[0]], probe.calls[layers[-1]]
+    embedded = probe.calls[embedding].output
+    positions = next((m for m in base.modules() if isinstance(m, nn.Embedding) and m is not embedding
+                      and m in probe.calls and probe.calls[m].order < first.order), None)
+    if positions is not None:
+        table["hook_pos_embed"] = (path_of[positions], batched_output)
+        table["hook_embed"] = (path_of[embedding], output)
+    elif _scaled_copy(first.input, embedded):  # the embeddings x the model's scale (Gemma: sqrt(d_model)) go in
+        table["hook_embed"] = (path_of[layers[0]], first_input)
+    else:
+        table["hook_embed"] = (path_of[embedding], output)
+    final = next((m for m in base.modules() if _is_norm(m) and m in probe.calls
+                  and probe.calls[m].order > last.order and _same(probe.calls[m].input, last.output)), None)
+    if final is not None:
+        table |= norm_hooks("ln_final", path_of[final], _norm_value(final))
+        table["hook_resid_final"] = (path_of[final], output)
+    return table
+
+
+def _scaled_copy(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
+    """Whether a = c x b for one number c."""
+    if a is None or b is None or a.shape != b.shape:
+        return False
+    c = float((a * b).sum() / (b * b).sum().clamp_min(1e-30))
+    return _same(a, c * b)
+
+
+def _expected(name: str, rotary: bool, parallel: bool) -> bool:
+    """Whether a decoder block of this kind has the hook `name` (a gated MLP's up projection is not expected)."""
+    return not ((name.startswith("attn.hook_rot_") and not rotary) or (name == "hook_resid_mid" and parallel)
+                or name == "mlp.hook_pre_linear")
+
+
+def _has_rotary(base: nn.Module) -> bool:
+    """Whether the model rotates queries and keys: a rotary embedding among its modules."""
+    return any("rotary" in type(m).__name__.lower() for m in base.modules())
+
+
+def _parallel(table: dict[str, tuple[str, Reader | TapMaker]]) -> bool:
+    """A block whose MLP reads the block's input, not attention's sum (GPT-NeoX, GPT-J, Phi, Cohere)."""
+    return "hook_mlp_out" in table and "hook_resid_mid" not in table
+
+
+def _norm_kind(block: nn.Module) -> str:
+    norms = [m for m in block.children() if _is_norm(m)]
+    return "RMSNorm" if norms and all(_norm_value(m).rms for m in norms) else "LayerNorm"
+
+
+def _norm_layout(table: dict[str, tuple[str, Reader | TapMaker]], parallel: bool, kind: str) -> str:
+    """How the block's norms are placed, in words."""
+    sandwich = table.get("hook_attn_out", ("", output))[1] is output  # a norm's output is what attention adds
+    if parallel:
+        return f"pre-norm, attention and MLP in parallel ({kind})"
+    if sandwich and "ln1.hook_scale" in table:
+        return f"pre- and post-norm around each sublayer ({kind})"
+    if sandwich:  # not "post-norm": the stream itself is never normalised, as in BERT's
+        return f"a norm on each sublayer's output, none before ({kind})"
+    return f"pre-norm ({kind})"

@@ -1,0 +1,42 @@
+"""A rotary model's own rotation tables, read from its rotary embedding module (never changed)."""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+from torch import nn
+
+
+def rotary_tables(model: nn.Module, length: int, layer_type: str | None = None
+                  ) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    """(cos, sin, interleaved): cos and sin (length, r) float64 on the CPU at positions 0..length-1, r the dimensions
+    of a head it rotates (all of them, or a part); interleaved: pairs are dimensions (2i, 2i + 1) (GPT-J, Cohere),
+    else (i, i + r/2) (Llama and most). Read from what the module returns, whatever its order and layout: the table
+    that is 0 at position 0 is the sine; cos repeats within each pair, or holds one number a pair (GPT-J), then
+    spread to both. layer_type: the layer's kind where the model rotates kinds differently (Gemma 3's local layers)."""
+    rotary = next(m for m in model.base_model.modules() if "rotary" in type(m).__name__.lower())
+    kinds = "layer_type" in inspect.signature(rotary.forward).parameters
+    extra = {"layer_type": layer_type or "full_attention"} if kinds else {}
+    device = next(iter(rotary.buffers()), torch.zeros(0)).device
+    with torch.inference_mode():
+        positions = torch.arange(max(length, 2), device=device)[None]  # (1, len)
+        first, second = (t[0].double().cpu() for t in rotary(torch.zeros(1, 1, device=device), positions, **extra))
+    cos, sin = (second, first) if bool((first[0].abs() < 1e-9).all()) else (first, second)
+    half = cos.shape[-1] // 2
+    if torch.allclose(cos[:, :half], cos[:, half:]):
+        return cos[:length], sin[:length], False
+    if not torch.allclose(cos[:, 0::2], cos[:, 1::2]):  # one number a pair
+        cos, sin = cos.repeat_interleave(2, -1), sin.repeat_interleave(2, -1)
+    return cos[:length], sin[:length], True
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool) -> torch.Tensor:
+    """x (len, d_head) with its first r dimensions rotated by cos, sin (len, r); the rest left as they are."""
+    r = cos.shape[-1]
+    turned, kept = x[..., :r], x[..., r:]
+    if interleaved:
+        partner = torch.stack([-turned[..., 1::2], turned[..., 0::2]], -1).flatten(-2)
+    else:
+        partner = torch.cat([-turned[..., r // 2:], turned[..., : r // 2]], -1)
+    return torch.cat([turned * cos + partner * sin, kept], -1)

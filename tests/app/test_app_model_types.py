@@ -1,0 +1,51 @@
+"""Every page and every view of the app on a model of each layout the app reads beyond the core families (tiny
+random models from tests/tiny_hf.py): norms around each sublayer with soft-capping and sliding windows (Gemma 2),
+attention and MLP in parallel with fused projections and partial rotary (GPT-NeoX), norms after each sublayer with
+query and key norms (OLMo 2), a mixture of experts (Mixtral), flattened positions and learned positions (OPT), a
+DistilBERT encoder and a pre-norm encoder-decoder (mBART)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from tests.app.app_session import open_app_page
+from tests.tiny_hf import build_type
+
+LAYOUTS = ("gemma2", "gpt_neox", "olmo2", "mixtral", "opt", "distilbert", "mbart")
+TABBED = {"app_pages/attention.py": "view", "app_pages/masks.py": "masks_view",  # page -> the key of its tabs
+          "app_pages/positions.py": "positions_view", "app_pages/activations.py": "activations_view"}
+PLAIN = ("app_pages/overview.py", "app_pages/step_through.py", "app_pages/generate.py", "app_pages/ablation.py")
+
+
+@pytest.fixture(scope="module")
+def type_folders(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("layouts")
+    return {model_type: build_type(model_type, root / model_type) for model_type in LAYOUTS}
+
+
+def _ok(at: AppTest, where: str) -> None:
+    assert not at.exception, f"{where}: {at.exception[0].message}"
+    assert not at.error, f"{where}: {[e.value for e in at.error]}"
+
+
+@pytest.mark.parametrize("model_type", LAYOUTS)
+def test_every_page_and_view_opens(type_folders, model_type: str) -> None:
+    at = open_app_page("app_pages/overview.py", folder=str(type_folders[model_type]), text="the cat sat on the mat")
+    for page in PLAIN:
+        at.switch_page(page).run()
+        _ok(at, page)
+    at.switch_page("app_pages/generate.py").run()
+    if "generate_step" in [button.key for button in at.button]:
+        at.button(key="generate_step").click().run()
+        _ok(at, "a generated step")
+    for page, key in TABBED.items():
+        at.switch_page(page).run()
+        views = [tab.label for tab in at.tabs]
+        assert len(views) >= 6, page
+        for view in views:
+            at.session_state[key] = view
+            at.run()
+            _ok(at, f"{page} · {view}")
