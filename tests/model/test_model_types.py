@@ -85,7 +85,7 @@ def test_sliding_windows_hide_keys_the_full_layers_see(type_runners) -> None:
     assert (sliding[:, distance >= 3] == 0).all() and (sliding[:, (distance >= 0) & (distance < 3)] > 0).all()
     assert (full[:, distance >= 0] > 0).all()
     assert trace.facts.windows == [3, 0]
-    assert trace.facts.notes["sliding-window attention"].startswith("layers 0: each token sees itself and the 2")
+    assert trace.facts.notes["sliding-window attention"].startswith("layer 0: each token sees itself and the 2")
 
 
 @pytest.mark.parametrize("model_type", DECODER_TYPES)

@@ -60,18 +60,23 @@ def test_a_query_with_no_visible_key_is_refused() -> None:
 
 
 
-@pytest.mark.parametrize("causal", [True, False])
-def test_hidden_counts_count_the_cells_hidden_reasons_marks(causal: bool) -> None:
+@pytest.mark.parametrize(("causal", "window"), [(True, 0), (False, 0), (True, 3)])
+def test_hidden_counts_count_the_cells_hidden_reasons_marks(causal: bool, window: int) -> None:
     """Counted a few rows at a time (here 3), without the whole-matrix arrays, they are the marked cells' counts."""
     rng = np.random.default_rng(7)
     for q_len, k_len in ((10, 10), (7, 12), (12, 5)):
         visible = rng.random((q_len, k_len)) < 0.6
         if causal:
             visible &= np.tril(np.ones((q_len, k_len), dtype=bool))
+        if window:  # a sliding window: no key `window` or more back
+            visible &= np.subtract.outer(np.arange(q_len), np.arange(k_len)) < window
         blocked = [(0, 0), (2, 1), (2, 1), (6, 4), (q_len + 3, 0), (1, 3)]  # a repeat, one outside, one causal
         for q, k in blocked[:4]:
             if q < q_len and k < k_len:
                 visible[q, k] = False
-        expected = {reason: int(cells.sum()) for reason, cells in hidden_reasons(visible, causal, blocked).items()}
-        assert hidden_counts(visible, causal, blocked, rows_at_once=3) == expected
+        reasons = hidden_reasons(visible, causal, blocked, window)
+        expected = {reason: int(cells.sum()) for reason, cells in reasons.items()}
+        assert hidden_counts(visible, causal, blocked, window, rows_at_once=3) == expected
         assert sum(expected.values()) == int((~visible).sum())
+        if window and q_len > window:
+            assert reasons["window"][window, 0] and not reasons["window"][window - 1, 0]
