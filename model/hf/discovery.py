@@ -42,11 +42,13 @@ from model.hf.taps import (
     LAYER_NORM,
     RMS_NORM,
     Family,
+    FusedHeads,
     NormValue,
     OneRun,
     Reader,
     TapMaker,
     TapTable,
+    UpHalf,
     attention_hooks,
     batched_output,
     first_input,
@@ -80,6 +82,7 @@ class Probe:
 
     calls: dict[nn.Module, Call] = field(default_factory=dict)
     queries: dict[nn.Module, torch.Tensor] = field(default_factory=dict)  # attention module -> (heads, len, d_head)
+    keys: dict[nn.Module, torch.Tensor] = field(default_factory=dict)  # attention module -> (kv_heads, len, d_head)
 
 
 def discover(model: nn.Module) -> Family:
@@ -166,11 +169,13 @@ def _probe(model: nn.Module, base: nn.Module, layers: nn.ModuleList) -> Probe:
         for child in block.children():
             watched += [child, *child.children()]
     probe = Probe()
-    reports = {m: {"query": str(id(m))} for m in inside}
+    reports = {m: {"query": f"query {id(m)}", "key": f"key {id(m)}"} for m in inside}
     by_id = {str(id(m)): m for m in inside}
 
     def record(name: str, value: torch.Tensor) -> None:
-        probe.queries.setdefault(by_id[name], value[0].detach().float())
+        quantity, module = name.split()
+        seen = probe.queries if quantity == "query" else probe.keys
+        seen.setdefault(by_id[module], value[0].detach().float())
 
     vocab = model.get_input_embeddings().num_embeddings
     ids = torch.arange(1, PROBE_TOKENS + 1, device=model.device)[None] % vocab  # (1, len)
@@ -211,23 +216,32 @@ def _block_table(block: nn.Module, probe: Probe, rotary: bool) -> dict[str, tupl
     others = [(name, m) for name, m in parts if not _is_norm(m) and m is not attention[1]
               and any(True for _ in m.parameters())]
     x, attn_call = own.input, probe.calls[attention[1]]
-    ln1 = next(((n, m) for n, m in norms if _same(probe.calls[m].input, x)
-                and _same(probe.calls[m].output, attn_call.input)), None)
+
+    def before(order: int, test: Callable[[Call], bool]) -> tuple[str, nn.Module] | None:
+        """The last norm called before `order` that passes `test` (two norms of one input, as freshly initialised
+        ones are, are told apart by where they are called)."""
+        return next((p for p in reversed(norms) if probe.calls[p[1]].order < order and test(probe.calls[p[1]])), None)
+
+    def after(order: int, test: Callable[[Call], bool]) -> tuple[str, nn.Module] | None:
+        """The first norm called after `order` that passes `test`."""
+        return next((p for p in norms if probe.calls[p[1]].order > order and test(probe.calls[p[1]])), None)
+
+    ln1 = before(attn_call.order, lambda c: _same(c.input, x) and _same(c.output, attn_call.input))
     if ln1 is not None:
         table |= dict(norm_hooks("ln1", ln1[0], _norm_value(ln1[1])))
     table |= _attention_table(attention, probe, rotary)
-    post_attention = next(((n, m) for n, m in norms if _same(probe.calls[m].input, attn_call.output)), None)
+    post_attention = after(attn_call.order, lambda c: _same(c.input, attn_call.output))
     table["hook_attn_out"] = (post_attention[0], output) if post_attention else (attention[0], first_output)
     mlp = _find_mlp(block, others, probe)
     if mlp is None:
         return table
-    ln2 = next(((n, m) for n, m in norms if _same(probe.calls[m].output, mlp.input)), None)
+    ln2 = before(mlp.order, lambda c: _same(c.output, mlp.input))
     mlp_reads = probe.calls[ln2[1]].input if ln2 else mlp.input
     if ln2 is not None and ln2 != ln1:
         table |= dict(norm_hooks("ln2", ln2[0], _norm_value(ln2[1])))
     if not _same(mlp_reads, x):  # sequential: what the MLP's side reads is the sum after attention
         table["hook_resid_mid"] = (ln2[0], first_input) if ln2 else mlp.reads
-    post_mlp = next(((n, m) for n, m in norms if _same(probe.calls[m].input, mlp.output)), None)
+    post_mlp = after(mlp.order, lambda c: _same(c.input, mlp.output))
     table["hook_mlp_out"] = (post_mlp[0], output) if post_mlp else mlp.made
     table |= _mlp_table(mlp, probe)
     if mlp.input is not None and x is not None and mlp.input.dim() < x.dim():  # flattened positions (OPT)
@@ -245,6 +259,7 @@ class MLP:
     """A block's MLP: a part of its own (`path`), or its projections among the block's parts (OPT; `path` "")."""
 
     path: str
+    order: int  # when it was called (its first projection, where it has no module of its own)
     parts: list[tuple[str, nn.Module]]  # what it calls, in the order called
     input: torch.Tensor | None
     output: torch.Tensor | None
@@ -259,13 +274,14 @@ def _find_mlp(block: nn.Module, others: list[tuple[str, nn.Module]], probe: Prob
         call = probe.calls[module]
         parts = sorted(((n, m) for n, m in module.named_children() if m in probe.calls),
                        key=lambda item: probe.calls[item[1]].order)
-        return MLP(name, parts, call.input, call.output, (name, first_input), (name, first_output))
+        return MLP(name, call.order, parts, call.input, call.output, (name, first_input), (name, first_output))
     if len(others) >= 2 and all(_is_projection(m) for _, m in others):
         parts = sorted(((n, m) for n, m in block.named_children() if m in probe.calls
                         and (_is_projection(m) or not any(True for _ in m.parameters()))),
                        key=lambda item: probe.calls[item[1]].order)
         first, last = probe.calls[others[0][1]], probe.calls[others[-1][1]]
-        return MLP("", parts, first.input, last.output, (others[0][0], first_input), (others[-1][0], output))
+        return MLP("", first.order, parts, first.input, last.output, (others[0][0], first_input),
+                   (others[-1][0], output))
     return None
 
 
@@ -283,19 +299,43 @@ def _attention_table(attention: tuple[str, nn.Module], probe: Probe, rotary: boo
     reporting = next(m for m in module.modules() if m in probe.queries)
     path = name + "".join(f".{n}" for n, m in module.named_modules() if m is reporting and n)
     separate = all(isinstance(getattr(reporting, p, None), nn.Linear) for p in ("q_proj", "k_proj"))
-    rotated = rotary and (_rotated(reporting, probe) if separate else True)
-    table = attention_hooks("attn", path, rotary=rotated)
-    if rotated and not separate:  # fused projections: what the queries and keys were before the rotation is not read
+    changed = _changed(reporting, probe) if separate else "same"
+    rotated = rotary and (changed == "other" if separate else True)
+    table = dict(attention_hooks("attn", path, rotary=rotated, projected=changed != "same"))
+    if rotated and not separate:  # one fused projection: the queries and keys before the rotation are read from it
+        fused = _fused_heads(reporting, probe)
         table = {k: v for k, v in table.items() if k not in ("attn.hook_q", "attn.hook_k")}
-    return dict(table)
+        if fused is not None:
+            table |= {"attn.hook_q": (path, fused[0]), "attn.hook_k": (path, fused[1])}
+    return table
 
 
-def _rotated(module: nn.Module, probe: Probe) -> bool:
-    """Whether the queries attention read differ from what its `q_proj` made (rotated, or normalised)."""
-    projection = module.q_proj
+def _fused_heads(module: nn.Module, probe: Probe) -> tuple[FusedHeads, FusedHeads] | None:
+    """The readers of the queries and keys from a fused projection, whichever layout it has (Phi-3: every query, then
+    every key, then every value; GPT-NeoX: each head's query, key and value side by side): the one whose parts equal
+    at position 0, which the rotation leaves as it is, what attention read."""
+    query, key = probe.queries[module], probe.keys.get(module)  # (heads or kv_heads, len, d_head)
+    for name, child in module.named_children():
+        call = probe.calls.get(child)
+        if key is None or call is None or not _is_projection(child) or call.output is None:
+            continue
+        for layout in ("blocks", "per head"):
+            readers = tuple(FusedHeads(name, part, layout, len(query), len(key), query.shape[-1]) for part in (0, 1))
+            try:
+                made = [reader.split(call.output)[0, :, 0] for reader in readers]  # (heads, d_head) at position 0
+            except RuntimeError:  # the layout does not fit the projection's width
+                continue
+            if _same(made[0], query[:, 0]) and _same(made[1], key[:, 0]):
+                return readers
+    return None
+
+
+def _changed(module: nn.Module, probe: Probe) -> str:
+    """How the queries attention read differ from what its `q_proj` made: "same", "scaled" (OPT scales them when
+    projecting, and passes a scale of 1), or "other" (rotated, or normalised)."""
     reported = probe.queries[module]  # (heads, len, d_head)
-    projected = ProjectionHeads("q_proj").tap(module).read((), {}, probe.calls[projection].output)[0]
-    return not _scaled_copy(reported, projected)  # OPT scales its queries before attention, and rotates nothing
+    projected = ProjectionHeads("q_proj").tap(module).read((), {}, probe.calls[module.q_proj].output)[0]
+    return "same" if _same(reported, projected) else "scaled" if _scaled_copy(reported, projected) else "other"
 
 
 def _mlp_table(mlp: MLP, probe: Probe) -> dict[str, tuple[str, Reader | TapMaker]]:
@@ -315,6 +355,9 @@ def _mlp_table(mlp: MLP, probe: Probe) -> dict[str, tuple[str, Reader | TapMaker
             up = [n for n, m in linears[:2] if not _same(probe.calls[m].output, probe.calls[act].input)]
             if len(up) == 1:
                 table["mlp.hook_pre_linear"] = (f"{prefix}{up[0]}", output)
+        fused = probe.calls[linears[0][1]].output  # a fused gate and up projection: the gate is its first half
+        if len(linears) == 2 and fused is not None and _same(fused.chunk(2, -1)[0], probe.calls[act].input):
+            table["mlp.hook_pre_linear"] = (f"{prefix}{linears[0][0]}", UpHalf())
     elif len(linears) == 2:
         table["mlp.hook_pre"] = (f"{prefix}{linears[0][0]}", output)
     return table

@@ -91,7 +91,41 @@ class OneRun:
         return ModuleTap(module, read)
 
 
-TapMaker = NormValue | Reported | ProjectionHeads | OneRun  # makes the tap from the module at the table's path
+@dataclass(frozen=True)
+class UpHalf:
+    """The second half of a fused gate-and-up projection's output, (batch, len, 2 d_ff) -> (batch, len, d_ff): the up
+    projection (Phi-3's gate_up_proj holds [gate, up])."""
+
+    def tap(self, module: nn.Module) -> ModuleTap:
+        return ModuleTap(module, lambda args, kwargs, out: out.chunk(2, dim=-1)[1])
+
+
+@dataclass(frozen=True)
+class FusedHeads:
+    """The queries (part 0) or keys (part 1) of a fused query/key/value projection, the child `projection` of the
+    attention module, split into heads: (batch, len, width) -> (batch, heads, len, d_head). Layout "blocks": every
+    query head, then every key head, then every value head (Phi-3); "per head": each head's query, key and value side
+    by side (GPT-NeoX)."""
+
+    projection: str
+    part: int
+    layout: str
+    heads: int
+    kv_heads: int
+    d_head: int
+
+    def split(self, out: torch.Tensor) -> torch.Tensor:
+        if self.layout == "per head":
+            return out.unflatten(-1, (self.heads, 3, self.d_head))[..., self.part, :].transpose(1, 2)
+        start = 0 if self.part == 0 else self.heads * self.d_head
+        count = self.heads if self.part == 0 else self.kv_heads
+        return out[..., start : start + count * self.d_head].unflatten(-1, (count, self.d_head)).transpose(1, 2)
+
+    def tap(self, module: nn.Module) -> ModuleTap:
+        return ModuleTap(module.get_submodule(self.projection), lambda args, kwargs, out: self.split(out))
+
+
+TapMaker = NormValue | Reported | ProjectionHeads | OneRun | UpHalf | FusedHeads  # makes the tap from the module
 TapTable = dict[str, tuple[str, Reader | TapMaker]]  # hook name -> (module path, reader); "{i}": the layer
 
 
@@ -100,15 +134,18 @@ def norm_hooks(prefix: str, path: str, norm: NormValue) -> TapTable:
     return {f"{prefix}.hook_scale": (path, norm), f"{prefix}.hook_normalized": (path, replace(norm, normalized=True))}
 
 
-def attention_hooks(prefix: str, path: str, rotary: bool = False) -> TapTable:
+def attention_hooks(prefix: str, path: str, rotary: bool = False, projected: bool = False) -> TapTable:
     """`<prefix>.hook_q` ... `<prefix>.hook_z` of the attention module at `path`. Rotary: `hook_q`/`hook_k`
-    before the rotation (the projections' outputs), `hook_rot_q`/`hook_rot_k` after it (what attention reads)."""
+    before the rotation (the projections' outputs), `hook_rot_q`/`hook_rot_k` after it (what attention reads).
+    projected: `hook_q`/`hook_k` are the projections' outputs though attention reads them changed (OPT's scaled
+    queries)."""
     hooks: dict[str, Reader | TapMaker]
-    if rotary:
-        hooks = {"hook_q": ProjectionHeads("q_proj"), "hook_k": ProjectionHeads("k_proj"), "hook_v": Reported("value"),
-                 "hook_rot_q": Reported("query"), "hook_rot_k": Reported("key")}
+    if rotary or projected:
+        hooks = {"hook_q": ProjectionHeads("q_proj"), "hook_k": ProjectionHeads("k_proj"), "hook_v": Reported("value")}
     else:
         hooks = {"hook_q": Reported("query"), "hook_k": Reported("key"), "hook_v": Reported("value")}
+    if rotary:
+        hooks |= {"hook_rot_q": Reported("query"), "hook_rot_k": Reported("key")}
     hooks |= {"hook_attn_scores": Reported("scores"), "hook_pattern": Reported("pattern"), "hook_z": Reported("z")}
     return {f"{prefix}.{name}": (path, read) for name, read in hooks.items()}
 

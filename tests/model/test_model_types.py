@@ -24,8 +24,6 @@ NOT_FOUND = {  # model type -> the hooks its layout has that the app cannot plac
     "phi": ("ln2.hook_scale", "ln2.hook_normalized"),  # one norm before attention and the MLP, which run in parallel
     "gptj": ("ln2.hook_scale", "ln2.hook_normalized"),
     "cohere": ("ln2.hook_scale", "ln2.hook_normalized"),
-    "phi3": ("attn.hook_q", "attn.hook_k"),  # one fused projection: the queries before the rotation are not read
-    "gpt_neox": ("attn.hook_q", "attn.hook_k", "ln2.hook_scale", "ln2.hook_normalized"),
     "olmo2": ("ln1.hook_scale", "ln1.hook_normalized", "ln2.hook_scale", "ln2.hook_normalized"),  # norms after
     "mixtral": ("mlp.hook_pre", "mlp.hook_post"),  # experts: no one hidden layer
 }
