@@ -1,9 +1,9 @@
-"""Every hook name means what it means in TransformerLens 3.9: the same weights loaded into its HookedTransformer or
-HookedEncoder (its own weight conversions) and run on the same tokens give the same value under the same name, for
-every hook both offer. GPT-2 (LayerNorm, a plain MLP, learned positions), Llama (RMSNorm, a gated MLP, rotary
-positions, grouped key/value heads) and BERT (post-norm, an encoder); and GPT-NeoX, OPT, Phi-3, Qwen2, Qwen3, Mistral
-and Mixtral, as TransformerLens loads them from a folder; tiny and random, their norms' weights made unlike 1 and 0
-(where the meanings of `hook_normalized` before and after the weights would agree)."""
+"""Every hook name means what it means in TransformerLens 3.9: the same weights loaded into its HookedTransformer,
+HookedEncoder or HookedEncoderDecoder (its own weight conversions) and run on the same tokens give the same value under
+the same name, for every hook both offer. GPT-2 (LayerNorm, a plain MLP, learned positions), Llama (RMSNorm, a gated
+MLP, rotary positions, grouped key/value heads) and BERT (post-norm, an encoder); GPT-NeoX, OPT, Phi-3, Qwen2, Qwen3,
+Mistral and Mixtral, and T5 (an encoder-decoder), as TransformerLens loads them from a folder. Tiny and random, their
+norms' weights made unlike 1 and 0 (where the meanings of `hook_normalized` before and after the weights agree)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,12 @@ import numpy as np
 import pytest
 import torch
 import transformers
-from transformer_lens import HookedEncoder, HookedTransformer, HookedTransformerConfig  # make installs 3.9
+from transformer_lens import (  # make installs 3.9
+    HookedEncoder,
+    HookedEncoderDecoder,
+    HookedTransformer,
+    HookedTransformerConfig,
+)
 from transformer_lens.loading_from_pretrained import get_pretrained_model_config, get_pretrained_state_dict
 from transformer_lens.pretrained.weight_conversions import (
     convert_bert_weights,
@@ -134,3 +139,45 @@ def test_the_other_families_hooks_are_transformer_lens_own(tmp_path, model_type:
     reference.load_state_dict(get_pretrained_state_dict(str(folder), config, hf_model=runner.model), strict=False)
     expected = EVERY_BLOCK - ({"hook_pre", "hook_post"} if model_type == "mixtral" else set())
     assert expected | OTHER_FAMILIES[model_type] <= _compare(runner, reference)
+
+
+def _t5_name(ours: str) -> str:
+    """Our T5 hook name as TransformerLens's HookedEncoderDecoder names it: the decoder's cross-attention norm is
+    its ln2 and the MLP's its ln3 (ours: ln_cross, ln2, as in every encoder-decoder here); the stacks' final norms
+    are encoder_final_ln and decoder_final_ln; the encoder's embedding is hook_embed."""
+    stack, rest = ours.split(".", 1)
+    if rest.split(".")[0].isdigit():
+        if stack == "decoder":
+            return ours.replace(".ln_cross.", ".ln2.") if ".ln_cross." in ours else ours.replace(".ln2.", ".ln3.")
+        return ours
+    return {"ln_final.hook_scale": f"{stack}_final_ln.hook_scale", "ln_final.hook_normalized":
+            f"{stack}_final_ln.hook_normalized", "hook_embed": "hook_embed" if stack == "encoder" else ""}.get(rest, "")
+
+
+def test_t5_hooks_are_transformer_lens_own(tmp_path) -> None:
+    """T5 in TransformerLens's HookedEncoderDecoder (its own loader of the folder): every hook of both stacks and the
+    cross-attention, the relative position bias in the scores included, under TransformerLens's names (_t5_name)."""
+    folder = build("t5", tmp_path / "model", n_positions=64)  # TransformerLens reads its context length there
+    runner = load_hf_runner(str(folder))
+    _randomise_norms(runner.model)
+    config = get_pretrained_model_config(str(folder), fold_ln=False, device="cpu", default_prepend_bos=False)
+    reference = HookedEncoderDecoder(config)
+    reference.load_state_dict(get_pretrained_state_dict(str(folder), config, hf_model=runner.model), strict=False)
+    trace = runner.run(TEXT, "the cat sat", options=RunOptions(hooks=("*",)))
+    _, cache = reference.eval().run_with_cache(torch.tensor([trace.ids]),
+                                               decoder_input=torch.tensor([trace.target_ids]))
+    patterns = {name: source.pattern(dtype=np.float32) for name, source in trace.pattern_sources.items()}
+    compared = set()
+    for name, value in {**trace.captured, **patterns}.items():
+        theirs = _t5_name(name)
+        if not theirs:  # the decoder's embedding and each stack's output: TransformerLens has no such hook
+            continue
+        expected = cache[theirs][0].numpy()
+        if name.split(".")[-1] in PER_HEAD:
+            expected = expected.transpose(1, 0, 2)
+        seen = np.isfinite(expected)  # T5's unscaled scores are larger: float32 sums differ by a few ulps more
+        np.testing.assert_allclose(np.asarray(value, np.float32)[seen], expected[seen], atol=5e-6, rtol=1e-5,
+                                   err_msg=name)
+        compared.add(name.split(".", 2)[-1] if name.split(".")[1].isdigit() else name)
+    assert {"attn.hook_pattern", "cross_attn.hook_pattern", "attn.hook_attn_scores", "ln_cross.hook_normalized",
+            "ln2.hook_scale", "hook_resid_mid_cross", "mlp.hook_post", "encoder.ln_final.hook_normalized"} <= compared
