@@ -11,6 +11,7 @@ import torch
 from model.core.masks import check_every_query_sees_a_key
 from model.core.trace.sites import Site
 from model.core.trace.trace import Trace
+from model.hf.facts import window_words
 from ui import url_state
 from ui.mask_comparison import compare
 from ui.mask_editor import editor_pairs
@@ -43,14 +44,12 @@ def masks_view(trace: Trace, site: str, layer: int, head: int) -> None:
                 draw_mask(trace, mask_site, f"masks_mask_{mask_site}")
     windows = trace.facts.windows
     if windows:
-        sliding = [i for i, w in enumerate(windows) if w]
-        layers = f"layer{'s' if len(sliding) > 1 else ''} {', '.join(map(str, sliding))}"
-        st.markdown(f"**Sliding windows.** In {layers} of this model each token sees "
-                    f"itself and the {max(windows) - 1} tokens before it, no further back: the mask above and this "
-                    "window together" + (", while the other layers see every earlier token." if len(sliding) <
-                                         len(windows) else "."))
-        chosen = layer if windows[layer] else sliding[0]
-        draw_mask(trace, first_self_site(trace), "masks_mask_window", chosen)
+        site = first_self_site(trace)
+        words = window_words(windows, trace.options.causal_for(Site.of(site).stack))
+        st.markdown(f"**Sliding windows.** {words[0].upper()}{words[1:]}. A sliding layer's mask is the mask above "
+                    "and its window together:")
+        chosen = layer if windows[layer] else next(i for i, w in enumerate(windows) if w)
+        draw_mask(trace, site, "masks_mask_window", chosen)
 
 
 def head_run(site: str, layer: int) -> tuple[Trace, str, str]:
@@ -82,8 +81,8 @@ def scores_view(trace: Trace, site: str, layer: int, head: int) -> None:
     with prob_col:
         heatmap(run.attention[pattern_hook][head], run, site, "softmax(scores + M)", "masks_probabilities",
                 name(run, site, layer, head, "pattern"), masked=~visible)
-    st.caption(f"All three: {where}." + (f" This layer slides: a query sees itself and the {window - 1} keys before "
-                                         "it, no further back." if window else ""))
+    st.caption(f"All three: {where}." + (f" This layer slides: a query sees no key {window} or more positions away."
+                                         if window else ""))
 
 
 def on_off_view(trace: Trace, site: str, layer: int, head: int) -> None:

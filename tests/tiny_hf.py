@@ -110,6 +110,10 @@ ENCODER_TYPES: dict[str, tuple[type, dict[str, object]]] = {
                                             "intermediate_size": 64, "max_position_embeddings": 70, "pad_token_id": 0}),
     "distilbert": (transformers.DistilBertModel, {"dim": 32, "n_layers": 2, "n_heads": 4, "hidden_dim": 64,
                                                   "max_position_embeddings": 64, "pad_token_id": 0}),
+    "modernbert": (transformers.ModernBertModel, {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+                                                  "intermediate_size": 64, "max_position_embeddings": 64,
+                                                  "pad_token_id": 0, "local_attention": 4,  # layer 1 sees 2 each side
+                                                  "global_attn_every_n_layers": 2}),
 }
 SEQ2SEQ_SHARED = {"d_model": 32, "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4,
                   "decoder_attention_heads": 4, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64,

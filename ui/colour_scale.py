@@ -25,10 +25,16 @@ class Scale:
     note: str | None
 
 
-def flattened(values: np.ndarray) -> bool:
-    """Whether the largest |value| is FLATTENED times the median |value| or more."""
+def _sizes(values: np.ndarray) -> np.ndarray:
+    """The |values| that are finite and not 0 (ReLU's zeros would make the median 0)."""
     size = np.abs(values[np.isfinite(values)])
-    return size.size > 0 and float(size.max()) >= FLATTENED * max(float(np.median(size)), 1e-30)
+    return size[size > 0]
+
+
+def flattened(values: np.ndarray) -> bool:
+    """Whether the largest |value| is FLATTENED times the median nonzero |value| or more."""
+    size = _sizes(values)
+    return size.size > 0 and float(size.max()) >= FLATTENED * float(np.median(size))
 
 
 def colour_scale(values: np.ndarray, value_name: str, key: str, signed: bool = False) -> Scale:
@@ -44,9 +50,10 @@ def colour_scale(values: np.ndarray, value_name: str, key: str, signed: bool = F
         return Scale(np.log10(np.maximum(values, 1e-12)), None, f"log₁₀ {value_name}", None)
     if choice == WHOLE or not flattened(values):
         return Scale(values, (-top, top) if signed else None, value_name, None)
-    size = np.abs(values)
+    size = _sizes(values)
     kept = float(size[size < FLATTENED * np.median(size)].max())  # the largest value that is not an outlier
-    outliers = int(np.count_nonzero(size > kept))
+    outliers = int(np.count_nonzero(np.abs(values) > kept))
     note = (f"The colours stop at {'±' if signed else ''}{kept:.4g}: {outliers} outlying values (over {FLATTENED:g}× "
-            f"the median size), up to {top:.4g}, are drawn in the end colour. Hover a cell for its value.")
+            f"the median size of those not 0), up to {top:.4g}, are drawn in the end colour. Hover a cell for its "
+            "value.")
     return Scale(values, (-kept, kept) if signed else (float(np.nanmin(values)), kept), value_name, note)

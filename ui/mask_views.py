@@ -54,13 +54,13 @@ def heatmap(matrix: np.ndarray, trace: Trace, site: str, title: str, key: str, f
 
 def layer_mask(trace: Trace, site: str, layer: int | None) -> tuple[int, np.ndarray]:
     """(the layer's sliding window, 0 for none; the mask (q_len, k_len) bool its attention read): the site's mask,
-    and in a sliding-window layer only the keys less than the window back."""
+    and in a sliding-window layer only the keys less than the window away (back, with a causal mask)."""
     self_attention = not Site.of(site).is_cross and trace.facts.windows and layer is not None
     window = trace.facts.windows[layer] if self_attention else 0
     visible = trace.masks[site]
     if window:
         distance = np.subtract.outer(np.arange(visible.shape[0]), np.arange(visible.shape[1]))  # query - key
-        visible = visible & (distance < window)
+        visible = visible & (np.abs(distance) < window)
     return window, visible
 
 

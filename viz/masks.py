@@ -24,12 +24,13 @@ REASON_TEXT = {"causal": "hidden by the causal mask (a later key)",
 def hidden_reasons(visible: np.ndarray, causal: bool, blocked: Sequence[tuple[int, int]] = (),
                    window: int = 0) -> dict[str, np.ndarray]:
     """visible: (q_len, k_len) bool -> reason -> (q_len, k_len) bool, True where that reason hides the cell. A cell
-    above the diagonal of a causal mask is "causal", one `window` or more keys back in a sliding-window layer
+    above the diagonal of a causal mask is "causal", one `window` or more keys away in a sliding-window layer
     "window", a blocked pair not already so "blocked", the rest "padding"."""
     hidden = ~visible
     q_len, k_len = visible.shape
     causal_cells = np.triu(np.ones((q_len, k_len), dtype=bool), 1) & hidden if causal else np.zeros_like(hidden)
-    far = np.tril(np.ones((q_len, k_len), dtype=bool), -window) if window else np.zeros_like(hidden)
+    distance = np.abs(np.subtract.outer(np.arange(q_len), np.arange(k_len)))  # |query - key|
+    far = distance >= window if window else np.zeros_like(hidden)
     window_cells = far & hidden & ~causal_cells
     blocked_cells = np.zeros_like(hidden)
     for query, key in blocked:
@@ -47,13 +48,15 @@ def hidden_counts(visible: np.ndarray, causal: bool, blocked: Sequence[tuple[int
     (q_len, k_len) array made: at 8,192 tokens each was 67 MB)."""
     q_len, k_len = visible.shape
     hidden = visible.size - np.count_nonzero(visible)
-    above = far = 0  # hidden cells above the diagonal; hidden ones `window` or more below it
+    above = far = 0  # hidden cells above the diagonal; hidden ones `window` or more away from it (and not above)
     for first in range(0, q_len, rows_at_once):
         rows = ~visible[first : first + rows_at_once]
         above += np.count_nonzero(np.triu(rows, first + 1)) if causal else 0
-        far += np.count_nonzero(np.tril(rows, first - window)) if window else 0
+        if window:
+            far += np.count_nonzero(np.tril(rows, first - window))
+            far += 0 if causal else np.count_nonzero(np.triu(rows, first + window))
     pairs = {(q, k) for q, k in blocked if q < q_len and k < k_len and not visible[q, k] and not (causal and k > q)
-             and not (window and q - k >= window)}
+             and not (window and abs(q - k) >= window)}
     counts = {"causal": above, "window": far, "blocked": len(pairs), "padding": hidden - above - far - len(pairs)}
     return {name: count for name, count in counts.items() if count}
 

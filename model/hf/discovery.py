@@ -7,11 +7,15 @@ attention's output in Gemma 2 and OLMo 2; GPT-NeoX and Phi run attention and the
 tell these apart; values can. `discover` runs the model once on a few tokens, records what each block's parts
 received and returned, and places a hook only where the values show its meaning:
 
-- ln1: the norm whose input is the block's input and whose output is attention's input;
+- ln1: the norm whose input is the block's input and whose output is attention's input (of two alike, the nearest);
 - hook_attn_out: attention's output, or that of the norm applied to it (sandwich norms);
 - ln2: the norm whose output is the MLP's input; the block is parallel when that norm reads the block's input;
 - hook_resid_mid: what ln2 (or, without one, the MLP) reads after attention's sum (sequential blocks only);
-- hook_mlp_out: the MLP's output, or that of the norm applied to it; hook_resid_post: the block's output;
+- hook_mlp_out: the MLP's output, or that of the norm applied to it; hook_resid_post: the block's output; the
+  residual hooks are kept only where the probe's values add up as their names say (resid_mid = resid_pre + attn_out,
+  resid_post = resid_mid + mlp_out, or resid_pre + attn_out + mlp_out in parallel blocks), so a block that adds a
+  scaled output or normalises the sum (a BERT-style layout no table describes) offers no hook that means another
+  thing;
 - inside the MLP: mlp.hook_post is what its last projection reads, mlp.hook_pre what its activation reads, and
   mlp.hook_pre_linear the other projection of a gated MLP (the up projection);
 - inside attention: the per-head values its attention function reports (model/hf/heads.py); where the queries
@@ -83,15 +87,18 @@ class Probe:
     calls: dict[nn.Module, Call] = field(default_factory=dict)
     queries: dict[nn.Module, torch.Tensor] = field(default_factory=dict)  # attention module -> (heads, len, d_head)
     keys: dict[nn.Module, torch.Tensor] = field(default_factory=dict)  # attention module -> (kv_heads, len, d_head)
+    windows: dict[nn.Module, int] = field(default_factory=dict)  # attention module -> its sliding window (0: none)
 
 
-def discover(model: nn.Module) -> Family:
-    """The Family of a decoder-only model, its hooks found by a probe pass (see the module's docstring).
-    ValueError where no block list is found, or attention reports nothing."""
+def discover(model: nn.Module, kind: str = "decoder") -> Family:
+    """The Family of a decoder-only model (or, `kind` "encoder", an encoder of the same layout: ModernBERT), its hooks
+    found by a probe pass (see the module's docstring). ValueError where no block list is found, or attention reports
+    nothing."""
+    stack = "encoder" if kind == "encoder" else "decoder"
     base = model.base_model
     path_of = {module: path for path, module in base.named_modules()}
     layers_path, layers = _block_list(model)
-    probe = _probe(model, base, layers)
+    probe = _probe(model, base, layers, kind)
     rotary = _has_rotary(base)
     tables = [_block_table(block, probe, rotary) for block in layers]
     if not all(any(name.startswith("attn.") for name in table) for table in tables):
@@ -107,17 +114,24 @@ def discover(model: nn.Module) -> Family:
     unplaced = tuple(name for name in LAYER_ORDER if name not in layer_taps and _expected(name, rotary, parallel)) + \
         tuple(name for name in STACK_ORDER if name not in stack_taps and name != "hook_pos_embed")
     norm_kind = _norm_kind(layers[0])
+    windows = tuple(_window(block, probe) for block in layers)
     return Family(
         name=type(base).__name__.removesuffix("Model"),
-        kind="decoder",
+        kind=kind,
         positional="rotary" if rotary else "learned absolute" if "hook_pos_embed" in stack_taps else "none found",
         norm=_norm_layout(tables[0], parallel, norm_kind),
-        stack_taps={"decoder": stack_taps},
-        layer_taps={"decoder": layer_taps},
-        layer_counts={"decoder": _count(len(layers))},
+        stack_taps={stack: stack_taps},
+        layer_taps={stack: layer_taps},
+        layer_counts={stack: _count(len(layers))},
         final_norm=stack_taps["ln_final.hook_scale"][0] if "ln_final.hook_scale" in stack_taps else None,
         unplaced=unplaced,
+        windows=windows if any(windows) else (),
     )
+
+
+def _window(block: nn.Module, probe: Probe) -> int:
+    """The sliding window the block's attention read (0: none), as its attention function received it."""
+    return next((probe.windows[m] for m in block.modules() if m in probe.windows), 0)
 
 
 def _count(n: int) -> Callable[[Any], int]:
@@ -159,7 +173,7 @@ def _tensor(value: Any) -> torch.Tensor | None:
     return value.detach().float() if isinstance(value, torch.Tensor) else None
 
 
-def _probe(model: nn.Module, base: nn.Module, layers: nn.ModuleList) -> Probe:
+def _probe(model: nn.Module, base: nn.Module, layers: nn.ModuleList, kind: str) -> Probe:
     """Run the model once on PROBE_TOKENS tokens, recording the calls of the blocks, their parts and the parts'
     parts, of every module outside the blocks, and the queries each attention module reports."""
     inside = {m for block in layers for m in block.modules()}
@@ -169,18 +183,21 @@ def _probe(model: nn.Module, base: nn.Module, layers: nn.ModuleList) -> Probe:
         for child in block.children():
             watched += [child, *child.children()]
     probe = Probe()
-    reports = {m: {"query": f"query {id(m)}", "key": f"key {id(m)}"} for m in inside}
+    reports = {m: {quantity: f"{quantity} {id(m)}" for quantity in ("query", "key", "window")} for m in inside}
     by_id = {str(id(m)): m for m in inside}
 
     def record(name: str, value: torch.Tensor) -> None:
         quantity, module = name.split()
-        seen = probe.queries if quantity == "query" else probe.keys
-        seen.setdefault(by_id[module], value[0].detach().float())
+        if quantity == "window":
+            probe.windows.setdefault(by_id[module], int(value))
+        else:
+            seen = probe.queries if quantity == "query" else probe.keys
+            seen.setdefault(by_id[module], value[0].detach().float())
 
     vocab = model.get_input_embeddings().num_embeddings
     ids = torch.arange(1, PROBE_TOKENS + 1, device=model.device)[None] % vocab  # (1, len)
     with _watching(watched, probe), recording(record, reports), torch.inference_mode():
-        model(input_ids=ids, use_cache=False)
+        model(input_ids=ids, **({"use_cache": False} if kind == "decoder" else {}))
     return probe
 
 
@@ -212,7 +229,8 @@ def _block_table(block: nn.Module, probe: Probe, rotary: bool) -> dict[str, tupl
     table["hook_resid_post"] = ("", first_output)
     if attention is None:
         return table
-    norms = [(name, m) for name, m in parts if _is_norm(m)]
+    norms = [(name, m) for name, m in parts if _is_norm(m) or (isinstance(m, nn.Identity) and "norm" in name.lower())]
+    # (an identity in a norm's place, as ModernBERT's first attn_norm, is a norm that divides by 1)
     others = [(name, m) for name, m in parts if not _is_norm(m) and m is not attention[1]
               and any(True for _ in m.parameters())]
     x, attn_call = own.input, probe.calls[attention[1]]
@@ -232,9 +250,10 @@ def _block_table(block: nn.Module, probe: Probe, rotary: bool) -> dict[str, tupl
     table |= _attention_table(attention, probe, rotary)
     post_attention = after(attn_call.order, lambda c: _same(c.input, attn_call.output))
     table["hook_attn_out"] = (post_attention[0], output) if post_attention else (attention[0], first_output)
+    attn_out = probe.calls[post_attention[1]].output if post_attention else attn_call.output
     mlp = _find_mlp(block, others, probe)
-    if mlp is None:
-        return table
+    if mlp is None:  # attention alone: its output must be what the block adds
+        return table if _adds_up(own.output, x, attn_out) else _without(table, "hook_attn_out")
     ln2 = before(mlp.order, lambda c: _same(c.output, mlp.input))
     mlp_reads = probe.calls[ln2[1]].input if ln2 else mlp.input
     if ln2 is not None and ln2 != ln1:
@@ -244,10 +263,29 @@ def _block_table(block: nn.Module, probe: Probe, rotary: bool) -> dict[str, tupl
     post_mlp = after(mlp.order, lambda c: _same(c.input, mlp.output))
     table["hook_mlp_out"] = (post_mlp[0], output) if post_mlp else mlp.made
     table |= _mlp_table(mlp, probe)
+    mlp_out = probe.calls[post_mlp[1]].output if post_mlp else mlp.output
+    if "hook_resid_mid" in table and not _adds_up(mlp_reads, x, attn_out):
+        table = _without(table, "hook_attn_out", "hook_resid_mid")  # the sum is not resid_pre + attn_out
+    sums = (mlp_reads, mlp_out) if "hook_resid_mid" in table else (x, attn_out, mlp_out)
+    if not _adds_up(own.output, *sums):  # the block adds something else (a scaled output, a post-norm)
+        table = _without(table, "hook_attn_out", "hook_resid_mid", "hook_mlp_out")
     if mlp.input is not None and x is not None and mlp.input.dim() < x.dim():  # flattened positions (OPT)
         table = {name: (path, OneRun(read)) if _is_mlp_side(name) else (path, read)
                  for name, (path, read) in table.items()}
     return table
+
+
+def _adds_up(total: torch.Tensor | None, *parts: torch.Tensor | None) -> bool:
+    """Whether `total` is the sum of `parts` (each as (positions, d_model), wherever the model flattened them)."""
+    if total is None or any(p is None or p.numel() != total.numel() for p in parts):
+        return False
+    return _same(total.reshape(-1, total.shape[-1]), sum(p.reshape(total.shape) for p in parts).reshape(
+        -1, total.shape[-1]))
+
+
+def _without(table: dict[str, tuple[str, Reader | TapMaker]], *names: str) -> dict[str, tuple[str, Reader | TapMaker]]:
+    """The table less the residual hooks whose sums the probe could not show (they would mean something else)."""
+    return {name: place for name, place in table.items() if name not in names}
 
 
 def _is_mlp_side(name: str) -> bool:

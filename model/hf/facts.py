@@ -56,16 +56,6 @@ def longest_input(config: Any, family: Family, byte_limit: int = SOURCE_BYTES_LI
     return max(1, fitting)
 
 
-def attention_windows(config: Any, layers: int) -> list[int]:
-    """Per layer, how many keys a query sees at most (sliding-window attention: itself and those before it), 0 for
-    all, as transformers' attention reads the config: `layer_types` names each layer's kind (Gemma 2/3, Qwen 2/3),
-    else a `sliding_window` holds for every layer (Mistral, Mixtral, Phi-3, Starcoder2). Empty where none slides."""
-    window = getattr(config, "sliding_window", None) or 0
-    kinds = getattr(config, "layer_types", None)
-    windows = ([window if kind == "sliding_attention" else 0 for kind in kinds] if kinds else [window] * layers)
-    return windows if any(windows) else []
-
-
 def rotated_fraction(config: Any) -> float:
     """The part of each head's dimensions a rotary model rotates (partial rotary: Phi, GPT-NeoX, GPT-J)."""
     parameters = getattr(config, "rope_parameters", None) or {}
@@ -76,15 +66,21 @@ def rotated_fraction(config: Any) -> float:
     return float(getattr(config, "partial_rotary_factor", None) or 1.0)
 
 
-def _layout_notes(config: Any, family: Family, windows: list[int]) -> dict[str, str]:
+def window_words(windows: list[int] | tuple[int, ...], causal: bool) -> str:
+    """What a model's sliding windows let a token see, in words: "layers 0, 2: each token sees itself and the 3
+    tokens before it; the other layers see every token" (a causal model's), or "... and the 3 on either side"."""
+    sliding = [str(i) for i, w in enumerate(windows) if w]
+    layers = "every layer" if all(windows) else f"layer{'s' if len(sliding) > 1 else ''} {', '.join(sliding)}"
+    rest = "" if all(windows) else "; the other layers see every token"
+    return (f"{layers}: each token sees itself and the {max(windows) - 1} tokens "
+            f"{'before it' if causal else 'on either side'}{rest}")
+
+
+def _layout_notes(config: Any, family: Family) -> dict[str, str]:
     """What the model card says of this layout beyond the facts' fields."""
     notes = {}
-    if windows:
-        sliding = [str(i) for i, w in enumerate(windows) if w]
-        layers = "every layer" if all(windows) else f"layer{'s' if len(sliding) > 1 else ''} {', '.join(sliding)}"
-        rest = "" if all(windows) else "; the other layers see every token"
-        notes["sliding-window attention"] = (f"{layers}: each token sees itself and the {max(windows) - 1} tokens "
-                                             f"before it{rest}")
+    if family.windows:
+        notes["sliding-window attention"] = window_words(family.windows, family.kind != "encoder")
     partial = rotated_fraction(config)
     if family.positional == "rotary" and partial < 1:
         notes["rotary dimensions"] = f"{partial:.0%} of each head's dimensions are rotated, the rest are not"
@@ -101,8 +97,7 @@ def model_facts(model_id: str, model: nn.Module, family: Family, notes: dict[str
     n_kv = _config_value(c, "num_key_value_heads", default=n_heads)
     d_model = _config_value(c, "hidden_size", "n_embd", "d_model")
     layers = {stack: count(c) for stack, count in family.layer_counts.items()}
-    windows = attention_windows(c, layers.get("decoder", 0)) if family.kind == "decoder" else []
-    notes = {**notes, **_layout_notes(c, family, windows)}
+    notes = {**notes, **_layout_notes(c, family)}
     if n_kv != n_heads:
         notes = {**notes, "grouped-query attention": f"query head h reads key/value head h // {n_heads // n_kv}"}
     return ModelFacts(
@@ -123,5 +118,5 @@ def model_facts(model_id: str, model: nn.Module, family: Family, notes: dict[str
         device=str(model.device),
         notes=notes,
         precision=precision_name(model.dtype),
-        windows=windows,
+        windows=list(family.windows),
     )

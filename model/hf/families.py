@@ -16,24 +16,29 @@ Kind = str  # "encoder", "decoder" or "encoder-decoder"
 def kind_of(model_type: str) -> Kind:
     """What kind of model a type is, as this app opens it; ValueError for a type it cannot open, saying why."""
     from transformers import CONFIG_MAPPING
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+    )
 
     if model_type in TABLES:
         return TABLES[model_type](CONFIG_MAPPING[model_type]()).kind
     if model_type not in CONFIG_MAPPING:
         raise ValueError(f"model type {model_type!r} is not one the installed transformers knows; the app opens "
                          "the text models it knows (see docs/models.md).")
-    config = CONFIG_MAPPING[model_type]()
-    if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES or getattr(config, "is_encoder_decoder", False):
-        raise ValueError(f"model type {model_type!r} is not supported: the app opens decoder-only language models "
-                         "of any type, and the encoders and encoder-decoders listed in docs/models.md.")
-    return "decoder"
+    if not getattr(CONFIG_MAPPING[model_type](), "is_encoder_decoder", False):
+        if model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES:  # an encoder (ModernBERT), or a BERT-style one
+            return "encoder"
+        if model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+            return "decoder"
+    raise ValueError(f"model type {model_type!r} is not supported: the app opens decoder-only language models "
+                     "of any type, and the encoders and encoder-decoders listed in docs/models.md.")
 
 
 def family_of(model: nn.Module, config: Any) -> Family:
     """The family of a loaded model (ValueError where its layers cannot be read)."""
     table = TABLES.get(config.model_type)
-    return table(config) if table is not None else discover(model)
+    return table(config) if table is not None else discover(model, kind_of(config.model_type))
 
 
 def description(facts: Any, family: Family) -> dict[str, str]:

@@ -78,7 +78,10 @@ def attention(
     scale = _scale(query, kwargs.get("scaling"))
     bias = kwargs.get("position_bias")  # (batch or 1, heads, q_len, k_len)
     softcap = kwargs.get("softcap")
-    mask = windowed(attention_mask, kwargs.get("sliding_window"), query.size(-2), key.size(-2), query.device)
+    window = kwargs.get("sliding_window") or 0
+    mask = windowed(attention_mask, window, query.size(-2), key.size(-2), query.device)
+    if "window" in wanted:  # what the layer slides by (model/hf/discovery.py asks once, when a model loads)
+        active_recorder()(wanted["window"], torch.tensor(window))
     computed = _report_inputs(wanted, query, key, value, scale, bias, mask, softcap) if wanted else None
     if computed is not None:  # by the capture, from the probabilities it summarised (model/core/attention/source.py)
         out = computed
@@ -103,9 +106,10 @@ def _scale(query: torch.Tensor, scaling: float | None) -> float:
 
 def windowed(mask: torch.Tensor | None, window: int | None, q_len: int, k_len: int,
              device: torch.device) -> torch.Tensor | None:
-    """The additive mask with the keys at least `window` positions before each query hidden too: a sliding-window
-    layer's (Mistral, Gemma 2/3, ...), as transformers' own masks hide them (query i, the last q_len of the k_len
-    positions, sees key j when 0 <= i - j < window, with the causal mask). Made once per mask and window on a thread,
+    """The additive mask with the keys `window` positions away from each query or more hidden too: a sliding-window
+    layer's (Mistral, Gemma 2/3, ModernBERT ...), as transformers' own masks hide them (query i, the last q_len of the
+    k_len positions, sees key j when |i - j| < window: with a causal mask, 0 <= i - j < window; ModernBERT's encoder
+    passes its half-window + 1, and sees as far on either side). Made once per mask and window on a thread,
     since every such layer reads the same. The app's runs pass masks of their own, which transformers does not
     window itself; a mask transformers made is windowed already, and stays what it is. Kept while `mask` lives."""
     if not window or window >= k_len:
@@ -115,7 +119,7 @@ def windowed(mask: torch.Tensor | None, window: int | None, q_len: int, k_len: i
     if kept is not None:
         return kept
     rows = torch.arange(k_len - q_len, k_len, device=device)[:, None]  # (q_len, 1): each query's position
-    too_far = rows - torch.arange(k_len, device=device)[None] >= window  # (q_len, k_len)
+    too_far = (rows - torch.arange(k_len, device=device)[None]).abs() >= window  # (q_len, k_len)
     dtype = torch.float32 if mask is None else mask.dtype
     base = torch.zeros(1, 1, q_len, k_len, dtype=dtype, device=device) if mask is None else mask[..., :k_len]
     result = base.masked_fill(too_far, torch.finfo(dtype).min)

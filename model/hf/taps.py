@@ -56,9 +56,12 @@ class NormValue:
 
     def tap(self, module: nn.Module) -> ModuleTap:
         eps = norm_eps(module)
+        identity = isinstance(module, nn.Identity)  # in a norm's place (ModernBERT's first layer): divides by 1
 
         def read(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> torch.Tensor:
             x = first_input(args, kwargs, out).float()
+            if identity:
+                return x if self.normalized else torch.ones_like(x[..., :1])
             centred = x if self.rms else x - x.mean(-1, keepdim=True)
             scale = (centred.pow(2).mean(-1, keepdim=True) + eps).sqrt()
             return centred / scale if self.normalized else scale
@@ -164,6 +167,7 @@ class Family:
     position_bias: bool = False  # attention adds a (heads, q_len, k_len) bias to the scores (T5's relative positions)
     final_norm: str | None = None  # path of the last stack's final norm (what the logit lens reads through)
     unplaced: tuple[str, ...] = ()  # hooks a model of this layout has that could not be placed (model/hf/discovery.py)
+    windows: tuple[int, ...] = ()  # per layer: the sliding window its attention reads (0: none); () if none slides
 
     def taps(self, model: nn.Module) -> dict[str, ModuleTap | ReportedTap]:
         """Every hook name of this model, mapped to its module and reader."""

@@ -109,7 +109,8 @@ def head_weights(runner: Runner, site: str, layer: int, head: int, q_len: int, k
         else:
             scale_text = f"{source.scale:.4g} (the model's own scale)"
         scale = source.scale
-    rotary = _rotary(model, k_len, getattr(module, "layer_type", None)) if runner.facts.positional == "rotary" else None
+    kinds = getattr(model.config, "layer_types", None)  # each layer's kind, where a model rotates kinds differently
+    rotary = _rotary(model, k_len, kinds[layer] if kinds else None) if runner.facts.positional == "rotary" else None
     bias = _t5_bias(model, site, head, q_len, k_len) if hasattr(module, "relative_attention_num_buckets") else None
     weights = _slice(affines, head, n_heads, n_kv, d_head, scale, scale_text, rotary, bias)
     kv_head = head // (n_heads // n_kv)
@@ -188,7 +189,7 @@ def _hf_affines(module: nn.Module, out_module: nn.Module | None) -> tuple[dict[s
         affines = {name: _affine(getattr(module, f"{name}_lin")) for name in "qkv"} | {"o": _affine(module.out_lin)}
         d_head = module.dim // module.n_heads
         return affines, module.n_heads, module.n_heads, d_head
-    out = next(getattr(module, n) for n in ("o_proj", "out_proj", "dense") if hasattr(module, n))
+    out = next(getattr(module, n) for n in ("o_proj", "out_proj", "dense", "Wo") if hasattr(module, n))
     d_head = getattr(module, "head_dim", None) or module.head_size  # GPT-NeoX: head_size
     if hasattr(module, "query_key_value"):  # GPT-NeoX: fused, each head's q, k and v side by side
         w, b = _affine(module.query_key_value)  # (d_model, heads x 3 x d_head)
@@ -196,10 +197,12 @@ def _hf_affines(module: nn.Module, out_module: nn.Module | None) -> tuple[dict[s
         split = lambda a, i: a.reshape(*a.shape[:-1], heads, 3, d_head)[..., i, :].reshape(*a.shape[:-1], -1)  # noqa: E731
         affines = {name: (split(w, i), None if b is None else split(b, i)) for i, name in enumerate("qkv")}
         return affines | {"o": _affine(out)}, heads, heads, d_head
-    if hasattr(module, "qkv_proj"):  # Phi-3: fused, rows [every head's q; every kv head's k; ... v]
-        w, b = _affine(module.qkv_proj)
-        kv = module.num_key_value_heads * d_head
-        q = w.shape[1] - 2 * kv
+    fused = getattr(module, "qkv_proj", None) or getattr(module, "Wqkv", None)
+    if fused is not None:  # Phi-3, ModernBERT: fused, rows [every head's q; every kv head's k; ... v]
+        w, b = _affine(fused)
+        heads = getattr(module, "num_heads", None) or module.config.num_attention_heads
+        q = heads * d_head
+        kv = (w.shape[1] - q) // 2
         bounds = {"q": (0, q), "k": (q, q + kv), "v": (q + kv, q + 2 * kv)}
         affines = {n: (w[:, lo:hi], None if b is None else b[lo:hi]) for n, (lo, hi) in bounds.items()}
         return affines | {"o": _affine(out)}, q // d_head, kv // d_head, d_head

@@ -27,6 +27,8 @@ def norm_affine(module: nn.Module) -> tuple[np.ndarray, np.ndarray]:
     """(gain, bias), each (d,) float64: what a norm multiplies its normalised input by and adds, read from what the
     module does (any formula: weight, Gemma's 1 + weight, OLMo's none), by normalising e = (1, -1, 1, ...) and -e,
     whose mean is 0 and whose mean square is 1, so that each comes out as ±e / sqrt(1 + eps) x gain + bias."""
+    if isinstance(module, nn.Identity):  # in a norm's place (ModernBERT's first layer): nothing is done
+        return np.ones(1), np.zeros(1)
     parameter = next(iter(module.parameters()), None)
     width = parameter.shape[-1] if parameter is not None else module.normalized_shape[-1]
     dtype, device = (parameter.dtype, parameter.device) if parameter is not None else (torch.float32, "cpu")

@@ -2,7 +2,7 @@
 random models from tests/tiny_hf.py): norms around each sublayer with soft-capping and sliding windows (Gemma 2),
 attention and MLP in parallel with fused projections and partial rotary (GPT-NeoX), norms after each sublayer with
 query and key norms (OLMo 2), a mixture of experts (Mixtral), flattened positions and learned positions (OPT), a
-DistilBERT encoder and a pre-norm encoder-decoder (mBART)."""
+DistilBERT encoder, a ModernBERT encoder (a bidirectional sliding window) and a pre-norm encoder-decoder (mBART)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from streamlit.testing.v1 import AppTest
 from tests.app.app_session import open_app_page
 from tests.tiny_hf import build, build_type
 
-LAYOUTS = ("gemma2", "gpt_neox", "olmo2", "mixtral", "opt", "distilbert", "mbart", "gemma3_text")
+LAYOUTS = ("gemma2", "gpt_neox", "olmo2", "mixtral", "opt", "distilbert", "mbart", "gemma3_text", "modernbert")
 TABBED = {"app_pages/attention.py": "view", "app_pages/masks.py": "masks_view",  # page -> the key of its tabs
           "app_pages/positions.py": "positions_view", "app_pages/activations.py": "activations_view"}
 PLAIN = ("app_pages/overview.py", "app_pages/step_through.py", "app_pages/generate.py", "app_pages/ablation.py")
@@ -64,8 +64,8 @@ def test_the_masks_page_draws_a_sliding_window_as_what_it_is(type_folders) -> No
     """Gemma 3's layer 0 slides (3 tokens), layer 1 does not: the page says which, and draws layer 0's mask with
     the keys too far back hidden by the window, counted apart from the causal mask's."""
     at = open_app_page("app_pages/masks.py", folder=str(type_folders["gemma3_text"]), text="the cat sat on the mat")
-    assert "**Sliding windows.** In layer 0 of this model each token sees itself and the 2 tokens before it" in \
-        " ".join(m.value for m in at.markdown)
+    assert "**Sliding windows.** Layer 0: each token sees itself and the 2 tokens before it; the other layers see " \
+        "every token." in " ".join(m.value for m in at.markdown)
     assert "mask · decoder self-attention · layer 0 (a window of 3)" in _titles(at)
     counts = [c.value for c in at.caption if "hidden (" in c.value]
     n = 7  # <s> and six words

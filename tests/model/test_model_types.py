@@ -130,14 +130,17 @@ def test_encoder_decoders_write_an_output(type_runners, model_type: str) -> None
     (transformers.BloomConfig(hidden_size=32, n_layer=2, n_head=4), "computes attention in its own code"),
     (transformers.FalconConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4),
      "computes attention in its own code"),
-    (transformers.ModernBertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                   intermediate_size=64, pad_token_id=0), "is not supported"),
+    (transformers.DebertaV2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64),
+     "computes attention in its own code"),  # an encoder: disentangled relative attention
+    (transformers.LEDConfig(d_model=32, encoder_layers=1, decoder_layers=1), "is not supported"),  # no table
 ])
 def test_a_type_whose_attention_cannot_be_read_says_why(tmp_path, config, reason: str) -> None:
     config.vocab_size = 40
-    model_class = (transformers.AutoModel if config.model_type == "modernbert"
-                   else transformers.AutoModelForCausalLM)
-    model_class.from_config(config).save_pretrained(tmp_path)
+    if config.model_type == "led":  # refused from its config alone
+        config.save_pretrained(tmp_path)
+    else:
+        model_class = transformers.AutoModel if config.model_type == "deberta-v2" else transformers.AutoModelForCausalLM
+        model_class.from_config(config).save_pretrained(tmp_path)
     with pytest.raises(ValueError, match=reason):
         load_hf_runner(str(tmp_path))
 
