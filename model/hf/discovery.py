@@ -1,4 +1,5 @@
-"""Where the hooks are in a decoder-only Hugging Face model that no family table describes, found by running it.
+"""Where the hooks are in a Hugging Face model that no family table describes, found by running it (decoder-only
+models of any type, and encoders of their layout, as ModernBERT).
 
 Most current families (Llama, Mistral, Qwen, Gemma, Phi, OLMo, GPT-NeoX, OPT, GPT-2 ...) keep their blocks in one
 `nn.ModuleList` and compute attention through transformers' attention interface, but name and wire their blocks'
@@ -20,7 +21,9 @@ received and returned, and places a hook only where the values show its meaning:
   mlp.hook_pre_linear the other projection of a gated MLP (the up projection);
 - inside attention: the per-head values its attention function reports (model/hf/heads.py); where the queries
   it reports are not its `q_proj`'s output (rotated, or normalised), hook_q/hook_k are the projections' outputs
-  and hook_rot_q/hook_rot_k what attention read;
+  and hook_rot_q/hook_rot_k what attention read; a fused projection is split in the layout that gives back, at
+  position 0 (which no rotation moves), what attention read; each layer's sliding window is what its attention
+  function received;
 - per stack: hook_embed (the token embeddings, x the model's scale where it scales them), hook_pos_embed (a learned
   position table), ln_final and hook_resid_final (the norm read after the last block).
 
@@ -31,17 +34,15 @@ attention in its own code: BLOOM, for one) cannot be shown, and says why.
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
-from model.core.capture.hooks import recording
 from model.hf.heads import ProjectionHeads
+from model.hf.probe import Call, Probe, probe_run
 from model.hf.taps import (
     LAYER_NORM,
     RMS_NORM,
@@ -61,7 +62,7 @@ from model.hf.taps import (
     output,
 )
 
-PROBE_TOKENS = 6
+Placed = dict[str, tuple[str, Reader | TapMaker]]  # hook name -> (path relative to the block, reader)
 LAYER_ORDER = (  # what a decoder block may offer, in the order of its computation
     "hook_resid_pre", "ln1.hook_scale", "ln1.hook_normalized", "attn.hook_q", "attn.hook_k", "attn.hook_v",
     "attn.hook_rot_q", "attn.hook_rot_k", "attn.hook_attn_scores", "attn.hook_pattern", "attn.hook_z",
@@ -69,25 +70,6 @@ LAYER_ORDER = (  # what a decoder block may offer, in the order of its computati
     "mlp.hook_pre_linear", "mlp.hook_post", "hook_mlp_out", "hook_resid_post",
 )
 STACK_ORDER = ("hook_embed", "hook_pos_embed", "ln_final.hook_scale", "ln_final.hook_normalized", "hook_resid_final")
-
-
-@dataclass
-class Call:
-    """One call of a module during the probe: its place in the order of calls, and its first input and output."""
-
-    order: int
-    input: torch.Tensor | None
-    output: torch.Tensor | None
-
-
-@dataclass
-class Probe:
-    """What the probe pass saw: each module's first call, and which modules reported queries from attention."""
-
-    calls: dict[nn.Module, Call] = field(default_factory=dict)
-    queries: dict[nn.Module, torch.Tensor] = field(default_factory=dict)  # attention module -> (heads, len, d_head)
-    keys: dict[nn.Module, torch.Tensor] = field(default_factory=dict)  # attention module -> (kv_heads, len, d_head)
-    windows: dict[nn.Module, int] = field(default_factory=dict)  # attention module -> its sliding window (0: none)
 
 
 def discover(model: nn.Module, kind: str = "decoder") -> Family:
@@ -98,7 +80,7 @@ def discover(model: nn.Module, kind: str = "decoder") -> Family:
     base = model.base_model
     path_of = {module: path for path, module in base.named_modules()}
     layers_path, layers = _block_list(model)
-    probe = _probe(model, base, layers, kind)
+    probe = probe_run(model, base, layers, kind)
     rotary = _has_rotary(base)
     tables = [_block_table(block, probe, rotary) for block in layers]
     if not all(any(name.startswith("attn.") for name in table) for table in tables):
@@ -150,57 +132,6 @@ def _block_list(model: nn.Module) -> tuple[str, nn.ModuleList]:
     return max(lists, key=lambda item: sum(p.numel() for p in item[1].parameters()))
 
 
-@contextmanager
-def _watching(modules: list[nn.Module], probe: Probe) -> Iterator[None]:
-    """Record each module's first call into `probe` while inside."""
-    counter = itertools.count()
-
-    def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
-        if module not in probe.calls:
-            inputs = args[0] if args else kwargs.get("hidden_states", kwargs.get("input"))
-            result = out if isinstance(out, torch.Tensor) else out[0] if isinstance(out, tuple) and out else None
-            probe.calls[module] = Call(next(counter), _tensor(inputs), _tensor(result))
-
-    handles = [m.register_forward_hook(hook, with_kwargs=True) for m in modules]
-    try:
-        yield
-    finally:
-        for handle in handles:
-            handle.remove()
-
-
-def _tensor(value: Any) -> torch.Tensor | None:
-    return value.detach().float() if isinstance(value, torch.Tensor) else None
-
-
-def _probe(model: nn.Module, base: nn.Module, layers: nn.ModuleList, kind: str) -> Probe:
-    """Run the model once on PROBE_TOKENS tokens, recording the calls of the blocks, their parts and the parts'
-    parts, of every module outside the blocks, and the queries each attention module reports."""
-    inside = {m for block in layers for m in block.modules()}
-    watched = [m for m in base.modules() if m not in inside]
-    for block in layers:
-        watched.append(block)
-        for child in block.children():
-            watched += [child, *child.children()]
-    probe = Probe()
-    reports = {m: {quantity: f"{quantity} {id(m)}" for quantity in ("query", "key", "window")} for m in inside}
-    by_id = {str(id(m)): m for m in inside}
-
-    def record(name: str, value: torch.Tensor) -> None:
-        quantity, module = name.split()
-        if quantity == "window":
-            probe.windows.setdefault(by_id[module], int(value))
-        else:
-            seen = probe.queries if quantity == "query" else probe.keys
-            seen.setdefault(by_id[module], value[0].detach().float())
-
-    vocab = model.get_input_embeddings().num_embeddings
-    ids = torch.arange(1, PROBE_TOKENS + 1, device=model.device)[None] % vocab  # (1, len)
-    with _watching(watched, probe), recording(record, reports), torch.inference_mode():
-        model(input_ids=ids, **({"use_cache": False} if kind == "decoder" else {}))
-    return probe
-
-
 def _same(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
     if a is None or b is None or a.shape != b.shape:
         return False
@@ -215,9 +146,9 @@ def _norm_value(module: nn.Module) -> NormValue:
     return RMS_NORM if "rms" in type(module).__name__.lower() else LAYER_NORM
 
 
-def _block_table(block: nn.Module, probe: Probe, rotary: bool) -> dict[str, tuple[str, Reader | TapMaker]]:
+def _block_table(block: nn.Module, probe: Probe, rotary: bool) -> Placed:
     """The hooks placed in one block: name -> (path relative to the block, reader)."""
-    table: dict[str, tuple[str, Reader | TapMaker]] = {}
+    table: Placed = {}
     own = probe.calls.get(block)
     if own is None:
         return table
@@ -283,7 +214,7 @@ def _adds_up(total: torch.Tensor | None, *parts: torch.Tensor | None) -> bool:
         -1, total.shape[-1]))
 
 
-def _without(table: dict[str, tuple[str, Reader | TapMaker]], *names: str) -> dict[str, tuple[str, Reader | TapMaker]]:
+def _without(table: Placed, *names: str) -> Placed:
     """The table less the residual hooks whose sums the probe could not show (they would mean something else)."""
     return {name: place for name, place in table.items() if name not in names}
 
@@ -330,7 +261,7 @@ def _is_projection(module: nn.Module) -> bool:
 
 
 def _attention_table(attention: tuple[str, nn.Module], probe: Probe, rotary: bool
-                     ) -> dict[str, tuple[str, Reader | TapMaker]]:
+                     ) -> Placed:
     """The per-head hooks of the attention part (or of its part that reports). rotary: the model rotates queries
     and keys, which is all that tells where projections are fused."""
     name, module = attention
@@ -376,13 +307,13 @@ def _changed(module: nn.Module, probe: Probe) -> str:
     return "same" if _same(reported, projected) else "scaled" if _scaled_copy(reported, projected) else "other"
 
 
-def _mlp_table(mlp: MLP, probe: Probe) -> dict[str, tuple[str, Reader | TapMaker]]:
+def _mlp_table(mlp: MLP, probe: Probe) -> Placed:
     """mlp.hook_pre, hook_pre_linear and hook_post, where the MLP's parts show them."""
     prefix = f"{mlp.path}." if mlp.path else ""
     linears = [(n, m) for n, m in mlp.parts if _is_projection(m)]
     activations = [(n, m) for n, m in mlp.parts if not any(True for _ in m.parameters())
                    and not isinstance(m, nn.Dropout)]
-    table: dict[str, tuple[str, Reader | TapMaker]] = {}
+    table: Placed = {}
     if len(linears) < 2:
         return table  # a mixture of experts, or a layout not seen before
     table["mlp.hook_post"] = (f"{prefix}{linears[-1][0]}", first_input)
@@ -444,7 +375,7 @@ def _has_rotary(base: nn.Module) -> bool:
     return any("rotary" in type(m).__name__.lower() for m in base.modules())
 
 
-def _parallel(table: dict[str, tuple[str, Reader | TapMaker]]) -> bool:
+def _parallel(table: Placed) -> bool:
     """A block whose MLP reads the block's input, not attention's sum (GPT-NeoX, GPT-J, Phi, Cohere)."""
     return "hook_mlp_out" in table and "hook_resid_mid" not in table
 
@@ -454,7 +385,7 @@ def _norm_kind(block: nn.Module) -> str:
     return "RMSNorm" if norms and all(_norm_value(m).rms for m in norms) else "LayerNorm"
 
 
-def _norm_layout(table: dict[str, tuple[str, Reader | TapMaker]], parallel: bool, kind: str) -> str:
+def _norm_layout(table: Placed, parallel: bool, kind: str) -> str:
     """How the block's norms are placed, in words."""
     sandwich = table.get("hook_attn_out", ("", output))[1] is output  # a norm's output is what attention adds
     if parallel:

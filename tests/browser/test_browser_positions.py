@@ -57,7 +57,7 @@ def test_a_rotary_model_shows_its_frequencies_and_similarity_draws(page) -> None
     expect(figure(page, "sinusoid · dot product of positions")).to_be_visible()
     page.screenshot(path=str(ARTIFACTS / "positions-similarity.png"))
     page.get_by_role("tab", name="This model").click()
-    expect(page.get_by_text("base = 100000, d_head = 64")).to_be_visible()
+    expect(page.get_by_text("base = 100000, rotated dimensions r = 64")).to_be_visible()
     expect(page.locator("[data-testid='stVegaLiteChart']")).to_have_count(2)
     page.get_by_test_id("stVegaLiteChart").first.scroll_into_view_if_needed()
     page.screenshot(path=str(ARTIFACTS / "positions-rotary.png"))
