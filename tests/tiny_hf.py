@@ -22,6 +22,11 @@ def _tokenizer(specials: dict[str, str], template: str) -> transformers.PreTrain
 
 
 BERT_SPECIALS = {"pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "[CLS]", "sep_token": "[SEP]"}
+
+
+def bert_tokenizer() -> transformers.PreTrainedTokenizerFast:
+    """The word-level tokenizer of the tiny encoders: [CLS] text [SEP], 22 tokens."""
+    return _tokenizer(BERT_SPECIALS, "[CLS] $A [SEP]")
 LM_SPECIALS = {"pad_token": "<pad>", "unk_token": "<unk>", "bos_token": "<s>", "eos_token": "</s>"}
 
 

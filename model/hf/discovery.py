@@ -16,7 +16,7 @@ received and returned, and places a hook only where the values show its meaning:
   residual hooks are kept only where the probe's values add up as their names say (resid_mid = resid_pre + attn_out,
   resid_post = resid_mid + mlp_out, or resid_pre + attn_out + mlp_out in parallel blocks), so a block that adds a
   scaled output or normalises the sum (a BERT-style layout no table describes) offers no hook that means another
-  thing;
+  thing (its output, normalised, is still the next block's hook_resid_pre);
 - inside the MLP: mlp.hook_post is what its last projection reads, mlp.hook_pre what its activation reads, and
   mlp.hook_pre_linear the other projection of a gated MLP (the up projection);
 - inside attention: the per-head values its attention function reports (model/hf/heads.py); where the queries
@@ -184,7 +184,7 @@ def _block_table(block: nn.Module, probe: Probe, rotary: bool) -> Placed:
     attn_out = probe.calls[post_attention[1]].output if post_attention else attn_call.output
     mlp = _find_mlp(block, others, probe)
     if mlp is None:  # attention alone: its output must be what the block adds
-        return table if _adds_up(own.output, x, attn_out) else _without(table, "hook_attn_out")
+        return table if _adds_up(own.output, x, attn_out) else _without(table, "hook_attn_out", "hook_resid_post")
     ln2 = before(mlp.order, lambda c: _same(c.output, mlp.input))
     mlp_reads = probe.calls[ln2[1]].input if ln2 else mlp.input
     if ln2 is not None and ln2 != ln1:
@@ -199,7 +199,7 @@ def _block_table(block: nn.Module, probe: Probe, rotary: bool) -> Placed:
         table = _without(table, "hook_attn_out", "hook_resid_mid")  # the sum is not resid_pre + attn_out
     sums = (mlp_reads, mlp_out) if "hook_resid_mid" in table else (x, attn_out, mlp_out)
     if not _adds_up(own.output, *sums):  # the block adds something else (a scaled output, a post-norm)
-        table = _without(table, "hook_attn_out", "hook_resid_mid", "hook_mlp_out")
+        table = _without(table, "hook_attn_out", "hook_resid_mid", "hook_mlp_out", "hook_resid_post")
     if mlp.input is not None and x is not None and mlp.input.dim() < x.dim():  # flattened positions (OPT)
         table = {name: (path, OneRun(read)) if _is_mlp_side(name) else (path, read)
                  for name, (path, read) in table.items()}

@@ -16,7 +16,7 @@ from model.core.options import RunOptions
 from model.core.trace.hook_names import in_vocabulary
 from model.hf.families import description
 from model.hf.loading import load_hf_runner
-from tests.tiny_hf import DECODER_TYPES, FAMILIES, SEQ2SEQ_TYPES, TYPES, build_type
+from tests.tiny_hf import DECODER_TYPES, FAMILIES, SEQ2SEQ_TYPES, TYPES, bert_tokenizer, build_type
 
 TEXT, TARGET = "the quick brown fox jumps over the lazy dog", "the cat sat on the mat"
 MODELS_DOC = Path(__file__).parents[2] / "docs" / "models.md"
@@ -152,3 +152,24 @@ def test_the_docs_table_of_types_is_what_the_app_finds(runners, type_runners) ->
                 for t in (*FAMILIES, *TYPES)]
     rows = [line for line in MODELS_DOC.read_text(encoding="utf-8").splitlines() if line.startswith("| `")]
     assert rows == expected, "\n".join(expected)
+
+
+def test_a_layout_no_rule_fits_opens_with_its_attention_and_no_hook_that_means_another_thing(tmp_path) -> None:
+    """ELECTRA: a BERT-style post-norm encoder that no table describes. Its attention is read (equal to eager); its
+    blocks normalise their sums inside their parts, so no residual hook adds up and none is placed (a block's output,
+    normalised, is still the next block's hook_resid_pre), and the model card lists what is missing."""
+    config = transformers.ElectraConfig(vocab_size=24, embedding_size=32, hidden_size=32, num_hidden_layers=2,
+                                        num_attention_heads=4, intermediate_size=64)
+    transformers.ElectraModel(config).save_pretrained(tmp_path)
+    bert_tokenizer().save_pretrained(tmp_path)
+    runner = load_hf_runner(str(tmp_path))
+    assert {"hook_attn_out", "hook_resid_mid", "hook_mlp_out", "hook_resid_post"} <= set(runner.family.unplaced)
+    assert not any(name.endswith(("hook_attn_out", "hook_resid_post")) for name in runner.taps)
+    trace = runner.run(TEXT)
+    eager = transformers.ElectraModel.from_pretrained(tmp_path, attn_implementation="eager").eval()
+    with torch.inference_mode():
+        reference = eager(input_ids=torch.tensor([trace.ids]), output_attentions=True).attentions
+    for layer in range(2):
+        np.testing.assert_allclose(trace.pattern_source("encoder.attn", layer).pattern(dtype=np.float32),
+                                   reference[layer][0].numpy(), atol=1e-5)
+    assert "hook_resid_post" in trace.facts.notes["hooks not found"]
