@@ -186,55 +186,45 @@ def _tap(module: nn.Module, read: Reader | TapMaker) -> ModuleTap | ReportedTap:
     return read.tap(module) if isinstance(read, TapMaker) else ModuleTap(module, read)
 
 
-BERT = Family(
-    name="BERT",
-    kind="encoder",
-    positional="learned absolute",
-    norm="post-norm",
-    stack_taps={"encoder": {
-        "hook_embed": ("embeddings.word_embeddings", output),
-        "hook_pos_embed": ("embeddings.position_embeddings", output),
-    }},
-    layer_taps={"encoder": {
-        "hook_resid_pre": ("encoder.layer.{i}", first_input),
-        **attention_hooks("attn", "encoder.layer.{i}.attention.self"),
-        "hook_attn_out": ("encoder.layer.{i}.attention.output.dense", output),
-        "hook_resid_mid": ("encoder.layer.{i}.attention.output.LayerNorm", first_input),  # the sum, before the norm
-        **norm_hooks("ln1", "encoder.layer.{i}.attention.output.LayerNorm", LAYER_NORM),
-        "mlp.hook_pre": ("encoder.layer.{i}.intermediate.dense", output),
-        "mlp.hook_post": ("encoder.layer.{i}.intermediate", output),
-        "hook_mlp_out": ("encoder.layer.{i}.output.dense", output),
-        "hook_resid_post": ("encoder.layer.{i}.output.LayerNorm", first_input),
-        **norm_hooks("ln2", "encoder.layer.{i}.output.LayerNorm", LAYER_NORM),
-        "hook_normalized_resid_post": ("encoder.layer.{i}", first_output),
-    }},
-    layer_counts={"encoder": lambda c: c.num_hidden_layers},
-)
+def _post_norm_encoder(name: str, layer: str, attention: str, attn_out: tuple[str, Reader], ln1: str,
+                       mlp_pre: tuple[str, Reader], mlp_post: tuple[str, Reader], mlp_out: str, ln2: str,
+                       count: Callable[[Any], int]) -> Family:
+    """A BERT-style encoder: learned positions, and each norm reading its sublayer's sum (post-norm), so that the
+    sums are read from the norms' inputs. The parts' paths are relative to `layer` ("encoder.layer.{i}", under the
+    base model)."""
+    return Family(
+        name=name,
+        kind="encoder",
+        positional="learned absolute",
+        norm="post-norm",
+        stack_taps={"encoder": {
+            "hook_embed": ("embeddings.word_embeddings", output),
+            "hook_pos_embed": ("embeddings.position_embeddings", output),
+        }},
+        layer_taps={"encoder": {
+            "hook_resid_pre": (layer, first_input),
+            **attention_hooks("attn", f"{layer}.{attention}"),
+            "hook_attn_out": (f"{layer}.{attn_out[0]}", attn_out[1]),
+            "hook_resid_mid": (f"{layer}.{ln1}", first_input),  # the sum, before the norm
+            **norm_hooks("ln1", f"{layer}.{ln1}", LAYER_NORM),
+            "mlp.hook_pre": (f"{layer}.{mlp_pre[0]}", mlp_pre[1]),
+            "mlp.hook_post": (f"{layer}.{mlp_post[0]}", mlp_post[1]),
+            "hook_mlp_out": (f"{layer}.{mlp_out}", output),
+            "hook_resid_post": (f"{layer}.{ln2}", first_input),
+            **norm_hooks("ln2", f"{layer}.{ln2}", LAYER_NORM),
+            "hook_normalized_resid_post": (layer, first_output),
+        }},
+        layer_counts={"encoder": count},
+    )
 
-DISTILBERT = Family(
-    name="DistilBERT",
-    kind="encoder",
-    positional="learned absolute",
-    norm="post-norm",
-    stack_taps={"encoder": {
-        "hook_embed": ("embeddings.word_embeddings", output),
-        "hook_pos_embed": ("embeddings.position_embeddings", output),
-    }},
-    layer_taps={"encoder": {
-        "hook_resid_pre": ("transformer.layer.{i}", first_input),
-        **attention_hooks("attn", "transformer.layer.{i}.attention"),
-        "hook_attn_out": ("transformer.layer.{i}.attention", first_output),
-        "hook_resid_mid": ("transformer.layer.{i}.sa_layer_norm", first_input),
-        **norm_hooks("ln1", "transformer.layer.{i}.sa_layer_norm", LAYER_NORM),
-        "mlp.hook_pre": ("transformer.layer.{i}.ffn.lin1", output),
-        "mlp.hook_post": ("transformer.layer.{i}.ffn.lin2", first_input),
-        "hook_mlp_out": ("transformer.layer.{i}.ffn", output),
-        "hook_resid_post": ("transformer.layer.{i}.output_layer_norm", first_input),
-        **norm_hooks("ln2", "transformer.layer.{i}.output_layer_norm", LAYER_NORM),
-        "hook_normalized_resid_post": ("transformer.layer.{i}", first_output),
-    }},
-    layer_counts={"encoder": lambda c: c.n_layers},
-)
+
+BERT = _post_norm_encoder(
+    "BERT", "encoder.layer.{i}", "attention.self", ("attention.output.dense", output), "attention.output.LayerNorm",
+    ("intermediate.dense", output), ("intermediate", output), "output.dense", "output.LayerNorm",
+    lambda c: c.num_hidden_layers)
+DISTILBERT = _post_norm_encoder(
+    "DistilBERT", "transformer.layer.{i}", "attention", ("attention", first_output), "sa_layer_norm",
+    ("ffn.lin1", output), ("ffn.lin2", first_input), "ffn", "output_layer_norm", lambda c: c.n_layers)
 
 
 def _t5_layer(stack: str, gated: bool) -> TapTable:

@@ -80,8 +80,8 @@ class ModelFacts:
     notes: dict[str, Any] = field(default_factory=dict)  # e.g. the toy task and its accuracy
     special_ids: list[int] = field(default_factory=list)  # ids of <s>, </s>, [CLS], [SEP], padding, ...
     precision: str = "float32"  # the weights' and activations' dtype ("bfloat16", "float16")
-    windows: list[int] = field(default_factory=list)  # per layer of its self-attention: keys a query sees at most
-    # (sliding-window attention: the query's own and those before it), 0 for all; empty: every layer sees all
+    windows: list[int] = field(default_factory=list)  # per layer of its self-attention, a sliding window w: a query
+    # sees the keys less than w positions away (before it, with a causal mask), 0 for all; empty: no layer slides
 
 
 @dataclass
