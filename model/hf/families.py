@@ -1,5 +1,5 @@
 """Which family a Hugging Face model belongs to: a table where one describes its type (model/hf/taps.py), else
-the decoder layout its probe pass finds (model/hf/discovery.py)."""
+the layout its probe pass finds (model/hf/discovery.py: decoders of any type, and encoders of their layout)."""
 
 from __future__ import annotations
 
