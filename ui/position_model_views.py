@@ -73,7 +73,7 @@ def absolute_view(scheme: PositionScheme, length: int, measure: str, name: str) 
 
 def rotary_view(scheme: PositionScheme, name: str) -> None:
     st.latex(r"q'_m=R_{\Theta,m}\,q,\quad k'_n=R_{\Theta,n}\,k,\quad q'_m\cdot k'_n=q^\top R_{\Theta,n-m}\,k,"
-             r"\qquad\theta_i=\mathrm{base}^{-2i/d_{head}}")
+             r"\qquad\theta_i=\mathrm{base}^{-2i/r}")
     freqs = scheme.inv_freq  # (rotated dims / 2,)
     head_dim = 2 * len(freqs)
     pairs = ("pairs dimension 2i with 2i + 1, as the paper" if scheme.interleaved else "pairs dimension i with i + "

@@ -35,10 +35,10 @@ def kind_of(model_type: str) -> Kind:
                      "of any type, and the encoders and encoder-decoders listed in docs/models.md.")
 
 
-def family_of(model: nn.Module, config: Any) -> Family:
-    """The family of a loaded model (ValueError where its layers cannot be read)."""
+def family_of(model: nn.Module, config: Any, kind: Kind) -> Family:
+    """The family of a loaded model of `kind` (`kind_of` its type; ValueError where its layers cannot be read)."""
     table = TABLES.get(config.model_type)
-    return table(config) if table is not None else discover(model, kind_of(config.model_type))
+    return table(config) if table is not None else discover(model, kind)
 
 
 def description(facts: Any, family: Family) -> dict[str, str]:

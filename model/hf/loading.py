@@ -156,7 +156,7 @@ def load_hf_runner(
                 raise
             raise ValueError(f"{config.model_type} computes attention in its own code, not through transformers' "
                              "attention interface, so its attention cannot be read here yet.") from error
-        family = family_of(model, config)
+        family = family_of(model, config, kind)
         tokenizer = transformers.AutoTokenizer.from_pretrained(where, **common)
     except OSError as error:
         raise ValueError(_explain_load_failure(source, folder, common["local_files_only"], error)) from error
