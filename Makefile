@@ -60,4 +60,4 @@ screenshots: $(VENV)/.dev
 
 # Retrain every shipped toy model (about 5 minutes each on a 2-core CPU).
 train: $(VENV)/.runtime
-	for task in copy reverse date gpt-date; do $(PY) -m model.toy.train --task $$task || exit 1; done
+	for task in copy reverse date gpt-date induction sort; do $(PY) -m model.toy.train --task $$task || exit 1; done

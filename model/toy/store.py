@@ -17,6 +17,16 @@ from model.toy.tasks import TASKS, Task
 
 TOY_DIR = Path(__file__).parent / "models"
 WEIGHTS_FILE, CONFIG_FILE = "model.safetensors", "config.json"
+MAX_CHARS = 256  # characters in a toy vocabulary
+SIZE_CAPS = {  # field -> (what a person calls it, least, most): a toy model this app trains or opens
+    "n_encoder_layers": ("encoder layers", 0, 8),
+    "n_decoder_layers": ("layers", 1, 8),
+    "n_heads": ("heads", 1, 16),
+    "d_model": ("d_model", 8, 512),
+    "d_ff": ("d_ff", 8, 2048),
+    "max_len": ("longest sequence", 8, 512),
+    "vocab_size": ("vocabulary", 4, MAX_CHARS + 3),
+}
 
 
 @dataclass
@@ -46,11 +56,12 @@ class ToyModel:
         return text[: -len(separator)] if separator and text.endswith(separator) else text
 
     def encode_source(self, text: str) -> list[int]:
-        """Encoder-decoder: chars + </s>. Decoder-only: <s> + chars + separator (the prompt)."""
+        """Encoder-decoder: chars + </s>. Decoder-only: <s> + chars + separator, if the task has one (the prompt)."""
         ids = self.tokenizer.encode(self.source_text(text), self.max_source_chars, allowed=self.source_chars)
         if self.task.kind == "encoder-decoder":
             return [*ids, self.tokenizer.eos_id]
-        return [self.tokenizer.bos_id, *ids, *self.tokenizer.encode(self.task.separator, 1)]
+        separator = self.tokenizer.encode(self.task.separator, 1) if self.task.separator else []
+        return [self.tokenizer.bos_id, *ids, *separator]
 
     def encode_target(self, text: str) -> list[int]:
         """Target chars + </s> (the tokens the model should produce)."""
@@ -61,9 +72,8 @@ def toy_dir(task_name: str, root: Path = TOY_DIR) -> Path:
     return root / task_name
 
 
-def save_toy(toy: ToyModel, root: Path = TOY_DIR) -> Path:
-    """Write weights (safetensors), config, vocabulary and training record to root/<task>/."""
-    folder = toy_dir(toy.task.name, root)
+def save_toy(toy: ToyModel, folder: Path) -> Path:
+    """Write weights (safetensors), config, vocabulary and training record into `folder` (made if needed)."""
     folder.mkdir(parents=True, exist_ok=True)
     save_model(toy.model, str(folder / WEIGHTS_FILE))
     meta = {
@@ -76,18 +86,70 @@ def save_toy(toy: ToyModel, root: Path = TOY_DIR) -> Path:
     return folder
 
 
+def is_toy_folder(folder: Path) -> bool:
+    """Whether `folder` holds a toy model (its config names a task; a Hugging Face config does not)."""
+    try:
+        meta = json.loads((folder / CONFIG_FILE).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and "task" in meta and "chars" in meta
+
+
 def load_toy(task_name: str, root: Path = TOY_DIR, device: str | torch.device = "cpu") -> ToyModel:
     """Load a trained toy model, in eval mode, from root/<task>/."""
     folder = toy_dir(task_name, root)
     if not (folder / WEIGHTS_FILE).is_file():
         raise FileNotFoundError(f"no trained model for task {task_name!r} in {folder}; train it with "
                                 f"`python -m model.toy.train --task {task_name}`")
-    meta = json.loads((folder / CONFIG_FILE).read_text())
-    cfg = TransformerConfig.from_dict(meta["model"])
+    return load_toy_folder(folder, device)
+
+
+def load_toy_folder(folder: Path, device: str | torch.device = "cpu") -> ToyModel:
+    """Load a toy model folder (as `save_toy` writes it), in eval mode. ValueError naming what is wrong with a
+    folder that is not one: a config that does not parse or names no known task, sizes over the caps, weights
+    whose names or shapes differ from the config's model."""
+    try:
+        meta = json.loads((folder / CONFIG_FILE).read_text())
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{CONFIG_FILE} cannot be read as JSON ({error})") from error
+    if not isinstance(meta, dict) or not isinstance(meta.get("model"), dict):
+        raise ValueError(f"{CONFIG_FILE} has no model settings: it is not a toy model's")
+    if meta.get("task") not in TASKS:
+        raise ValueError(f"{CONFIG_FILE} names the task {meta.get('task')!r}; known tasks: {', '.join(TASKS)}")
+    chars = meta.get("chars")
+    if (not isinstance(chars, list) or not 0 < len(chars) <= MAX_CHARS or len(set(chars)) < len(chars)
+            or not all(isinstance(c, str) and len(c) == 1 for c in chars)):
+        raise ValueError(f"{CONFIG_FILE} has no vocabulary (a list of at most {MAX_CHARS} distinct characters)")
+    tokenizer = CharTokenizer(chars)
+    try:
+        cfg = TransformerConfig.from_dict(meta["model"])
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{CONFIG_FILE}'s model settings are not valid: {error}") from error
+    if cfg.vocab_size != len(tokenizer):
+        raise ValueError(f"the model has {cfg.vocab_size} tokens but its vocabulary {len(tokenizer)}")
+    problems = size_problems(cfg)
+    if problems:
+        raise ValueError("the model is larger than this app opens: " + "; ".join(problems))
+    if not (folder / WEIGHTS_FILE).is_file():
+        raise ValueError(f"{WEIGHTS_FILE} is missing")
     model = build_model(cfg)
-    load_model(model, str(folder / WEIGHTS_FILE), device=str(device))
+    try:
+        load_model(model, str(folder / WEIGHTS_FILE), device=str(device))
+    except Exception as error:  # safetensors' own errors for a bad header, missing or unexpected tensors
+        raise ValueError(f"{WEIGHTS_FILE} does not hold this model's weights ({error})") from error
     model.to(device).eval()
-    return ToyModel(TASKS[meta["task"]], CharTokenizer(meta["chars"]), model, meta.get("training", {}))
+    training = meta.get("training")
+    return ToyModel(TASKS[meta["task"]], tokenizer, model, training if isinstance(training, dict) else {})
+
+
+def size_problems(cfg: TransformerConfig) -> list[str]:
+    """What in `cfg` is zero, negative or over SIZE_CAPS, as a person reads it ([] when every size is fine)."""
+    problems = []
+    for name, (label, low, high) in SIZE_CAPS.items():
+        value = getattr(cfg, name)
+        if not isinstance(value, int) or not low <= value <= high:
+            problems.append(f"{label} must be a whole number from {low} to {high:,}, not {value!r}")
+    return problems
 
 
 def available_toys(root: Path = TOY_DIR) -> list[str]:

@@ -28,7 +28,10 @@ class Task:
     max_source_chars: int  # longest source in training
     sample: Callable[[random.Random], tuple[str, str]]
     examples: tuple[str, ...]  # sources to show a person first
-    separator: str = ""  # decoder-only: the character between source and target
+    probe: tuple[str, str]  # the (source, target) whose attention the Train page follows over training
+    separator: str = ""  # decoder-only: the character between source and target ("" for none)
+    source_positions: Callable[[str], list[int]] | None = None  # encoder-decoder: for a source, the source
+    # position each target character is read from (copy: 0, 1, 2…), where there is one
 
 
 def _random_letters(rng: random.Random, max_chars: int) -> str:
@@ -51,6 +54,28 @@ def _reverse(rng: random.Random) -> tuple[str, str]:
     return text, text[::-1]
 
 
+def _distinct_letters(rng: random.Random, low: int, high: int) -> str:
+    """low..high lowercase letters, none twice."""
+    return "".join(rng.sample(LETTERS, rng.randint(low, high)))
+
+
+def _induction(rng: random.Random) -> tuple[str, str]:
+    """Distinct letters, then the same letters again: only a head that looks back at the token after the
+    current token's earlier copy (an induction head) predicts the second half."""
+    text = _distinct_letters(rng, 4, 12)
+    return text, text
+
+
+def _sort(rng: random.Random) -> tuple[str, str]:
+    text = _random_letters(rng, 12).replace(" ", "") or rng.choice(LETTERS)
+    return text, "".join(sorted(text))
+
+
+def _sorted_positions(text: str) -> list[int]:
+    """Where each character of sorted(text) stands in text (equal letters in their order)."""
+    return sorted(range(len(text)), key=lambda i: text[i])
+
+
 def _date(rng: random.Random) -> tuple[str, str]:
     """A date in words ('march 3 2021', '3 mar 2021', 'march 3, 2021') -> ISO 8601 ('2021-03-03')."""
     month = rng.randrange(12)
@@ -66,15 +91,21 @@ TASKS: dict[str, Task] = {
     task.name: task
     for task in (
         Task("copy", "copies lowercase text", "encoder-decoder", LETTERS + " ", 20, _copy,
-             ("hello world", "attention", "the cat sat")),
+             ("hello world", "attention", "the cat sat"), ("the cat sat", "the cat sat"),
+             source_positions=lambda text: list(range(len(text)))),
         Task("reverse", "reverses lowercase text", "encoder-decoder", LETTERS + " ", 20, _reverse,
-             ("hello world", "attention", "stressed")),
+             ("hello world", "attention", "stressed"), ("attention", "noitnetta"),
+             source_positions=lambda text: list(range(len(text)))[::-1]),
         Task("date", "rewrites a date in words as YYYY-MM-DD", "encoder-decoder",
              LETTERS + string.digits + " ,-", 20, _date,
-             ("march 3 2021", "14 feb 1999", "december 25, 2024")),
+             ("march 3 2021", "14 feb 1999", "december 25, 2024"), ("march 3 2021", "2021-03-03")),
         Task("gpt-date", "a decoder-only model that continues 'date in words=' with YYYY-MM-DD", "decoder",
              LETTERS + string.digits + " ,-=", 20, _date, ("march 3 2021", "14 feb 1999", "december 25, 2024"),
-             separator="="),
+             ("march 3 2021", "2021-03-03"), separator="="),
+        Task("induction", "a decoder-only model that repeats distinct letters it has read once", "decoder",
+             LETTERS, 12, _induction, ("qwertyuiop", "abcdefgh", "zyxwvu"), ("kfzqbmxrtj", "kfzqbmxrtj")),
+        Task("sort", "sorts lowercase letters", "encoder-decoder", LETTERS, 12, _sort,
+             ("stressed", "banana", "attention"), ("tensorial", "aeilnorst"), source_positions=_sorted_positions),
     )
 }
 

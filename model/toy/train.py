@@ -1,10 +1,12 @@
-"""Train a toy model on CPU in minutes: `python -m model.toy.train --task reverse`.
+"""Train a toy model on a CPU in minutes: `python -m model.toy.train --task reverse [--out DIR]`.
 
-Adam (beta2 = 0.98, eps = 1e-9) with the paper's warm-up-then-inverse-square-root learning rate,
-label smoothing 0.1, fresh random examples every step. Stops when greedy decoding gets every
-validation example right (twice in a row) or after 3,500 steps (about 5 minutes on a 2-core CPU),
-then writes model/toy/models/<task>/{model.safetensors, config.json} with the weights of the best
-validation run.
+Each task has a recipe (`recipe_for`): the shipped tasks train the toy size with Adam (beta2 = 0.98,
+eps = 1e-9), the paper's warm-up-then-inverse-square-root learning rate and label smoothing 0.1; the induction
+task trains a 2-layer pre-norm decoder at a constant rate, where an induction head forms within a minute or two.
+Fresh random examples every step. The command stops when greedy decoding gets every validation example right
+(twice in a row) or at the recipe's last step, then writes the weights of the best validation run as a toy
+model folder (model.safetensors, config.json): model/toy/models/<task>/ unless --out names another. The Train
+page (app_pages/train.py) trains with the same recipes, step by step (`Optimising`).
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ import argparse
 import copy
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -25,40 +28,79 @@ from model.scratch.config import TransformerConfig
 from model.scratch.tokenizer import CharTokenizer
 from model.scratch.transformer import EncoderDecoder, build_model
 from model.toy.evaluate import exact_match, pad_batch
-from model.toy.store import TOY_DIR, ToyModel, save_toy
+from model.toy.store import ToyModel, save_toy, toy_dir
 from model.toy.tasks import TASKS, make_examples
 
 IGNORE = -100  # label of positions that carry no loss
 TRAIN_SEED, VALIDATION_SEED = 0, 1  # held-out tests use yet another seed
+Schedule = Literal["paper", "constant"]
+SCHEDULES: dict[Schedule, str] = {
+    "paper": "warm-up, then 1/√step (the paper's)",
+    "constant": "constant",
+}
 
 
 @dataclass(frozen=True)
 class TrainSettings:
-    steps: int = 3500  # most optimiser steps (about 5 minutes on a 2-core CPU)
+    steps: int = 3500  # most optimiser steps (about 5 minutes on a 2-core CPU for the shipped tasks)
     minutes: float = 15.0  # wall-clock cap, for a much slower or busy machine
     batch_size: int = 64  # examples per step
-    peak_lr: float = 2e-3  # learning rate at the end of warm-up
+    peak_lr: float = 2e-3  # learning rate at the end of warm-up (constant: the rate throughout)
+    schedule: Schedule = "paper"
     warmup: int = 400  # warm-up steps (paper: 4000 for its much larger runs)
     label_smoothing: float = 0.1  # epsilon_ls (paper §5.4)
     eval_every: int = 250  # steps between validation runs
     validation_size: int = 300  # examples per validation run
+    seed: int = TRAIN_SEED  # of the initial weights and of the training examples
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """What a training run builds and how it trains it."""
+
+    task: str
+    config: TransformerConfig
+    settings: TrainSettings
+
+
+def recipe_for(task_name: str) -> Recipe:
+    """The recipe a task trains with by default (the shipped models', the Train page's and the command's)."""
+    task = TASKS[task_name]
+    vocab = len(CharTokenizer(task.chars))
+    if task_name == "induction":
+        # Attention with two layers is what an induction head needs (a previous-token head, then a head that
+        # matches on its output); a constant rate and no dropout let it form early.
+        config = TransformerConfig(vocab, kind="decoder", d_model=64, n_heads=4, d_ff=256, n_encoder_layers=0,
+                                   n_decoder_layers=2, dropout=0.0, max_len=64, norm="pre")
+        return Recipe(task_name, config, TrainSettings(steps=3000, peak_lr=1e-3, schedule="constant",
+                                                       label_smoothing=0.0))
+    return Recipe(task_name, TransformerConfig.toy(vocab, kind=task.kind), TrainSettings())
 
 
 def learning_rate(step: int, s: TrainSettings) -> float:
-    """lrate ∝ min(step^-0.5, step * warmup^-1.5) (paper §5.3), scaled so that it peaks at peak_lr."""
+    """Constant: peak_lr. Paper: lrate ∝ min(step^-0.5, step * warmup^-1.5) (§5.3), scaled to peak at peak_lr."""
+    if s.schedule == "constant":
+        return s.peak_lr
     step = max(step, 1)
     return s.peak_lr * min(step / s.warmup, (s.warmup / step) ** 0.5)
 
 
-def batch_loss(toy: ToyModel, pairs: list[tuple[str, str]], label_smoothing: float) -> torch.Tensor:
-    """Mean cross-entropy of the next target token over the target positions of a batch."""
+@dataclass(frozen=True)
+class BatchResult:
+    loss: torch.Tensor  # mean cross-entropy over the target tokens (with the label smoothing asked for)
+    accuracy: float  # share of target tokens whose most likely prediction is right (the model reads the target)
+
+
+def batch_result(toy: ToyModel, pairs: list[tuple[str, str]], label_smoothing: float) -> BatchResult:
+    """The loss and token accuracy of a batch, each target token predicted from the tokens before it."""
     tok, model = toy.tokenizer, toy.model
     if isinstance(model, EncoderDecoder):
         src = pad_batch([toy.encode_source(s) for s, _ in pairs], tok.pad_id)
         tgt = pad_batch([[tok.bos_id, *toy.encode_target(t)] for _, t in pairs], tok.pad_id)
         tgt_in, labels = tgt[:, :-1], tgt[:, 1:].masked_fill(tgt[:, 1:] == tok.pad_id, IGNORE)
+        src, tgt_in, labels = (t.to(model.device) for t in (src, tgt_in, labels))
         src_mask = padding_mask(src, tok.pad_id)
-        tgt_mask = combine(padding_mask(tgt_in, tok.pad_id), causal_mask(tgt_in.size(1)))
+        tgt_mask = combine(padding_mask(tgt_in, tok.pad_id), causal_mask(tgt_in.size(1), model.device))
         log_probs = model(src, tgt_in, src_mask, tgt_mask, src_mask)
     else:
         rows, label_rows = [], []
@@ -67,25 +109,53 @@ def batch_loss(toy: ToyModel, pairs: list[tuple[str, str]], label_smoothing: flo
             rows.append(prompt + answer)
             label_rows.append([IGNORE] * (len(prompt) - 1) + answer + [IGNORE])
         seq = pad_batch(rows, tok.pad_id)
-        labels = pad_batch(label_rows, IGNORE)[:, : seq.size(1) - 1]
-        ids = seq[:, :-1]
-        log_probs = model(ids, combine(padding_mask(ids, tok.pad_id), causal_mask(ids.size(1))))
-    return F.cross_entropy(
-        log_probs.reshape(-1, log_probs.size(-1)), labels.reshape(-1), ignore_index=IGNORE,
-        label_smoothing=label_smoothing,
-    )
+        labels = pad_batch(label_rows, IGNORE)[:, : seq.size(1) - 1].to(model.device)
+        ids = seq[:, :-1].to(model.device)
+        log_probs = model(ids, combine(padding_mask(ids, tok.pad_id), causal_mask(ids.size(1), ids.device)))
+    counted = labels != IGNORE  # (batch, len)
+    loss = F.cross_entropy(log_probs.reshape(-1, log_probs.size(-1)), labels.reshape(-1), ignore_index=IGNORE,
+                           label_smoothing=label_smoothing)
+    right = (log_probs.argmax(dim=-1) == labels) & counted
+    return BatchResult(loss, float(right.sum() / counted.sum()))
 
 
-def train(task_name: str, settings: TrainSettings, seed: int = TRAIN_SEED) -> ToyModel:
-    """Train a fresh toy model on `task_name` and return it in eval mode with its training record."""
-    torch.manual_seed(seed)
-    task = TASKS[task_name]
-    tokenizer = CharTokenizer(task.chars)
-    toy = ToyModel(task, tokenizer, build_model(TransformerConfig.toy(len(tokenizer), kind=task.kind)))
-    optimiser = torch.optim.Adam(toy.model.parameters(), lr=settings.peak_lr, betas=(0.9, 0.98), eps=1e-9)
-    rng = random.Random(seed)
-    validation = make_examples(task, settings.validation_size, VALIDATION_SEED)
-    start, perfect_runs, accuracy, step = time.perf_counter(), 0, 0.0, 0
+class Optimising:
+    """A fresh toy model of a recipe and its optimiser, trained one step at a time (`advance`)."""
+
+    def __init__(self, recipe: Recipe, device: str | torch.device = "cpu") -> None:
+        self.recipe, self.settings = recipe, recipe.settings
+        task = TASKS[recipe.task]
+        torch.manual_seed(self.settings.seed)
+        model = build_model(recipe.config).to(device)
+        self.toy = ToyModel(task, CharTokenizer(task.chars), model)
+        self.optimiser = torch.optim.Adam(model.parameters(), lr=self.settings.peak_lr, betas=(0.9, 0.98), eps=1e-9)
+        self.rng = random.Random(self.settings.seed)
+        self.step = 0  # optimiser steps taken
+
+    def advance(self) -> tuple[float, float]:
+        """One optimiser step on a fresh batch; returns its (loss, token accuracy), measured before the step."""
+        self.step += 1
+        model, s = self.toy.model, self.settings
+        model.train()
+        for group in self.optimiser.param_groups:
+            group["lr"] = learning_rate(self.step, s)
+        result = batch_result(self.toy, [self.toy.task.sample(self.rng) for _ in range(s.batch_size)],
+                              s.label_smoothing)
+        self.optimiser.zero_grad(set_to_none=True)
+        result.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        self.optimiser.step()
+        return float(result.loss.detach()), result.accuracy
+
+
+def train(recipe: Recipe) -> ToyModel:
+    """Train a fresh toy model of `recipe` and return it in eval mode with its training record: the weights of
+    its best validation run, stopping early once two runs in a row are perfect."""
+    s = recipe.settings
+    run = Optimising(recipe)
+    toy = run.toy
+    validation = make_examples(toy.task, s.validation_size, VALIDATION_SEED)
+    start, perfect_runs, accuracy = time.perf_counter(), 0, 0.0
     best_accuracy, best_step, best_weights = -1.0, 0, {}
 
     def validate() -> float:
@@ -94,54 +164,58 @@ def train(task_name: str, settings: TrainSettings, seed: int = TRAIN_SEED) -> To
         toy.model.eval()
         result = exact_match(toy, validation)
         if result > best_accuracy:
-            best_accuracy, best_step, best_weights = result, step, copy.deepcopy(toy.model.state_dict())
+            best_accuracy, best_step, best_weights = result, run.step, copy.deepcopy(toy.model.state_dict())
         return result
 
-    bar = tqdm(range(1, settings.steps + 1), desc=f"train {task_name}", unit="step")
-    for step in bar:
-        toy.model.train()
-        for group in optimiser.param_groups:
-            group["lr"] = learning_rate(step, settings)
-        loss = batch_loss(toy, [task.sample(rng) for _ in range(settings.batch_size)], settings.label_smoothing)
-        optimiser.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(toy.model.parameters(), 1.0)
-        optimiser.step()
-        if step % settings.eval_every == 0:
+    bar = tqdm(range(1, s.steps + 1), desc=f"train {recipe.task}", unit="step")
+    for _ in bar:
+        loss, _ = run.advance()
+        if run.step % s.eval_every == 0:
             accuracy = validate()
             perfect_runs = perfect_runs + 1 if accuracy == 1.0 else 0
-        bar.set_postfix(loss=f"{loss.item():.3f}", exact=f"{accuracy:.1%}")
-        if perfect_runs >= 2 or time.perf_counter() - start > settings.minutes * 60:
+        bar.set_postfix(loss=f"{loss:.3f}", exact=f"{accuracy:.1%}")
+        if perfect_runs >= 2 or time.perf_counter() - start > s.minutes * 60:
             break
     bar.close()
-    if step % settings.eval_every:
+    if run.step % s.eval_every:
         validate()
     toy.model.load_state_dict(best_weights)
     toy.model.eval()
-    toy.training = {
-        "steps": step,
-        "best_step": best_step,
-        "seconds": round(time.perf_counter() - start, 1),
-        "seed": seed,
-        "batch_size": settings.batch_size,
-        "validation_exact_match": best_accuracy,
-        "parameters": sum(p.numel() for p in toy.model.parameters()),
-    }
+    toy.training = training_record(run, time.perf_counter() - start, best_accuracy) | {"best_step": best_step}
     return toy
+
+
+def training_record(run: Optimising, seconds: float, exact: float) -> dict[str, object]:
+    """What a saved toy model says of its training (the model card shows it)."""
+    s = run.settings
+    return {
+        "steps": run.step,
+        "seconds": round(seconds, 1),
+        "seed": s.seed,
+        "batch_size": s.batch_size,
+        "learning_rate": s.peak_lr,
+        "schedule": s.schedule,
+        "label_smoothing": s.label_smoothing,
+        "validation_exact_match": exact,
+        "parameters": sum(p.numel() for p in run.toy.model.parameters()),
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", required=True, choices=sorted(TASKS))
-    parser.add_argument("--out", type=Path, default=TOY_DIR, help="folder that receives <task>/ (default: %(default)s)")
+    parser.add_argument("--out", type=Path, help="the folder to write (default: model/toy/models/<task>)")
     parser.add_argument("--seed", type=int, default=TRAIN_SEED)
-    parser.add_argument("--steps", type=int, default=TrainSettings.steps)
+    parser.add_argument("--steps", type=int, help="most optimiser steps (default: the task's recipe)")
     parser.add_argument("--minutes", type=float, default=TrainSettings.minutes)
     args = parser.parse_args(argv)
     # One thread: the matrices are tiny, and extra threads only spin and slow down when cores are busy.
     torch.set_num_threads(1)
-    toy = train(args.task, TrainSettings(steps=args.steps, minutes=args.minutes), seed=args.seed)
-    folder = save_toy(toy, args.out)
+    recipe = recipe_for(args.task)
+    settings = replace(recipe.settings, seed=args.seed, minutes=args.minutes,
+                       steps=args.steps or recipe.settings.steps)
+    toy = train(replace(recipe, settings=settings))
+    folder = save_toy(toy, args.out or toy_dir(args.task))
     t = toy.training
     print(f"saved {folder}: {t['steps']} steps in {t['seconds']} s, weights of step {t['best_step']} "
           f"(validation exact match {t['validation_exact_match']:.1%})")

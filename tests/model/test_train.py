@@ -1,37 +1,53 @@
-"""Training runs end to end (a few steps) and what it saves loads back as the same model."""
+"""Training: the schedules, a few steps end to end, the command line, and what it saves loads back as the same
+model."""
 
+from dataclasses import replace
 from pathlib import Path
 
+import pytest
 import torch
 
-from model.toy.store import load_toy, save_toy
+from model.registry import load_runner
+from model.toy.store import load_toy_folder, save_toy
 from model.toy.tasks import TASKS, make_examples
-from model.toy.train import TrainSettings, batch_loss, learning_rate, main, train
+from model.toy.train import TrainSettings, batch_result, learning_rate, main, recipe_for, train
 
 
-def test_learning_rate_warms_up_then_decays() -> None:
-    s = TrainSettings(peak_lr=1e-3, warmup=100)
-    assert learning_rate(50, s) == 5e-4
-    assert learning_rate(100, s) == 1e-3
-    assert learning_rate(400, s) == 5e-4
+def test_the_paper_schedule_is_its_formula() -> None:
+    """lrate = d_model^-0.5 · min(step^-0.5, step · warmup_steps^-1.5) (Vaswani et al. 2017, §5.3), here scaled to
+    peak at peak_lr: with peak_lr = (d_model · warmup)^-0.5 the two are the same number at every step."""
+    d_model, warmup = 512, 4000
+    settings = TrainSettings(peak_lr=(d_model * warmup) ** -0.5, warmup=warmup, schedule="paper")
+    for step in (1, 10, 1000, 3999, 4000, 4001, 10_000, 100_000):
+        paper = d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+        assert learning_rate(step, settings) == pytest.approx(paper, rel=1e-12)
+
+
+def test_the_constant_schedule_is_constant() -> None:
+    settings = TrainSettings(peak_lr=1e-3, schedule="constant")
+    assert {learning_rate(step, settings) for step in (1, 100, 10_000)} == {1e-3}
 
 
 def test_a_few_steps_lower_the_loss_and_save_round_trip(tmp_path: Path) -> None:
-    settings = TrainSettings(steps=30, eval_every=15, validation_size=4, batch_size=16)
-    toy = train("gpt-date", settings)
+    recipe = recipe_for("gpt-date")
+    toy = train(replace(recipe, settings=TrainSettings(steps=30, eval_every=15, validation_size=4, batch_size=16)))
     assert toy.training["steps"] == 30
     pairs = make_examples(TASKS["gpt-date"], 16, seed=5)
-    fresh = train("gpt-date", TrainSettings(steps=1, eval_every=100, validation_size=1))
+    fresh = train(replace(recipe, settings=TrainSettings(steps=1, eval_every=100, validation_size=1)))
     with torch.no_grad():
-        assert batch_loss(toy, pairs, 0.0) < batch_loss(fresh, pairs, 0.0)
-    save_toy(toy, tmp_path)
-    loaded = load_toy("gpt-date", root=tmp_path)
+        assert batch_result(toy, pairs, 0.0).loss < batch_result(fresh, pairs, 0.0).loss
+    loaded = load_toy_folder(save_toy(toy, tmp_path / "trained"))
     for (name, a), b in zip(toy.model.state_dict().items(), loaded.model.state_dict().values(), strict=True):
         assert torch.equal(a, b), name
     assert loaded.training == toy.training
 
 
-def test_command_line_writes_the_model(tmp_path: Path, capsys) -> None:
-    main(["--task", "copy", "--out", str(tmp_path), "--steps", "2"])
-    assert (tmp_path / "copy" / "model.safetensors").is_file()
+def test_command_line_writes_a_folder_the_model_command_opens(tmp_path: Path, capsys) -> None:
+    main(["--task", "induction", "--out", str(tmp_path / "mine"), "--steps", "2"])
     assert "saved" in capsys.readouterr().out
+    saved = load_toy_folder(tmp_path / "mine")
+    assert saved.model.cfg == recipe_for("induction").config  # the page's defaults
+    assert saved.training["steps"] == 2
+    runner = load_runner(str(tmp_path / "mine"))
+    assert runner.facts.notes["task"] == TASKS["induction"].description
+    assert len(runner.run("abcd").output_text) >= 1

@@ -100,7 +100,7 @@ class Outcome:
     """What a model concludes from one input, once per row of a batch that ablates different heads per row.
 
     distributions: log-probabilities (rows, positions, vocab) of the next token at the positions that matter (a
-    causal LM: the last token; a toy decoder-only model: from its separator on; an encoder-decoder: every
+    causal LM: the last token; a toy decoder-only model: from its prompt's last token on; an encoder-decoder: every
     output position, reading the output of the unablated run). embeddings (encoders): the last layer's vectors
     (rows, len, d_model)."""
 

@@ -1,0 +1,70 @@
+"""Training curves and per-head scores over training (altair), with the step a timeline points at marked."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import altair as alt
+import numpy as np
+import pandas as pd
+
+MOST_POINTS = 500  # points a curve is drawn with: longer runs are averaged over consecutive steps
+MARK_COLOUR = "#d62728"
+
+
+def averaged(values: Sequence[float], most: int = MOST_POINTS) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, values) of a per-step series (step 1 first), averaged over windows of consecutive steps so that at
+    most `most` points remain; each point stands at its window's last step."""
+    v = np.asarray(values, dtype=np.float64)
+    width = max(1, -(-len(v) // most))  # ceil
+    ends = np.arange(width, len(v) + width, width).clip(max=len(v))  # (points,) last step of each window
+    sums = np.add.reduceat(v, np.arange(0, len(v), width)) if len(v) else v
+    return ends, sums / np.diff(np.concatenate([[0], ends]))
+
+
+def _marked(chart: alt.Chart, step: int | None) -> alt.LayerChart | alt.Chart:
+    if step is None:
+        return chart
+    rule = alt.Chart(pd.DataFrame({"step": [step]})).mark_rule(color=MARK_COLOUR, strokeWidth=2).encode(x="step:Q")
+    return alt.layer(chart, rule)
+
+
+def curves_chart(losses: Sequence[float], accuracies: Sequence[float], marked: int | None, steps: int) -> alt.HConcatChart:
+    """Loss and token accuracy per step (averaged where long), side by side, over 0..steps, with `marked` drawn as a
+    red rule."""
+    x = alt.X("step:Q", scale=alt.Scale(domain=[0, steps]), title="step")
+    charts = []
+    for name, values, y_scale in (("loss", losses, alt.Scale(zero=True)),
+                                  ("token accuracy", accuracies, alt.Scale(domain=[0, 1]))):
+        at, mean = averaged(values)
+        frame = pd.DataFrame({"step": at, name: mean})
+        line = alt.Chart(frame, title=name).mark_line().encode(
+            x=x, y=alt.Y(f"{name}:Q", scale=y_scale),
+            tooltip=[alt.Tooltip("step:Q"), alt.Tooltip(f"{name}:Q", format=".4f")],
+        ).properties(height=220, width="container")
+        charts.append(_marked(line, marked))
+    return alt.hconcat(*charts)
+
+
+def scores_chart(steps: Sequence[int], scores: np.ndarray, name: str, marked: int | None, total: int,
+                 threshold: float | None = None) -> alt.LayerChart:
+    """One line per head: steps (snapshots,), scores (snapshots, layers, heads) of the score `name`, over
+    0..total steps; the best head at the last snapshot drawn thicker, `threshold` as a dashed rule."""
+    snapshots, layers, heads = scores.shape
+    best = np.unravel_index(int(np.argmax(scores[-1])), (layers, heads)) if snapshots else (0, 0)
+    rows = [{"step": steps[i], "head": f"layer {layer} · head {head}", name: float(scores[i, layer, head]),
+             "best": (layer, head) == best}
+            for i in range(snapshots) for layer in range(layers) for head in range(heads)]
+    frame = pd.DataFrame(rows)
+    lines = alt.Chart(frame, title=f"{name} score of every head").mark_line(point=snapshots <= 60).encode(
+        x=alt.X("step:Q", scale=alt.Scale(domain=[0, total])),
+        y=alt.Y(f"{name}:Q", scale=alt.Scale(domain=[0, 1])),
+        color=alt.Color("head:N", legend=alt.Legend(title=None, orient="right")),
+        strokeWidth=alt.condition("datum.best", alt.value(3.5), alt.value(1.2)),
+        tooltip=["head", alt.Tooltip("step:Q"), alt.Tooltip(f"{name}:Q", format=".3f")],
+    ).properties(height=260, width="container")
+    layers_drawn = [lines]
+    if threshold is not None:
+        layers_drawn.append(alt.Chart(pd.DataFrame({name: [threshold]})).mark_rule(strokeDash=[6, 4], color="grey")
+                            .encode(y=f"{name}:Q"))
+    return _marked(alt.layer(*layers_drawn), marked)
