@@ -17,6 +17,7 @@ from ui.messages import show_error
 from ui.page import PAGES, REQUEST, TRACE, keep_page_choices
 from ui.pickers import forget_head
 from ui.runs import RunRequest, get_runner, is_loaded, trace_for
+from ui.session_models import SESSION_PREFIX, session_models
 from ui.trace_cache import release_free_memory
 
 CAUSAL_CHOICES = {"as trained": "auto", "on everywhere": "on", "off everywhere": "off"}
@@ -27,7 +28,8 @@ PAGE_STYLE = "<style>[data-testid='stMainBlockContainer'] { padding-top: 2.5rem;
 FALLBACK_TEXT = "The cat sat on the mat because it was tired."  # before a typed-in model is loaded
 HELP = {
     "model": "Toy models are small transformers written and trained in this project on one task each; "
-             "pretrained models are real ones shipped with the app; Custom opens a Hugging Face model folder.",
+             "pretrained models are real ones shipped with the app; the models trained or uploaded on the Train page "
+             "are listed for this session; Custom opens a Hugging Face model folder.",
     "text": "What the model reads. Every page shows this text's run.",
     "output": "generate: the model writes its own output (greedy), under the masks chosen below. "
               "given target: you type the output, and the model reads it (teacher forcing): each target token "
@@ -49,6 +51,8 @@ def model_label(model_id: str) -> str:
         return "Custom · a Hugging Face folder or id…"
     if model_id.startswith(TOY_PREFIX):
         return f"Toy (trained here) · {model_id}"
+    if model_id.startswith(SESSION_PREFIX):
+        return f"This session · {model_id}"
     return f"Pretrained · {model_id}" if model_id in PACKAGED else model_id
 
 
@@ -61,7 +65,7 @@ def use_example(pills_key: str) -> None:
 
 def choose_model() -> str | None:
     """The model picker (and the folder box for a custom model); None until a custom folder is typed."""
-    model_ids = list_model_ids()
+    model_ids = [*list_model_ids(), *session_models()]
     url_state.restore_once(model_ids, CUSTOM, {v: k for k, v in CAUSAL_CHOICES.items()})
     st.session_state.setdefault("model_id", default_model(model_ids))
     model_id = st.sidebar.selectbox("Model", [*model_ids, CUSTOM], key="model_id", format_func=model_label,

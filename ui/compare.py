@@ -1,6 +1,7 @@
 """The Attention page's Compare view: the chosen head in this run (A) and in another run (B) side by side, and B − A
-on a diverging scale. B is the same input with the other causal choice, another text of the same length, or
-the same input with heads ablated (model/core/capture/ablation.py)."""
+on a diverging scale. B is the same input with the other causal choice, another text of the same length, the
+same input with heads ablated (model/core/capture/ablation.py), or the same input read by another model that
+tokenises it the same way (a training snapshot against the trained model, two checkpoints of one model)."""
 
 from __future__ import annotations
 
@@ -15,14 +16,18 @@ from model.core.options import ABLATION_MODES, Head
 from model.core.trace.sites import Site
 from model.core.trace.trace import Trace
 from model.inspect.ablation import every_head, head_site
+from model.registry import list_model_ids
 from ui.downloads import downloads, matrix_table
 from ui.messages import show_error
 from ui.page import current_request, trace_with
-from ui.pickers import head_label
+from ui.pickers import head_label, keep_valid
 from ui.runs import PATTERNS, trace_for
+from ui.session_models import session_models
 from viz.masks import difference_figure
 
-KINDS = ("Mask on vs off", "Another text", "Before vs after an ablation")
+ANOTHER_MODEL = "Another model"
+KINDS = ("Mask on vs off", "Another text", "Before vs after an ablation", ANOTHER_MODEL)
+FOLDER = "folder"  # the other-model choice that opens a folder typed in
 MODE_LABELS = {"zero": "by zero", "mean": "by their mean over the positions"}
 
 
@@ -88,6 +93,8 @@ def run_b(c: Shown, kind: str) -> tuple[Trace, str, str, str] | None:
             show_error(str(error))
             return None
         return other, "this text", "the second text", ""
+    if kind == ANOTHER_MODEL:
+        return another_model(c)
     heads, mode = choose_ablation(c.trace)
     if not heads:
         st.info("Choose heads to ablate.", icon=":material/content_cut:")
@@ -98,6 +105,38 @@ def run_b(c: Shown, kind: str) -> tuple[Trace, str, str, str] | None:
     b_label = f"{len(heads)} head{'s' if len(heads) != 1 else ''} ablated"
     made = same_input(c, ablated=heads, ablation=mode)
     return None if made is None else (made[0], "every head whole", b_label + made[1], note)
+
+
+def another_model(c: Shown) -> tuple[Trace, str, str, str] | None:
+    """The same input read by another model (reading A's own output where A reads it), when it has the same tokens
+    and the chosen head; None after saying why not."""
+    request = current_request()
+    others = [m for m in [*list_model_ids(), *session_models()] if m != request.model_id] + [FOLDER]
+    keep_valid("attention_compare_model", others)
+    other = st.selectbox("The other model", others, key="attention_compare_model",
+                         format_func=lambda m: "a Hugging Face folder…" if m == FOLDER else m,
+                         help="A model that splits the text into the same tokens: a snapshot of a training against "
+                              "the trained model, or two checkpoints of one model.")
+    if other == FOLDER:
+        other = st.text_input("Folder", key="attention_compare_folder", placeholder="/path/to/checkpoint").strip()
+        if not other:
+            st.info("Type the folder of the other model.", icon=":material/folder_open:")
+            return None
+    reads_output = reads_own_output(c.trace)
+    other_request = replace(request, model_id=other, target=c.trace.output_text if reads_output else request.target)
+    try:
+        trace, _ = trace_for(other_request, PATTERNS)
+    except ValueError as error:
+        show_error(str(error))
+        return None
+    if (trace.tokens, trace.target_tokens) != (c.trace.tokens, c.trace.target_tokens):
+        st.warning("The other model splits the text into other tokens: the same head cannot be compared position "
+                   "by position. Choose a model with the same tokenizer.", icon=":material/compare_arrows:")
+        return None
+    if c.site not in trace.sites() or c.layer >= trace.n_layers(c.site) or c.head >= trace.facts.n_heads:
+        st.warning(f"The other model has no {c.where} · head {c.head}.", icon=":material/compare_arrows:")
+        return None
+    return trace, request.model_id, other + (", reads A's output" if reads_output else ""), ""
 
 
 def choose_ablation(trace: Trace) -> tuple[tuple[Head, ...], str]:

@@ -46,6 +46,7 @@ PAGES = (  # the navigation, in order; the first is where the app opens
     Page("app_pages/activations.py", "Activations", ":material/stacked_line_chart:"),
     Page("app_pages/generate.py", "Generate", ":material/play_arrow:"),
     Page("app_pages/ablation.py", "Ablate heads", ":material/content_cut:"),
+    Page("app_pages/train.py", "Train", ":material/model_training:"),
 )
 
 # Widget keys whose values must survive a visit to a page that does not draw them, or draws its own widget
@@ -67,6 +68,7 @@ PERSISTENT_KEYS = (
     "generate_max_new", "generate_layer",
     "ablation_heads", "ablation_every", "ablation_mode",
     "attention_compare_kind", "attention_compare_text", "attention_compare_heads", "attention_compare_mode",
+    "attention_compare_model", "attention_compare_folder",
 )
 PAGE_RUN_MAX_TOKENS = 2048  # longest text of a page's own run that keeps more than attention patterns (the length
 # those pages were built and tested at; 8,192 SmolLM2 tokens of scores or residual streams would be gigabytes)

@@ -26,6 +26,7 @@ from model.core.options import AblationMode, CausalMode, Head, RunOptions
 from model.core.runner import Runner
 from model.core.trace.trace import Trace
 from model.registry import list_model_ids, load_runner
+from ui.session_models import session_runner
 from ui.trace_cache import cached_trace
 
 T = TypeVar("T")
@@ -61,7 +62,7 @@ def _loaded() -> weakref.WeakValueDictionary:
 
 
 def is_loaded(model_id: str, device: str, precision: str = "auto") -> bool:
-    return (model_id, device, precision) in _loaded()
+    return (model_id, device, precision) in _loaded() or session_runner(model_id) is not None
 
 
 def _load(model_id: str, device: str, precision: str) -> Runner:
@@ -84,7 +85,11 @@ def _custom_runner(model_id: str, device: str, precision: str) -> Runner:
 def get_runner(model_id: str, device: str, precision: str = "auto") -> Runner:
     """One loaded model per id, device and precision, shared by every session and never mutated. The shipped
     models stay loaded; of the custom folders and hub ids, the MAX_CUSTOM_MODELS used last (a server must not
-    keep every folder anyone typed). ValueError with a clear message for a model that cannot be loaded."""
+    keep every folder anyone typed). A model trained or uploaded in this session is its own (ui/session_models.py),
+    on the device it was made on. ValueError with a clear message for a model that cannot be loaded."""
+    own = session_runner(model_id)
+    if own is not None:
+        return own
     cached = _named_runner if model_id in list_model_ids() else _custom_runner
     return _readable_failures(f"Loading {model_id}", lambda: cached(model_id, device, precision))
 

@@ -29,21 +29,17 @@ def _marked(chart: alt.Chart, step: int | None) -> alt.LayerChart | alt.Chart:
     return alt.layer(chart, rule)
 
 
-def curves_chart(losses: Sequence[float], accuracies: Sequence[float], marked: int | None, steps: int) -> alt.HConcatChart:
-    """Loss and token accuracy per step (averaged where long), side by side, over 0..steps, with `marked` drawn as a
-    red rule."""
-    x = alt.X("step:Q", scale=alt.Scale(domain=[0, steps]), title="step")
-    charts = []
-    for name, values, y_scale in (("loss", losses, alt.Scale(zero=True)),
-                                  ("token accuracy", accuracies, alt.Scale(domain=[0, 1]))):
-        at, mean = averaged(values)
-        frame = pd.DataFrame({"step": at, name: mean})
-        line = alt.Chart(frame, title=name).mark_line().encode(
-            x=x, y=alt.Y(f"{name}:Q", scale=y_scale),
-            tooltip=[alt.Tooltip("step:Q"), alt.Tooltip(f"{name}:Q", format=".4f")],
-        ).properties(height=220, width="container")
-        charts.append(_marked(line, marked))
-    return alt.hconcat(*charts)
+def curve_chart(name: str, values: Sequence[float], marked: int | None, steps: int,
+                y_domain: tuple[float, float] | None = None) -> alt.LayerChart | alt.Chart:
+    """A per-step series (step 1 first; averaged where long) over 0..steps, with `marked` drawn as a red rule."""
+    at, mean = averaged(values)
+    frame = pd.DataFrame({"step": at, name: mean})
+    line = alt.Chart(frame, title=name).mark_line().encode(
+        x=alt.X("step:Q", scale=alt.Scale(domain=[0, steps])),
+        y=alt.Y(f"{name}:Q", scale=alt.Scale(domain=list(y_domain)) if y_domain else alt.Scale(zero=True)),
+        tooltip=[alt.Tooltip("step:Q"), alt.Tooltip(f"{name}:Q", format=".4f")],
+    ).properties(height=220)
+    return _marked(line, marked)
 
 
 def scores_chart(steps: Sequence[int], scores: np.ndarray, name: str, marked: int | None, total: int,

@@ -105,6 +105,8 @@ class LiveTraining:
         self.accuracies: list[float] = []  # per step: share of target tokens predicted right
         self.snapshots: list[Snapshot] = []
         self.scores: list[Score] = []  # what each snapshot scores (set by the first)
+        self.probe_tokens: dict[str, tuple[list[str], list[str]]] = {}  # site -> its query and key tokens
+        self.probe_masks: dict[str, np.ndarray] = {}  # site -> (q_len, k_len) bool, True = may attend
         self.status: Status = "running"
         self.message = ""  # why it stopped, when it did not finish
         self.seconds = 0.0  # spent training, pauses not counted
@@ -156,6 +158,8 @@ class LiveTraining:
             self._take_snapshot()
             self._train()
             if self._alive():
+                if self.snapshots[-1].step != self.step:  # stopped between snapshots: the timeline ends at the result
+                    self._take_snapshot()
                 self._finish()
         except Exception as error:  # shown on the page; the server goes on
             LOG.exception("training failed")
@@ -192,6 +196,8 @@ class LiveTraining:
         patterns = {site: np.stack([trace.pattern(site, layer) for layer in range(trace.n_layers(site))])
                     for site in trace.sites()}  # site -> (layers, heads, q_len, k_len)
         if not self.scores:
+            self.probe_tokens = {site: (trace.query_tokens(site), trace.key_tokens(site)) for site in patterns}
+            self.probe_masks = dict(trace.masks)
             self.scores = probe_scores(toy.task, {site: p.shape[2:] for site, p in patterns.items()})
         weights = ({name: value.detach().to("cpu", copy=True) for name, value in toy.model.state_dict().items()}
                    if self._keeps_weights else None)

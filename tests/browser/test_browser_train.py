@@ -1,0 +1,57 @@
+"""The Train page in a real browser: start a training, see the bar and the curves move while it runs, scrub the
+timeline of snapshots, stop it, and open the model it made."""
+
+from __future__ import annotations
+
+import re
+
+from playwright.sync_api import expect
+
+from app_browser.page import figure, open_page, screenshots, wait_idle
+
+PROGRESS = re.compile(r"(training|paused|stopped|finished) · step ([\d,]+) of")
+
+
+def _step(page) -> int:
+    """The step the progress bar says (the newest, where a rerun still shows the bar it replaces)."""
+    texts = page.get_by_test_id("stProgress").all_inner_texts()
+    return max(int(match.group(2).replace(",", "")) for text in texts if (match := PROGRESS.search(text)))
+
+
+def test_train_watch_scrub_stop_and_open(page) -> None:
+    open_page(page, "Train")
+    expect(page.get_by_role("heading", name="Train", exact=True)).to_be_visible()
+    steps = page.get_by_label("Steps", exact=True)
+    steps.fill("20000")
+    steps.press("Enter")
+    wait_idle(page)
+    page.get_by_role("button", name="Start training").click()
+    expect(page.get_by_test_id("stProgress").filter(has_text="training · step").first).to_be_visible(timeout=60_000)
+    expect(page.get_by_text("Snapshot at step")).to_be_visible(timeout=60_000)
+    first = _step(page)
+    page.wait_for_timeout(4000)
+    assert _step(page) > first  # the bar moves
+    expect(page.locator("[data-testid='stVegaLiteChart']").first).to_be_visible()  # the curves
+    expect(page.get_by_text("induction score of every head")).to_be_visible()
+    screenshots(page, "train-running")
+    page.get_by_role("button", name="Stop").click()
+    expect(page.get_by_test_id("stProgress").filter(has_text="stopped").first).to_be_visible(timeout=60_000)
+    expect(page.get_by_role("button", name="Open the trained model")).to_be_visible(timeout=60_000)
+    wait_idle(page)
+    heatmap_title = page.locator(".gtitle").filter(has_text="layer")
+    last_title = heatmap_title.first.text_content()
+    slider = page.get_by_role("slider")
+    slider.first.focus()
+    slider.first.press("Home")  # the first snapshot: before any training
+    wait_idle(page)
+    expect(heatmap_title.first).to_contain_text("at step 0 ")
+    assert heatmap_title.first.text_content() != last_title
+    screenshots(page, "train-stopped")
+    page.get_by_role("button", name="Open the trained model").click()
+    model = page.get_by_test_id("stSidebar").get_by_label("Model", exact=True)
+    expect(model).to_have_value(re.compile(r"^This session · trained-induction-\w+$"), timeout=60_000)
+    open_page(page, "Overview")
+    expect(page.get_by_role("heading", name=re.compile("trained-induction-"))).to_be_visible()  # the model opened
+    open_page(page, "Attention")
+    expect(figure(page, "layer")).not_to_have_count(0)
+    assert page.console_errors == []

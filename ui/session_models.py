@@ -1,0 +1,43 @@
+"""Models trained or uploaded in this session: listed in the sidebar for this session only and opened on every page
+like the others. Each is a fixed copy (never trained further); its id carries a random part, so that the shared
+trace cache never mixes two sessions' models."""
+
+from __future__ import annotations
+
+import secrets
+
+import streamlit as st
+
+from model.toy.runner import ToyRunner
+from model.toy.store import ToyModel
+
+SESSION_MODELS = "session_models"  # session key: {model id: ToyRunner}, oldest first
+MAX_SESSION_MODELS = 4  # a session's own models kept at once; the oldest goes first
+SESSION_PREFIX = "trained-"
+
+
+def session_models() -> dict[str, ToyRunner]:
+    return st.session_state.setdefault(SESSION_MODELS, {})
+
+
+def add_session_model(name: str, toy: ToyModel) -> str:
+    """List `toy` under a new id ("trained-<name>-<random>") and return the id; the oldest model goes beyond
+    MAX_SESSION_MODELS."""
+    models = session_models()
+    model_id = f"{SESSION_PREFIX}{name}-{secrets.token_hex(3)}"
+    models[model_id] = ToyRunner(model_id, toy)
+    while len(models) > MAX_SESSION_MODELS:
+        models.pop(next(iter(models)))
+    return model_id
+
+
+def session_runner(model_id: str) -> ToyRunner | None:
+    """This session's model of that id, if it has one."""
+    return st.session_state.get(SESSION_MODELS, {}).get(model_id)
+
+
+def open_model(model_id: str) -> None:
+    """A button's callback: make `model_id` the sidebar's model, reading the first example of its task (widget
+    values may change only before the widgets are drawn: in a callback)."""
+    st.session_state["model_id"] = model_id
+    st.session_state["text"] = session_models()[model_id].examples[0]

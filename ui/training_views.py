@@ -1,0 +1,212 @@
+"""The Train page's views of a training run (model/toy/live.py): controls, progress, the curves, the timeline of
+snapshots with every head on the probe example, the per-head scores, and what to do with the result."""
+
+from __future__ import annotations
+
+import numpy as np
+import streamlit as st
+
+from model.core.trace.sites import Site
+from model.toy.archive import toy_archive
+from model.toy.head_scores import Score
+from model.toy.live import VALIDATION_SIZE, LiveTraining, Snapshot
+from ui.compare import ANOTHER_MODEL
+from ui.session_models import add_session_model, open_model, session_models
+from viz.heatmap import attention_heatmap
+from viz.thumbnails import thumbnail_figure, thumbnail_grid
+from viz.training import curve_chart, scores_chart
+
+REFRESH_S = 1.0  # how often the live view redraws while the model trains (or the timeline plays)
+THUMBNAIL = 48  # pixels a head in the grid
+INDUCTION_THRESHOLD = 0.4  # the score above which a head is commonly called an induction head
+ATTENTION_PAGE = "app_pages/attention.py"
+STATUS_WORDS = {"running": "training", "paused": "paused", "finished": "finished", "stopped": "stopped",
+                "failed": "failed"}
+
+
+def show_training(training: LiveTraining) -> None:
+    """Controls, then the live view (redrawn every REFRESH_S while training runs or the timeline plays)."""
+    controls(training)
+    playing = st.toggle("Play the timeline", key="train_play", help="Step through the snapshots, over and over.")
+    refresh = REFRESH_S if playing or not training.done else None
+    st.fragment(live_view, run_every=refresh)(training)
+
+
+def controls(training: LiveTraining) -> None:
+    if training.done:
+        return
+    left, right, _ = st.columns([1, 1, 4])
+    if training.status == "paused":
+        left.button("Resume", icon=":material/play_arrow:", key="train_resume", on_click=training.resume)
+    else:
+        left.button("Pause", icon=":material/pause:", key="train_pause", on_click=training.pause)
+    right.button("Stop", icon=":material/stop:", key="train_stop", on_click=training.stop,
+                 help="Stop now; the model trained so far becomes the result.")
+
+
+def live_view(training: LiveTraining) -> None:
+    """Progress, curves, the timeline and the heads at the chosen snapshot; the result once done."""
+    finished_now = training.done and not st.session_state.get("train_seen_done")
+    st.session_state["train_seen_done"] = training.done
+    if finished_now:
+        st.rerun()  # the whole page: the controls give way to the result
+    progress(training)
+    snapshots = list(training.snapshots)
+    if not snapshots:
+        return
+    snapshot = timeline(snapshots)
+    curves(training, snapshot.step)
+    heads(training, snapshots, snapshot)
+    if training.done:
+        result(training, snapshot)
+
+
+def curves(training: LiveTraining, marked: int) -> None:
+    """Loss and token accuracy side by side, the chosen snapshot's step marked."""
+    step, steps = training.step, training.recipe.settings.steps  # read once: the thread appends meanwhile
+    left, right = st.columns(2)
+    left.altair_chart(curve_chart("loss", training.losses[:step], marked, steps), key="train_loss")
+    right.altair_chart(curve_chart("token accuracy", training.accuracies[:step], marked, steps, (0.0, 1.0)),
+                       key="train_accuracy")
+
+
+def progress(training: LiveTraining) -> None:
+    steps, step = training.recipe.settings.steps, training.step
+    words = (f"{STATUS_WORDS[training.status]} · step {step:,} of {steps:,} · {training.seconds:.0f} s of training "
+             f"· {training.parameters:,} parameters")
+    st.progress(min(1.0, step / steps), text=words)
+    if training.status == "failed":
+        st.error(f"The training failed: {training.message}", icon=":material/error:")
+    elif training.status == "stopped":
+        st.info(f"The training {training.message}.", icon=":material/stop_circle:")
+
+
+def timeline(snapshots: list[Snapshot]) -> Snapshot:
+    """The snapshot slider: it follows the newest snapshot until the person moves it elsewhere, and moves on by
+    itself while the timeline plays."""
+    steps = [s.step for s in snapshots]
+    chosen = st.session_state.get("train_snapshot")
+    moved = chosen != st.session_state.get("train_shown")  # by the person, since the last run drew it
+    if not isinstance(chosen, int) or (st.session_state.get("train_follow", True) and not moved):
+        chosen = steps[-1]
+    elif st.session_state.get("train_play"):
+        chosen = steps[(steps.index(chosen) + 1) % len(steps)] if chosen in steps else steps[0]
+    elif chosen not in steps:  # let go of when the snapshots were thinned: the nearest one
+        chosen = min(steps, key=lambda step: abs(step - chosen))
+    st.session_state["train_snapshot"] = chosen
+    value = st.select_slider("Snapshot at step", steps, key="train_snapshot",
+                             help="Every head's attention on the probe example at that step; the red line marks "
+                                  "it on the curves.")
+    st.session_state["train_follow"] = value == steps[-1]
+    st.session_state["train_shown"] = value
+    return snapshots[steps.index(value)]
+
+
+def heads(training: LiveTraining, snapshots: list[Snapshot], snapshot: Snapshot) -> None:
+    """Every head of a site at the snapshot, one head large, and the site's scores over the snapshots."""
+    sites = list(snapshot.patterns)
+    site = st.radio("Attention", sites, key="train_site", horizontal=True,
+                    format_func=lambda s: Site.of(s).label) if len(sites) > 1 else sites[0]
+    scores = {score.name: score for score in training.scores if score.site == site}
+    score = scores[st.selectbox("Score", list(scores), key="train_score")] if scores else None
+    patterns = snapshot.patterns[site]  # (layers, heads, q_len, k_len)
+    layers, n_heads = patterns.shape[:2]
+    best = best_head(snapshot, score) if score else (0, 0)
+    queries, keys = training.probe_tokens[site]
+    left, right = st.columns([2, 3])
+    with left:
+        grid = thumbnail_grid(list(patterns), THUMBNAIL, training.probe_masks[site])
+        st.plotly_chart(thumbnail_figure(grid, THUMBNAIL, f"every head at step {snapshot.step:,}"),
+                        key="train_grid")
+    with right:
+        options = [(layer, head) for layer in range(layers) for head in range(n_heads)]
+        layer, head = st.selectbox("Head", options, index=options.index(best), key=f"train_head_{site}_{best}",
+                                   format_func=lambda h: f"layer {h[0]} · head {h[1]}")
+        title = f"layer {layer} · head {head} at step {snapshot.step:,}"
+        if score is not None:
+            title += f" · {score.name} score {snapshot.scores[(score.name, site)][layer, head]:.2f}"
+        st.plotly_chart(attention_heatmap(patterns[layer, head], queries, keys, title,
+                                          masked=~training.probe_masks[site], height=420), key="train_head")
+    if score is None:
+        return
+    values = np.stack([s.scores[(score.name, site)] for s in snapshots])  # (snapshots, layers, heads)
+    threshold = INDUCTION_THRESHOLD if score.name == "induction" else None
+    st.altair_chart(scores_chart([s.step for s in snapshots], values, score.name, snapshot.step,
+                                 training.recipe.settings.steps, threshold), key="train_scores")
+    st.caption(score_caption(snapshot, score, best, threshold))
+
+
+def best_head(snapshot: Snapshot, score: Score) -> tuple[int, int]:
+    values = snapshot.scores[(score.name, score.site)]  # (layers, heads)
+    layer, head = np.unravel_index(int(np.argmax(values)), values.shape)
+    return int(layer), int(head)
+
+
+def score_caption(snapshot: Snapshot, score: Score, best: tuple[int, int], threshold: float | None) -> str:
+    value = float(snapshot.scores[(score.name, score.site)][best])
+    words = (f"At step {snapshot.step:,} the head with the highest {score.name} score is layer {best[0]} · head "
+             f"{best[1]}: {value:.2f} of its attention, on average, goes where the score looks (over "
+             f"{len(score.queries)} query positions).")
+    if threshold is not None:
+        words += f" Above {threshold} (dashed) a head is commonly called an induction head."
+    return words
+
+
+def result(training: LiveTraining, snapshot: Snapshot) -> None:
+    """Open the trained model or the chosen snapshot in the app, compare them, download either."""
+    final = training.result
+    if final is None:
+        return
+    exact = final.training["validation_exact_match"]
+    st.success(f"The model after {final.training['steps']:,} steps gets {exact:.0%} of {VALIDATION_SIZE} held-out "
+               "examples exactly right. Open it, or the snapshot chosen above, on every page: it is then listed in "
+               "the sidebar for this session.", icon=":material/check_circle:")
+    left, middle, right = st.columns(3)
+    name = training.recipe.task
+    if left.button("Open the trained model", key="train_open_final", on_click=open_listed,
+                   args=(training, "final"), icon=":material/open_in_new:"):
+        st.rerun()  # the whole app: the sidebar shows the model
+    left.download_button("Download it (.zip)", lambda: toy_archive(final, name), f"{name}.zip",
+                         mime="application/zip", key="train_download_final", icon=":material/download:")
+    if snapshot.weights is None:
+        middle.caption("The snapshots' weights were not kept (the model is too large for that): only the trained "
+                       "model opens.")
+        return
+    if middle.button(f"Open the snapshot at step {snapshot.step:,}", key="train_open_snapshot",
+                     on_click=open_listed, args=(training, snapshot.step), icon=":material/history:"):
+        st.rerun()
+    middle.download_button("Download it (.zip)", lambda: toy_archive(training.snapshot_model(snapshot),
+                                                                     f"{name}-step{snapshot.step}"),
+                           f"{name}-step{snapshot.step}.zip", mime="application/zip",
+                           key="train_download_snapshot", icon=":material/download:")
+    if right.button("Compare the two on the Attention page", key="train_compare", on_click=compare_listed,
+                    args=(training, snapshot.step), icon=":material/compare:",
+                    help="Opens the trained model there, with this snapshot as the other model of its Compare view."):
+        st.switch_page(ATTENTION_PAGE)
+
+
+def listed(training: LiveTraining, which: int | str) -> str:
+    """The session model id of the trained model ("final") or of the snapshot at step `which`, listed once."""
+    ids: dict = st.session_state.setdefault("train_listed", {})
+    key = (id(training), which)
+    if ids.get(key) not in session_models():
+        if which == "final":
+            ids[key] = add_session_model(training.recipe.task, training.result)
+        else:
+            snapshot = next(s for s in training.snapshots if s.step == which)
+            ids[key] = add_session_model(f"{training.recipe.task}-step{which}", training.snapshot_model(snapshot))
+    return ids[key]
+
+
+def open_listed(training: LiveTraining, which: int | str) -> None:
+    """A button's callback: the trained model or a snapshot becomes the sidebar's model."""
+    open_model(listed(training, which))
+
+
+def compare_listed(training: LiveTraining, step: int) -> None:
+    """The compare button's callback: the trained model in the sidebar, the snapshot as Compare's other model."""
+    snapshot_id = listed(training, step)
+    open_model(listed(training, "final"))
+    st.session_state["view"] = "Compare"
+    st.session_state["attention_compare_kind"] = ANOTHER_MODEL
+    st.session_state["attention_compare_model"] = snapshot_id
