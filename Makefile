@@ -53,6 +53,7 @@ bench: $(VENV)/.dev
 	$(PY) -m bench.browser_long
 	$(PY) -m bench.generation
 	$(PY) -m bench.head_scan
+	$(PY) -m bench.train_snapshots
 
 # The README's pictures (docs/images/), taken from the running app in the system Chromium at 1280 x 720.
 screenshots: $(VENV)/.dev
@@ -60,4 +61,5 @@ screenshots: $(VENV)/.dev
 
 # Retrain every shipped toy model (about 5 minutes each on a 2-core CPU).
 train: $(VENV)/.runtime
-	for task in copy reverse date gpt-date induction sort; do $(PY) -m model.toy.train --task $$task || exit 1; done
+	for task in copy reverse date gpt-date sort; do $(PY) -m model.toy.train --task $$task || exit 1; done
+	$(PY) -m model.toy.train --task induction --steps 8000  # the Train page's 3,000 steps give 97% exact; 99% is asked

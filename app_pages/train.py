@@ -11,7 +11,7 @@ from model.core.devices import available_devices
 from model.scratch.config import TransformerConfig
 from model.scratch.tokenizer import CharTokenizer
 from model.toy.archive import read_toy_archive
-from model.toy.live import recipe_problems
+from model.toy.live import as_sentence, training_problems
 from model.toy.tasks import TASKS
 from model.toy.train import SCHEDULES, Recipe, TrainSettings, recipe_for
 from ui.messages import show_error
@@ -54,11 +54,9 @@ def chosen_recipe() -> tuple[Recipe, int]:
     settings = TrainSettings(steps=v["steps"], batch_size=v["batch"], peak_lr=v["lr"], schedule=v["schedule"],
                              warmup=v["warmup"], label_smoothing=v["smoothing"])
     recipe = Recipe(task.name, config, settings)
-    problems = recipe_problems(recipe, LIMITS)
-    if v["every"] < 1:
-        problems.append(f"snapshots must come every 1 step or more, not {v['every']}")
+    problems = training_problems(recipe, v["every"], LIMITS)
     if problems:
-        raise ValueError("; ".join(problems).capitalize() + ".")
+        raise ValueError(as_sentence(problems))
     return recipe, v["every"]
 
 

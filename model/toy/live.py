@@ -60,10 +60,13 @@ def parameter_count(recipe: Recipe) -> int:
         return sum(p.numel() for p in build_model(recipe.config).parameters())
 
 
-def recipe_problems(recipe: Recipe, limits: Limits) -> list[str]:
-    """What in a recipe a person must change before it can train here, in words ([] when nothing)."""
+def training_problems(recipe: Recipe, snapshot_every: int, limits: Limits) -> list[str]:
+    """What in a recipe (and its snapshot interval) a person must change before it can train here, in words ([] when
+    nothing)."""
     s = recipe.settings
     problems = size_problems(recipe.config)
+    if snapshot_every < 1:
+        problems.append(f"snapshots must come every 1 step or more, not {snapshot_every}")
     if not 1 <= s.steps <= limits.max_steps:
         problems.append(f"steps must be from 1 to {limits.max_steps:,}, not {s.steps:,}")
     if not 1 <= s.batch_size <= limits.max_batch_size:
@@ -80,6 +83,11 @@ def recipe_problems(recipe: Recipe, limits: Limits) -> list[str]:
     return problems
 
 
+def as_sentence(problems: list[str]) -> str:
+    words = "; ".join(problems)
+    return words[:1].upper() + words[1:] + "."
+
+
 class LiveTraining:
     """One training run in its own thread. Read `losses`, `accuracies`, `snapshots`, `status` while it runs;
     `result` is the trained model (eval mode, never trained further) once it has finished or was stopped.
@@ -90,11 +98,9 @@ class LiveTraining:
     def __init__(self, recipe: Recipe, snapshot_every: int, device: str | torch.device = "cpu",
                  limits: Limits = Limits(), slot: Callable[[], AbstractContextManager] = contextlib.nullcontext,
                  alive: Callable[[], bool] = lambda: True) -> None:
-        problems = recipe_problems(recipe, limits)
-        if snapshot_every < 1:
-            problems.append(f"snapshots must come every 1 step or more, not {snapshot_every}")
+        problems = training_problems(recipe, snapshot_every, limits)
         if problems:
-            raise ValueError("; ".join(problems).capitalize() + ".")
+            raise ValueError(as_sentence(problems))
         self.recipe, self.limits, self.snapshot_every = recipe, limits, snapshot_every
         self._slot, self._alive = slot, alive
         self._optimising = Optimising(recipe, device)

@@ -87,3 +87,22 @@ def test_a_model_that_reads_its_output_compares_on_that_output(mode: str) -> Non
     expected = forced.head_pattern("decoder.attn", 2, 0) - _direct("toy-gpt-date", DATE, "decoder.attn", 2, 0)
     np.testing.assert_allclose(_difference(at), expected, atol=1e-6)
     assert np.abs(expected).max() > 1e-3
+
+
+def test_another_model_with_the_same_tokens_and_one_without() -> None:
+    """toy-copy and toy-reverse read the same characters: B − A is the same head of the two models on the same input
+    (B reading A's output); MiniLM splits the text otherwise, and the view says so instead of comparing."""
+    text = "hello world"
+    at = _compare("toy-copy", text, "encoder self-attention", 1, 0, "Another model")
+    at.selectbox(key="attention_compare_model").set_value("toy-reverse").run()
+    assert not at.exception
+    titles = [spec["layout"]["title"]["text"] for spec in chart_specs(at)]
+    assert titles[:2] == ["A · toy-copy", "B · toy-reverse, reads A's output"]
+    copied = load_runner("toy-copy").run(text)
+    reversed_ = load_runner("toy-reverse").run(text, target=copied.output_text,
+                                               options=RunOptions(hooks=("*.hook_pattern",)))
+    expected = reversed_.head_pattern("encoder.attn", 1, 0) - copied.head_pattern("encoder.attn", 1, 0)
+    np.testing.assert_allclose(_difference(at), expected, atol=1e-6)
+    at.selectbox(key="attention_compare_model").set_value("minilm").run()
+    assert "splits the text into other tokens" in at.warning[0].value
+    assert not any("B − A" in spec["layout"]["title"]["text"] for spec in chart_specs(at))

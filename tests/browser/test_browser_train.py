@@ -1,9 +1,10 @@
 """The Train page in a real browser: start a training, see the bar and the curves move while it runs, scrub the
-timeline of snapshots, stop it, and open the model it made."""
+timeline of snapshots, stop it, download the model, upload it back (and a file that is not one), and open it."""
 
 from __future__ import annotations
 
 import re
+import zipfile
 
 from playwright.sync_api import expect
 
@@ -18,7 +19,7 @@ def _step(page) -> int:
     return max(int(match.group(2).replace(",", "")) for text in texts if (match := PROGRESS.search(text)))
 
 
-def test_train_watch_scrub_stop_and_open(page) -> None:
+def test_train_watch_scrub_stop_download_upload_and_open(page, tmp_path) -> None:
     open_page(page, "Train")
     expect(page.get_by_role("heading", name="Train", exact=True)).to_be_visible()
     steps = page.get_by_label("Steps", exact=True)
@@ -47,8 +48,23 @@ def test_train_watch_scrub_stop_and_open(page) -> None:
     expect(heatmap_title.first).to_contain_text("at step 0 ")
     assert heatmap_title.first.text_content() != last_title
     screenshots(page, "train-stopped")
-    page.get_by_role("button", name="Open the trained model").click()
+    with page.expect_download() as download:
+        page.get_by_role("button", name="Download it (.zip)").first.click()
+    archive = tmp_path / "model.zip"
+    download.value.save_as(archive)
+    assert zipfile.ZipFile(archive).namelist() == ["induction/model.safetensors", "induction/config.json"]
+    page.get_by_text("Open a model file downloaded from this page").click()
+    not_a_model = tmp_path / "not-a-model.zip"
+    not_a_model.write_text("<script>alert(1)</script>")
+    page.locator("input[type='file']").set_input_files(not_a_model)
+    expect(page.get_by_text("That file cannot be opened: the file is not a zip archive")).to_be_visible()
+    page.locator("input[type='file']").set_input_files(archive)
+    opening = page.get_by_role("button", name=re.compile(r"^Open trained-induction-upload-\w+ in the app$"))
+    expect(opening).to_be_visible()
+    opening.click()
     model = page.get_by_test_id("stSidebar").get_by_label("Model", exact=True)
+    expect(model).to_have_value(re.compile(r"^This session · trained-induction-upload-\w+$"), timeout=60_000)
+    page.get_by_role("button", name="Open the trained model").click()
     expect(model).to_have_value(re.compile(r"^This session · trained-induction-\w+$"), timeout=60_000)
     open_page(page, "Overview")
     expect(page.get_by_role("heading", name=re.compile("trained-induction-"))).to_be_visible()  # the model opened

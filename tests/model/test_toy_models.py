@@ -30,7 +30,8 @@ def test_exact_match_on_held_out_examples(task: str) -> None:
 @pytest.mark.parametrize(
     ("model_id", "text", "expected"),
     [("toy-copy", "hello world", "hello world"), ("toy-reverse", "attention", "noitnetta"),
-     ("toy-date", "march 3 2021", "2021-03-03"), ("toy-gpt-date", "14 feb 1999", "1999-02-14")],
+     ("toy-date", "march 3 2021", "2021-03-03"), ("toy-gpt-date", "14 feb 1999", "1999-02-14"),
+     ("toy-induction", "qwertyuiop", "qwertyuiop"), ("toy-sort", "stressed", "deerssst")],
 )
 def test_generated_output(model_id: str, text: str, expected: str) -> None:
     trace = load_runner(model_id).run(text)

@@ -1,0 +1,129 @@
+"""The Train page without a browser: a short training driven through the page (the loss falls, the curves, the
+timeline and the heads render), the model it makes opening on the Attention page, the controls, and bad input."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from model.toy.live import LiveTraining
+from tests.app.app_session import open_app_page
+from tests.plotly_specs import chart_specs
+
+PAGE = "app_pages/train.py"
+
+
+def _train_page() -> AppTest:
+    return open_app_page(PAGE, "toy-copy", "hello world")
+
+
+def _run(at: AppTest) -> AppTest:
+    at.run()
+    assert not at.exception, at.exception[0].message if at.exception else ""
+    return at
+
+
+def _start(at: AppTest, steps: int, every: int) -> LiveTraining:
+    at.number_input(key="train_steps").set_value(steps)
+    at.number_input(key="train_every").set_value(every)
+    at.button(key="train_start").click()
+    _run(at)
+    return at.session_state["train_run"]
+
+
+def _until_done(at: AppTest, training: LiveTraining) -> None:
+    training.join(300)
+    assert training.done
+    _run(at)
+
+
+def test_a_short_training_falls_renders_and_opens_on_the_attention_page() -> None:
+    at = _train_page()
+    assert at.selectbox(key="train_task").value == "induction"
+    training = _start(at, 300, 50)
+    _until_done(at, training)
+    assert training.status == "finished"
+    losses = np.array(training.losses)
+    assert losses[-30:].mean() < 0.8 * losses[:30].mean()  # the loss fell
+    assert [s.step for s in training.snapshots] == [0, 50, 100, 150, 200, 250, 300]
+    assert at.select_slider(key="train_snapshot").value == 300  # following the newest
+    assert "finished · step 300 of 300" in at.get("progress")[0].proto.text
+    charts = at.get("vega_lite_chart")
+    assert len(charts) == 3  # loss, token accuracy, the scores over the steps
+    titles = [spec["layout"]["title"]["text"] for spec in chart_specs(at)]
+    assert titles[0] == "every head at step 300"
+    best = training.snapshots[-1].scores[("induction", "decoder.attn")]
+    layer, head = np.unravel_index(int(best.argmax()), best.shape)
+    assert titles[1] == f"layer {layer} · head {head} at step 300 · induction score {best.max():.2f}"
+    at.select_slider(key="train_snapshot").set_value(100)
+    _run(at)
+    assert chart_specs(at)[0]["layout"]["title"]["text"] == "every head at step 100"
+    assert at.select_slider(key="train_snapshot").value == 100  # no longer following
+    at.button(key="train_open_snapshot").click()
+    _run(at)
+    snapshot_id = at.sidebar.selectbox(key="model_id").value
+    assert snapshot_id.startswith("trained-induction-step100-")
+    at.button(key="train_open_final").click()
+    _run(at)
+    final_id = at.sidebar.selectbox(key="model_id").value
+    assert final_id.startswith("trained-induction-") and final_id != snapshot_id
+    assert at.sidebar.text_input(key="text").value == "qwertyuiop"  # the task's own example
+    at.switch_page("app_pages/attention.py")
+    _run(at)
+    request = at.session_state["run_request"]
+    assert request.model_id == final_id and request.text == "qwertyuiop"
+    assert any(spec["layout"]["title"]["text"].startswith("decoder self-attention") for spec in chart_specs(at))
+    at.switch_page(PAGE)
+    _run(at)
+    at.button(key="train_new").click()
+    _run(at)
+    assert at.button(key="train_start")  # the form again, and the models stay listed
+    assert any(option.endswith(final_id) for option in at.sidebar.selectbox(key="model_id").options)
+
+
+def test_pause_resume_and_stop_through_the_page() -> None:
+    at = _train_page()
+    training = _start(at, 20_000, 500)
+    time.sleep(1.0)
+    at.button(key="train_pause").click()
+    _run(at)
+    assert training.status == "paused"
+    assert "paused · step" in at.get("progress")[0].proto.text
+    at.button(key="train_resume").click()
+    _run(at)
+    assert training.status == "running"
+    at.button(key="train_stop").click()
+    _run(at)
+    _until_done(at, training)
+    assert training.status == "stopped"
+    assert "stopped before its last step" in at.info[0].value
+    assert at.button(key="train_open_final")
+
+
+@pytest.mark.parametrize(("key", "value", "words"), [
+    ("train_heads", 3, "d_model (64) must be divisible by n_heads (3)"),
+    ("train_heads", 0, "n_heads must be a whole number of at least 1, not 0"),
+    ("train_d_model", -64, "d_model must be a whole number of at least 1, not -64"),
+    ("train_steps", 50_000, "Steps must be from 1 to 20,000, not 50,000"),
+    ("train_every", 0, "Snapshots must come every 1 step or more, not 0"),
+])
+def test_bad_input_is_named_and_nothing_is_lost(key: str, value: int, words: str) -> None:
+    at = _train_page()
+    at.number_input(key="train_layers").set_value(3)
+    at.number_input(key=key).set_value(value)
+    at.button(key="train_start").click()
+    _run(at)
+    assert words in at.error[0].value.replace("\\", "")
+    assert "train_run" not in at.session_state
+    assert at.number_input(key=key).value == value and at.number_input(key="train_layers").value == 3
+
+
+def test_a_task_brings_its_own_defaults() -> None:
+    at = _train_page()
+    at.selectbox(key="train_task").set_value("reverse")
+    _run(at)
+    assert at.radio(key="train_norm").value == "post" and at.radio(key="train_schedule").value == "paper"
+    assert at.number_input(key="train_steps").value == 3500

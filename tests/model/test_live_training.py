@@ -1,0 +1,183 @@
+"""Training followed live (model/toy/live.py) and the per-head scores (model/toy/head_scores.py): what the Train
+page shows, checked on the model layer."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from model.toy.evaluate import exact_match
+from model.toy.head_scores import probe_scores
+from model.toy.live import Limits, LiveTraining, training_problems
+from model.toy.tasks import TASKS, make_examples
+from model.toy.train import VALIDATION_SEED, Optimising, TrainSettings, recipe_for
+
+
+def _short(task: str, steps: int, **settings) -> object:
+    recipe = recipe_for(task)
+    return replace(recipe, settings=replace(recipe.settings, steps=steps, **settings))
+
+
+def test_the_induction_score_reads_the_token_after_the_earlier_copy() -> None:
+    """For n distinct letters then the same letters (<s> at 0), query q = n+1…2n looks at q − n + 1: the score of a
+    pattern that does exactly that is 1, of one that looks at the copy itself (q − n) 0."""
+    task = TASKS["induction"]
+    n = len(task.probe[0])
+    length = 2 * n + 1  # <s>, the letters, the letters again
+    scores = {score.name: score for score in probe_scores(task, {"decoder.attn": (length, length)})}
+    induction = scores["induction"]
+    assert list(induction.queries) == list(range(n + 1, 2 * n + 1))
+    exact, copy = np.zeros((1, 2, length, length)), np.zeros((1, 2, length, length))
+    exact[0, 0, np.arange(length), 0] = 1.0
+    copy[0, 0, np.arange(length), 0] = 1.0
+    for q in range(n + 1, 2 * n + 1):
+        exact[0, 1, q] = 0.0
+        exact[0, 1, q, q - n + 1] = 1.0
+        copy[0, 1, q] = 0.0
+        copy[0, 1, q, q - n] = 1.0
+    assert induction.of(exact)[0, 1] == 1.0 and induction.of(copy)[0, 1] == 0.0
+    assert scores["first token"].of(exact)[0, 0] == 1.0
+
+
+def test_alignment_scores_follow_each_task() -> None:
+    """Cross-attention: copy's score looks along the diagonal, reverse's along the anti-diagonal, sort's at the
+    place each letter stands in the source."""
+    names = {}
+    for name in ("copy", "reverse", "sort"):
+        task = TASKS[name]
+        source, target = task.probe
+        scores = probe_scores(task, {"decoder.cross_attn": (len(target) + 1, len(source) + 1)})
+        (score,) = scores
+        names[name] = score.name
+        assert [source[k] for k in score.keys] == list(target)  # each output letter reads its own source letter
+    assert names == {"copy": "diagonal", "reverse": "anti-diagonal", "sort": "alignment"}
+
+
+def test_a_run_records_steps_snapshots_scores_and_its_result() -> None:
+    training = LiveTraining(_short("reverse", 40), snapshot_every=10)
+    training.join(120)
+    assert training.status == "finished" and training.step == 40
+    assert [s.step for s in training.snapshots] == [0, 10, 20, 30, 40]
+    snapshot = training.snapshots[-1]
+    assert set(snapshot.patterns) == {"encoder.attn", "decoder.attn", "decoder.cross_attn"}
+    layers, heads = 2, 4
+    for site, patterns in snapshot.patterns.items():
+        assert patterns.shape[:2] == (layers, heads)
+        np.testing.assert_allclose(patterns.sum(-1), 1.0, atol=1e-5)  # rows of probabilities
+    for (name, site), values in snapshot.scores.items():
+        score = next(s for s in training.scores if (s.name, s.site) == (name, site))
+        np.testing.assert_array_equal(values, score.of(snapshot.patterns[site]))
+    final = training.result
+    assert final.training["steps"] == 40 and not final.model.training  # eval mode
+    for name, value in final.model.state_dict().items():  # the last snapshot is the result's weights
+        assert torch.equal(value.cpu(), snapshot.weights[name]), name
+    again = training.snapshot_model(training.snapshots[0])
+    assert not torch.equal(again.model.generator.proj.weight, final.model.generator.proj.weight)
+
+
+def test_snapshots_are_thinned_to_the_limit() -> None:
+    limits = Limits(max_snapshots=4)
+    training = LiveTraining(_short("induction", 40), snapshot_every=2, limits=limits)
+    training.join(120)
+    steps = [s.step for s in training.snapshots]
+    assert len(steps) <= 4 + 1 and steps[0] == 0 and steps[-1] == 40
+    assert training.snapshot_every > 2
+
+
+def test_weights_too_large_to_keep_are_not_kept() -> None:
+    training = LiveTraining(_short("induction", 4), snapshot_every=2, limits=Limits(snapshot_weight_bytes=1000))
+    training.join(60)
+    assert all(s.weights is None for s in training.snapshots)
+    with pytest.raises(ValueError, match="not kept"):
+        training.snapshot_model(training.snapshots[0])
+    assert training.result is not None  # the final model is kept all the same
+
+
+def test_pause_resume_stop_and_a_session_that_ends() -> None:
+    training = LiveTraining(_short("induction", 20_000), snapshot_every=500)
+    time.sleep(1.0)
+    training.pause()
+    time.sleep(0.5)  # the step under way ends
+    paused_at = training.step
+    time.sleep(1.0)
+    assert training.status == "paused" and training.step == paused_at
+    training.resume()
+    time.sleep(1.0)
+    assert training.step > paused_at
+    training.stop()
+    training.join(60)
+    assert training.status == "stopped" and training.result is not None
+    assert training.snapshots[-1].step == training.step  # the timeline ends at the result
+    alive = [True]
+    gone = LiveTraining(_short("induction", 20_000), snapshot_every=500, alive=lambda: alive[0])
+    time.sleep(0.5)
+    alive[0] = False
+    gone.join(60)
+    assert gone.status == "stopped" and gone.result is None  # nobody to show it to
+
+
+@pytest.mark.parametrize(("change", "words"), [
+    ({"n_heads": 0}, "n_heads must be a whole number of at least 1"),
+    ({"n_heads": 3}, "must be divisible by n_heads"),
+    ({"d_model": -8}, "d_model must be a whole number of at least 1"),
+])
+def test_bad_sizes_are_named(change: dict, words: str) -> None:
+    recipe = recipe_for("induction")
+    with pytest.raises(ValueError, match=words):
+        replace(recipe.config, **change)
+
+
+def test_limits_are_named() -> None:
+    recipe = recipe_for("induction")
+    limits = Limits()
+    too_long = replace(recipe, settings=replace(recipe.settings, steps=limits.max_steps + 1))
+    assert training_problems(too_long, 10, limits) == [f"steps must be from 1 to {limits.max_steps:,}, not 20,001"]
+    wide = replace(recipe, config=replace(recipe.config, d_model=512, d_ff=2048, n_decoder_layers=8))
+    assert "parameters; the most is" in training_problems(wide, 10, limits)[0]
+    bad = replace(recipe, settings=TrainSettings(batch_size=0, peak_lr=0.0, label_smoothing=1.0))
+    assert len(training_problems(bad, 10, limits)) == 3
+    with pytest.raises(ValueError, match="Steps must be from 1"):
+        LiveTraining(too_long, snapshot_every=10)
+    with pytest.raises(ValueError, match="every 1 step or more"):
+        LiveTraining(recipe, snapshot_every=0)
+
+
+def test_an_induction_head_forms_at_the_page_defaults() -> None:
+    """At the Train page's defaults on this CPU, the best head's induction score rises from below 0.2 to above 0.4
+    (the threshold commonly used to call a head an induction head) while the loss drops at the same steps."""
+    torch.set_num_threads(1)
+    recipe = recipe_for("induction")
+    training = LiveTraining(recipe, snapshot_every=100)
+    training.join(600)
+    assert training.status == "finished", training.message
+    steps = np.array([s.step for s in training.snapshots])
+    best = np.array([s.scores[("induction", "decoder.attn")].max() for s in training.snapshots])
+    assert best[0] < 0.2
+    assert best[-1] > 0.4
+    crossing = int(steps[np.argmax(best > 0.4)])  # the first snapshot above the threshold
+    losses = np.array(training.losses)
+    assert losses[:100].mean() > 5 * losses[crossing - 100 : crossing].mean()  # the loss fell on the way there
+    print(f"induction score {best[0]:.2f} at step 0, first above 0.4 at step {crossing}, {best[-1]:.2f} at the end; "
+          f"loss {losses[:100].mean():.2f} → {losses[crossing - 100 : crossing].mean():.3f}; {training.seconds:.0f} s")
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_both_norm_placements_learn_to_copy(norm: str) -> None:
+    """Copy, post-norm (the paper's) or pre-norm, reaches 95% exact match within a small budget."""
+    torch.set_num_threads(1)
+    recipe = recipe_for("copy")
+    recipe = replace(recipe, config=replace(recipe.config, norm=norm, dropout=0.0),
+                     settings=replace(recipe.settings, batch_size=32, peak_lr=3e-3, warmup=100))
+    run = Optimising(recipe)
+    validation = make_examples(TASKS["copy"], 200, VALIDATION_SEED)
+    best = 0.0
+    while run.step < 1500 and best < 0.95:
+        for _ in range(100):
+            run.advance()
+        run.toy.model.eval()
+        best = max(best, exact_match(run.toy, validation))
+    assert best >= 0.95, f"{norm}-norm: {best:.1%} exact after {run.step} steps"
