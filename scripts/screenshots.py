@@ -46,6 +46,15 @@ def generate(page: Page) -> None:
     run.evaluate(TOP_OF)
 
 
+def train(page: Page) -> None:
+    """Train the induction task at the page's defaults (1–2 minutes), then scroll the timeline to the top of the
+    window: the curves, the scores and the heads at the last snapshot come below it."""
+    page.get_by_role("button", name="Start training").click()
+    expect(page.get_by_role("button", name="Open the trained model")).to_be_visible(timeout=600_000)
+    wait_idle(page)
+    page.get_by_test_id("stSlider").first.evaluate(TOP_OF)
+
+
 @dataclass(frozen=True)
 class Shot:
     """One picture: the page's path, the link's parameters, and what a person does there before looking."""
@@ -63,6 +72,7 @@ SHOTS = {
     "step-through": Shot("step_through", {"model": "minilm", "text": SENTENCE, "layer": "2", "head": "5"},
                          open_tab("3 · Scores → pattern")),
     "generate": Shot("generate", {"model": "toy-gpt-date", "text": "14 feb 1999", "max_new": "12"}, generate),
+    "train": Shot("train", {"model": "toy-induction", "text": "qwertyuiop"}, train),
 }
 SETTLE_MS = 1_500  # plotly's transitions and the fonts, after the rerun ends
 

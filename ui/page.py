@@ -30,6 +30,7 @@ class Page:
     path: str  # relative to the folder that holds app_pages/ (as AppTest.switch_page takes it from app.py)
     title: str
     icon: str
+    shows_run: bool = True  # whether it draws the sidebar's run (Train trains a model of its own instead)
 
     @property
     def file(self) -> Path:
@@ -46,7 +47,7 @@ PAGES = (  # the navigation, in order; the first is where the app opens
     Page("app_pages/activations.py", "Activations", ":material/stacked_line_chart:"),
     Page("app_pages/generate.py", "Generate", ":material/play_arrow:"),
     Page("app_pages/ablation.py", "Ablate heads", ":material/content_cut:"),
-    Page("app_pages/train.py", "Train", ":material/model_training:"),
+    Page("app_pages/train.py", "Train", ":material/model_training:", shows_run=False),
 )
 
 # Widget keys whose values must survive a visit to a page that does not draw them, or draws its own widget
@@ -69,6 +70,9 @@ PERSISTENT_KEYS = (
     "ablation_heads", "ablation_every", "ablation_mode",
     "attention_compare_kind", "attention_compare_text", "attention_compare_heads", "attention_compare_mode",
     "attention_compare_model", "attention_compare_folder",
+    "train_task", "train_layers", "train_heads", "train_d_model", "train_d_ff", "train_norm", "train_schedule",
+    "train_lr", "train_warmup", "train_smoothing", "train_batch", "train_steps", "train_every", "train_device",
+    "train_play", "train_snapshot", "train_site", "train_score", "train_head",
 )
 PAGE_RUN_MAX_TOKENS = 2048  # longest text of a page's own run that keeps more than attention patterns (the length
 # those pages were built and tested at; 8,192 SmolLM2 tokens of scores or residual streams would be gigabytes)

@@ -79,19 +79,25 @@ def choose_head(trace: Trace) -> tuple[str, int, int]:
     return site, layer, head
 
 
-def open_clicked_head(chart_key: str, heads: int, *, set_layer: bool = True) -> bool:
-    """If a thumbnail of the chart `chart_key` was clicked since the last run, make its head the chosen
-    one and say so. Call before `choose_head` (a widget's state cannot change once it is drawn in a run)."""
+def clicked_head(chart_key: str, heads: int) -> tuple[int, int] | None:
+    """The (layer, head) of the thumbnail of the chart `chart_key` (`thumbnail_figure`) clicked since the last run,
+    or None. Call before the widgets it changes are drawn (a widget's state cannot change once it is drawn)."""
     event = st.session_state.get(chart_key)
     points = [p for p in event.selection.points if p.get("curve_number") == 1] if event else []  # the markers
     seen_key = f"{chart_key}_seen"
     if points == st.session_state.get(seen_key, []):
-        return False  # nothing new: the pickers may have moved on since
+        return None  # nothing new: the pickers may have moved on since
     st.session_state[seen_key] = points
-    if not points:
+    return head_at(points[0]["point_index"], heads) if points else None
+
+
+def open_clicked_head(chart_key: str, heads: int, *, set_layer: bool = True) -> bool:
+    """If a thumbnail of the chart `chart_key` was clicked since the last run, make its head the chosen
+    one and say so. Call before `choose_head`."""
+    clicked = clicked_head(chart_key, heads)
+    if clicked is None:
         return False
-    layer, head = head_at(points[0]["point_index"], heads)
     if set_layer:
-        st.session_state["layer"] = layer
-    st.session_state["head"] = head
+        st.session_state["layer"] = clicked[0]
+    st.session_state["head"] = clicked[1]
     return True

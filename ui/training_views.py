@@ -11,6 +11,8 @@ from model.toy.archive import toy_archive
 from model.toy.head_scores import Score
 from model.toy.live import VALIDATION_SIZE, LiveTraining, Snapshot
 from ui.compare import ANOTHER_MODEL
+from ui.page import PAGES
+from ui.pickers import clicked_head, keep_valid
 from ui.session_models import add_session_model, open_model, session_models
 from viz.heatmap import attention_heatmap
 from viz.thumbnails import thumbnail_figure, thumbnail_grid
@@ -19,9 +21,13 @@ from viz.training import curve_chart, scores_chart
 REFRESH_S = 1.0  # how often the live view redraws while the model trains (or the timeline plays)
 THUMBNAIL = 48  # pixels a head in the grid
 INDUCTION_THRESHOLD = 0.4  # the score above which a head is commonly called an induction head
-ATTENTION_PAGE = "app_pages/attention.py"
-STATUS_WORDS = {"running": "training", "paused": "paused", "finished": "finished", "stopped": "stopped",
-                "failed": "failed"}
+ATTENTION_PAGE = next(page.file for page in PAGES if page.title == "Attention")
+BEST = "best"  # the head picker's first choice: the head with the highest score, wherever it is
+SCORES_HELP = ("The mean attention on the key a mechanism would read. induction: from each letter of the repeat to "
+               "the letter after its first copy; previous token: to the token before; first token: to position 0; "
+               "diagonal, anti-diagonal, alignment: from each output to the source character it comes from.")
+STATUS_WORDS = {"running": "training", "paused": "paused", "evaluating": "checking it on held-out examples",
+                "finished": "finished", "stopped": "stopped", "failed": "failed"}
 
 
 def show_training(training: LiveTraining) -> None:
@@ -45,29 +51,50 @@ def controls(training: LiveTraining) -> None:
 
 
 def live_view(training: LiveTraining) -> None:
-    """Progress, curves, the timeline and the heads at the chosen snapshot; the result once done."""
-    finished_now = training.done and not st.session_state.get("train_seen_done")
-    st.session_state["train_seen_done"] = training.done
-    if finished_now:
-        st.rerun()  # the whole page: the controls give way to the result
+    """Progress, the timeline, the curves and scores with the chosen snapshot marked, the heads at that snapshot;
+    the result once done."""
+    if training.done and st.session_state.get("train_seen_done") != id(training):
+        st.session_state["train_seen_done"] = id(training)
+        st.rerun()  # the whole page: the controls give way to the result, and the redrawing stops
     progress(training)
     snapshots = list(training.snapshots)
     if not snapshots:
         return
     snapshot = timeline(snapshots)
-    curves(training, snapshot.step)
-    heads(training, snapshots, snapshot)
+    site, score = choose_site_and_score(training, snapshot)
+    charts(training, snapshots, snapshot, score)
+    best = best_head(snapshot, score) if score else (0, 0)
+    heads(training, snapshot, site, score, best)
+    if score is not None:
+        st.caption(score_caption(snapshot, score, best))
     if training.done:
         result(training, snapshot)
 
 
-def curves(training: LiveTraining, marked: int) -> None:
-    """Loss and token accuracy side by side, the chosen snapshot's step marked."""
+def choose_site_and_score(training: LiveTraining, snapshot: Snapshot) -> tuple[str, Score | None]:
+    """Which attention the heads are drawn from, and which of its scores is followed."""
+    sites = list(snapshot.patterns)
+    left, right = st.columns([3, 2])
+    site = left.radio("Attention", sites, key="train_site", horizontal=True,
+                      format_func=lambda s: Site.of(s).label) if len(sites) > 1 else sites[0]
+    scores = {score.name: score for score in training.scores if score.site == site}
+    keep_valid("train_score", list(scores) or [None])
+    name = right.selectbox("Score", list(scores), key="train_score", help=SCORES_HELP) if scores else None
+    return site, scores.get(name)
+
+
+def charts(training: LiveTraining, snapshots: list[Snapshot], snapshot: Snapshot, score: Score | None) -> None:
+    """Loss, token accuracy and the chosen score of every head over the steps, the snapshot's step marked."""
     step, steps = training.step, training.recipe.settings.steps  # read once: the thread appends meanwhile
-    left, right = st.columns(2)
-    left.altair_chart(curve_chart("loss", training.losses[:step], marked, steps), key="train_loss")
-    right.altair_chart(curve_chart("token accuracy", training.accuracies[:step], marked, steps, (0.0, 1.0)),
-                       key="train_accuracy")
+    columns = st.columns([1, 1, 1.4])
+    columns[0].altair_chart(curve_chart("loss", training.losses[:step], snapshot.step, steps), key="train_loss")
+    columns[1].altair_chart(curve_chart("token accuracy", training.accuracies[:step], snapshot.step, steps,
+                                        (0.0, 1.0)), key="train_accuracy")
+    if score is not None:
+        values = np.stack([s.scores[(score.name, score.site)] for s in snapshots])  # (snapshots, layers, heads)
+        threshold = INDUCTION_THRESHOLD if score.name == "induction" else None
+        columns[2].altair_chart(scores_chart([s.step for s in snapshots], values, score.name, snapshot.step, steps,
+                                             threshold), key="train_scores")
 
 
 def progress(training: LiveTraining) -> None:
@@ -102,38 +129,32 @@ def timeline(snapshots: list[Snapshot]) -> Snapshot:
     return snapshots[steps.index(value)]
 
 
-def heads(training: LiveTraining, snapshots: list[Snapshot], snapshot: Snapshot) -> None:
-    """Every head of a site at the snapshot, one head large, and the site's scores over the snapshots."""
-    sites = list(snapshot.patterns)
-    site = st.radio("Attention", sites, key="train_site", horizontal=True,
-                    format_func=lambda s: Site.of(s).label) if len(sites) > 1 else sites[0]
-    scores = {score.name: score for score in training.scores if score.site == site}
-    score = scores[st.selectbox("Score", list(scores), key="train_score")] if scores else None
+def heads(training: LiveTraining, snapshot: Snapshot, site: str, score: Score | None,
+          best: tuple[int, int]) -> None:
+    """Every head of the site at the snapshot (click one to draw it large), and one head large."""
     patterns = snapshot.patterns[site]  # (layers, heads, q_len, k_len)
     layers, n_heads = patterns.shape[:2]
-    best = best_head(snapshot, score) if score else (0, 0)
     queries, keys = training.probe_tokens[site]
     left, right = st.columns([2, 3])
     with left:
         grid = thumbnail_grid(list(patterns), THUMBNAIL, training.probe_masks[site])
         st.plotly_chart(thumbnail_figure(grid, THUMBNAIL, f"every head at step {snapshot.step:,}"),
-                        key="train_grid")
+                        key="train_grid", on_select="rerun", selection_mode="points")
     with right:
-        options = [(layer, head) for layer in range(layers) for head in range(n_heads)]
-        layer, head = st.selectbox("Head", options, index=options.index(best), key=f"train_head_{site}_{best}",
-                                   format_func=lambda h: f"layer {h[0]} · head {h[1]}")
+        clicked = clicked_head("train_grid", n_heads)
+        if clicked is not None:
+            st.session_state["train_head"] = clicked
+        options = [BEST, *((layer, head) for layer in range(layers) for head in range(n_heads))]
+        keep_valid("train_head", options)
+        best_words = f"the highest {score.name} score" if score else "layer 0 · head 0"
+        choice = st.selectbox("Head", options, key="train_head", help="Or click a head in the grid.",
+                              format_func=lambda h: best_words if h == BEST else f"layer {h[0]} · head {h[1]}")
+        layer, head = best if choice == BEST else choice
         title = f"layer {layer} · head {head} at step {snapshot.step:,}"
         if score is not None:
             title += f" · {score.name} score {snapshot.scores[(score.name, site)][layer, head]:.2f}"
         st.plotly_chart(attention_heatmap(patterns[layer, head], queries, keys, title,
-                                          masked=~training.probe_masks[site], height=420), key="train_head")
-    if score is None:
-        return
-    values = np.stack([s.scores[(score.name, site)] for s in snapshots])  # (snapshots, layers, heads)
-    threshold = INDUCTION_THRESHOLD if score.name == "induction" else None
-    st.altair_chart(scores_chart([s.step for s in snapshots], values, score.name, snapshot.step,
-                                 training.recipe.settings.steps, threshold), key="train_scores")
-    st.caption(score_caption(snapshot, score, best, threshold))
+                                          masked=~training.probe_masks[site], height=420), key="train_head_pattern")
 
 
 def best_head(snapshot: Snapshot, score: Score) -> tuple[int, int]:
@@ -142,13 +163,13 @@ def best_head(snapshot: Snapshot, score: Score) -> tuple[int, int]:
     return int(layer), int(head)
 
 
-def score_caption(snapshot: Snapshot, score: Score, best: tuple[int, int], threshold: float | None) -> str:
+def score_caption(snapshot: Snapshot, score: Score, best: tuple[int, int]) -> str:
     value = float(snapshot.scores[(score.name, score.site)][best])
     words = (f"At step {snapshot.step:,} the head with the highest {score.name} score is layer {best[0]} · head "
              f"{best[1]}: {value:.2f} of its attention, on average, goes where the score looks (over "
-             f"{len(score.queries)} query positions).")
-    if threshold is not None:
-        words += f" Above {threshold} (dashed) a head is commonly called an induction head."
+             f"{len(score.queries)} query positions of the probe example).")
+    if score.name == "induction":
+        words += f" Above {INDUCTION_THRESHOLD} (dashed) a head is commonly called an induction head."
     return words
 
 

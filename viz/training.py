@@ -10,6 +10,7 @@ import pandas as pd
 
 MOST_POINTS = 500  # points a curve is drawn with: longer runs are averaged over consecutive steps
 MARK_COLOUR = "#d62728"
+MOST_LEGEND_ENTRIES = 16  # heads named under a scores chart; beyond, the tooltip names them
 
 
 def averaged(values: Sequence[float], most: int = MOST_POINTS) -> tuple[np.ndarray, np.ndarray]:
@@ -55,10 +56,11 @@ def scores_chart(steps: Sequence[int], scores: np.ndarray, name: str, marked: in
     lines = alt.Chart(frame, title=f"{name} score of every head").mark_line(point=snapshots <= 60).encode(
         x=alt.X("step:Q", scale=alt.Scale(domain=[0, total])),
         y=alt.Y(f"{name}:Q", scale=alt.Scale(domain=[0, 1])),
-        color=alt.Color("head:N", legend=alt.Legend(title=None, orient="right")),
+        color=alt.Color("head:N", legend=alt.Legend(title=None, orient="bottom", columns=4)
+                        if layers * heads <= MOST_LEGEND_ENTRIES else None),
         strokeWidth=alt.condition("datum.best", alt.value(3.5), alt.value(1.2)),
         tooltip=["head", alt.Tooltip("step:Q"), alt.Tooltip(f"{name}:Q", format=".3f")],
-    ).properties(height=260, width="container")
+    ).properties(height=220)
     layers_drawn = [lines]
     if threshold is not None:
         layers_drawn.append(alt.Chart(pd.DataFrame({name: [threshold]})).mark_rule(strokeDash=[6, 4], color="grey")

@@ -27,7 +27,8 @@ from model.toy.tasks import make_examples
 from model.toy.train import VALIDATION_SEED, Optimising, Recipe, training_record
 
 LOG = logging.getLogger(__name__)
-Status = Literal["running", "paused", "finished", "stopped", "failed"]
+Status = Literal["running", "paused", "evaluating", "finished", "stopped", "failed"]  # evaluating: the result's
+# exact match on held-out examples, after the last step
 CHUNK_S = 0.1  # steps run under one hold of the run slot before others get their turn
 VALIDATION_SIZE = 200  # held-out examples whose exact match the finished model is given
 
@@ -131,7 +132,7 @@ class LiveTraining:
         return self.status in ("finished", "stopped", "failed")
 
     def pause(self) -> None:
-        if self.status == "running":
+        if self.status == "running":  # a pause asked as the last step ends is too late: the run finishes
             self._running.clear()
             self.status = "paused"
 
@@ -160,27 +161,29 @@ class LiveTraining:
 
     # -- the thread --------------------------------------------------------------------------------
     def _work(self) -> None:
+        """The run; its status says it is done only once its result is there."""
         try:
             self._take_snapshot()
-            self._train()
+            ending = self._train()
             if self._alive():
+                self.status = "evaluating"
                 if self.snapshots[-1].step != self.step:  # stopped between snapshots: the timeline ends at the result
                     self._take_snapshot()
                 self._finish()
+            self.status, self.message = ending
         except Exception as error:  # shown on the page; the server goes on
             LOG.exception("training failed")
             self.status, self.message = "failed", f"{type(error).__name__}: {error}"
 
-    def _train(self) -> None:
+    def _train(self) -> tuple[Status, str]:
+        """Steps until the last, a stop or the time limit; returns how it ended (status, message)."""
         steps = self.recipe.settings.steps
         while self.step < steps:
             self._running.wait()
             if self._stop.is_set() or not self._alive():
-                self.status, self.message = "stopped", "stopped before its last step"
-                return
+                return "stopped", "stopped before its last step"
             if self.seconds >= self.limits.max_minutes * 60:
-                self.status, self.message = "stopped", f"stopped at the time limit of {self.limits.max_minutes:g} min"
-                return
+                return "stopped", f"stopped at the time limit of {self.limits.max_minutes:g} min"
             with self._slot():
                 started = time.perf_counter()
                 while self.step < steps and self._running.is_set() and time.perf_counter() - started < CHUNK_S:
@@ -191,7 +194,7 @@ class LiveTraining:
                         self._take_snapshot()
                 self.seconds += time.perf_counter() - started
             time.sleep(0.001)  # a run waiting for the slot takes it now
-        self.status = "finished"
+        return "finished", ""
 
     def _take_snapshot(self) -> None:
         toy = self._optimising.toy
@@ -209,8 +212,8 @@ class LiveTraining:
                    if self._keeps_weights else None)
         scores = {(score.name, score.site): score.of(patterns[score.site]) for score in self.scores}
         self.snapshots.append(Snapshot(self.step, patterns, scores, weights))
-        if len(self.snapshots) > self.limits.max_snapshots:  # keep the first, then every other
-            self.snapshots = self.snapshots[::2]
+        if len(self.snapshots) > self.limits.max_snapshots:  # every other one, the first and the newest kept
+            self.snapshots = [*self.snapshots[:-1:2], self.snapshots[-1]]
             self.snapshot_every *= 2
 
     def _finish(self) -> None:

@@ -78,6 +78,14 @@ def test_a_short_training_falls_renders_and_opens_on_the_attention_page() -> Non
     assert any(spec["layout"]["title"]["text"].startswith("decoder self-attention") for spec in chart_specs(at))
     at.switch_page(PAGE)
     _run(at)
+    at.select_slider(key="train_snapshot").set_value(100)
+    at.button(key="train_compare").click()
+    _run(at)  # to the Attention page's Compare view: the trained model against its snapshot
+    assert at.session_state["run_request"].model_id == final_id
+    titles = [spec["layout"]["title"]["text"] for spec in chart_specs(at)]
+    assert titles[:2] == [f"A · {final_id}", f"B · {snapshot_id}, reads A's output"]
+    at.switch_page(PAGE)
+    _run(at)
     at.button(key="train_new").click()
     _run(at)
     assert at.button(key="train_start")  # the form again, and the models stay listed

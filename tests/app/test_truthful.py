@@ -121,7 +121,7 @@ def test_a_toy_model_warns_outside_its_training_range() -> None:
 # 5. The README's examples are what the models do -------------------------------------------------
 def _readme_toy_examples() -> list[tuple[str, str, str]]:
     rows = re.findall(r"^ *\| `(toy-[a-z-]+)` \|[^|]*\| `([^`]*)` → `([^`]*)` \|$", README.read_text(), re.M)
-    assert len(rows) == 4, rows
+    assert len(rows) == 6, rows
     return rows
 
 

@@ -10,11 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from model.toy.evaluate import exact_match
 from model.toy.head_scores import probe_scores
 from model.toy.live import Limits, LiveTraining, training_problems
-from model.toy.tasks import TASKS, make_examples
-from model.toy.train import VALIDATION_SEED, Optimising, TrainSettings, recipe_for
+from model.toy.tasks import TASKS
+from model.toy.train import TrainSettings, recipe_for
 
 
 def _short(task: str, steps: int, **settings) -> object:
@@ -65,7 +64,7 @@ def test_a_run_records_steps_snapshots_scores_and_its_result() -> None:
     snapshot = training.snapshots[-1]
     assert set(snapshot.patterns) == {"encoder.attn", "decoder.attn", "decoder.cross_attn"}
     layers, heads = 2, 4
-    for site, patterns in snapshot.patterns.items():
+    for patterns in snapshot.patterns.values():
         assert patterns.shape[:2] == (layers, heads)
         np.testing.assert_allclose(patterns.sum(-1), 1.0, atol=1e-5)  # rows of probabilities
     for (name, site), values in snapshot.scores.items():
@@ -148,36 +147,24 @@ def test_limits_are_named() -> None:
 
 def test_an_induction_head_forms_at_the_page_defaults() -> None:
     """At the Train page's defaults on this CPU, the best head's induction score rises from below 0.2 to above 0.4
-    (the threshold commonly used to call a head an induction head) while the loss drops at the same steps."""
+    (the threshold commonly used to call a head an induction head) within the default budget of steps, while the
+    loss drops at the same steps. The run stops once a snapshot is above the threshold."""
     torch.set_num_threads(1)
     recipe = recipe_for("induction")
     training = LiveTraining(recipe, snapshot_every=100)
-    training.join(600)
-    assert training.status == "finished", training.message
-    steps = np.array([s.step for s in training.snapshots])
-    best = np.array([s.scores[("induction", "decoder.attn")].max() for s in training.snapshots])
-    assert best[0] < 0.2
-    assert best[-1] > 0.4
-    crossing = int(steps[np.argmax(best > 0.4)])  # the first snapshot above the threshold
+
+    def best(snapshot) -> float:
+        return float(snapshot.scores[("induction", "decoder.attn")].max())
+
+    while not training.done and not any(best(s) > 0.4 for s in training.snapshots):
+        time.sleep(0.2)
+    training.stop()
+    training.join(120)
+    crossing = next(s.step for s in training.snapshots if best(s) > 0.4)  # the first snapshot above
+    assert best(training.snapshots[0]) < 0.2
+    assert crossing <= recipe.settings.steps
     losses = np.array(training.losses)
-    assert losses[:100].mean() > 5 * losses[crossing - 100 : crossing].mean()  # the loss fell on the way there
-    print(f"induction score {best[0]:.2f} at step 0, first above 0.4 at step {crossing}, {best[-1]:.2f} at the end; "
-          f"loss {losses[:100].mean():.2f} → {losses[crossing - 100 : crossing].mean():.3f}; {training.seconds:.0f} s")
-
-
-@pytest.mark.parametrize("norm", ["post", "pre"])
-def test_both_norm_placements_learn_to_copy(norm: str) -> None:
-    """Copy, post-norm (the paper's) or pre-norm, reaches 95% exact match within a small budget."""
-    torch.set_num_threads(1)
-    recipe = recipe_for("copy")
-    recipe = replace(recipe, config=replace(recipe.config, norm=norm, dropout=0.0),
-                     settings=replace(recipe.settings, batch_size=32, peak_lr=3e-3, warmup=100))
-    run = Optimising(recipe)
-    validation = make_examples(TASKS["copy"], 200, VALIDATION_SEED)
-    best = 0.0
-    while run.step < 1500 and best < 0.95:
-        for _ in range(100):
-            run.advance()
-        run.toy.model.eval()
-        best = max(best, exact_match(run.toy, validation))
-    assert best >= 0.95, f"{norm}-norm: {best:.1%} exact after {run.step} steps"
+    before, at = losses[:100].mean(), losses[crossing - 100 : crossing].mean()
+    assert before > 5 * at  # the loss fell on the way there
+    print(f"induction score {best(training.snapshots[0]):.2f} at step 0, first above 0.4 at step {crossing}; loss "
+          f"{before:.2f} → {at:.3f}; {training.seconds:.0f} s")
