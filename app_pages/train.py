@@ -20,7 +20,7 @@ from ui.training_runs import LIMITS, MAX_TRAININGS, current_training, forget_tra
 from ui.training_views import show_training
 
 DEFAULT_TASK = "induction"
-MOST_SNAPSHOTS_AT_START = 60  # the default interval gives about this many snapshots
+SNAPSHOTS_AT_START = 60  # the default interval gives this many snapshots after the first (within the limit)
 NORMS = {"pre": "pre-norm: x + sublayer(LN(x))", "post": "post-norm: LN(x + sublayer(x)) (the paper's)"}
 FIELDS = ("layers", "heads", "d_model", "d_ff", "norm", "schedule", "lr", "warmup", "smoothing", "batch", "steps",
           "every")
@@ -32,7 +32,7 @@ def defaults(task: str) -> dict[str, object]:
     c, s = recipe.config, recipe.settings
     return {"layers": c.n_decoder_layers, "heads": c.n_heads, "d_model": c.d_model, "d_ff": c.d_ff, "norm": c.norm,
             "schedule": s.schedule, "lr": s.peak_lr, "warmup": s.warmup, "smoothing": s.label_smoothing,
-            "batch": s.batch_size, "steps": s.steps, "every": max(1, s.steps // MOST_SNAPSHOTS_AT_START)}
+            "batch": s.batch_size, "steps": s.steps, "every": max(1, s.steps // SNAPSHOTS_AT_START)}
 
 
 def load_defaults() -> None:

@@ -72,7 +72,7 @@ PERSISTENT_KEYS = (
     "attention_compare_model", "attention_compare_folder",
     "train_task", "train_layers", "train_heads", "train_d_model", "train_d_ff", "train_norm", "train_schedule",
     "train_lr", "train_warmup", "train_smoothing", "train_batch", "train_steps", "train_every", "train_device",
-    "train_play", "train_snapshot", "train_site", "train_score", "train_head",
+    "train_play", "train_site", "train_score", "train_head",
 )
 PAGE_RUN_MAX_TOKENS = 2048  # longest text of a page's own run that keeps more than attention patterns (the length
 # those pages were built and tested at; 8,192 SmolLM2 tokens of scores or residual streams would be gigabytes)

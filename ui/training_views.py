@@ -60,7 +60,7 @@ def live_view(training: LiveTraining) -> None:
     snapshots = list(training.snapshots)
     if not snapshots:
         return
-    snapshot = timeline(snapshots)
+    snapshot = timeline(snapshots, training.snapshot_every)
     site, score = choose_site_and_score(training, snapshot)
     charts(training, snapshots, snapshot, score)
     best = best_head(snapshot, score) if score else (0, 0)
@@ -108,20 +108,23 @@ def progress(training: LiveTraining) -> None:
         st.info(f"The training {training.message}.", icon=":material/stop_circle:")
 
 
-def timeline(snapshots: list[Snapshot]) -> Snapshot:
+def timeline(snapshots: list[Snapshot], snapshot_every: int) -> Snapshot:
     """The snapshot slider: it follows the newest snapshot until the person moves it elsewhere, and moves on by
-    itself while the timeline plays."""
+    itself while the timeline plays. Its widget is keyed by the interval: a slider keeps the position of its value
+    among its options, so after a thinning (model/toy/live.py) the old widget would point at another step."""
     steps = [s.step for s in snapshots]
-    chosen = st.session_state.get("train_snapshot")
-    moved = chosen != st.session_state.get("train_shown")  # by the person, since the last run drew it
+    key = f"train_snapshot_{snapshot_every}"
+    shown = st.session_state.get("train_shown")  # the step the last run drew
+    chosen = st.session_state.get(key, shown)
+    moved = chosen != shown  # by the person, since the last run
     if not isinstance(chosen, int) or (st.session_state.get("train_follow", True) and not moved):
         chosen = steps[-1]
     elif st.session_state.get("train_play"):
         chosen = steps[(steps.index(chosen) + 1) % len(steps)] if chosen in steps else steps[0]
-    elif chosen not in steps:  # let go of when the snapshots were thinned: the nearest one
+    elif chosen not in steps:  # let go of in a thinning: the nearest one
         chosen = min(steps, key=lambda step: abs(step - chosen))
-    st.session_state["train_snapshot"] = chosen
-    value = st.select_slider("Snapshot at step", steps, key="train_snapshot",
+    st.session_state[key] = chosen
+    value = st.select_slider("Snapshot at step", steps, key=key,
                              help="Every head's attention on the probe example at that step; the red line marks "
                                   "it on the curves.")
     st.session_state["train_follow"] = value == steps[-1]

@@ -10,7 +10,6 @@ import pandas as pd
 
 MOST_POINTS = 500  # points a curve is drawn with: longer runs are averaged over consecutive steps
 MARK_COLOUR = "#d62728"
-MOST_LEGEND_ENTRIES = 16  # heads named under a scores chart; beyond, the tooltip names them
 
 
 def averaged(values: Sequence[float], most: int = MOST_POINTS) -> tuple[np.ndarray, np.ndarray]:
@@ -46,18 +45,18 @@ def curve_chart(name: str, values: Sequence[float], marked: int | None, steps: i
 def scores_chart(steps: Sequence[int], scores: np.ndarray, name: str, marked: int | None, total: int,
                  threshold: float | None = None) -> alt.LayerChart:
     """One line per head: steps (snapshots,), scores (snapshots, layers, heads) of the score `name`, over
-    0..total steps; the best head at the last snapshot drawn thicker, `threshold` as a dashed rule."""
+    0..total steps; the best head at the last snapshot drawn thicker, `threshold` as a dashed rule, `marked` as a
+    red rule. No legend (a narrow chart beside the curves): the tooltip names each head."""
     snapshots, layers, heads = scores.shape
     best = np.unravel_index(int(np.argmax(scores[-1])), (layers, heads)) if snapshots else (0, 0)
     rows = [{"step": steps[i], "head": f"layer {layer} · head {head}", name: float(scores[i, layer, head]),
              "best": (layer, head) == best}
             for i in range(snapshots) for layer in range(layers) for head in range(heads)]
     frame = pd.DataFrame(rows)
-    lines = alt.Chart(frame, title=f"{name} score of every head").mark_line(point=snapshots <= 60).encode(
+    lines = alt.Chart(frame, title=f"{name} score of every head").mark_line(point=snapshots <= 30).encode(
         x=alt.X("step:Q", scale=alt.Scale(domain=[0, total])),
         y=alt.Y(f"{name}:Q", scale=alt.Scale(domain=[0, 1])),
-        color=alt.Color("head:N", legend=alt.Legend(title=None, orient="bottom", columns=4)
-                        if layers * heads <= MOST_LEGEND_ENTRIES else None),
+        color=alt.Color("head:N", legend=None),  # too many to name beside a narrow chart: the tooltip names each
         strokeWidth=alt.condition("datum.best", alt.value(3.5), alt.value(1.2)),
         tooltip=["head", alt.Tooltip("step:Q"), alt.Tooltip(f"{name}:Q", format=".3f")],
     ).properties(height=220)

@@ -41,7 +41,7 @@ class Limits:
     max_minutes: float = 10.0  # of training, pauses not counted
     max_parameters: int = 2_000_000
     max_batch_size: int = 256
-    max_snapshots: int = 60  # beyond, every other snapshot is let go and the interval doubles
+    max_snapshots: int = 64  # beyond, every other snapshot is let go and the interval doubles
     snapshot_weight_bytes: int = 64 * 2**20  # weights kept with the snapshots at most (else the final model only)
 
 

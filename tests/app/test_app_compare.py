@@ -3,14 +3,19 @@ and the difference is that of two direct runs of the model."""
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pytest
+import torch
+import transformers
 from streamlit.testing.v1 import AppTest
 
 from model.core.options import RunOptions
 from model.registry import load_runner
 from tests.app.app_session import open_app_page
 from tests.plotly_specs import chart, chart_specs, plotly_array
+from tests.tiny_hf import build
 
 DATE, PROMPT = "14 feb 1999", "The capital of France is"
 
@@ -106,3 +111,33 @@ def test_another_model_with_the_same_tokens_and_one_without() -> None:
     at.selectbox(key="attention_compare_model").set_value("minilm").run()
     assert "splits the text into other tokens" in at.warning[0].value
     assert not any("B − A" in spec["layout"]["title"]["text"] for spec in chart_specs(at))
+
+
+def test_two_checkpoints_of_a_hugging_face_model(tmp_path) -> None:
+    """A folder typed in as the other model: a second checkpoint of the same tiny Llama (its queries changed) reads
+    the same tokens, and B − A is the two checkpoints' runs apart."""
+    first = build("llama", tmp_path / "first")
+    second = tmp_path / "second"
+    shutil.copytree(first, second)
+    model = transformers.AutoModelForCausalLM.from_pretrained(second)
+    with torch.no_grad():
+        model.model.layers[1].self_attn.q_proj.weight.mul_(30.0)  # much sharper queries in layer 1
+    model.save_pretrained(second)
+    text = "the cat sat on the mat"
+    at = open_app_page("app_pages/attention.py", folder=str(first), text=text)
+    at.radio(key="site").set_value(at.radio(key="site").options[0])
+    at.selectbox(key="layer").set_value(1)
+    at.selectbox(key="head").set_value(0)
+    at.session_state["view"] = "Compare"
+    at.run()
+    at.radio(key="attention_compare_kind").set_value("Another model").run()
+    at.selectbox(key="attention_compare_model").set_value("folder").run()
+    assert "Type the folder of the other model" in at.info[0].value
+    at.text_input(key="attention_compare_folder").set_value(str(second)).run()
+    assert not at.exception and not at.error, at.error
+    runs = [load_runner(str(folder)).run(text, options=RunOptions(hooks=("*.hook_pattern",)))
+            for folder in (first, second)]
+    expected = (runs[1].head_pattern("decoder.attn", 1, 0).astype(np.float64)
+                - runs[0].head_pattern("decoder.attn", 1, 0))
+    assert np.abs(expected).max() > 0.1
+    np.testing.assert_allclose(_difference(at), expected, atol=1e-6)

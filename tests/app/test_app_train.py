@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from model.toy.live import LiveTraining
+from model.toy.live import Limits, LiveTraining
 from tests.app.app_session import open_app_page
 from tests.plotly_specs import chart_specs
 
@@ -49,7 +49,7 @@ def test_a_short_training_falls_renders_and_opens_on_the_attention_page() -> Non
     losses = np.array(training.losses)
     assert losses[-30:].mean() < 0.8 * losses[:30].mean()  # the loss fell
     assert [s.step for s in training.snapshots] == [0, 50, 100, 150, 200, 250, 300]
-    assert at.select_slider(key="train_snapshot").value == 300  # following the newest
+    assert at.select_slider[0].value == 300  # following the newest
     assert "finished · step 300 of 300" in at.get("progress")[0].proto.text
     charts = at.get("vega_lite_chart")
     assert len(charts) == 3  # loss, token accuracy, the scores over the steps
@@ -58,10 +58,10 @@ def test_a_short_training_falls_renders_and_opens_on_the_attention_page() -> Non
     best = training.snapshots[-1].scores[("induction", "decoder.attn")]
     layer, head = np.unravel_index(int(best.argmax()), best.shape)
     assert titles[1] == f"layer {layer} · head {head} at step 300 · induction score {best.max():.2f}"
-    at.select_slider(key="train_snapshot").set_value(100)
+    at.select_slider[0].set_value(100)
     _run(at)
     assert chart_specs(at)[0]["layout"]["title"]["text"] == "every head at step 100"
-    assert at.select_slider(key="train_snapshot").value == 100  # no longer following
+    assert at.select_slider[0].value == 100  # no longer following
     at.button(key="train_open_snapshot").click()
     _run(at)
     snapshot_id = at.sidebar.selectbox(key="model_id").value
@@ -78,7 +78,7 @@ def test_a_short_training_falls_renders_and_opens_on_the_attention_page() -> Non
     assert any(spec["layout"]["title"]["text"].startswith("decoder self-attention") for spec in chart_specs(at))
     at.switch_page(PAGE)
     _run(at)
-    at.select_slider(key="train_snapshot").set_value(100)
+    at.select_slider[0].set_value(100)
     at.button(key="train_compare").click()
     _run(at)  # to the Attention page's Compare view: the trained model against its snapshot
     assert at.session_state["run_request"].model_id == final_id
@@ -135,3 +135,21 @@ def test_a_task_brings_its_own_defaults() -> None:
     _run(at)
     assert at.radio(key="train_norm").value == "post" and at.radio(key="train_schedule").value == "paper"
     assert at.number_input(key="train_steps").value == 3500
+
+
+def test_the_timeline_follows_the_newest_snapshot_through_thinnings(monkeypatch) -> None:
+    """Past the limit every other snapshot is let go: the slider still shows the steps kept, at the newest one
+    (a slider keeps its value's position among its options, so a thinned one must not point at another step)."""
+    monkeypatch.setattr("ui.training_runs.LIMITS", Limits(max_snapshots=4))
+    at = _train_page()
+    training = _start(at, 20_000, 10)
+    while training.step < 150:
+        time.sleep(0.2)
+        _run(at)
+    training.stop()
+    _until_done(at, training)
+    steps = [s.step for s in training.snapshots]
+    assert len(steps) <= 5 and training.snapshot_every > 10  # thinned
+    slider = at.select_slider[0]
+    assert list(slider.options) == [str(step) for step in steps] and slider.value == steps[-1]
+    assert chart_specs(at)[0]["layout"]["title"]["text"] == f"every head at step {steps[-1]:,}"
