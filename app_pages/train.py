@@ -5,15 +5,15 @@ it downloads as a toy model folder (zip) and uploads back."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import streamlit as st
 
 from model.core.devices import available_devices
-from model.scratch.config import TransformerConfig
-from model.scratch.tokenizer import CharTokenizer
 from model.toy.archive import read_toy_archive
 from model.toy.live import as_sentence, training_problems
 from model.toy.tasks import TASKS
-from model.toy.train import SCHEDULES, Recipe, TrainSettings, recipe_for
+from model.toy.train import SCHEDULES, Recipe, recipe_for
 from ui.messages import show_error
 from ui.session_models import add_session_model, open_model, session_models
 from ui.training_runs import LIMITS, MAX_TRAININGS, current_training, forget_training, start_training
@@ -44,16 +44,13 @@ def load_defaults() -> None:
 def chosen_recipe() -> tuple[Recipe, int]:
     """The recipe and snapshot interval the form says. ValueError naming what is wrong."""
     v = {name: st.session_state[f"train_{name}"] for name in FIELDS}
-    task = TASKS[st.session_state["train_task"]]
-    base = recipe_for(task.name)
-    encoder_decoder = task.kind == "encoder-decoder"
-    config = TransformerConfig(
-        len(CharTokenizer(task.chars)), kind=task.kind, d_model=v["d_model"], n_heads=v["heads"], d_ff=v["d_ff"],
-        n_encoder_layers=v["layers"] if encoder_decoder else 0, n_decoder_layers=v["layers"],
-        dropout=base.config.dropout, max_len=base.config.max_len, norm=v["norm"])
-    settings = TrainSettings(steps=v["steps"], batch_size=v["batch"], peak_lr=v["lr"], schedule=v["schedule"],
-                             warmup=v["warmup"], label_smoothing=v["smoothing"])
-    recipe = Recipe(task.name, config, settings)
+    base = recipe_for(st.session_state["train_task"])
+    encoder_decoder = base.config.kind == "encoder-decoder"
+    config = replace(base.config, d_model=v["d_model"], n_heads=v["heads"], d_ff=v["d_ff"], norm=v["norm"],
+                     n_encoder_layers=v["layers"] if encoder_decoder else 0, n_decoder_layers=v["layers"])
+    settings = replace(base.settings, steps=v["steps"], batch_size=v["batch"], peak_lr=v["lr"],
+                       schedule=v["schedule"], warmup=v["warmup"], label_smoothing=v["smoothing"])
+    recipe = replace(base, config=config, settings=settings)
     problems = training_problems(recipe, v["every"], LIMITS)
     if problems:
         raise ValueError(as_sentence(problems))
@@ -116,17 +113,18 @@ def upload() -> None:
                                      "Weights load as safetensors only: never a pickle.")
         if data is None:
             return
-        try:
-            toy = read_toy_archive(data.getvalue())
-        except ValueError as error:
-            show_error(f"That file cannot be opened: {error}")
-            return
         uploaded: dict[str, str] = st.session_state.setdefault("train_uploaded", {})  # file id -> model id
-        if uploaded.get(data.file_id) not in session_models():
+        if uploaded.get(data.file_id) not in session_models():  # read once, not at every rerun
+            try:
+                toy = read_toy_archive(data.getvalue())
+            except ValueError as error:
+                show_error(f"That file cannot be opened: {error}")
+                return
             uploaded[data.file_id] = add_session_model(f"{toy.task.name}-upload", toy)
         model_id = uploaded[data.file_id]
         if st.button(f"Open {model_id} in the app", key="train_open_upload", on_click=open_model, args=(model_id,)):
             st.rerun()
+        toy = session_models()[model_id].toy
         st.caption(f"{toy.task.description}: {sum(p.numel() for p in toy.model.parameters()):,} parameters. It is "
                    "listed in the sidebar's model list for this session.")
 

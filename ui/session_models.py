@@ -21,13 +21,14 @@ def session_models() -> dict[str, ToyRunner]:
 
 
 def add_session_model(name: str, toy: ToyModel) -> str:
-    """List `toy` under a new id ("trained-<name>-<random>") and return the id; the oldest model goes beyond
-    MAX_SESSION_MODELS."""
+    """List `toy` under a new id ("trained-<name>-<random>") and return the id; beyond MAX_SESSION_MODELS the oldest
+    goes, unless the sidebar shows it (then the next oldest)."""
     models = session_models()
     model_id = f"{SESSION_PREFIX}{name}-{secrets.token_hex(3)}"
     models[model_id] = ToyRunner(model_id, toy)
+    shown = st.session_state.get("model_id")
     while len(models) > MAX_SESSION_MODELS:
-        models.pop(next(iter(models)))
+        models.pop(next(m for m in models if m != shown))
     return model_id
 
 

@@ -12,6 +12,7 @@ from streamlit.testing.v1 import AppTest
 from model.toy.live import Limits, LiveTraining
 from tests.app.app_session import open_app_page
 from tests.plotly_specs import chart_specs
+from ui.session_models import MAX_SESSION_MODELS
 
 PAGE = "app_pages/train.py"
 
@@ -153,3 +154,20 @@ def test_the_timeline_follows_the_newest_snapshot_through_thinnings(monkeypatch)
     slider = at.select_slider[0]
     assert list(slider.options) == [str(step) for step in steps] and slider.value == steps[-1]
     assert chart_specs(at)[0]["layout"]["title"]["text"] == f"every head at step {steps[-1]:,}"
+
+
+def test_a_session_keeps_its_newest_models_and_the_one_it_shows() -> None:
+    at = _train_page()
+    training = _start(at, 20, 10)
+    _until_done(at, training)
+    at.button(key="train_open_final").click()
+    _run(at)
+    shown = at.sidebar.selectbox(key="model_id").value
+    for _ in range(MAX_SESSION_MODELS + 1):  # more snapshots listed than a session keeps
+        at.session_state["train_listed"] = {}  # as if another training's
+        at.button(key="train_open_snapshot").click()
+        _run(at)
+        at.sidebar.selectbox(key="model_id").set_value(shown)
+        _run(at)
+    listed = [option for option in at.sidebar.selectbox(key="model_id").options if "trained-" in option]
+    assert len(listed) == MAX_SESSION_MODELS and any(option.endswith(shown) for option in listed)
