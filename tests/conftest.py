@@ -18,14 +18,17 @@ pytest_plugins = ("tests.chromium",)  # the `browser` fixture of the browser and
 
 
 LAYERS = ("model", "viz", "contract", "app", "browser", "load")  # the folders, each a marker (`pytest -m app`)
+TRAINING_FILES = ("test_live_training.py", "test_train.py")  # a minute or more of pure computing each: run first,
+# beside the tests that wait (browsers, servers), so that they do not end the run alone on one process
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Each test carries its folder's marker."""
+    """Each test carries its folder's marker; the training tests come first."""
     for item in items:
         folder = item.path.relative_to(Path(__file__).parent).parts[0]
         if folder in LAYERS:
             item.add_marker(folder)
+    items.sort(key=lambda item: item.path.name not in TRAINING_FILES)  # stable: the rest keep their order
 
 
 @pytest.fixture(autouse=True)

@@ -85,8 +85,8 @@ def training_problems(recipe: Recipe, snapshot_every: int, limits: Limits) -> li
 
 
 def as_sentence(problems: list[str]) -> str:
-    words = "; ".join(problems)
-    return words[:1].upper() + words[1:] + "."
+    """The problems as one message (they begin with names such as d_model: no capital is added)."""
+    return "Before it can train: " + "; ".join(problems) + "."
 
 
 class LiveTraining:

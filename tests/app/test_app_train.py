@@ -12,6 +12,7 @@ from streamlit.testing.v1 import AppTest
 from model.toy.live import Limits, LiveTraining
 from tests.app.app_session import open_app_page
 from tests.plotly_specs import chart_specs
+from ui.page import PAGES
 from ui.session_models import MAX_SESSION_MODELS
 
 PAGE = "app_pages/train.py"
@@ -77,6 +78,10 @@ def test_a_short_training_falls_renders_and_opens_on_the_attention_page() -> Non
     request = at.session_state["run_request"]
     assert request.model_id == final_id and request.text == "qwertyuiop"
     assert any(spec["layout"]["title"]["text"].startswith("decoder self-attention") for spec in chart_specs(at))
+    for page in (page for page in PAGES if page.shows_run):  # like any other model, on every page
+        at.switch_page(page.path)
+        _run(at)
+        assert not at.error and at.session_state["run_request"].model_id == final_id, page.path
     at.switch_page(PAGE)
     _run(at)
     at.select_slider[0].set_value(100)
@@ -116,8 +121,8 @@ def test_pause_resume_and_stop_through_the_page() -> None:
     ("train_heads", 3, "d_model (64) must be divisible by n_heads (3)"),
     ("train_heads", 0, "n_heads must be a whole number of at least 1, not 0"),
     ("train_d_model", -64, "d_model must be a whole number of at least 1, not -64"),
-    ("train_steps", 50_000, "Steps must be from 1 to 20,000, not 50,000"),
-    ("train_every", 0, "Snapshots must come every 1 step or more, not 0"),
+    ("train_steps", 50_000, "steps must be from 1 to 20,000, not 50,000"),
+    ("train_every", 0, "snapshots must come every 1 step or more, not 0"),
 ])
 def test_bad_input_is_named_and_nothing_is_lost(key: str, value: int, words: str) -> None:
     at = _train_page()

@@ -139,7 +139,7 @@ def test_limits_are_named() -> None:
     assert "parameters; the most is" in training_problems(wide, 10, limits)[0]
     bad = replace(recipe, settings=TrainSettings(batch_size=0, peak_lr=0.0, label_smoothing=1.0))
     assert len(training_problems(bad, 10, limits)) == 3
-    with pytest.raises(ValueError, match="Steps must be from 1"):
+    with pytest.raises(ValueError, match="Before it can train: steps must be from 1"):
         LiveTraining(too_long, snapshot_every=10)
     with pytest.raises(ValueError, match="every 1 step or more"):
         LiveTraining(recipe, snapshot_every=0)

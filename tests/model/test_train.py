@@ -77,6 +77,7 @@ def test_both_norm_placements_learn_to_copy(norm: str) -> None:
     while run.step < 1500 and best < 0.95:
         for _ in range(100):
             run.advance()
-        run.toy.model.eval()
-        best = max(best, exact_match(run.toy, validation))
+        if run.step >= 500:  # checked from where it may be there (greedy decoding of 200 examples costs 0.7 s)
+            run.toy.model.eval()
+            best = max(best, exact_match(run.toy, validation))
     assert best >= 0.95, f"{norm}-norm: {best:.1%} exact after {run.step} steps"
