@@ -113,8 +113,11 @@ def upload() -> None:
                                      "Weights load as safetensors only: never a pickle.")
         if data is None:
             return
-        uploaded: dict[str, str] = st.session_state.setdefault("train_uploaded", {})  # file id -> model id
-        if uploaded.get(data.file_id) not in session_models():  # read once, not at every rerun
+        listed = session_models()
+        uploaded = {file: model for file, model in st.session_state.get("train_uploaded", {}).items()
+                    if model in listed}
+        st.session_state["train_uploaded"] = uploaded  # file id -> model id, of the models still listed
+        if data.file_id not in uploaded:  # read once, not at every rerun
             try:
                 toy = read_toy_archive(data.getvalue())
             except ValueError as error:

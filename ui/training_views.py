@@ -85,7 +85,8 @@ def choose_site_and_score(training: LiveTraining, snapshot: Snapshot) -> tuple[s
 
 def charts(training: LiveTraining, snapshots: list[Snapshot], snapshot: Snapshot, score: Score | None) -> None:
     """Loss, token accuracy and the chosen score of every head over the steps, the snapshot's step marked."""
-    step, steps = training.step, training.recipe.settings.steps  # read once: the thread appends meanwhile
+    step = training.step  # read once: the thread appends meanwhile
+    steps = max(step, 1) if training.done else training.recipe.settings.steps  # the axis: to where it ended, or will
     columns = st.columns([1, 1, 1.4])
     columns[0].altair_chart(curve_chart("loss", training.losses[:step], snapshot.step, steps), key="train_loss")
     columns[1].altair_chart(curve_chart("token accuracy", training.accuracies[:step], snapshot.step, steps,
@@ -211,9 +212,11 @@ def result(training: LiveTraining, snapshot: Snapshot) -> None:
 
 def listed(training: LiveTraining, which: int | str) -> str:
     """The session model id of the trained model ("final") or of the snapshot at step `which`, listed once."""
-    ids: dict = st.session_state.setdefault("train_listed", {})
+    listed = session_models()
+    ids = {key: model for key, model in st.session_state.get("train_listed", {}).items() if model in listed}
+    st.session_state["train_listed"] = ids  # (training, final or step) -> model id, of the models still listed
     key = (id(training), which)
-    if ids.get(key) not in session_models():
+    if key not in ids:
         if which == "final":
             ids[key] = add_session_model(training.recipe.task, training.result)
         else:

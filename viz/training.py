@@ -12,14 +12,14 @@ MOST_POINTS = 500  # points a curve is drawn with: longer runs are averaged over
 MARK_COLOUR = "#d62728"
 
 
-def averaged(values: Sequence[float], most: int = MOST_POINTS) -> tuple[np.ndarray, np.ndarray]:
-    """(steps, values) of a per-step series (step 1 first), averaged over windows of consecutive steps so that at
-    most `most` points remain; each point stands at its window's last step."""
+def averaged(values: Sequence[float], most: int = MOST_POINTS) -> tuple[np.ndarray, np.ndarray, int]:
+    """(steps, values, width) of a per-step series (step 1 first), averaged over windows of `width` consecutive
+    steps so that at most `most` points remain; each point stands at its window's last step."""
     v = np.asarray(values, dtype=np.float64)
     width = max(1, -(-len(v) // most))  # ceil
     ends = np.arange(width, len(v) + width, width).clip(max=len(v))  # (points,) last step of each window
     sums = np.add.reduceat(v, np.arange(0, len(v), width)) if len(v) else v
-    return ends, sums / np.diff(np.concatenate([[0], ends]))
+    return ends, sums / np.diff(np.concatenate([[0], ends])), width
 
 
 def _marked(chart: alt.Chart, step: int | None) -> alt.LayerChart | alt.Chart:
@@ -31,10 +31,12 @@ def _marked(chart: alt.Chart, step: int | None) -> alt.LayerChart | alt.Chart:
 
 def curve_chart(name: str, values: Sequence[float], marked: int | None, steps: int,
                 y_domain: tuple[float, float] | None = None) -> alt.LayerChart | alt.Chart:
-    """A per-step series (step 1 first; averaged where long) over 0..steps, with `marked` drawn as a red rule."""
-    at, mean = averaged(values)
+    """A per-step series (step 1 first; averaged where long, as the title says) over 0..steps, with `marked` drawn
+    as a red rule."""
+    at, mean, width = averaged(values)
     frame = pd.DataFrame({"step": at, name: mean})
-    line = alt.Chart(frame, title=name).mark_line().encode(
+    title = name if width == 1 else f"{name} (each point the mean of {width} steps)"
+    line = alt.Chart(frame, title=title).mark_line().encode(
         x=alt.X("step:Q", scale=alt.Scale(domain=[0, steps])),
         y=alt.Y(f"{name}:Q", scale=alt.Scale(domain=list(y_domain)) if y_domain else alt.Scale(zero=True)),
         tooltip=[alt.Tooltip("step:Q"), alt.Tooltip(f"{name}:Q", format=".4f")],

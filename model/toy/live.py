@@ -78,9 +78,9 @@ def training_problems(recipe: Recipe, snapshot_every: int, limits: Limits) -> li
         problems.append(f"label smoothing must be from 0 to below 1, not {s.label_smoothing}")
     if s.schedule == "paper" and s.warmup < 1:
         problems.append("the paper's schedule needs at least one warm-up step")
-    if not problems and parameter_count(recipe) > limits.max_parameters:
-        problems.append(f"the model would have {parameter_count(recipe):,} parameters; the most is "
-                        f"{limits.max_parameters:,}")
+    parameters = 0 if problems else parameter_count(recipe)  # sizes over their caps are named already
+    if parameters > limits.max_parameters:
+        problems.append(f"the model would have {parameters:,} parameters; the most is {limits.max_parameters:,}")
     return problems
 
 
@@ -106,6 +106,7 @@ class LiveTraining:
         self._slot, self._alive = slot, alive
         self._optimising = Optimising(recipe, device)
         toy = self._optimising.toy
+        self._probe = ToyRunner("probe", toy)  # runs the model as it trains (the same object), for the snapshots
         self.parameters = sum(p.numel() for p in toy.model.parameters())
         self._keeps_weights = self.parameters * 4 * limits.max_snapshots <= limits.snapshot_weight_bytes
         self.losses: list[float] = []  # per step
@@ -201,7 +202,7 @@ class LiveTraining:
         toy.model.eval()
         source, target = toy.task.probe
         with torch.no_grad():
-            trace = ToyRunner("probe", toy).run(source, target, RunOptions(hooks=("*.hook_pattern",)))
+            trace = self._probe.run(source, target, RunOptions(hooks=("*.hook_pattern",)))
         patterns = {site: np.stack([trace.pattern(site, layer) for layer in range(trace.n_layers(site))])
                     for site in trace.sites()}  # site -> (layers, heads, q_len, k_len)
         if not self.scores:
