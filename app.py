@@ -8,10 +8,10 @@ import weakref
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
-from model.core.devices import PRECISION_CHOICES, available_devices
+from model.core.devices import PRECISION_CHOICES, SPREAD, available_devices
 from model.core.runner import Runner
 from model.core.trace.trace import Trace
-from model.registry import PACKAGED, TOY_PREFIX, default_model, examples_for, list_model_ids
+from model.registry import PACKAGED, TOY_PREFIX, default_model, examples_for, is_toy_model, list_model_ids
 from ui import url_state
 from ui.messages import show_error
 from ui.page import PAGES, REQUEST, TRACE, keep_page_choices
@@ -37,7 +37,12 @@ HELP = {
     "causal": "The causal mask hides later tokens from earlier ones. As trained: where the model was trained "
               "with it (decoders). On everywhere: encoders too. Off everywhere: decoders may look ahead — a what-if "
               "the model never saw in training.",
-    "device": "Where the model runs. auto: a GPU when there is one, else the CPU.",
+    "device": "Where the model runs. auto: a GPU when there is one, else the CPU. spread (Hugging Face models): "
+              "its layers over the GPUs in order, then the CPU, then the disk, each device up to its memory budget "
+              "(accelerate's big-model inference), for a model larger than one device.",
+    "memory": "Each device's budget, accelerate's max_memory: cpu=2GiB 0=20GiB (0, 1 …: the GPUs). A device not "
+              "named gives all its free memory. Layers beyond every budget are read from the disk at each pass. A "
+              "spread model serves one run at a time; the model card says where each layer is.",
     "precision": "The dtype of the weights and activations. auto: bfloat16 on a GPU that has it, float16 on other "
                  "GPUs, float32 on the CPU. Half precision takes half the memory; the numbers shown differ from "
                  "float32's in the third digit or so. The toy models always run in float32 (the model card says "
@@ -85,11 +90,28 @@ def choose_text(model_id: str) -> str:
     return st.sidebar.text_input("Text", key="text", max_chars=url_state.MAX_TEXT_CHARS, help=HELP["text"])
 
 
-def loading_slot(model_id: str, device: str, precision: str) -> DeltaGenerator | None:
+def choose_device(model_id: str) -> tuple[str, str, str]:
+    """The device and precision pickers (spread: a Hugging Face model only) and, for a spread model, the memory
+    budgets box: (device, precision, budgets as typed, "" unless spread)."""
+    spreadable = not model_id.startswith(SESSION_PREFIX) and not is_toy_model(model_id)
+    choices = ["auto", *available_devices(), *([SPREAD] if spreadable else [])]
+    if st.session_state.get("device") not in choices:  # spread, left from a Hugging Face model
+        st.session_state["device"] = "auto"
+    device_column, precision_column = st.sidebar.columns(2)
+    device = device_column.selectbox("Device", choices, key="device", help=HELP["device"])
+    precision = precision_column.selectbox("Precision", PRECISION_CHOICES, key="precision", help=HELP["precision"])
+    if device != SPREAD:
+        return device, precision, ""
+    memory = st.sidebar.text_input("Memory per device", key="device_memory", placeholder="cpu=2GiB 0=20GiB",
+                                   max_chars=200, help=HELP["memory"])
+    return device, precision, memory.strip()
+
+
+def loading_slot(model_id: str, device: str, precision: str, memory: str) -> DeltaGenerator | None:
     """A model not loaded yet takes seconds: say so in place of the previous page. The message takes the
     place of the page's container (an element replacing a block drops the block's content), so the previous
     model's figures do not linger greyed out; the page is then drawn in the same place. None: loaded already."""
-    if is_loaded(model_id, device, precision):
+    if is_loaded(model_id, device, precision, memory):
         return None
     slot = st.empty()
     slot.info(f"Loading {model_id}…", icon=":material/hourglass_top:")
@@ -106,13 +128,11 @@ def sidebar() -> tuple[Trace | None, DeltaGenerator | None]:
         st.info("Type the path of a Hugging Face model folder, or a hub id, in the sidebar.")
         return None, None
     text = choose_text(model_id)
-    device_column, precision_column = st.sidebar.columns(2)
-    device = device_column.selectbox("Device", ["auto", *available_devices()], key="device", help=HELP["device"])
-    precision = precision_column.selectbox("Precision", PRECISION_CHOICES, key="precision", help=HELP["precision"])
+    device, precision, memory = choose_device(model_id)
     url_state.write(model=model_id)
-    slot = loading_slot(model_id, device, precision)
+    slot = loading_slot(model_id, device, precision, memory)
     try:
-        runner = get_runner(model_id, device, precision)
+        runner = get_runner(model_id, device, precision, memory)
     except ValueError as error:
         show_error(str(error))
         return None, slot
@@ -128,7 +148,8 @@ def sidebar() -> tuple[Trace | None, DeltaGenerator | None]:
             target = st.sidebar.text_input("Target", key="target", help="The output the model should read.")
     causal = st.sidebar.selectbox("Causal mask", list(CAUSAL_CHOICES), key="causal", help=HELP["causal"])
     url_state.write(**url_state.pack_text(text), target=target, causal=CAUSAL_CHOICES[causal])
-    return run(runner, RunRequest(model_id, device, text, target, CAUSAL_CHOICES[causal], precision)), slot
+    request = RunRequest(model_id, device, text, target, CAUSAL_CHOICES[causal], precision, memory)
+    return run(runner, request), slot
 
 
 def run(runner: Runner, request: RunRequest) -> Trace | None:

@@ -15,6 +15,7 @@ import torch
 
 from model.core.runner import Runner
 from model.hf.examples import EXAMPLES
+from model.hf.placement import Placement
 from model.toy.runner import ToyRunner
 from model.toy.store import available_toys, is_toy_folder, load_toy, load_toy_folder
 from model.toy.tasks import TASKS
@@ -54,12 +55,20 @@ def list_model_ids() -> list[str]:
     return [TOY_PREFIX + name for name in available_toys()] + packaged_ids()
 
 
+def is_toy_model(model_id: str) -> bool:
+    """Whether `model_id` names a from-scratch toy model (a shipped one, or a toy folder)."""
+    return model_id.startswith(TOY_PREFIX) or is_toy_folder(Path(model_id))
+
+
 def load_runner(
     model_id: str, device: str | torch.device = "cpu", progress: Callable[[str], None] | None = None,
-    precision: torch.dtype = torch.float32,
+    precision: torch.dtype = torch.float32, placement: Placement | None = None,
 ) -> Runner:
     """Load a model by id, or a Hugging Face folder / hub id, its weights in `precision` (the toy models are
-    float32 whatever is asked: they are small, and trained so). ValueError with a clear message if it cannot be."""
+    float32 whatever is asked: they are small, and trained so), on `device` or spread as `placement` says (Hugging
+    Face models only: model/hf/placement.py). ValueError with a clear message if it cannot be."""
+    if placement is not None and is_toy_model(model_id):
+        raise ValueError(f"{model_id} is a toy model: it runs on one device (a few MB), not spread over several.")
     if model_id.startswith(TOY_PREFIX):
         if model_id[len(TOY_PREFIX):] not in available_toys():
             raise ValueError(f"unknown model {model_id!r}; known models: {', '.join(list_model_ids())}")
@@ -72,10 +81,10 @@ def load_runner(
     try:
         if model_id == "minilm":
             return load_hf_runner(str(packaged.minilm_path()), model_id, device, origin=_package_origin(model_id),
-                                  precision=precision)
+                                  precision=precision, placement=placement)
         if model_id == "smollm2":
             return load_hf_runner(str(packaged.smollm2_folder(progress)), model_id, device,
-                                  origin=_package_origin(model_id), precision=precision)
+                                  origin=_package_origin(model_id), precision=precision, placement=placement)
     except packaged.ModelPackageMissing as error:
         raise ValueError(str(error)) from error
-    return load_hf_runner(model_id, device=device, precision=precision)
+    return load_hf_runner(model_id, device=device, precision=precision, placement=placement)

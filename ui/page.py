@@ -20,7 +20,7 @@ from model.core.options import AblationMode, CausalMode, Head
 from model.core.runner import Runner
 from model.core.trace.trace import Trace
 from ui.messages import show_error
-from ui.runs import RunRequest, get_runner, trace_for
+from ui.runs import RunRequest, runner_of, trace_for
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,8 @@ PAGE_RUN_MAX_TOKENS = 2048  # longest text of a page's own run that keeps more t
 # while that run was still drawing (a session's first seconds, on a loaded machine) redraws the sidebar from the new
 # page's run, and the browser falls back to each widget's own default — the model list's first model, an empty
 # text — and sends those with the next click, which switched the model. `keep_page_choices` writes them back too.
-FRAME_KEYS = ("model_id", "custom_model", "text", "device", "precision", "decoder_mode", "target", "causal")
+FRAME_KEYS = ("model_id", "custom_model", "text", "device", "device_memory", "precision", "decoder_mode", "target",
+              "causal")
 TRACE = "trace"  # session key of the frame's trace for this run (None when there is none)
 REQUEST = "run_request"  # session key of the RunRequest that made it
 
@@ -130,8 +131,7 @@ def current_request() -> RunRequest:
 
 def current_runner() -> Runner:
     """The loaded model of this run (shared by every session: read its weights, never change them)."""
-    request = current_request()
-    return get_runner(request.model_id, request.device, request.precision)
+    return runner_of(current_request())
 
 
 def trace_with(hooks: tuple[str, ...], causal: CausalMode | None = None, pad_to: int = 0,

@@ -21,10 +21,11 @@ from typing import TypeVar
 
 import streamlit as st
 
-from model.core.devices import is_out_of_memory, pick_device, pick_precision
+from model.core.devices import SPREAD, is_out_of_memory, pick_device, pick_precision
 from model.core.options import AblationMode, CausalMode, Head, RunOptions
 from model.core.runner import Runner
 from model.core.trace.trace import Trace
+from model.hf.placement import Placement, parse_budgets
 from model.registry import list_model_ids, load_runner
 from ui.session_models import session_runner
 from ui.trace_cache import cached_trace
@@ -46,6 +47,7 @@ class RunRequest:
     target: str | None
     causal: CausalMode
     precision: str = "auto"  # "auto", "float32", "bfloat16" or "float16" (model/core/devices.py)
+    memory: str = ""  # with device SPREAD: each device's budget as typed ("cpu=2GiB 0=20GiB"; model/hf/placement.py)
 
     def options(self, hooks: tuple[str, ...] = PATTERNS, causal: CausalMode | None = None, pad_to: int = 0,
                 blocked: tuple[tuple[int, int], ...] = (), ablated: tuple[Head, ...] = (),
@@ -55,43 +57,52 @@ class RunRequest:
                           ablated=ablated, ablation=ablation)
 
 
+def runner_of(request: RunRequest) -> Runner:
+    """The loaded model `request` runs (`get_runner`)."""
+    return get_runner(request.model_id, request.device, request.precision, request.memory)
+
+
 @st.cache_resource(show_spinner=False)
 def _loaded() -> weakref.WeakValueDictionary:
-    """(model id, device, precision) -> its runner, while some cache or session still holds it."""
+    """(model id, device, precision, memory) -> its runner, while some cache or session still holds it."""
     return weakref.WeakValueDictionary()
 
 
-def is_loaded(model_id: str, device: str, precision: str = "auto") -> bool:
-    return (model_id, device, precision) in _loaded() or session_runner(model_id) is not None
+def is_loaded(model_id: str, device: str, precision: str = "auto", memory: str = "") -> bool:
+    return (model_id, device, precision, memory) in _loaded() or session_runner(model_id) is not None
 
 
-def _load(model_id: str, device: str, precision: str) -> Runner:
-    where = pick_device(device)
-    runner = load_runner(model_id, device=where, precision=pick_precision(precision, where))
-    _loaded()[(model_id, device, precision)] = runner
+def _load(model_id: str, device: str, precision: str, memory: str) -> Runner:
+    placement = Placement(parse_budgets(memory)) if device == SPREAD else None
+    where = pick_device("auto" if placement else device)
+    runner = load_runner(model_id, device=where, precision=pick_precision(precision, where), placement=placement)
+    _loaded()[(model_id, device, precision, memory)] = runner
     return runner
 
 
 @st.cache_resource(show_spinner="Loading the model… (SmolLM2's first load converts its weights: about 30 s)")
-def _named_runner(model_id: str, device: str, precision: str) -> Runner:
-    return _load(model_id, device, precision)
+def _named_runner(model_id: str, device: str, precision: str, memory: str) -> Runner:
+    return _load(model_id, device, precision, memory)
 
 
 @st.cache_resource(show_spinner="Loading the model…", max_entries=MAX_CUSTOM_MODELS)
-def _custom_runner(model_id: str, device: str, precision: str) -> Runner:
-    return _load(model_id, device, precision)
+def _custom_runner(model_id: str, device: str, precision: str, memory: str) -> Runner:
+    return _load(model_id, device, precision, memory)
 
 
-def get_runner(model_id: str, device: str, precision: str = "auto") -> Runner:
-    """One loaded model per id, device and precision, shared by every session and never mutated. The shipped
-    models stay loaded; of the custom folders and hub ids, the MAX_CUSTOM_MODELS used last (a server must not
-    keep every folder anyone typed). A model trained or uploaded in this session is its own (ui/session_models.py),
-    on the device it was made on. ValueError with a clear message for a model that cannot be loaded."""
+def get_runner(model_id: str, device: str, precision: str = "auto", memory: str = "") -> Runner:
+    """One loaded model per id, device (or SPREAD, under the `memory` budgets) and precision, shared by every
+    session and never mutated. The shipped models stay loaded; of the custom folders and hub ids, the
+    MAX_CUSTOM_MODELS used last (a server must not keep every folder anyone typed). A model trained or uploaded in
+    this session is its own (ui/session_models.py), on the device it was made on. ValueError with a clear message
+    for a model that cannot be loaded."""
     own = session_runner(model_id)
     if own is not None:
         return own
+    if device != SPREAD:
+        memory = ""  # budgets mean nothing on one device: one cache entry, whatever the box holds
     cached = _named_runner if model_id in list_model_ids() else _custom_runner
-    return _readable_failures(f"Loading {model_id}", lambda: cached(model_id, device, precision))
+    return _readable_failures(f"Loading {model_id}", lambda: cached(model_id, device, precision, memory))
 
 
 def trace_for(request: RunRequest, hooks: tuple[str, ...] = PATTERNS, causal: CausalMode | None = None,
@@ -101,7 +112,7 @@ def trace_for(request: RunRequest, hooks: tuple[str, ...] = PATTERNS, causal: Ca
     given, from the shared cache (computed once). `summarised`: every attention site reduced in the run, for the
     views of the whole text (the frame's run: the Overview and Attention pages read it; ui/site_summary.py). Returns
     (trace, kept): kept is False when it was too large for the budget (it will be computed again)."""
-    runner = get_runner(request.model_id, request.device, request.precision)
+    runner = runner_of(request)
     options = request.options(hooks, causal, pad_to, blocked, ablated, ablation)
     if summarised:
         options = replace(options, summarised=True)

@@ -7,6 +7,7 @@ import torch
 DEVICE_CHOICES = ("auto", "cpu", "cuda", "mps")
 PRECISIONS = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 PRECISION_CHOICES = ("auto", *PRECISIONS)
+SPREAD = "spread"  # a Hugging Face model's layers over the GPUs, the CPU and the disk (model/hf/placement.py)
 
 
 def available_devices() -> list[str]:

@@ -10,6 +10,7 @@ from torch import nn
 
 from model.core.devices import precision_name
 from model.core.trace.trace import ModelFacts
+from model.hf.placement import device_words
 from model.hf.taps import Family
 
 LONGEST_INPUT = 8192  # tokens at most, whatever the model allows (T5 has no position limit of its own)
@@ -115,7 +116,7 @@ def model_facts(model_id: str, model: nn.Module, family: Family, notes: dict[str
         positional=family.positional,
         norm=family.norm,
         n_params=sum(p.numel() for p in model.parameters()),
-        device=str(model.device),
+        device=device_words(model),
         notes=notes,
         precision=precision_name(model.dtype),
         windows=list(family.windows),

@@ -19,8 +19,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from model.core.capture.record import model_lock
 from model.hf.families import Kind, family_of, kind_of
 from model.hf.heads import ATTENTION, register_attention
+from model.hf.placement import Placement, budgets_text, is_spread, placement_words, serialise
 from model.hf.runner import HFRunner
 
 HUB_HOST = ("huggingface.co", 443)
@@ -121,10 +123,12 @@ def load_hf_runner(
     load_kwargs: dict[str, Any] | None = None,
     origin: str | None = None,
     precision: torch.dtype = torch.float32,
+    placement: Placement | None = None,
 ) -> HFRunner:
     """Load the model at `source` (a folder, or a hub id) on `device` in `precision` and wrap it in an HFRunner
-    (its CPU copy, for runs a GPU cannot hold, is float32). origin: where it comes from, as the model card says
-    it (default: "a local folder" or the hub id)."""
+    (its CPU copy, for runs a GPU cannot hold, is float32); or, given a `placement`, spread over the devices
+    accelerate finds (model/hf/placement.py; `device` unused, no CPU copy). origin: where it comes from, as the
+    model card says it (default: "a local folder" or the hub id)."""
     import transformers
 
     transformers.utils.logging.disable_progress_bar()
@@ -143,14 +147,15 @@ def load_hf_runner(
         config = transformers.AutoConfig.from_pretrained(where, **common)
         kind = kind_of(config.model_type)
 
-        def load_model(on: torch.device | str, dtype: torch.dtype = torch.float32) -> nn.Module:
+        def load_model(on: torch.device | str | Placement, dtype: torch.dtype = torch.float32) -> nn.Module:
+            spread = on.load_kwargs() if isinstance(on, Placement) else {}
             model = _model_class(kind).from_pretrained(
-                where, attn_implementation=ATTENTION, use_safetensors=True, dtype=dtype, **common
+                where, attn_implementation=ATTENTION, use_safetensors=True, dtype=dtype, **common, **spread
             )
-            return model.to(on).eval()
+            return model.eval() if spread else model.to(on).eval()
 
         try:
-            model = load_model(device, precision)
+            model = load_model(placement or device, precision)
         except KeyError as error:  # transformers looked the implementation up in a table of its own
             if error.args != (ATTENTION,):
                 raise
@@ -162,7 +167,14 @@ def load_hf_runner(
         raise ValueError(_explain_load_failure(source, folder, common["local_files_only"], error)) from error
     origin = origin or ("a local folder" if local else f"the Hugging Face Hub ({source})")
     notes = {"comes from": origin, "load time": f"{time.perf_counter() - start:.1f} s"}
-    return HFRunner(model_id or source, model, tokenizer, family, notes, cpu_loader=lambda: load_model("cpu"))
+    if placement is None:
+        return HFRunner(model_id or source, model, tokenizer, family, notes, cpu_loader=lambda: load_model("cpu"))
+    if is_spread(model):
+        serialise(model, model_lock(model))
+        notes["where the layers are"] = placement_words(model.hf_device_map)
+    if placement.max_memory:
+        notes["memory budgets"] = budgets_text(placement.max_memory)
+    return HFRunner(model_id or source, model, tokenizer, family, notes)
 
 
 def _explain_load_failure(source: str, folder: Path | None, offline: bool, error: OSError) -> str:

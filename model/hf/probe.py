@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from model.core.capture.hooks import recording
+from model.hf.placement import input_device
 
 PROBE_TOKENS = 6
 
@@ -83,7 +84,7 @@ def probe_run(model: nn.Module, base: nn.Module, layers: nn.ModuleList, kind: st
             seen.setdefault(by_id[module], value[0].detach().float())
 
     vocab = model.get_input_embeddings().num_embeddings
-    ids = torch.arange(1, PROBE_TOKENS + 1, device=model.device)[None] % vocab  # (1, len)
+    ids = torch.arange(1, PROBE_TOKENS + 1, device=input_device(model))[None] % vocab  # (1, len)
     with _watching(watched, probe), recording(record, reports), torch.inference_mode():
         model(input_ids=ids, **({"use_cache": False} if kind == "decoder" else {}))
     return probe

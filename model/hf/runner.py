@@ -32,6 +32,7 @@ from model.core.trace.trace import OutputKind, Trace
 from model.hf.examples import EXAMPLES
 from model.hf.facts import model_facts
 from model.hf.inputs import masked_inputs
+from model.hf.placement import input_device
 from model.hf.stepper import hf_stepper
 from model.hf.taps import Family
 from model.hf.text import TokenText, eos_ids
@@ -119,7 +120,7 @@ class HFRunner:
         padded = options.padded(sequence, self.text.pad_id(), self.max_tokens)
         causal = options.causal_for(stack)
         allowed = self_attention_mask(len(padded), len(sequence), causal, options.blocked)
-        device = model.device
+        device = input_device(model)
         input_ids = torch.tensor([padded], device=device)
         # a causal LM computes the logits of the positions it is asked about only: (len, vocab) of them
         # would be 400 MB at 2k. Those are the last real token, and with a target every position before one.
@@ -164,8 +165,8 @@ class HFRunner:
         with torch.inference_mode():
             if causal and not blocked and not options.ablated:
                 generated = model.generate(
-                    torch.tensor([sequence], device=model.device),
-                    attention_mask=torch.ones(1, len(sequence), device=model.device),
+                    torch.tensor([sequence], device=input_device(model)),
+                    attention_mask=torch.ones(1, len(sequence), device=input_device(model)),
                     max_new_tokens=CONTINUATION_TOKENS - 1, do_sample=False, pad_token_id=self.text.pad_id(),
                 )
                 sequence = generated[0].tolist()
@@ -173,14 +174,14 @@ class HFRunner:
                 while len(sequence) - len(ids) < CONTINUATION_TOKENS and sequence[-1] not in eos_ids(model):
                     visible = tuple(pair for pair in blocked if max(pair) < len(sequence))
                     allowed = self_attention_mask(len(sequence), len(sequence), causal, visible)
-                    logits = model(**masked_inputs(torch.tensor([sequence], device=model.device), allowed,
+                    logits = model(**masked_inputs(torch.tensor([sequence], device=input_device(model)), allowed,
                                                    model.dtype), logits_to_keep=1).logits[0, -1]
                     sequence.append(int(logits.argmax()))
         return self.text.decode(sequence[len(ids):]), "generated"  # specials kept: an end token is news
 
     # -- encoder-decoder -----------------------------------------------------------------------
     def _run_encoder_decoder(self, model: nn.Module, text: str, target: str | None, options: RunOptions) -> Trace:
-        device = model.device
+        device = input_device(model)
         ids = self.text.encode(text)
         padded = options.padded(ids, self.text.pad_id(), self.max_tokens)
         src = torch.tensor([padded], device=device)
@@ -239,7 +240,7 @@ class HFRunner:
         if trace.options.pad_to:
             raise ValueError("Ablation reads the text as typed: turn padding off.")
         model, batch = self.model, len(rows)
-        device = model.device
+        device = input_device(model)
         ids = torch.tensor([trace.ids], device=device).expand(batch, -1)  # (batch, len)
         masks = {site: torch.as_tensor(mask, device=device)[None, None].expand(batch, 1, -1, -1)
                  for site, mask in trace.masks.items()}  # (batch, 1, q_len, k_len)

@@ -21,6 +21,7 @@ from model.core.generation.decoding import Stepper
 from model.core.masks import additive_mask, self_attention_mask
 from model.core.options import RunOptions
 from model.hf.inputs import masked_inputs
+from model.hf.placement import input_device
 from model.hf.text import TokenText, eos_ids
 
 Taps = Mapping[str, ModuleTap | ReportedTap]  # a loaded model's hook name -> where its value is read
@@ -57,9 +58,9 @@ def _full_forward(model: nn.Module, taps: Taps, causal: bool):
     """Every step reads the whole sequence under the chosen causal mask."""
 
     def forward(ids: list[int]) -> tuple[torch.Tensor, dict]:
-        allowed = self_attention_mask(len(ids), len(ids), causal, (), model.device)
+        allowed = self_attention_mask(len(ids), len(ids), causal, (), input_device(model))
         out, captured = capture(model, taps, SELF_PATTERNS, lambda: model(
-            **masked_inputs(torch.tensor([ids], device=model.device), allowed, model.dtype), logits_to_keep=1,
+            **masked_inputs(torch.tensor([ids], device=input_device(model)), allowed, model.dtype), logits_to_keep=1,
             use_cache=False))
         return out.logits[0, -1], captured
 
@@ -74,10 +75,10 @@ def _cached_forward(model: nn.Module, taps: Taps):
         seen = state["seen"]
         if ids[: len(seen)] != seen or len(ids) <= len(seen):  # another branch (a forced token): start again
             state["cache"], seen = DynamicCache(config=model.config), []
-        new = torch.tensor([ids[len(seen):]], device=model.device)
+        new = torch.tensor([ids[len(seen):]], device=input_device(model))
         out, captured = capture(model, taps, SELF_PATTERNS, lambda: model(
             input_ids=new, past_key_values=state["cache"], use_cache=True, logits_to_keep=1,
-            attention_mask=torch.ones(1, len(ids), dtype=torch.long, device=model.device)))
+            attention_mask=torch.ones(1, len(ids), dtype=torch.long, device=input_device(model))))
         state["seen"] = list(ids)
         return out.logits[0, -1], captured
 
@@ -86,7 +87,7 @@ def _cached_forward(model: nn.Module, taps: Taps):
 
 def _seq2seq_forward(model: nn.Module, taps: Taps, source: list[int], options: RunOptions):
     """The encoder once (under the chosen masks), then the decoder's whole input at each step."""
-    device = model.device
+    device = input_device(model)
     src = torch.tensor([source], device=device)
     enc_allowed = self_attention_mask(len(source), len(source), options.causal_for("encoder"), (), device)
     with torch.inference_mode():

@@ -24,6 +24,7 @@ from torch import nn
 from model.core.attention.source import PatternSource
 from model.core.runner import Runner
 from model.core.trace.sites import Site
+from model.hf.placement import computing_device, exclusive, weights_at_hand
 from model.hf.taps import norm_eps
 from model.inspect.norm_output import norm_affine
 from model.inspect.rotary import rotary_tables
@@ -151,7 +152,7 @@ def _query_key_norm(module: nn.Module, names: tuple[str, ...], whole: Affine, he
 
 def _affine(layer: nn.Module) -> Affine:
     """A Linear (weight (out, in)) or a GPT-2 Conv1D (weight (in, out)) as x @ W + b."""
-    with torch.no_grad():
+    with torch.no_grad(), weights_at_hand(layer):
         weight = layer.weight.detach().float().cpu().numpy()
         bias = None if getattr(layer, "bias", None) is None else layer.bias.detach().float().cpu().numpy()
     return (weight if type(layer).__name__ == "Conv1D" else weight.T), bias
@@ -239,6 +240,7 @@ def _t5_bias(model: nn.Module, site: str, head: int, q_len: int, k_len: int) -> 
     if where.is_cross:
         return np.zeros((q_len, k_len), dtype=np.float32)
     first = getattr(model.base_model, where.stack).block[0].layer[0].SelfAttention
-    with torch.no_grad():
-        bias = first.compute_bias(q_len, k_len, device=first.relative_attention_bias.weight.device)
+    table = first.relative_attention_bias  # an Embedding (buckets, heads)
+    with torch.no_grad(), exclusive(table):
+        bias = first.compute_bias(q_len, k_len, device=computing_device(table))
     return bias[0, head].float().cpu().numpy()  # (1, heads, q_len, k_len) -> (q_len, k_len)

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from model.core.runner import Runner
+from model.hf.placement import computing_device, exclusive
 from model.hf.taps import norm_eps
 
 
@@ -31,9 +32,10 @@ def norm_affine(module: nn.Module) -> tuple[np.ndarray, np.ndarray]:
         return np.ones(1), np.zeros(1)
     parameter = next(iter(module.parameters()), None)
     width = parameter.shape[-1] if parameter is not None else module.normalized_shape[-1]
-    dtype, device = (parameter.dtype, parameter.device) if parameter is not None else (torch.float32, "cpu")
+    dtype = parameter.dtype if parameter is not None else torch.float32
+    device = computing_device(module)
     e = torch.tensor([1.0, -1.0], dtype=torch.float64).repeat((width + 1) // 2)[:width]
-    with torch.no_grad():
+    with torch.no_grad(), exclusive(module):
         plus, minus = (module(sign * e.to(dtype=dtype, device=device)).double().cpu() for sign in (1, -1))
     gain = (plus - minus) / 2 * np.sqrt(1 + norm_eps(module)) / e
     return gain.numpy(), ((plus + minus) / 2).numpy()

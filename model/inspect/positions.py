@@ -13,6 +13,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from model.hf.placement import weights_at_hand
 from model.inspect.rotary import rotary_tables, rotate
 
 SchemeKind = Literal["sinusoidal", "learned", "rotary", "relative", "none"]
@@ -63,7 +64,8 @@ def position_scheme(runner: Any, stack: str, length: int) -> PositionScheme:
 
 
 def _weight(module: torch.nn.Module) -> np.ndarray:
-    return module.weight.detach().cpu().float().numpy()
+    with weights_at_hand(module):
+        return module.weight.detach().cpu().float().numpy()
 
 
 def _absolute(model: torch.nn.Module, path: str) -> PositionScheme:

@@ -12,6 +12,7 @@ from torch import nn
 
 from model.core.runner import Runner
 from model.core.trace.trace import Trace
+from model.hf.placement import computing_device, exclusive, input_device
 from model.hf.runner import HFRunner
 from model.inspect.lens import Unembedding
 from model.scratch.transformer import EncoderDecoder
@@ -61,8 +62,9 @@ def _hf_unembedding(runner: HFRunner) -> Unembedding | str:
     cap = getattr(model.config, "final_logit_softcapping", None)  # Gemma 2: c tanh(logits / c)
 
     def readout(x: torch.Tensor) -> torch.Tensor:  # (rows, d_model) -> (rows, vocab)
-        x = x.to(head.weight.device, head.weight.dtype)
-        logits = head((final(x) if final is not None else x) * scale)
+        with exclusive(head):  # and the final norm: the same model's lock
+            x = x.to(computing_device(head), head.weight.dtype)
+            logits = head((final(x) if final is not None else x) * scale)
         logits = logits + bias if bias is not None else logits
         return (torch.tanh(logits / cap) * cap if cap else logits).float().cpu()
 
@@ -83,9 +85,9 @@ def forward_for(runner: Runner, trace: Trace) -> tuple[nn.Module, Callable[[], A
         return model, lambda: model(src)
     if isinstance(runner, HFRunner):
         model = runner.model
-        src = torch.tensor([ids], device=model.device)
+        src = torch.tensor([ids], device=input_device(model))
         if runner.family.kind == "encoder-decoder":
-            tgt = torch.tensor([target_ids], device=model.device)
+            tgt = torch.tensor([target_ids], device=input_device(model))
             return model, lambda: model(input_ids=src, decoder_input_ids=tgt, use_cache=False)
         if runner.family.kind == "decoder":
             return model, lambda: model(input_ids=src, logits_to_keep=1, use_cache=False)
