@@ -89,9 +89,9 @@ def capture(
     (model/core/attention/source.py), computed when read. With `summarised`, each attention site whose patterns
     come so is also reduced on the model's device as each layer reports its pattern (model/core/attention/summary.py:
     thumbnails, statistics, rollout; batch row 0), under its site name, and in a run of one sequence
-    the layer's attention output is computed from the probabilities that summary reads. A pattern's source moves
-    to the host as its layer reports it (model/core/capture/host_copies.py): the device holds no layer's after its
-    own."""
+    the layer's attention output is computed from the probabilities that summary reads. Every value, and a
+    pattern's source, moves to the host as its layer reports it (model/core/capture/host_copies.py): a device holds
+    no layer's after its own."""
     wanted_points: set[str] = set()  # names reported to the recorder: HookPoints and ReportedTaps
     reports: dict[nn.Module, dict[str, str]] = {}  # module -> {quantity: hook name}
     module_taps: dict[str, ModuleTap] = {}
@@ -104,13 +104,16 @@ def capture(
             reports.setdefault(tap.module, {})[tap.quantity] = name
         else:
             module_taps[name] = tap if isinstance(tap, ModuleTap) else ModuleTap(tap)
-    store: dict[str, torch.Tensor | PatternSource] = {}  # in the order the forward pass reaches the taps
+    store: dict[str, np.ndarray | PatternSource] = {}  # in the order the forward pass reaches the taps
     copies = HostCopies()
     converted: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # the mask and bias every layer reads, converted once
     summarisers: dict[str, SiteSummariser] = {}
     scratch = Scratch()  # what every layer's summary computes its blocks in
     report = getattr(_progress, "report", None)
     patterns = {name for name in wanted_points if name.endswith(PATTERN_SUFFIX)}  # the layers `report` counts
+
+    def keep(name: str, value: torch.Tensor) -> None:
+        store[name] = copies.array(value)
 
     def record(name: str, value: torch.Tensor | PatternInputs) -> None:
         if name not in wanted_points:
@@ -123,8 +126,9 @@ def capture(
                     summarisers[site.name] = SiteSummariser(source[0].shape, THUMBNAIL_SIZE,
                                                               not site.is_cross)
                 summarisers[site.name].add_layer(value.summary_rows(source, summarisers[site.name].layout, scratch))
-            value = copies.source(source)
-        store[name] = value  # an inference-mode tensor: nothing to detach
+            store[name] = copies.source(source)
+        else:
+            keep(name, value)  # an inference-mode tensor: nothing to detach
         if report is not None and name in patterns:
             report(len(patterns & store.keys()), len(patterns))
 
@@ -133,25 +137,23 @@ def capture(
         handles = []
         try:
             for name, tap in module_taps.items():
-                hook = _thread_hook(name, tap.read, store)
+                hook = _thread_hook(name, tap.read, keep)
                 handles.append(tap.module.register_forward_hook(hook, with_kwargs=True))
             with recording(record, reports), torch.inference_mode():
                 result = run()
         finally:
             for handle in handles:
                 handle.remove()
-    captured = {name: copies.array(value) if isinstance(value, torch.Tensor) else value
-                for name, value in store.items()}
     copies.wait()
-    return result, {**captured, **{site: summariser.result() for site, summariser in summarisers.items()}}
+    return result, {**store, **{site: summariser.result() for site, summariser in summarisers.items()}}
 
 
-def _thread_hook(name: str, read: Reader, store: dict[str, torch.Tensor]):
-    """A forward hook that stores `read(...)` under `name`, for calls from the registering thread only."""
+def _thread_hook(name: str, read: Reader, keep: Callable[[str, torch.Tensor], None]):
+    """A forward hook that keeps `read(...)` under `name`, for calls from the registering thread only."""
     owner = threading.get_ident()
 
     def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
         if threading.get_ident() == owner:
-            store[name] = read(args, kwargs, output).detach()
+            keep(name, read(args, kwargs, output).detach())
 
     return hook
