@@ -1,5 +1,7 @@
 """`python -m model`: lists models, writes a Trace file that loads back, refuses bad input clearly."""
 
+import contextlib
+import io
 import json
 import subprocess
 import sys
@@ -8,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from model.__main__ import main
 from model.core.trace.file import load_trace
 from model.registry import list_model_ids
 from tests.tiny_hf import build
@@ -16,12 +19,19 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "model", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
+    """`python -m model *args` run in this process (its main, as the module runs it): the exit status and output."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(args))
+        except SystemExit as stopped:  # argparse's own errors
+            code = stopped.code
+    return subprocess.CompletedProcess(["python", "-m", "model", *args], code, out.getvalue(), err.getvalue())
 
 
 def test_list_prints_one_model_id_a_line() -> None:
-    result = _cli("--list")
+    result = subprocess.run([sys.executable, "-m", "model", "--list"], cwd=ROOT, capture_output=True, text=True,
+                            timeout=120)  # the command itself, once
     assert result.returncode == 0
     assert result.stdout.splitlines() == list_model_ids()
 
