@@ -7,7 +7,13 @@ import os
 import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
+
+import torch
+
+from bench.gpu_capture import count_synchronisations, with_blocks
+from model.core.attention import source
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -21,3 +27,28 @@ def test_the_gpu_benchmark_runs_on_the_cpu_with_a_block_size_sweep() -> None:
     assert difference < 1e-4
     for way in ("sdpa", "capture + summary", "eager", "capture + summary, blocks 16 rows / 1 MiB"):
         assert re.search(rf"^  {re.escape(way)} +\d", done.stdout, re.MULTILINE), way
+    assert re.search(r"^  capture \+ summary +.*time <= 1\.5 x sdpa: \w+; memory <= 1\.5 x sdpa's", done.stdout,
+                     re.MULTILINE)
+
+
+def test_a_block_size_asked_for_sets_the_cpus_and_the_gpus_limits_while_it_runs() -> None:
+    seen = with_blocks(512, 64, lambda: (source.ROW_BLOCK, source.BLOCK_BYTES, source.DEVICE_ROW_BLOCK,
+                                         source.DEVICE_BLOCK_BYTES))()
+    assert seen == (512, 64 << 20, 512, 64 << 20)
+    assert (source.ROW_BLOCK, source.DEVICE_BLOCK_BYTES) == (128, 1 << 30)  # restored
+
+
+def test_synchronisations_are_counted_by_the_line_that_caused_them(monkeypatch) -> None:
+    """torch's sync debug mode warns once a synchronisation (here the warnings are made, with no GPU)."""
+    modes = []
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", modes.append)
+
+    def work() -> None:
+        for _ in range(3):
+            warnings.warn("called a synchronizing CUDA operation", stacklevel=1)
+        warnings.warn("called a synchronizing CUDA operation", stacklevel=1)
+        warnings.warn("something else", stacklevel=1)
+
+    found = count_synchronisations(work)
+    assert sorted(found.values()) == [1, 3] and all(line.startswith("test_bench_gpu_capture.py:") for line in found)
+    assert modes == ["warn", "default"]

@@ -16,6 +16,7 @@ class BlockMeans:
     def __init__(self, lead: tuple[int, ...], n_rows: int, n_cols: int, size: int) -> None:
         row_starts = block_starts(n_rows, size)  # (blocks + 1,)
         self.row_block = np.searchsorted(row_starts[:-1], np.arange(n_rows), side="right") - 1  # (n_rows,)
+        self.row_block_at = torch.from_numpy(self.row_block)  # the same where the rows are (moved once)
         self.row_counts = torch.from_numpy(np.diff(row_starts)).float()
         self.rows_each = n_rows // len(self.row_counts) if n_rows % len(self.row_counts) == 0 else 0  # 0: unequal
         self.col_starts = block_starts(n_cols, size)  # (blocks + 1,)
@@ -47,15 +48,17 @@ class BlockMeans:
 
     def _row_block_sums(self, start: int, rows: torch.Tensor) -> tuple[int, torch.Tensor]:
         """(the first row block, (..., row blocks, width)): rows start.. summed into the row blocks they fall in
-        (those blocks may have rows in other calls too). Moves the sums where the rows are, on first use."""
+        (those blocks may have rows in other calls too). Moves the sums and the indices where the rows are, on first
+        use: no copy a block (on a GPU each would wait for it)."""
         if self.sums.device != rows.device:
             self.sums, self.counts = self.sums.to(rows.device), self.counts.to(rows.device)
+            self.row_counts, self.row_block_at = self.row_counts.to(rows.device), self.row_block_at.to(rows.device)
         n, width = rows.shape[-2:]
         blocks = self.row_block[start : start + n]  # each row's block, ascending
         first, count = int(blocks[0]), int(blocks[-1] - blocks[0]) + 1
         if self.rows_each and start % self.rows_each == 0 and n % self.rows_each == 0:  # whole equal blocks
             return first, rows if self.rows_each == 1 else rows.unflatten(-2, (count, self.rows_each)).sum(-2)
-        local = torch.from_numpy(blocks - first).to(rows.device)
+        local = self.row_block_at[start : start + n] - first
         return first, rows.new_zeros(*rows.shape[:-2], count, width).index_add_(-2, local, rows)
 
     def means(self) -> torch.Tensor:

@@ -10,7 +10,7 @@ import torch
 
 from model.core.attention.row_reduction import ReducedRows, RowLayout
 from model.core.attention.scratch import Scratch
-from model.core.attention.source import PatternSource
+from model.core.attention.source import PatternSource, kept_dtype
 
 
 @dataclass
@@ -36,13 +36,15 @@ class PatternInputs:
             yield from source[0].reduced_rows(layout, scratch=scratch)
             return
         heads, q_len, d_head = self.query.shape[1:]
-        output = torch.empty(heads, q_len, d_head, device=self.query.device)  # float32
+        output = torch.empty(heads, q_len, d_head, device=self.query.device, dtype=source.products_dtype)
         yield from source[0].reduced_rows(layout, self.value[0], output, scratch)
         self.output = output.to(self.query.dtype).transpose(0, 1)[None]
 
     def source(self, converted: dict[int, tuple[torch.Tensor, torch.Tensor]]) -> PatternSource:
         """A PatternSource of tensors on the model's device, batch kept (the mask and the bias: batch or 1): queries
-        and keys in float32 (a pattern is computed exactly from them), the mask as bool. `converted` holds what was
+        and keys in float32, or in bfloat16 where a bfloat16 model runs off the CPU (`kept_dtype`: its summary's
+        products then run in bfloat16; a pattern is computed from them in float32, exactly, either way), the mask as
+        bool. `converted` holds what was
         converted already, by tensor (kept alive with it): every layer reads the same mask and bias tensors,
         converted once for all."""
 
@@ -58,5 +60,6 @@ class PatternInputs:
             minimum = torch.finfo(self.mask.dtype).min
             allowed = once(self.mask, lambda m: m[:, 0, :, :k_len] > minimum / 2)  # (batch or 1, q_len, k_len)
         bias = None if self.bias is None else once(self.bias, lambda b: b.float())
-        return PatternSource(query=self.query.float(), key=self.key.float(), scale=self.scale, allowed=allowed,
+        dtype = kept_dtype(self.query.dtype, self.query.device)
+        return PatternSource(query=self.query.to(dtype), key=self.key.to(dtype), scale=self.scale, allowed=allowed,
                              bias=bias, softcap=self.softcap, device=str(self.query.device))

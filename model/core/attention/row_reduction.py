@@ -9,6 +9,7 @@ makes the probabilities too (model/core/attention/source.py `PatternSource.reduc
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -80,15 +81,30 @@ def row_distances(first: int, p: torch.Tensor) -> torch.Tensor:
 
 def column_block_sums(rows: torch.Tensor, starts: np.ndarray) -> torch.Tensor:
     """(..., width) -> (..., len(starts) - 1): each row's sum over each block of columns starts[b]..starts[b+1]-1,
-    the columns from `width` on 0."""
+    the columns from `width` on 0. Nothing waits for the device, and no temporary is as large as `rows`."""
     width, n_blocks = rows.shape[-1], len(starts) - 1
     n = int(starts[-1])
     if n == n_blocks:  # a block a column
         return torch.nn.functional.pad(rows, (0, n - width))
-    if n % n_blocks == 0:  # equal blocks: the hidden columns' zeros added, then a reshape and a sum
-        return torch.nn.functional.pad(rows, (0, n - width)).unflatten(-1, (n_blocks, -1)).sum(-1)
-    bounds = np.minimum(starts, width)  # blocks after `width` are empty: their sums 0
+    if n % n_blocks == 0:  # equal blocks: the whole blocks seen summed after a reshape, then the one cut at `width`
+        each = n // n_blocks
+        whole = width // each
+        sums = rows[..., : whole * each].unflatten(-1, (whole, each)).sum(-1)
+        if width > whole * each:
+            sums = torch.cat([sums, rows[..., whole * each :].sum(-1, keepdim=True)], -1)
+        return torch.nn.functional.pad(sums, (0, n_blocks - sums.shape[-1]))  # blocks after `width`: 0
     exact = torch.float32 if rows.device.type == "mps" else torch.float64  # differences stay exact (MPS has no
     running = torch.nn.functional.pad(rows.to(exact).cumsum(-1), (1, 0))  # float64)
-    at = torch.from_numpy(bounds).to(rows.device)
+    at = _on_device(starts, rows.device).clamp(max=width)  # blocks after `width` are empty: their sums 0
     return (running[..., at[1:]] - running[..., at[:-1]]).float()
+
+
+def _on_device(starts: np.ndarray, device: torch.device) -> torch.Tensor:
+    """Column block starts as a tensor on `device`, sent once for every call with the same starts (a summary's layout
+    reads the same every block)."""
+    return _sent(starts.tobytes(), starts.dtype.str, device)
+
+
+@functools.lru_cache(maxsize=16)
+def _sent(data: bytes, dtype: str, device: torch.device) -> torch.Tensor:
+    return torch.from_numpy(np.frombuffer(data, dtype=dtype).astype(np.int64)).to(device)

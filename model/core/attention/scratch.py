@@ -9,29 +9,46 @@ from model.core.attention.arrays import on_host
 
 
 class Scratch:
-    """The float32 buffers every block of a pattern is computed in (its scores; for torch's softmax, its
-    probabilities), grown when a block needs more: on the CPU a fresh block-sized tensor for every block cost, in
-    page faults, about as much again as the block's arithmetic. One pass over many layers keeps one (a capture's
-    summary), so all its blocks reuse the same memory, and each mask's spans (`mask_spans`) are found once for every
-    layer that reads it."""
+    """The buffers every block of a pattern is computed in (its float32 scores; for torch's softmax, its float32
+    probabilities; for bfloat16 matrix products, a bfloat16 copy), grown when a block needs more: on the CPU a fresh
+    block-sized tensor for every block cost, in page faults, about as much again as the block's arithmetic. One pass
+    over many layers keeps one (a capture's summary), so all its blocks reuse the same memory, the GPU's free memory
+    that sizes its blocks (model/core/attention/source.py `block_rows`) is read once, and each mask's spans
+    (`mask_spans`) are found once for every layer that reads it."""
 
     def __init__(self) -> None:
-        self._memory: list[torch.Tensor | None] = [None, None]  # scores, probabilities: (floats,) each
+        self._memory: list[torch.Tensor | None] = [None, None, None]  # scores, probabilities, products: (n,) each
         self._spans: dict[tuple, tuple[torch.Tensor, list[tuple[int, int, bool]]]] = {}  # by mask: (mask, spans)
+        self._free: dict[torch.device, int] = {}  # bytes free on a GPU when this scratch first computed there
 
     def scores(self, shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
         """A contiguous float32 tensor of `shape` on `device` for a block's scores, overwritten by the next call."""
-        return self._buffer(0, shape, device)
+        return self._buffer(0, shape, device, torch.float32)
 
     def probabilities(self, shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
         """The same for a block's probabilities."""
-        return self._buffer(1, shape, device)
+        return self._buffer(1, shape, device, torch.float32)
 
-    def _buffer(self, index: int, shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    def products(self, shape: tuple[int, ...], device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+        """The same in `dtype` for a block's matrix products in it (Q K^T, then the probabilities that multiply V)."""
+        return self._buffer(2, shape, device, dtype)
+
+    def _buffer(self, index: int, shape: tuple[int, ...], device: torch.device, dtype: torch.dtype) -> torch.Tensor:
         size, memory = int(np.prod(shape)), self._memory[index]
-        if memory is None or len(memory) < size or memory.device != device:
-            memory = self._memory[index] = torch.empty(size, device=device)
+        if memory is None or len(memory) < size or memory.device != device or memory.dtype != dtype:
+            self._memory[index] = memory = None  # the old buffer freed before the new one is made
+            memory = self._memory[index] = torch.empty(size, device=device, dtype=dtype)
         return memory[:size].view(shape)
+
+    def free_bytes(self, device: torch.device) -> int | None:
+        """The bytes free on a CUDA `device` when this scratch first asked (the driver's free memory and what torch
+        holds unused), read once a pass; None elsewhere."""
+        if device.type != "cuda":
+            return None
+        if device not in self._free:
+            free, _ = torch.cuda.mem_get_info(device)
+            self._free[device] = free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        return self._free[device]
 
     def spans(self, allowed: torch.Tensor, step: int) -> list[tuple[int, int, bool]]:
         """`mask_spans(allowed, step)`, remembered while this scratch lives. The mask is known by its memory, which

@@ -26,15 +26,40 @@ from model.core.attention.block_means import BlockMeans
 from model.core.attention.row_reduction import STATISTICS, ReducedRows, RowLayout, reduce_rows
 from model.core.attention.scratch import Scratch
 
-ROW_BLOCK = 128  # query rows computed at once, at most: bounds the scratch to heads x 128 x k_len floats; fewer rows
-# skip more of a causal mask's hidden keys, at a fixed cost a block (128 was the fastest at 512 and 2,048 tokens)
+ROW_BLOCK = 128  # query rows computed at once on the CPU (and MPS), at most: fewer rows skip more of a causal mask's
+# hidden keys, at a fixed cost a block (128 was the fastest at 512 and 2,048 tokens)
 BLOCK_BYTES = 32 << 20  # and fewer rows where one (heads, rows, k_len) float32 block would be larger (long texts)
+DEVICE_ROW_BLOCK = 8192  # on CUDA, where each block costs its twenty-odd kernel launches whatever its size: rows a
+# block at most (a whole text up to 8,192 tokens where it fits)
+DEVICE_BLOCK_BYTES = 1 << 30  # and the memory a block works in at most (`WORKING_FLOATS` float32 blocks)
+FREE_SHARE = 0.25  # nor more than this share of the memory the GPU has free when a pass starts
+WORKING_FLOATS = 4  # float32 (heads, rows, k_len) blocks' worth of memory the torch ops work in: the scores, the
+# probabilities, their bfloat16 copy for the matrix products, the reductions' temporaries
 LOG2_E = float(np.log2(np.e))  # scores are computed in bits (x log2 e): exp2 took a quarter of exp's time on the CPU
 EXP_FLOOR = -112.0  # scores in bits (less each row's greatest) are raised to this before exp2: 2^-112 over a row's
 # sum (at most 8,192 = 2^13 keys) stays above 2^-126, float32's smallest normal number. exp2 took four times as long
 # where its results are smaller (subnormal or 0; exp, 60x), and so do products with them. A key's probability then
 # differs from eager attention's by under 1e-33, except hidden keys', set to exactly 0.
 _TORCH = {np.dtype(np.float16): torch.float16, np.dtype(np.float32): torch.float32}
+
+
+def block_rows(device_type: str, heads: int, k_len: int, free_bytes: int | None = None) -> int:
+    """Query rows a block of (heads, rows, k_len) scores: on CUDA, as many as `DEVICE_BLOCK_BYTES` or `FREE_SHARE` of
+    `free_bytes` (the memory free when the pass started) hold, up to `DEVICE_ROW_BLOCK`; elsewhere (the CPU, MPS) up to
+    `ROW_BLOCK`, one float32 block at most `BLOCK_BYTES`. 16 at least."""
+    if device_type == "cuda" and free_bytes is not None:
+        working = min(int(free_bytes * FREE_SHARE), DEVICE_BLOCK_BYTES)
+        budget, most = working // WORKING_FLOATS, DEVICE_ROW_BLOCK
+    else:
+        budget, most = BLOCK_BYTES, ROW_BLOCK
+    return int(np.clip(budget // (4 * heads * k_len), 16, most))
+
+
+def kept_dtype(dtype: torch.dtype, device: torch.device) -> torch.dtype:
+    """The dtype a capture keeps the queries and keys of a model running in `dtype` on `device` in: bfloat16 off the
+    CPU where the model runs in it (a summary's Q K^T and P V then run on tensor cores, `products_dtype`), else float32
+    (what the CPU's kernel reads)."""
+    return torch.bfloat16 if dtype == torch.bfloat16 and device.type != "cpu" else torch.float32
 
 
 @dataclass(frozen=True)
@@ -44,7 +69,8 @@ class PatternSource:
     A trace keeps host numpy arrays; while a capture summarises its run (model/core/attention/summary.py) the arrays are
     the capture's own tensors, still on the model's device. Either way the probabilities are computed on `device`."""
 
-    query: Array  # (heads, q_len, d_head): what attention read (rotated in rotary models)
+    query: Array  # (heads, q_len, d_head): what attention read (rotated in rotary models); float32, or bfloat16
+    # on a GPU while a bfloat16 model's capture summarises (`kept_dtype`)
     key: Array  # (kv_heads, k_len, d_head); query head h reads key head h // (heads / kv_heads)
     scale: float  # the scores' factor (1/sqrt(d_head) in most models; T5: 1)
     allowed: Array  # (q_len, k_len) bool: True where the mask let the query see the key
@@ -96,22 +122,34 @@ class PatternSource:
         head_ids = np.atleast_1d(np.arange(self.query.shape[0])[heads])
         return head_ids, np.atleast_1d(np.arange(self.query.shape[1])[rows])
 
+    @property
+    def products_dtype(self) -> torch.dtype:
+        """What a summary's Q K^T and P V run in (`reduced_rows`): bfloat16 where the queries kept are (`kept_dtype`:
+        a bfloat16 model off the CPU), else float32. The softmax and every sum are float32 either way, as eager
+        attention's in bfloat16; the patterns a page reads (`pattern`, `shrunk`, `blocks`) are float32 products."""
+        bf16 = isinstance(self.query, torch.Tensor) and self.query.dtype == torch.bfloat16
+        return torch.bfloat16 if bf16 else torch.float32
+
     def reduced_rows(self, layout: RowLayout, value: torch.Tensor | None = None, output: torch.Tensor | None = None,
                      scratch: Scratch | None = None) -> Iterator[ReducedRows]:
         """Every head's pattern reduced a block of query rows at a time (model/core/attention/row_reduction.py), for the
         one pass that summarises a layer (model/core/attention/summary.py). Given the layer's `value` (kv_heads, k_len,
         d_head) on `device`, each block's attention output (its probabilities times the values) is written into `output`
-        (heads, q_len, d_head) float32 as well: the layer's attention computed once for the forward pass and for the
-        summary. On the CPU the native kernel makes a block's probabilities and reductions in one pass over each row
-        (model/core/attention/native), elsewhere (or where it did not compile) torch ops. `scratch`: buffers to compute
-        in, kept by a caller that reads many layers."""
+        (heads, q_len, d_head) as well: the layer's attention computed once for the forward pass and for the summary.
+        On the CPU the native kernel makes a block's probabilities and reductions in one pass over each row
+        (model/core/attention/native), elsewhere (or where it did not compile) torch ops, the matrix products in
+        `products_dtype`. Nothing waits for the device: the reductions stay where they are made. `scratch`: buffers to
+        compute in, kept by a caller that reads many layers."""
         scratch = scratch or Scratch()
         kernel = native.attention_rows() if torch.device(self.device).type == "cpu" else None
+        dtype = torch.float32 if kernel is not None else self.products_dtype
         blocks = (self._native_blocks(kernel, layout, scratch) if kernel is not None
-                  else self._torch_blocks(layout, scratch))
-        value = None if value is None else value.float()
+                  else self._torch_blocks(layout, scratch, dtype))
+        value = None if value is None else value.to(dtype)
         for p, reduced in blocks:
             if value is not None:  # each group of heads reads one value head: (kv_heads, group x rows, d_head)
+                if dtype != p.dtype:  # rounded, as eager attention's probabilities before its P V
+                    p = scratch.products(p.shape, p.device, dtype).copy_(p)
                 grouped = torch.matmul(p.view(len(value), -1, p.shape[-1]), value[:, : p.shape[-1]])
                 output[:, reduced.start : reduced.start + p.shape[1]] = grouped.view(*p.shape[:2], -1)
             yield reduced
@@ -120,7 +158,7 @@ class PatternSource:
                        ) -> Iterator[tuple[torch.Tensor, ReducedRows]]:
         """(probabilities (heads, rows, seen), the block reduced) from the native kernel, a block of rows at a time."""
         heads, positions = self.query.shape[0], np.arange(self.query.shape[1])
-        for start, first, _, scores, allowed in self._scores(np.arange(heads), positions, scratch):
+        for start, first, _, scores, allowed in self._scores(np.arange(heads), positions, scratch, torch.float32):
             n, width = scores.shape[1:]
             thumbnail = torch.empty(heads, n, len(layout.thumbnail_starts) - 1)
             rollout = None if layout.rollout_starts is None else torch.empty(n, len(layout.rollout_starts) - 1)
@@ -129,10 +167,11 @@ class PatternSource:
                               layout.thumbnail_starts, thumbnail, layout.rollout_starts, rollout, statistics)
             yield scores, ReducedRows(start, statistics.sum(1), thumbnail, rollout, width > start + n)  # p, now
 
-    def _torch_blocks(self, layout: RowLayout, scratch: Scratch) -> Iterator[tuple[torch.Tensor, ReducedRows]]:
-        """`_native_blocks` made with torch ops, on `device`."""
+    def _torch_blocks(self, layout: RowLayout, scratch: Scratch, dtype: torch.dtype = torch.float32
+                      ) -> Iterator[tuple[torch.Tensor, ReducedRows]]:
+        """`_native_blocks` made with torch ops, on `device`, Q K^T in `dtype`."""
         positions = np.arange(self.query.shape[1])
-        for start, p, shifted, total in self._blocks(np.arange(self.query.shape[0]), positions, scratch):
+        for start, p, shifted, total in self._blocks(np.arange(self.query.shape[0]), positions, scratch, dtype):
             # -sum p log2 p with log2 p = shifted - log2 Z: log2 Z - sum p shifted (a hidden key adds 0 x its finite
             # score = 0); the products made in the scores' scratch
             entropy = total.log2_().sub_(shifted.mul_(p).sum(-1))  # (heads, rows)
@@ -140,21 +179,21 @@ class PatternSource:
             yield p, reduce_rows(start, p, layout, entropy, beyond_last=width > start + rows)
 
     def blocks(self, head_ids: np.ndarray, row_ids: np.ndarray) -> Iterator[tuple[int, torch.Tensor]]:
-        """(offset in row_ids, float32 probabilities (heads, block, seen) on `device`) for up to ROW_BLOCK query rows
-        at a time (BLOCK_BYTES a block at most): softmax(Q K^T x scale + bias + M), as eager attention computes it,
+        """(offset in row_ids, float32 probabilities (heads, block, seen) on `device`) for blocks of query rows as
+        `block_rows` sizes them: softmax(Q K^T x scale + bias + M), as eager attention computes it,
         for the keys 0..seen-1. The keys after those, hidden from every row of the block (a causal mask's future),
         are not computed: their probability is exactly 0, as in eager attention (a causal pattern costs about half
         the whole). A block is scratch the next one overwrites: read or copy it before asking for the next."""
         for start, p, _, _ in self._blocks(head_ids, row_ids, Scratch()):
             yield start, p
 
-    def _blocks(self, head_ids: np.ndarray, row_ids: np.ndarray, scratch: Scratch
-                ) -> Iterator[tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]]:
-        """`blocks`, with the scores they are the base-2 softmax of (in bits: eager's scores x log2 e), less each
-        row's greatest (so <= 0; floored at EXP_FLOOR, a hidden key's too), computed in `scratch`, and each row's sum
-        of 2^scores (heads, rows), Z."""
+    def _blocks(self, head_ids: np.ndarray, row_ids: np.ndarray, scratch: Scratch,
+                dtype: torch.dtype = torch.float32) -> Iterator[tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """`blocks`, with the scores they are the base-2 softmax of (in bits: eager's scores x log2 e; Q K^T in
+        `dtype`), less each row's greatest (so <= 0; floored at EXP_FLOOR, a hidden key's too), computed in `scratch`,
+        and each row's sum of 2^scores (heads, rows), Z."""
         device = torch.device(self.device)
-        for start, first, every_row, scores, allowed in self._scores(head_ids, row_ids, scratch):
+        for start, first, every_row, scores, allowed in self._scores(head_ids, row_ids, scratch, dtype):
             end = scores.shape[-1]
             # the band's mask as floats: adding and multiplying took a seventh of masked_fill's time on the CPU
             keep = as_tensor(allowed[:, first:end], device).float() if end > first else None  # (block, band): 1 seen
@@ -168,26 +207,31 @@ class PatternSource:
             p /= total[..., None]
             if keep is not None:
                 if not every_row:  # a row that sees no key stays uniform (its scores all the minimum), as in eager
-                    keep[~as_tensor(allowed, device).any(-1)] = 1.0
+                    # (a broadcast mask: a boolean index would wait for the device)
+                    keep.masked_fill_(~as_tensor(allowed, device).any(-1, keepdim=True), 1.0)
                 p[..., first:end] *= keep  # a hidden key's probability exactly 0, as in eager attention
             yield start, p, scores, total
 
-    def _scores(self, head_ids: np.ndarray, row_ids: np.ndarray, scratch: Scratch
+    def _scores(self, head_ids: np.ndarray, row_ids: np.ndarray, scratch: Scratch, dtype: torch.dtype
                 ) -> Iterator[tuple[int, int, bool, torch.Tensor, Array]]:
-        """For each block of up to ROW_BLOCK query rows (BLOCK_BYTES at most): (its offset in row_ids, `first`,
-        whether every row sees some key, its scores, its rows of the mask (block, k_len), where the mask is). The
-        scores (heads, block, end) are eager's before the mask, in bits (x log2 e), computed in `scratch` on
-        `device`: every row sees every key before `first`, and the keys from `end` on are hidden from every row, so
-        not computed (`mask_spans`)."""
+        """For each block of query rows (`block_rows`): (its offset in row_ids, `first`, whether every row sees some
+        key, its scores, its rows of the mask (block, k_len), where the mask is). The scores (heads, block, end) are
+        eager's before the mask, in bits (x log2 e), float32, computed in `scratch` on `device` (Q K^T in `dtype`:
+        float32, or bfloat16 on tensor cores, then made float32): every row sees every key before `first`, and the
+        keys from `end` on are hidden from every row, so not computed (`mask_spans`). For a summary's every head and
+        consecutive rows nothing here waits for the device: no index is sent a block, and the spans are found once
+        for every layer."""
         device = torch.device(self.device)
-        heads = torch.from_numpy(np.asarray(head_ids)).to(device)
-        query = as_tensor(self.query, device).float()  # (heads, q_len, d_head)
-        key = as_tensor(self.key, device).float()  # (kv_heads, k_len, d_head): head h reads h // (heads / kv_heads)
+        query = as_tensor(self.query, device).to(dtype)  # (heads, q_len, d_head)
+        key = as_tensor(self.key, device).to(dtype)  # (kv_heads, k_len, d_head): head h reads h // (heads / kv_heads)
+        bias = self.bias
         if len(head_ids) < len(query) or bool((np.asarray(head_ids) != np.arange(len(query))).any()):
+            heads = torch.from_numpy(np.asarray(head_ids)).to(device)
             query, key = query[heads], key[heads // (len(query) // len(key))]  # some heads: a key head each
+            bias = bias[heads] if isinstance(bias, torch.Tensor) else bias
         key = key.transpose(1, 2)  # (kv_heads, d_head, k_len); a group of query heads reads each
         contiguous = len(row_ids) > 0 and bool((np.diff(row_ids) == 1).all())
-        step = int(np.clip(BLOCK_BYTES // (4 * len(head_ids) * key.shape[-1]), 16, ROW_BLOCK))  # rows a block
+        step = block_rows(device.type, len(head_ids), key.shape[-1], scratch.free_bytes(device))  # rows a block
         selected = slice(row_ids[0], row_ids[-1] + 1) if contiguous else row_ids  # a slice copies nothing
         on_host_already = isinstance(self.allowed, np.ndarray)  # a trace's: reduced where it is, not sent to the device
         mask = as_tensor(self.allowed[selected], torch.device("cpu") if on_host_already else device)
@@ -196,14 +240,17 @@ class PatternSource:
             block = row_ids[start : start + step]
             rows = slice(block[0], block[-1] + 1) if contiguous else block
             scores = scratch.scores((len(head_ids), len(block), end), device)
+            products = scores if dtype == torch.float32 else scratch.products(scores.shape, device, dtype)
             # a group of query heads reads one key head: (kv_heads, group x block, end) is (heads, block, end)
             scaled = query[:, as_index(rows, device)] * (self.scale * LOG2_E)  # (heads, block, d_head): bits
             grouped = scaled.reshape(len(key), -1, query.shape[-1])
-            torch.matmul(grouped, key[:, :, :end], out=scores.view(len(key), -1, end))
+            torch.matmul(grouped, key[:, :, :end], out=products.view(len(key), -1, end))
+            if products is not scores:
+                scores.copy_(products)
             if self.softcap is not None:  # c tanh(s / c) of the scores s in nats, kept in bits
                 scores.mul_(1 / (LOG2_E * self.softcap)).tanh_().mul_(self.softcap * LOG2_E)
-            if self.bias is not None:  # in nats, as the scores were
-                bias = (self.bias[np.ix_(head_ids, block, np.arange(end))] if isinstance(self.bias, np.ndarray)
-                        else self.bias[heads][:, as_index(rows, device), :end])
-                scores.add_(as_tensor(bias, device).float(), alpha=LOG2_E)
+            if bias is not None:  # in nats, as the scores were
+                rows_bias = (bias[np.ix_(head_ids, block, np.arange(end))] if isinstance(bias, np.ndarray)
+                             else bias[:, as_index(rows, device), :end])
+                scores.add_(as_tensor(rows_bias, device).float(), alpha=LOG2_E)
             yield start, first, every_row, scores, self.allowed[rows]

@@ -127,8 +127,8 @@ class SiteSummariser:
                                 one_sequence)  # how each block of rows is reduced for it
         self.statistics = _Statistics(heads, q_len, one_sequence)  # every layer's
         self.thumbnails: list[torch.Tensor] = []  # (heads, t_q, t_k) float32 a layer, where the rows are
-        self.flows: list[torch.Tensor] = []  # each layer's, as SiteSummary keeps it, on the rows' device
-        self.lower: torch.Tensor | None = None  # `_lower_triangle`, where the flows are
+        self.flows: list[torch.Tensor] = []  # each layer's (b, b), on the rows' device
+        self.causal_shaped: list[bool] = []  # each layer's: no block had attention on a key after its last row
 
     def add_layer(self, blocks: Iterator[ReducedRows]) -> None:
         """The next layer's pattern as blocks of consecutive query rows reduced by `self.layout`, covering every
@@ -147,8 +147,8 @@ class SiteSummariser:
         self.statistics.end_layer()
         self.thumbnails.append(thumbnail.means())
         if summed is not None:
-            flow = _flow(summed, self.shape[0])
-            self.flows.append(self._lower(flow) if causal_shaped and not torch.triu(flow, 1).any() else flow)
+            self.flows.append(_flow(summed, self.shape[0]))
+            self.causal_shaped.append(causal_shaped)
 
     def add_probabilities(self, blocks: Iterator[ProbabilityBlock]) -> None:
         """The next layer's pattern as (query positions, float32 probabilities (heads, rows, width <= k_len), the
@@ -156,17 +156,22 @@ class SiteSummariser:
         query row once, in order."""
         self.add_layer(reduce_rows(int(positions[0]), p, self.layout, *entropy) for positions, p, *entropy in blocks)
 
-    def _lower(self, flow: torch.Tensor) -> torch.Tensor:
-        """A layer's flow with nothing above its diagonal (a causal mask's) as SiteSummary keeps it: its lower
-        triangle alone, half the bytes. The check for it (0.1-0.2 ms at b = 512 on the CPU) is made only where no
-        block had attention on a key after its last row (a bidirectional layer's first block tells)."""
-        if self.lower is None or self.lower.device != flow.device:
-            self.lower = _lower_triangle(len(flow), flow.device)
-        return flow.view(-1)[self.lower]
+    def _kept_flows(self) -> list[torch.Tensor]:
+        """Each layer's flow as SiteSummary keeps it: a flow with nothing above its diagonal (a causal mask's) as its
+        lower triangle alone, half the bytes. The check for it (0.1-0.2 ms at b = 512 on the CPU) is made only where
+        no block had attention on a key after its last row (a bidirectional layer's first block tells), for every
+        layer at once at the end: a GPU waits for it once, not once a layer."""
+        checked = [i for i, causal in enumerate(self.causal_shaped) if causal]
+        if not checked:
+            return self.flows
+        above = on_host([torch.stack([torch.triu(self.flows[i], 1).any() for i in checked])])[0]  # (checked,)
+        lower = _lower_triangle(len(self.flows[0]), self.flows[0].device)
+        triangles = {i for i, any_above in zip(checked, above, strict=True) if not any_above}
+        return [flow.view(-1)[lower] if i in triangles else flow for i, flow in enumerate(self.flows)]
 
     def result(self) -> SiteSummary:
         """The summary on the host: what the layers left on the device (thumbnails, statistics, flows), a copy each."""
-        flows = on_host(self.flows) if self.flows else None
+        flows = on_host(self._kept_flows()) if self.flows else None
         return SiteSummary(np.stack(on_host(self.thumbnails)), self.statistics.result(), flows, self.starts)
 
 
@@ -184,7 +189,7 @@ def _flow(summed: BlockMeans, heads: int) -> torch.Tensor:
     summed over a block's keys, averaged over its queries: rows sum to 1), 0.5 A + 0.5 I, rows renormalised against
     rounding: (A + I) / its row sums, made in one pass over the sums (and one to sum them); (b, b) float32, where the
     sums are."""
-    scale = summed.row_counts.to(summed.sums.device) * heads  # (b,): what a row of sums is divided by for A
+    scale = summed.row_counts * heads  # (b,): what a row of sums is divided by for A (where the sums are)
     total = summed.sums.sum(-1) / scale + 1.0  # (b,): the row sums of A + I
     a = summed.sums * (1.0 / (scale * total))[:, None]  # (b, b)
     a.diagonal().add_(1.0 / total)
