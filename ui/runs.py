@@ -92,16 +92,16 @@ def _custom_runner(model_id: str, device: str, precision: str, memory: str) -> R
 
 def get_runner(model_id: str, device: str, precision: str = "auto", memory: str = "") -> Runner:
     """One loaded model per id, device (or SPREAD, under the `memory` budgets) and precision, shared by every
-    session and never mutated. The shipped models stay loaded; of the custom folders and hub ids, the
-    MAX_CUSTOM_MODELS used last (a server must not keep every folder anyone typed). A model trained or uploaded in
-    this session is its own (ui/session_models.py), on the device it was made on. ValueError with a clear message
-    for a model that cannot be loaded."""
+    session and never mutated. The shipped models stay loaded on one device; of the custom folders and hub ids, and
+    of the spread models, the MAX_CUSTOM_MODELS used last (a server must not keep every folder or budget anyone
+    typed). A model trained or uploaded in this session is its own (ui/session_models.py), on the device it was made
+    on. ValueError with a clear message for a model that cannot be loaded."""
     own = session_runner(model_id)
     if own is not None:
         return own
     if device != SPREAD:
         memory = ""  # budgets mean nothing on one device: one cache entry, whatever the box holds
-    cached = _named_runner if model_id in list_model_ids() else _custom_runner
+    cached = _named_runner if model_id in list_model_ids() and device != SPREAD else _custom_runner
     return _readable_failures(f"Loading {model_id}", lambda: cached(model_id, device, precision, memory))
 
 

@@ -86,8 +86,10 @@ def _size_text(size: int) -> str:
 
 
 def is_spread(model: nn.Module) -> bool:
-    """Whether accelerate placed `model` (over more than one device, or offloaded)."""
-    return bool(getattr(model, "hf_device_map", None))
+    """Whether accelerate spread `model` over more than one device, or offloaded it to the disk (a model it put on
+    one device whole runs as any other)."""
+    devices = set(getattr(model, "hf_device_map", {}).values())
+    return len(devices) > 1 or "disk" in devices
 
 
 def input_device(model: nn.Module) -> torch.device:

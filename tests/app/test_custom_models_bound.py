@@ -24,3 +24,15 @@ def test_a_third_custom_folder_unloads_the_least_recently_used(folders) -> None:
     assert again.run("hello world").tokens
     gc.collect()
     assert [runs.is_loaded(folder, "cpu") for folder in (first, second, third)] == [True, False, True]
+
+
+def test_spread_loads_count_as_custom_models_whatever_the_model() -> None:
+    """Each memory budget typed for a shipped model loads it anew: those copies are bounded as custom folders are."""
+    runs._custom_runner.clear()
+    shipped = runs.get_runner("minilm", "cpu")
+    budgets = ("cpu=8GiB", "cpu=9GiB", "cpu=10GiB")
+    for memory in budgets:
+        assert runs.get_runner("minilm", "spread", memory=memory) is not shipped
+    gc.collect()
+    assert [runs.is_loaded("minilm", "spread", memory=memory) for memory in budgets] == [False, True, True]
+    assert runs.get_runner("minilm", "cpu") is shipped  # the shipped model on one device stays
