@@ -75,10 +75,26 @@ def _hostile_values(parameter: str) -> list[str]:
     return values
 
 
-@pytest.mark.parametrize("parameter", CORPUS["url_params"])
-def test_hostile_values_in_every_url_parameter(parameter: str) -> None:
-    for hostile in _hostile_values(parameter):
-        params = {"model": "toy-date", "text": "may 1 2000", parameter: hostile}
+# The link's parameters in groups whose hostile values are tried together: the model alone; what the run reads; what
+# the pages read of a run that succeeds (a valid model and text, so that every page draws and reads them).
+URL_GROUPS = {"model": ("model",), "run": ("text", "tz", "target", "causal"),
+              "views": ("site", "layer", "head", "colorscale", "hide_special", "values", "row", "col", "diagonal",
+                        "view")}
+
+
+def test_the_groups_hold_every_url_parameter_once() -> None:
+    grouped = [name for names in URL_GROUPS.values() for name in names]
+    assert sorted(grouped) == sorted(CORPUS["url_params"])
+
+
+@pytest.mark.parametrize("group", URL_GROUPS)
+def test_hostile_values_in_every_url_parameter(group: str) -> None:
+    """Every hostile value of each parameter reaches every page: the i-th link sets each parameter of the group to
+    its i-th hostile value (its list repeated where shorter), the others to valid ones."""
+    hostile = {name: _hostile_values(name) for name in URL_GROUPS[group]}
+    for i in range(max(len(values) for values in hostile.values())):
+        params = {"model": "toy-date", "text": "may 1 2000"} | {name: values[i % len(values)]
+                                                                for name, values in hostile.items()}
         at = _app(**params)
         for page in PAGES:
             at.switch_page(page.path).run()
