@@ -43,6 +43,7 @@ bench: $(VENV)/.dev
 	$(PY) -m bench.hf_capture
 	$(PY) -m bench.kernel_choice
 	$(PY) -m bench.gpu_capture
+	$(PY) -m bench.spread_capture
 	$(PY) -m bench.long_capture
 	$(PY) -m bench.smollm2_load
 	$(PY) -m bench.app_rerun
