@@ -14,7 +14,7 @@ from model.core.trace.trace import Trace
 from model.registry import PACKAGED, TOY_PREFIX, default_model, examples_for, is_toy_model, list_model_ids
 from ui import url_state
 from ui.messages import show_error
-from ui.page import PAGES, REQUEST, TRACE, keep_page_choices
+from ui.page import FRAME_KEYS, PAGES, REQUEST, TRACE, keep_frame_choices, keep_page_choices
 from ui.pickers import forget_head
 from ui.runs import RunRequest, get_runner, is_loaded, trace_for
 from ui.session_models import SESSION_PREFIX, session_models
@@ -26,6 +26,7 @@ CUSTOM = "custom"
 # Overview's head without scrolling. Static CSS only: nothing a person typed goes into HTML.
 PAGE_STYLE = "<style>[data-testid='stMainBlockContainer'] { padding-top: 2.5rem; }</style>"
 FALLBACK_TEXT = "The cat sat on the mat because it was tired."  # before a typed-in model is loaded
+RUN_INPUTS_HIDDEN = "_run_inputs_hidden"  # session key: the last run drew no text, device … (no custom folder yet)
 HELP = {
     "model": "Toy models are small transformers written and trained in this project on one task each; "
              "pretrained models are real ones shipped with the app; the models trained or uploaded on the Train page "
@@ -124,9 +125,12 @@ def sidebar() -> tuple[Trace | None, DeltaGenerator | None]:
     st.sidebar.title("Attention Atlas")
     model_id = choose_model()
     if model_id is None:
+        st.session_state[RUN_INPUTS_HIDDEN] = True
         url_state.write(model=None, text=None, tz=None, target=None)
         st.info("Type the path of a Hugging Face model folder, or a hub id, in the sidebar.")
         return None, None
+    if st.session_state.pop(RUN_INPUTS_HIDDEN, False):  # the text, device … come back: with their values
+        keep_frame_choices(tuple(key for key in FRAME_KEYS if key not in ("model_id", "custom_model")))
     text = choose_text(model_id)
     device, precision, memory = choose_device(model_id)
     url_state.write(model=model_id)

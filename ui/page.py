@@ -101,8 +101,15 @@ def keep_page_choices(page_path: str) -> None:
             kept[key] = st.session_state[key]
         if key in kept and (another_page or key not in st.session_state):
             st.session_state[key] = kept[key]
-    for key in FRAME_KEYS if another_page else ():
-        if key in st.session_state:  # written back: this run sends the session's value to the browser
+    if another_page:
+        keep_frame_choices(FRAME_KEYS)
+
+
+def keep_frame_choices(keys: tuple[str, ...]) -> None:
+    """Write these sidebar values back into the session, before their widgets are drawn: this run sends them to the
+    browser (which otherwise shows a widget's own default where it did not draw the widget in the last run)."""
+    for key in keys:
+        if key in st.session_state:
             st.session_state[key] = st.session_state[key]
 
 
