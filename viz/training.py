@@ -35,7 +35,8 @@ def curve_chart(name: str, values: Sequence[float], marked: int | None, steps: i
     as a red rule."""
     at, mean, width = averaged(values)
     frame = pd.DataFrame({"step": at, name: mean})
-    title = name if width == 1 else f"{name} (each point the mean of {width} steps)"
+    # the averaging on a line of its own, short: three charts share a row at a projector's width
+    title = name if width == 1 else alt.TitleParams(name, subtitle=f"means of {width} steps")
     line = alt.Chart(frame, title=title).mark_line().encode(
         x=alt.X("step:Q", scale=alt.Scale(domain=[0, steps])),
         y=alt.Y(f"{name}:Q", scale=alt.Scale(domain=list(y_domain)) if y_domain else alt.Scale(zero=True)),

@@ -10,7 +10,7 @@ def test_a_long_curve_is_averaged_and_says_so() -> None:
     assert width == 3 and len(steps) == 400
     assert steps[0] == 3 and means[0] == 2.0 and steps[-1] == 1200 and means[-1] == 1199.0
     long = curve_chart("loss", np.arange(1200.0), marked=600, steps=1200).to_dict()
-    assert long["layer"][0]["title"] == "loss (each point the mean of 3 steps)"
+    assert long["layer"][0]["title"] == {"text": "loss", "subtitle": "means of 3 steps"}
     short = curve_chart("loss", np.arange(100.0), marked=None, steps=100).to_dict()
     assert short["title"] == "loss"
 
