@@ -6,6 +6,7 @@ from __future__ import annotations
 import bisect
 from typing import Any
 
+import torch
 from torch import nn
 
 from model.core.devices import precision_name
@@ -25,11 +26,12 @@ def _config_value(config: Any, *names: str, default: int = 0) -> int:
     return default
 
 
-def source_bytes(config: Any, family: Family, length: int) -> int:
+def source_bytes(config: Any, family: Family, length: int, number_bytes: int = 4) -> int:
     """Bytes a run of `length` tokens keeps to compute every attention pattern from (model/core/attention/source.py
     PatternSource), a source and a target of `length` tokens each for an encoder-decoder (an upper bound).
 
-    Per attention site (encoder self, decoder self, decoder cross) and layer, float32:
+    Per attention site (encoder self, decoder self, decoder cross) and layer, `number_bytes` a number (4: float32;
+    2: a model running in bfloat16 or float16, whose queries and keys are kept in it):
       query (heads, L, d_head) and key (kv_heads, L, d_head): O(L x d), the part that grows with the model;
     per site, shared by its layers:
       the mask (L, L) bool, and in T5 the position bias (heads, L, L) float32 (cross-attention's is zeros): O(L²).
@@ -41,19 +43,21 @@ def source_bytes(config: Any, family: Family, length: int) -> int:
         d_model = _config_value(config, "hidden_size", "n_embd", "d_model")
         d_head = _config_value(config, "head_dim", "d_kv", default=d_model // heads)
         sites = 2 if stack == "decoder" and family.kind == "encoder-decoder" else 1  # self, and cross
-        per_token += sites * count(config) * (heads + kv_heads) * d_head * 4
+        per_token += sites * count(config) * (heads + kv_heads) * d_head * number_bytes
         per_pair += sites * (1 + (heads * 4 if family.position_bias else 0))
     return length * per_token + length**2 * per_pair
 
 
-def longest_input(config: Any, family: Family, byte_limit: int = SOURCE_BYTES_LIMIT) -> int:
+def longest_input(config: Any, family: Family, byte_limit: int = SOURCE_BYTES_LIMIT, number_bytes: int = 4) -> int:
     """The most tokens a run reads: the model's own position limit (none, as in T5: LONGEST_INPUT), at most
-    LONGEST_INPUT, and only as many as keep `source_bytes` within `byte_limit`. SmolLM2: 8,192 tokens (784 MiB);
-    MiniLM: its own 512; a tiny T5 (tests/tiny_hf.py): 4,573, where its three (4, L, L) biases fill the limit."""
+    LONGEST_INPUT, and only as many as keep `source_bytes` (`number_bytes` a number) within `byte_limit`. SmolLM2:
+    8,192 tokens (784 MiB); MiniLM: its own 512; a tiny T5 (tests/tiny_hf.py): 4,573, where its three (4, L, L)
+    biases fill the limit."""
     ceiling = min(_config_value(config, "max_position_embeddings", "n_positions", default=LONGEST_INPUT),
                   LONGEST_INPUT)
     lengths = range(1, ceiling + 1)  # source_bytes grows with the length: the last that fits, by bisection
-    fitting = bisect.bisect_right(lengths, byte_limit, key=lambda length: source_bytes(config, family, length))
+    fitting = bisect.bisect_right(lengths, byte_limit,
+                                  key=lambda length: source_bytes(config, family, length, number_bytes))
     return max(1, fitting)
 
 
@@ -112,7 +116,7 @@ def model_facts(model_id: str, model: nn.Module, family: Family, notes: dict[str
         d_model=d_model,
         d_ff=_config_value(c, "intermediate_size", "n_inner", "d_ff", "encoder_ffn_dim", default=4 * d_model),
         vocab_size=c.vocab_size,
-        max_len=longest_input(c, family),
+        max_len=longest_input(c, family, number_bytes=2 if model.dtype in (torch.bfloat16, torch.float16) else 4),
         positional=family.positional,
         norm=family.norm,
         n_params=sum(p.numel() for p in model.parameters()),

@@ -48,6 +48,8 @@ def test_a_wide_model_reads_fewer_tokens_than_its_own_limit() -> None:
     # 32 layers x 64 heads x 128 x 4 = 1 MiB a token: 1,023 tokens and their mask fit in 1 GiB, 1,024 do not
     assert longest_input(wide, DECODER) == 1023
     assert longest_input(wide, DECODER, byte_limit=GIB // 2) == 511
+    # run in bfloat16 or float16, its queries and keys are kept in 2 bytes: twice the tokens, less the mask's share
+    assert longest_input(wide, DECODER, number_bytes=2) == 2040
 
 
 @pytest.mark.parametrize("family", tiny_hf.FAMILIES)

@@ -6,6 +6,7 @@ import numpy as np
 import torch
 
 Array = np.ndarray | torch.Tensor  # numpy on the host; torch on the model's device while a capture summarises
+BFLOAT16_BITS = np.dtype(np.uint16)  # a host array of bfloat16 numbers (numpy has none) holds their bits as uint16
 
 
 def on_host(tensors: list[torch.Tensor]) -> tuple[np.ndarray, ...]:
@@ -25,12 +26,13 @@ def run_of(array: Array, index: int) -> Array:
 
 def as_tensor(array: Array, device: torch.device) -> torch.Tensor:
     """A host array or a tensor as a tensor on `device` (a host array on the CPU: shared, not copied, unless it is
-    a read-only view, such as a mask broadcast over a batch)."""
+    a read-only view, such as a mask broadcast over a batch); uint16 host arrays are bfloat16 bits (`BFLOAT16_BITS`)."""
     if isinstance(array, torch.Tensor):
         return array.to(device)
     if not array.flags.writeable:
         array = array.copy()
-    return torch.from_numpy(array).to(device)
+    tensor = torch.from_numpy(array)
+    return (tensor.view(torch.bfloat16) if array.dtype == BFLOAT16_BITS else tensor).to(device)
 
 
 def as_index(rows: slice | np.ndarray, device: torch.device) -> slice | torch.Tensor:

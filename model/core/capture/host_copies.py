@@ -7,9 +7,11 @@ from dataclasses import replace
 import numpy as np
 import torch
 
+from model.core.attention.arrays import BFLOAT16_BITS
 from model.core.attention.source import PatternSource
 
 _NOT_IN_NUMPY = (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2)
+SIXTEEN_BITS = (torch.bfloat16, torch.float16)  # a model computing in one of these: its sources kept in it
 
 
 class HostCopies:
@@ -23,13 +25,15 @@ class HostCopies:
         self._shared: dict[int, tuple[torch.Tensor, np.ndarray]] = {}  # id -> (the tensor, kept alive; its array)
         self._copying: set[torch.device] = set()  # the GPUs copies were started from
 
-    def array(self, tensor: torch.Tensor, shared: bool = False) -> np.ndarray:
+    def array(self, tensor: torch.Tensor, shared: bool = False, bits: bool = False) -> np.ndarray:
         """The host array of `tensor`; `shared`: a tensor several values hold (the mask every layer reads), moved
-        once."""
+        once; `bits`: a bfloat16 tensor as its bits (uint16, `BFLOAT16_BITS`), not as float32."""
         if shared and id(tensor) in self._shared:
             return self._shared[id(tensor)][1]
         moved = tensor.detach()
-        if moved.dtype in _NOT_IN_NUMPY:
+        if bits and moved.dtype == torch.bfloat16:
+            moved = moved.view(torch.int16)  # torch has no uint16 to copy in: the same bits, read as uint16 below
+        elif moved.dtype in _NOT_IN_NUMPY:
             moved = moved.float()
         if moved.is_cuda:
             host = torch.empty(moved.shape, dtype=moved.dtype, pin_memory=True)
@@ -37,14 +41,21 @@ class HostCopies:
             self._copying.add(moved.device)
             moved = host
         array = moved.cpu().numpy()  # CPU: a view; MPS and others: a copy
+        if bits and tensor.dtype == torch.bfloat16:
+            array = array.view(BFLOAT16_BITS)
         if shared:
             self._shared[id(tensor)] = (tensor, array)
         return array
 
-    def source(self, source: PatternSource) -> PatternSource:
+    def source(self, source: PatternSource, computed_in: torch.dtype = torch.float32) -> PatternSource:
         """A pattern's source with its arrays on the host (the mask and bias every layer shares, moved once); it
-        still computes on its device."""
-        return replace(source, query=self.array(source.query), key=self.array(source.key),
+        still computes on its device. Its queries and keys are kept in the 16 bits the model computed them in, where
+        it ran in bfloat16 or float16 (`computed_in`): exactly the numbers attention read, in half float32's bytes."""
+        if computed_in in SIXTEEN_BITS:
+            query, key = source.query.to(computed_in), source.key.to(computed_in)  # exact: made from those numbers
+        else:
+            query, key = source.query, source.key
+        return replace(source, query=self.array(query, bits=True), key=self.array(key, bits=True),
                        allowed=self.array(source.allowed, shared=True),
                        bias=None if source.bias is None else self.array(source.bias, shared=True))
 

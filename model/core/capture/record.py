@@ -126,7 +126,7 @@ def capture(
                     summarisers[site.name] = SiteSummariser(source[0].shape, THUMBNAIL_SIZE,
                                                               not site.is_cross)
                 summarisers[site.name].add_layer(value.summary_rows(source, summarisers[site.name].layout, scratch))
-            store[name] = copies.source(source)
+            store[name] = copies.source(source, value.query.dtype)
         else:
             keep(name, value)  # an inference-mode tensor: nothing to detach
         if report is not None and name in patterns:
