@@ -119,9 +119,9 @@ def loading_slot(model_id: str, device: str, precision: str, memory: str) -> Del
     return slot
 
 
-def sidebar() -> tuple[Trace | None, DeltaGenerator | None]:
-    """The run's inputs; returns the trace (None after showing what is wrong), and where a model load said
-    it was loading (the page takes its place)."""
+def sidebar(page_shows_run: bool = True) -> tuple[Trace | None, DeltaGenerator | None]:
+    """The run's inputs; returns the trace (None after showing what is wrong, or where the page does not draw the
+    run: Train), and where a model load said it was loading (the page takes its place)."""
     st.sidebar.title("Attention Atlas")
     model_id = choose_model()
     if model_id is None:
@@ -152,6 +152,8 @@ def sidebar() -> tuple[Trace | None, DeltaGenerator | None]:
             target = st.sidebar.text_input("Target", key="target", help="The output the model should read.")
     causal = st.sidebar.selectbox("Causal mask", list(CAUSAL_CHOICES), key="causal", help=HELP["causal"])
     url_state.write(**url_state.pack_text(text), target=target, causal=CAUSAL_CHOICES[causal])
+    if not page_shows_run:  # its inputs kept for the next page; no model run nobody looks at
+        return None, slot
     request = RunRequest(model_id, device, text, target, CAUSAL_CHOICES[causal], precision, memory)
     return run(runner, request), slot
 
@@ -187,10 +189,13 @@ def run(runner: Runner, request: RunRequest) -> Trace | None:
 def main() -> None:
     st.set_page_config(page_title="Attention Atlas", page_icon="🔍", layout="wide")
     st.html(PAGE_STYLE)
-    navigation = st.navigation([st.Page(page.file, title=page.title, icon=page.icon) for page in PAGES])
+    pages = [st.Page(page.file, title=page.title, icon=page.icon) for page in PAGES]
+    navigation = st.navigation(pages)
     keep_page_choices(navigation.url_path)
     st.session_state.pop(TRACE, None)  # else Streamlit keeps the last run's trace beside this run's until the next
-    trace, slot = sidebar()
+    shown = next(page for page, streamlit_page in zip(PAGES, pages, strict=True)
+                 if streamlit_page.url_path == navigation.url_path)
+    trace, slot = sidebar(shown.shows_run)
     st.session_state[TRACE] = trace
     try:
         with slot.container() if slot is not None else st.container():  # one block for the page (`loading_slot`)

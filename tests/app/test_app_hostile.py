@@ -53,7 +53,7 @@ def test_hostile_texts_on_every_page(model_id: str) -> None:
             encoder = any("does not generate" in i.value for i in at.info)  # the Generate page, on an encoder
             own_form = not page.shows_run and at.button(key="train_start")  # Train: its form, whatever the text
             assert at.error or at.get("plotly_chart") or encoder or own_form, (name, page.path)  # or the run drawn
-            if name in ("empty", "whitespace"):
+            if name in ("empty", "whitespace") and page.shows_run:  # Train reads no text: nothing to say of it
                 assert "The text is empty" in at.error[0].value
     _still_works(at)
 

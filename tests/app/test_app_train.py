@@ -176,3 +176,12 @@ def test_a_session_keeps_its_newest_models_and_the_one_it_shows() -> None:
         _run(at)
     listed = [option for option in at.sidebar.selectbox(key="model_id").options if "trained-" in option]
     assert len(listed) == MAX_SESSION_MODELS and any(option.endswith(shown) for option in listed)
+
+
+def test_the_sidebars_model_is_not_run_on_the_train_page() -> None:
+    """Train draws no run of the sidebar's model: a text it cannot read is news only on the pages that run it."""
+    at = _train_page()
+    at.sidebar.text_input(key="text").set_value("").run()
+    assert not at.error and at.button(key="train_start")
+    at.switch_page("app_pages/overview.py").run()
+    assert "The text is empty" in at.error[0].value
