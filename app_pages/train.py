@@ -15,7 +15,7 @@ from model.toy.live import as_sentence, training_problems
 from model.toy.tasks import TASKS
 from model.toy.train import SCHEDULES, Recipe, recipe_for
 from ui.messages import show_error
-from ui.session_models import add_session_model, open_model, session_models
+from ui.session_models import add_session_model, open_model, session_models, still_listed
 from ui.training_runs import LIMITS, MAX_TRAININGS, current_training, forget_training, start_training
 from ui.training_views import show_training
 
@@ -113,10 +113,7 @@ def upload() -> None:
                                      "Weights load as safetensors only: never a pickle.")
         if data is None:
             return
-        listed = session_models()
-        uploaded = {file: model for file, model in st.session_state.get("train_uploaded", {}).items()
-                    if model in listed}
-        st.session_state["train_uploaded"] = uploaded  # file id -> model id, of the models still listed
+        uploaded = still_listed("train_uploaded")  # file id -> model id
         if data.file_id not in uploaded:  # read once, not at every rerun
             try:
                 toy = read_toy_archive(data.getvalue())

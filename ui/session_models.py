@@ -32,6 +32,15 @@ def add_session_model(name: str, toy: ToyModel) -> str:
     return model_id
 
 
+def still_listed(state_key: str) -> dict:
+    """The session's map under `state_key` of (what a model was made from -> its model id), keeping only the models
+    still listed (a newer one may have pushed one out): what a page looks up before making a model again."""
+    listed = session_models()
+    kept = {made_from: model for made_from, model in st.session_state.get(state_key, {}).items() if model in listed}
+    st.session_state[state_key] = kept
+    return kept
+
+
 def session_runner(model_id: str) -> ToyRunner | None:
     """This session's model of that id, if it has one."""
     return st.session_state.get(SESSION_MODELS, {}).get(model_id)

@@ -13,7 +13,7 @@ from model.toy.live import VALIDATION_SIZE, LiveTraining, Snapshot
 from ui.compare import ANOTHER_MODEL
 from ui.page import PAGES
 from ui.pickers import clicked_head, keep_valid
-from ui.session_models import add_session_model, open_model, session_models
+from ui.session_models import add_session_model, open_model, still_listed
 from viz.heatmap import attention_heatmap
 from viz.thumbnails import thumbnail_figure, thumbnail_grid
 from viz.training import curve_chart, scores_chart
@@ -212,9 +212,7 @@ def result(training: LiveTraining, snapshot: Snapshot) -> None:
 
 def listed(training: LiveTraining, which: int | str) -> str:
     """The session model id of the trained model ("final") or of the snapshot at step `which`, listed once."""
-    listed = session_models()
-    ids = {key: model for key, model in st.session_state.get("train_listed", {}).items() if model in listed}
-    st.session_state["train_listed"] = ids  # (training, final or step) -> model id, of the models still listed
+    ids = still_listed("train_listed")  # (training, final or step) -> model id
     key = (id(training), which)
     if key not in ids:
         if which == "final":

@@ -6,9 +6,9 @@ from __future__ import annotations
 import bisect
 from typing import Any
 
-import torch
 from torch import nn
 
+from model.core.capture.host_copies import SIXTEEN_BITS
 from model.core.devices import precision_name
 from model.core.trace.trace import ModelFacts
 from model.hf.placement import device_words
@@ -116,7 +116,7 @@ def model_facts(model_id: str, model: nn.Module, family: Family, notes: dict[str
         d_model=d_model,
         d_ff=_config_value(c, "intermediate_size", "n_inner", "d_ff", "encoder_ffn_dim", default=4 * d_model),
         vocab_size=c.vocab_size,
-        max_len=longest_input(c, family, number_bytes=2 if model.dtype in (torch.bfloat16, torch.float16) else 4),
+        max_len=longest_input(c, family, number_bytes=2 if model.dtype in SIXTEEN_BITS else 4),
         positional=family.positional,
         norm=family.norm,
         n_params=sum(p.numel() for p in model.parameters()),

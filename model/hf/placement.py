@@ -119,9 +119,10 @@ def serialise(model: nn.Module, lock: threading.RLock) -> None:
     load, before the model is shared."""
     from accelerate.utils import has_offloaded_params
 
-    parts = [model] + ([model.get_encoder()] if hasattr(model, "get_encoder") and model.get_encoder() else [])
-    for part in parts:
-        part.forward = _locked(part.forward, lock)
+    encoder = model.get_encoder() if hasattr(model, "get_encoder") else None
+    for part in (model, encoder):
+        if part is not None:
+            part.forward = _locked(part.forward, lock)
     for module in model.modules():
         if has_offloaded_params(module):
             _offload_locks[module] = lock

@@ -12,12 +12,10 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from tests.app.app_session import open_app_page
+from tests.app.app_session import TABBED, open_app_page
 from tests.tiny_hf import build, build_type
 
 LAYOUTS = ("gemma2", "gpt_neox", "olmo2", "mixtral", "opt", "distilbert", "mbart", "gemma3_text", "modernbert")
-TABBED = {"app_pages/attention.py": "view", "app_pages/masks.py": "masks_view",  # page -> the key of its tabs
-          "app_pages/positions.py": "positions_view", "app_pages/activations.py": "activations_view"}
 PLAIN = ("app_pages/overview.py", "app_pages/step_through.py", "app_pages/generate.py", "app_pages/ablation.py")
 
 
