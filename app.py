@@ -8,17 +8,24 @@ import weakref
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
-from model.core.devices import PRECISION_CHOICES, SPREAD, available_devices
-from model.core.runner import Runner
-from model.core.trace.trace import Trace
-from model.registry import PACKAGED, TOY_PREFIX, default_model, examples_for, is_toy_model, list_model_ids
-from ui import url_state
-from ui.messages import show_error
-from ui.page import FRAME_KEYS, PAGES, REQUEST, TRACE, keep_frame_choices, keep_page_choices
-from ui.pickers import forget_head
-from ui.runs import RunRequest, get_runner, is_loaded, trace_for
-from ui.session_models import SESSION_PREFIX, session_models
-from ui.trace_cache import release_free_memory
+from attention_atlas.model.core.devices import PRECISION_CHOICES, SPREAD, available_devices
+from attention_atlas.model.core.runner import Runner
+from attention_atlas.model.core.trace.trace import Trace
+from attention_atlas.model.registry import (
+    PACKAGED,
+    TOY_PREFIX,
+    default_model,
+    examples_for,
+    is_toy_model,
+    list_model_ids,
+)
+from attention_atlas.ui import url_state
+from attention_atlas.ui.messages import show_error
+from attention_atlas.ui.page import FRAME_KEYS, PAGES, REQUEST, TRACE, keep_frame_choices, keep_page_choices
+from attention_atlas.ui.pickers import forget_head
+from attention_atlas.ui.runs import RunRequest, get_runner, is_loaded, trace_for
+from attention_atlas.ui.session_models import SESSION_PREFIX, session_models
+from attention_atlas.ui.trace_cache import release_free_memory
 
 CAUSAL_CHOICES = {"as trained": "auto", "on everywhere": "on", "off everywhere": "off"}
 CUSTOM = "custom"

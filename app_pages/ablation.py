@@ -10,11 +10,11 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from model.core.capture.ablation import Outcome
-from model.core.options import ABLATION_MODES, AblationMode, Head
-from model.core.trace.sites import Site
-from model.core.trace.trace import Trace
-from model.inspect.ablation import (
+from attention_atlas.model.core.capture.ablation import Outcome
+from attention_atlas.model.core.options import ABLATION_MODES, AblationMode, Head
+from attention_atlas.model.core.trace.sites import Site
+from attention_atlas.model.core.trace.trace import Trace
+from attention_atlas.model.inspect.ablation import (
     MAX_SCAN_WORK,
     HeadScan,
     change_name,
@@ -23,16 +23,16 @@ from model.inspect.ablation import (
     scan_heads,
     scan_work,
 )
-from model.inspect.readout import spell_for
-from ui.downloads import constant, downloads, file_name
-from ui.messages import show_error
-from ui.page import current_request, current_runner, current_trace, trace_with
-from ui.pickers import head_label
-from ui.run_scheduler import run_slots
-from ui.trace_cache import per_trace
-from viz.ablation import change_bars, scan_heatmap
-from viz.masks import next_token_comparison
-from viz.tokens import visible_token
+from attention_atlas.model.inspect.readout import spell_for
+from attention_atlas.ui.downloads import constant, downloads, file_name
+from attention_atlas.ui.messages import show_error
+from attention_atlas.ui.page import current_request, current_runner, current_trace, trace_with
+from attention_atlas.ui.pickers import head_label
+from attention_atlas.ui.run_scheduler import run_slots
+from attention_atlas.ui.trace_cache import per_trace
+from attention_atlas.viz.ablation import change_bars, scan_heatmap
+from attention_atlas.viz.masks import next_token_comparison
+from attention_atlas.viz.tokens import visible_token
 
 MODE_LABELS = {"zero": "zero (the head adds nothing)", "mean": "its mean over the positions"}
 SCAN = "ablation_scan"  # session key: (request, mode, HeadScan) of the last scan

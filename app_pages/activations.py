@@ -10,12 +10,12 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from model.core.trace.trace import Trace
-from model.inspect.lens import Lens
-from model.inspect.norm_inputs import norm_input
-from model.inspect.readout import spell_for, unembedding_for
-from ui import url_state
-from ui.activations import (
+from attention_atlas.model.core.trace.trace import Trace
+from attention_atlas.model.inspect.lens import Lens
+from attention_atlas.model.inspect.norm_inputs import norm_input
+from attention_atlas.model.inspect.readout import spell_for, unembedding_for
+from attention_atlas.ui import url_state
+from attention_atlas.ui.activations import (
     HEATMAP_NEURONS,
     LENS_WINDOW,
     STREAM,
@@ -32,15 +32,15 @@ from ui.activations import (
     stream_boundaries,
     stream_trace,
 )
-from ui.colour_scale import Scale, colour_scale
-from ui.downloads import constant, downloads, file_name, matrix_table
-from ui.page import current_runner, current_trace, show_open_tab, trace_with
-from viz.logit_lens import lens_grid, rank_lines
-from viz.neurons import coloured_text, most_active, top_neurons_per_token, top_table
-from viz.residual import boundary_labels, layer_lines, layer_token_heatmap
-from viz.shapes import layer_diagram
-from viz.tokens import position_label
-from viz.trajectories import trajectory_figure
+from attention_atlas.ui.colour_scale import Scale, colour_scale
+from attention_atlas.ui.downloads import constant, downloads, file_name, matrix_table
+from attention_atlas.ui.page import current_runner, current_trace, show_open_tab, trace_with
+from attention_atlas.viz.logit_lens import lens_grid, rank_lines
+from attention_atlas.viz.neurons import coloured_text, most_active, top_neurons_per_token, top_table
+from attention_atlas.viz.residual import boundary_labels, layer_lines, layer_token_heatmap
+from attention_atlas.viz.shapes import layer_diagram
+from attention_atlas.viz.tokens import position_label
+from attention_atlas.viz.trajectories import trajectory_figure
 
 VIEWS = ["Residual stream", "FFN neurons", "Norms", "Logit lens", "Trajectories", "Shapes"]
 MEASURES = {  # residual view: label -> (key in residual_measures, value name)

@@ -11,21 +11,28 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from model.core.attention.row_reduction import STATISTICS
-from model.core.trace.sites import Site
-from model.core.trace.trace import Trace
-from ui import url_state
-from ui.attention_choice import Choice
-from ui.compare import show_compare
-from ui.downloads import constant, downloads, whole_csv
-from ui.page import current_trace, show_open_tab
-from ui.pickers import choose_head, keep_valid, open_clicked_head
-from ui.site_summary import site_summary, thumbnail_size
-from ui.trace_cache import per_trace
-from viz.head_lines import DEFAULT_THRESHOLD, head_lines_figure
-from viz.heatmap import COLOR_SCALES, VALUES_UP_TO, WINDOW, attention_heatmap, block_labels, layer_head_heatmap
-from viz.thumbnails import masked_pixels, thumbnail_figure, thumbnail_grid
-from viz.tokens import visible_token
+from attention_atlas.model.core.attention.row_reduction import STATISTICS
+from attention_atlas.model.core.trace.sites import Site
+from attention_atlas.model.core.trace.trace import Trace
+from attention_atlas.ui import url_state
+from attention_atlas.ui.attention_choice import Choice
+from attention_atlas.ui.compare import show_compare
+from attention_atlas.ui.downloads import constant, downloads, whole_csv
+from attention_atlas.ui.page import current_trace, show_open_tab
+from attention_atlas.ui.pickers import choose_head, keep_valid, open_clicked_head
+from attention_atlas.ui.site_summary import site_summary, thumbnail_size
+from attention_atlas.ui.trace_cache import per_trace
+from attention_atlas.viz.head_lines import DEFAULT_THRESHOLD, head_lines_figure
+from attention_atlas.viz.heatmap import (
+    COLOR_SCALES,
+    VALUES_UP_TO,
+    WINDOW,
+    attention_heatmap,
+    block_labels,
+    layer_head_heatmap,
+)
+from attention_atlas.viz.thumbnails import masked_pixels, thumbnail_figure, thumbnail_grid
+from attention_atlas.viz.tokens import visible_token
 
 VIEWS = ["Model view", "One head", "All heads of this layer", "Token lines", "Head statistics", "Rollout", "Compare"]
 LAYER_THUMBNAIL = 96  # pixels per head when showing one layer

@@ -8,17 +8,17 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from model.core.generation.decoding import Step, Stepper
-from model.core.generation.sampling import MAX_NEW_TOKENS, DecodeSettings
-from model.core.options import RunOptions
-from ui import generation as gen
-from ui import url_state
-from ui.downloads import constant, downloads, file_name, matrix_table
-from ui.messages import literal, show_error
-from ui.page import current_request, current_runner, current_trace
-from ui.run_scheduler import run_slots
-from viz.generation import alternatives_bar, rows_heatmap
-from viz.tokens import visible_token
+from attention_atlas.model.core.generation.decoding import Step, Stepper
+from attention_atlas.model.core.generation.sampling import MAX_NEW_TOKENS, DecodeSettings
+from attention_atlas.model.core.options import RunOptions
+from attention_atlas.ui import generation as gen
+from attention_atlas.ui import url_state
+from attention_atlas.ui.downloads import constant, downloads, file_name, matrix_table
+from attention_atlas.ui.messages import literal, show_error
+from attention_atlas.ui.page import current_request, current_runner, current_trace
+from attention_atlas.ui.run_scheduler import run_slots
+from attention_atlas.viz.generation import alternatives_bar, rows_heatmap
+from attention_atlas.viz.tokens import visible_token
 
 MASK_NOTES = {
     "auto": "Generation uses the masks the model was trained with (the decoder's causal mask), as the sidebar says.",

@@ -8,24 +8,24 @@ import numpy as np
 import streamlit as st
 import torch
 
-from model.core.masks import check_every_query_sees_a_key
-from model.core.trace.sites import Site
-from model.core.trace.trace import Trace
-from model.hf.facts import window_words
-from ui import url_state
-from ui.mask_comparison import compare
-from ui.mask_editor import editor_pairs
-from ui.mask_views import draw_mask, first_self_site, heatmap, layer_mask, name
-from ui.messages import literal
-from ui.page import current_trace, show_open_tab, trace_with
-from ui.pickers import choose_head, site_label
-from viz.masks import (
+from attention_atlas.model.core.masks import check_every_query_sees_a_key
+from attention_atlas.model.core.trace.sites import Site
+from attention_atlas.model.core.trace.trace import Trace
+from attention_atlas.model.hf.facts import window_words
+from attention_atlas.ui import url_state
+from attention_atlas.ui.mask_comparison import compare
+from attention_atlas.ui.mask_editor import editor_pairs
+from attention_atlas.ui.mask_views import draw_mask, first_self_site, heatmap, layer_mask, name
+from attention_atlas.ui.messages import literal
+from attention_atlas.ui.page import current_trace, show_open_tab, trace_with
+from attention_atlas.ui.pickers import choose_head, site_label
+from attention_atlas.viz.masks import (
     after_mask,
     softmax,
     visible_range,
     why_table,
 )
-from viz.tokens import position_label
+from attention_atlas.viz.tokens import position_label
 
 VIEWS = ["Masks of this run", "Scores → probabilities", "Mask on / off", "Custom mask", "Padding", "Why −∞"]
 PAD_MORE = 16  # the padding slider goes this many tokens past the text (within the model's limit)

@@ -8,13 +8,13 @@ from functools import partial
 import numpy as np
 import streamlit as st
 
-from model.core.trace.trace import Trace
-from ui.downloads import downloads, matrix_table, whole_csv
-from ui.page import current_trace
-from ui.pickers import choose_head, opening_head, site_label
-from viz.heatmap import SMALL_WINDOW, attention_heatmap, similarity_heatmap
-from viz.outputs import forced_table, model_card, next_token_bars, percent, token_table
-from viz.tokens import visible_token
+from attention_atlas.model.core.trace.trace import Trace
+from attention_atlas.ui.downloads import downloads, matrix_table, whole_csv
+from attention_atlas.ui.page import current_trace
+from attention_atlas.ui.pickers import choose_head, opening_head, site_label
+from attention_atlas.viz.heatmap import SMALL_WINDOW, attention_heatmap, similarity_heatmap
+from attention_atlas.viz.outputs import forced_table, model_card, next_token_bars, percent, token_table
+from attention_atlas.viz.tokens import visible_token
 
 HEAD_HEIGHT = 400  # px: the head and the lines above it fit a 1280 x 720 projector without scrolling
 PREVIOUS_TOKEN_HEAD = 0.5  # the share of attention on the previous token from which a head is called one

@@ -8,16 +8,16 @@ import pandas as pd
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
-from model.core import sinusoid as pe
-from model.core.trace.trace import Trace
-from model.inspect.positions import PositionScheme, position_scheme
-from ui import url_state
-from ui.downloads import downloads, file_name
-from ui.page import current_runner, current_trace
-from ui.pickers import keep_valid
-from ui.position_model_views import model_view, tokens_view
-from ui.trace_cache import per_trace
-from viz import positions as viz
+from attention_atlas.model.core import sinusoid as pe
+from attention_atlas.model.core.trace.trace import Trace
+from attention_atlas.model.inspect.positions import PositionScheme, position_scheme
+from attention_atlas.ui import url_state
+from attention_atlas.ui.downloads import downloads, file_name
+from attention_atlas.ui.page import current_runner, current_trace
+from attention_atlas.ui.pickers import keep_valid
+from attention_atlas.ui.position_model_views import model_view, tokens_view
+from attention_atlas.ui.trace_cache import per_trace
+from attention_atlas.viz import positions as viz
 
 VIEWS = ["Sinusoid", "Waves", "Similarity", "Shift = rotation", "This model", "Your tokens"]
 MEASURES = ["dot product", "cosine"]

@@ -10,20 +10,20 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from model.core.trace.sites import Site
-from model.core.trace.trace import Trace
-from model.inspect.head_math import HeadSteps, compute_head, concat_heads, output_projection
-from model.inspect.head_weights import HeadWeights, head_weights
-from model.inspect.norm_output import block_input
-from model.inspect.step_hooks import StepNames, step_names
-from ui import url_state
-from ui.downloads import file_name
-from ui.matrix_view import show_matrix
-from ui.page import current_runner, current_trace, trace_with
-from ui.pickers import choose_head, keep_valid
-from ui.trace_cache import per_trace
-from viz.step_through import dimension_names
-from viz.tokens import position_label
+from attention_atlas.model.core.trace.sites import Site
+from attention_atlas.model.core.trace.trace import Trace
+from attention_atlas.model.inspect.head_math import HeadSteps, compute_head, concat_heads, output_projection
+from attention_atlas.model.inspect.head_weights import HeadWeights, head_weights
+from attention_atlas.model.inspect.norm_output import block_input
+from attention_atlas.model.inspect.step_hooks import StepNames, step_names
+from attention_atlas.ui import url_state
+from attention_atlas.ui.downloads import file_name
+from attention_atlas.ui.matrix_view import show_matrix
+from attention_atlas.ui.page import current_runner, current_trace, trace_with
+from attention_atlas.ui.pickers import choose_head, keep_valid
+from attention_atlas.ui.trace_cache import per_trace
+from attention_atlas.viz.step_through import dimension_names
+from attention_atlas.viz.tokens import position_label
 
 ALL_LAYERS_UP_TO = 64 * 2**20  # bytes: see hooks_to_capture
 FLOAT16_NOTE = ("this app keeps Hugging Face attention patterns in float16 (half the memory), so they differ from "

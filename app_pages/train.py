@@ -9,15 +9,15 @@ from dataclasses import replace
 
 import streamlit as st
 
-from model.core.devices import available_devices
-from model.toy.archive import read_toy_archive
-from model.toy.live import as_sentence, training_problems
-from model.toy.tasks import TASKS
-from model.toy.train import SCHEDULES, Recipe, recipe_for
-from ui.messages import show_error
-from ui.session_models import add_session_model, open_model, session_models, still_listed
-from ui.training_runs import LIMITS, MAX_TRAININGS, current_training, forget_training, start_training
-from ui.training_views import show_training
+from attention_atlas.model.core.devices import available_devices
+from attention_atlas.model.toy.archive import read_toy_archive
+from attention_atlas.model.toy.live import as_sentence, training_problems
+from attention_atlas.model.toy.tasks import TASKS
+from attention_atlas.model.toy.train import SCHEDULES, Recipe, recipe_for
+from attention_atlas.ui.messages import show_error
+from attention_atlas.ui.session_models import add_session_model, open_model, session_models, still_listed
+from attention_atlas.ui.training_runs import LIMITS, MAX_TRAININGS, current_training, forget_training, start_training
+from attention_atlas.ui.training_views import show_training
 
 DEFAULT_TASK = "induction"
 SNAPSHOTS_AT_START = 60  # the default interval gives this many snapshots after the first (within the limit)

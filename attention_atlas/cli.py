@@ -9,7 +9,7 @@ import argparse
 import os
 from pathlib import Path
 
-from ui.url_state import OPEN_MODEL_VARIABLE
+from attention_atlas.ui.url_state import OPEN_MODEL_VARIABLE
 
 FRAME = Path(__file__).resolve().parent / "app.py"  # the script Streamlit runs, with its .streamlit/ beside it
 
@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     person's first run waits for it."""
     from streamlit.web import cli as streamlit_cli  # imports the whole of Streamlit: after the arguments parsed
 
-    from model.core.attention.native import attention_rows
+    from attention_atlas.model.core.attention.native import attention_rows
 
     command, environment = streamlit_arguments(argv)
     attention_rows()

@@ -14,8 +14,8 @@ import time
 
 from streamlit.testing.v1 import AppTest
 
+from attention_atlas.model.registry import load_runner
 from bench.app_rerun import ROOT, count_runs, text_of
-from model.registry import load_runner
 
 MODEL = os.environ.get("BENCH_MODEL", "minilm")
 TOKENS = int(os.environ.get("BENCH_TOKENS", 512))

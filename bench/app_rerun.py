@@ -25,8 +25,8 @@ from typing import Any
 from streamlit.testing.v1 import AppTest
 from transformers import AutoTokenizer
 
-from model.hf import packaged
-from model.hf.runner import HFRunner
+from attention_atlas.model.hf import packaged
+from attention_atlas.model.hf.runner import HFRunner
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = "app_pages/attention.py"

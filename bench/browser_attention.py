@@ -40,7 +40,7 @@ from transformers.utils import logging as transformers_logging
 
 from app_browser.page import CHROMIUM, CHROMIUM_ARGS
 from app_browser.server import serve_app
-from model.hf import packaged
+from attention_atlas.model.hf import packaged
 
 MODELS = tuple(os.environ.get("BENCH_MODELS", "minilm,smollm2").split(","))  # e.g. BENCH_MODELS=minilm
 TOKENS = int(os.environ.get("BENCH_TOKENS", 512))  # e.g. BENCH_MODELS=smollm2 BENCH_TOKENS=2048

@@ -44,6 +44,8 @@ from transformers import AutoTokenizer
 from transformers.utils import logging as transformers_logging
 
 from app_browser.page import CHROMIUM, CHROMIUM_ARGS, figure
+from attention_atlas.model.core.attention.row_reduction import STATISTICS
+from attention_atlas.ui.url_state import MAX_TEXT_CHARS
 from bench.browser_attention import (
     IDLE,
     LOGS,
@@ -57,8 +59,6 @@ from bench.browser_attention import (
     text_of,
     tokenizer_folder,
 )
-from model.core.attention.row_reduction import STATISTICS
-from ui.url_state import MAX_TEXT_CHARS
 
 MODEL = "smollm2"
 TOKENS = int(os.environ.get("BENCH_TOKENS", 8192))

@@ -14,11 +14,11 @@ from collections.abc import Callable
 
 import torch
 
-from model.core.capture.record import capture
-from model.core.masks import causal_mask, combine, padding_mask
-from model.scratch.transformer import EncoderDecoder
-from model.toy.evaluate import pad_batch
-from model.toy.store import ToyModel, available_toys, load_toy
+from attention_atlas.model.core.capture.record import capture
+from attention_atlas.model.core.masks import causal_mask, combine, padding_mask
+from attention_atlas.model.scratch.transformer import EncoderDecoder
+from attention_atlas.model.toy.evaluate import pad_batch
+from attention_atlas.model.toy.store import ToyModel, available_toys, load_toy
 
 RUNS = 50
 

@@ -17,10 +17,10 @@ from typing import Any
 
 import torch
 
-from model.core.generation.decoding import Stepper, generate
-from model.core.generation.sampling import DecodeSettings, choose_next
-from model.core.options import RunOptions
-from model.registry import load_runner
+from attention_atlas.model.core.generation.decoding import Stepper, generate
+from attention_atlas.model.core.generation.sampling import DecodeSettings, choose_next
+from attention_atlas.model.core.options import RunOptions
+from attention_atlas.model.registry import load_runner
 
 TOKENS = 50
 PROMPT = "The capital of France is"

@@ -114,7 +114,7 @@ def block_way(rows: int, mib: int) -> str:
 
 def with_blocks(rows: int, mib: int, work: Callable[[], object]) -> Callable[[], object]:
     """`work` with the blocked attention's blocks at most `rows` query rows and `mib` MiB."""
-    from model.core.attention import source as patterns
+    from attention_atlas.model.core.attention import source as patterns
 
     names = ("ROW_BLOCK", "BLOCK_BYTES", "DEVICE_ROW_BLOCK", "DEVICE_BLOCK_BYTES")  # the CPU's, then CUDA's
 
@@ -193,7 +193,7 @@ def load(shape: str, device: torch.device, dtype: torch.dtype):
     saved to a temporary folder, loaded from it by `load_hf_runner` (attention "atlas", the family's taps)."""
     import transformers
 
-    from model.hf.loading import load_hf_runner
+    from attention_atlas.model.hf.loading import load_hf_runner
 
     transformers.utils.logging.disable_progress_bar()
     config = transformers.LlamaConfig(**SHAPES[shape][1], bos_token_id=1, eos_token_id=2)
@@ -234,9 +234,9 @@ def ways_of(runner, length: int, device: torch.device, blocks: tuple[tuple[int, 
             ) -> dict[str, tuple[str, Callable[[], object]]]:
     """{way: (attention implementation, work)} for `length` random tokens, inputs as the app's run makes them: the
     five ways of this module's docstring, then capture + summary with each of `blocks` (rows, MiB)."""
-    from model.core.capture.record import capture
-    from model.core.masks import additive_mask, self_attention_mask
-    from model.hf.heads import ATTENTION
+    from attention_atlas.model.core.capture.record import capture
+    from attention_atlas.model.core.masks import additive_mask, self_attention_mask
+    from attention_atlas.model.hf.heads import ATTENTION
 
     model = runner.model
     generator = torch.Generator().manual_seed(length)
@@ -301,8 +301,8 @@ def kernels(config, length: int, device: torch.device, dtype: torch.dtype) -> st
 
 def block_sizes(config, length: int, device: torch.device) -> str:
     """The query rows of a capture + summary's blocks at `length` tokens on CUDA, from the memory free now."""
-    from model.core.attention.scratch import Scratch
-    from model.core.attention.source import block_rows
+    from attention_atlas.model.core.attention.scratch import Scratch
+    from attention_atlas.model.core.attention.source import block_rows
 
     free = Scratch().free_bytes(device)
     rows = block_rows(device.type, config.num_attention_heads, length, free)
@@ -325,7 +325,7 @@ def count_synchronisations(work: Callable[[], object]) -> Counter[str]:
 
 def synchronisations(model: torch.nn.Module, ways: dict[str, tuple[str, Callable[[], object]]]) -> str:
     """One line: each way's host synchronisations in one run, and where the capture's came from."""
-    from model.hf.heads import ATTENTION
+    from attention_atlas.model.hf.heads import ATTENTION
 
     said = []
     try:
@@ -356,8 +356,8 @@ def bench(runner, length: int, device: torch.device, rounds: int, blocks: tuple[
     gb = eager_gb(runner.model.config, length)
     if gb > EAGER_LIMIT_GB:
         found["eager"] = f"not run: its patterns would take {gb:,.1f} GB on the host (over {EAGER_LIMIT_GB:.0f})"
-    from model.core.devices import is_out_of_memory
-    from model.hf.heads import ATTENTION
+    from attention_atlas.model.core.devices import is_out_of_memory
+    from attention_atlas.model.hf.heads import ATTENTION
 
     try:
         for round_ in range(rounds + 1):  # round 0 warms up
@@ -442,7 +442,7 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import transformers
 
-    from model.core.devices import PRECISIONS
+    from attention_atlas.model.core.devices import PRECISIONS
 
     dtype = PRECISIONS["bfloat16" if device.type == "cuda" else "float32"]
     where = (f"{torch.cuda.get_device_name(device)} (CUDA {torch.version.cuda})" if device.type == "cuda"

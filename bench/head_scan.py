@@ -15,9 +15,9 @@ import time
 import numpy as np
 import torch
 
-from model.core.options import RunOptions
-from model.inspect.ablation import TOKENS_PER_PASS, every_head, scan_heads
-from model.registry import load_runner
+from attention_atlas.model.core.options import RunOptions
+from attention_atlas.model.inspect.ablation import TOKENS_PER_PASS, every_head, scan_heads
+from attention_atlas.model.registry import load_runner
 
 TEXTS = {"smollm2": "The capital of France is", "minilm": "The quick brown fox jumps over the lazy dog."}
 

@@ -28,13 +28,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from model.core.attention import native
-from model.core.capture.record import capture
-from model.core.masks import additive_mask, self_attention_mask
-from model.core.trace.trace import distinct_nbytes
-from model.hf import packaged
-from model.hf.runner import HFRunner
-from model.registry import load_runner
+from attention_atlas.model.core.attention import native
+from attention_atlas.model.core.capture.record import capture
+from attention_atlas.model.core.masks import additive_mask, self_attention_mask
+from attention_atlas.model.core.trace.trace import distinct_nbytes
+from attention_atlas.model.hf import packaged
+from attention_atlas.model.hf.runner import HFRunner
+from attention_atlas.model.registry import load_runner
 
 SENTENCE = "The quick brown fox jumps over the lazy dog while the cat sleeps on the warm mat. "
 CASES = (("minilm", 512), ("smollm2", 512), ("smollm2", 2048))

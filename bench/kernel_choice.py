@@ -23,10 +23,10 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from model.core.attention import native
-from model.core.attention.block_means import block_starts
-from model.core.attention.row_reduction import RowLayout, reduce_rows
-from model.core.attention.source import EXP_FLOOR
+from attention_atlas.model.core.attention import native
+from attention_atlas.model.core.attention.block_means import block_starts
+from attention_atlas.model.core.attention.row_reduction import RowLayout, reduce_rows
+from attention_atlas.model.core.attention.source import EXP_FLOOR
 
 ROUNDS = 200
 ROWS = 128

@@ -48,9 +48,9 @@ def measure_one(way: str, length: int) -> dict[str, float]:
     """In this process: load, then time `way` once and measure its peak memory above the loaded model's."""
     import torch
 
+    from attention_atlas.model.core.capture.record import capture
+    from attention_atlas.model.registry import load_runner
     from bench.hf_capture import folder, inputs
-    from model.core.capture.record import capture
-    from model.registry import load_runner
 
     runner = load_runner("smollm2")
     batch = inputs(runner, length) | {"logits_to_keep": 1}

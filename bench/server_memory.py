@@ -32,9 +32,9 @@ from transformers import AutoTokenizer
 from transformers.utils import logging as transformers_logging
 
 from app_browser.sessions import peak_of
-from model.core.bounded_cache import ByteCache
-from model.hf import packaged
-from ui import run_scheduler, trace_cache
+from attention_atlas.model.core.bounded_cache import ByteCache
+from attention_atlas.model.hf import packaged
+from attention_atlas.ui import run_scheduler, trace_cache
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = "app_pages/attention.py"

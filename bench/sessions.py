@@ -28,8 +28,8 @@ from transformers.utils import logging as transformers_logging
 from app_browser.page import CHROMIUM, CHROMIUM_ARGS
 from app_browser.server import Server, start_server
 from app_browser.sessions import SENTENCES, open_sessions, peak_of, percentile, wait_idle
-from model.hf import packaged
-from ui.trace_cache import BUDGET_VARIABLE, budget_bytes
+from attention_atlas.model.hf import packaged
+from attention_atlas.ui.trace_cache import BUDGET_VARIABLE, budget_bytes
 
 SESSIONS = int(os.environ.get("BENCH_SESSIONS", 8))
 CACHE_MB = os.environ.get("BENCH_CACHE_MB")  # else the server's own budget

@@ -26,9 +26,9 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging
 
-from model.core.options import RunOptions
-from model.hf.loading import load_hf_runner
-from model.hf.packaged import smollm2_folder
+from attention_atlas.model.core.options import RunOptions
+from attention_atlas.model.hf.loading import load_hf_runner
+from attention_atlas.model.hf.packaged import smollm2_folder
 
 TOKENS = 2048
 SENTENCE = "The quick brown fox jumps over the lazy dog while the cat watches from the window. "

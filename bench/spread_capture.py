@@ -19,10 +19,10 @@ import time
 import numpy as np
 import torch
 
-from model.core.options import RunOptions
-from model.hf import packaged
-from model.hf.loading import load_hf_runner
-from model.hf.placement import Placement
+from attention_atlas.model.core.options import RunOptions
+from attention_atlas.model.hf import packaged
+from attention_atlas.model.hf.loading import load_hf_runner
+from attention_atlas.model.hf.placement import Placement
 
 SENTENCE = "The quick brown fox jumps over the lazy dog while the cat sleeps on the warm mat. "
 

@@ -14,8 +14,8 @@ from dataclasses import replace
 
 import torch
 
-from model.toy.live import LiveTraining
-from model.toy.train import recipe_for
+from attention_atlas.model.toy.live import LiveTraining
+from attention_atlas.model.toy.train import recipe_for
 
 STEPS = 600
 SNAPSHOT_EVERY = 50  # the page's default for the induction task: its 3,000 steps / 60

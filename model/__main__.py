@@ -19,11 +19,10 @@ import argparse
 import json
 import sys
 
-from model.core.devices import DEVICE_CHOICES, PRECISION_CHOICES, pick_device, pick_precision
-from model.core.options import RunOptions
-from model.core.trace.file import save_trace
-from model.hf.placement import Placement, parse_budgets
-from model.registry import list_model_ids, load_runner
+from attention_atlas.model.core.devices import DEVICE_CHOICES, PRECISION_CHOICES, pick_device, pick_precision
+from attention_atlas.model.core.options import RunOptions
+from attention_atlas.model.hf.placement import Placement, parse_budgets
+from attention_atlas.model.registry import list_model_ids, load_runner
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
                              placement=placement)
         trace = runner.run(args.text, args.target, RunOptions(hooks=tuple(args.hooks), causal=args.causal))
         if args.out:
-            save_trace(trace, args.out, dense=args.dense)
+            trace.save(args.out, dense=args.dense)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

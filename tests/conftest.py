@@ -36,7 +36,7 @@ def _seed() -> None:
     torch.manual_seed(0)
 
 
-from model.hf.loading import load_hf_runner  # noqa: E402
+from attention_atlas.model.hf.loading import load_hf_runner  # noqa: E402
 from tests.tiny_hf import FAMILIES, build  # noqa: E402
 
 

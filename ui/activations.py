@@ -10,16 +10,16 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from model.core.runner import Runner
-from model.core.trace.trace import Trace
-from model.inspect.lens import Lens, Unembedding, logit_lens
-from model.inspect.readout import forward_for
-from model.inspect.shapes import calls_table, shape_trace
-from ui.page import trace_with
-from ui.run_scheduler import run_slots
-from ui.trace_cache import per_trace
-from viz.residual import cosine_between_layers, norms, write_share
-from viz.trajectories import Projection, fit_pca
+from attention_atlas.model.core.runner import Runner
+from attention_atlas.model.core.trace.trace import Trace
+from attention_atlas.model.inspect.lens import Lens, Unembedding, logit_lens
+from attention_atlas.model.inspect.readout import forward_for
+from attention_atlas.model.inspect.shapes import calls_table, shape_trace
+from attention_atlas.ui.page import trace_with
+from attention_atlas.ui.run_scheduler import run_slots
+from attention_atlas.ui.trace_cache import per_trace
+from attention_atlas.viz.residual import cosine_between_layers, norms, write_share
+from attention_atlas.viz.trajectories import Projection, fit_pca
 
 STREAM = ("hook_resid_pre", "hook_resid_mid", "hook_resid_post", "hook_attn_out", "hook_mlp_out",
           "hook_normalized_resid_post", "hook_resid_mid_cross")  # the residual view's hooks (read by position); the

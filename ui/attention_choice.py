@@ -10,10 +10,10 @@ from functools import cached_property, partial
 import numpy as np
 import pandas as pd
 
-from model.core.trace.trace import Trace
-from ui.downloads import file_name, matrix_table
-from ui.pickers import site_label
-from viz.heatmap import attention_heatmap
+from attention_atlas.model.core.trace.trace import Trace
+from attention_atlas.ui.downloads import file_name, matrix_table
+from attention_atlas.ui.pickers import site_label
+from attention_atlas.viz.heatmap import attention_heatmap
 
 
 @dataclass(frozen=True)

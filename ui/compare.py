@@ -12,18 +12,18 @@ from typing import Protocol
 import numpy as np
 import streamlit as st
 
-from model.core.options import ABLATION_MODES, Head
-from model.core.trace.sites import Site
-from model.core.trace.trace import Trace
-from model.inspect.ablation import every_head, head_site
-from model.registry import list_model_ids
-from ui.downloads import downloads, matrix_table
-from ui.messages import show_error
-from ui.page import current_request, trace_with
-from ui.pickers import head_label, keep_valid
-from ui.runs import PATTERNS, trace_for
-from ui.session_models import session_models
-from viz.masks import difference_figure
+from attention_atlas.model.core.options import ABLATION_MODES, Head
+from attention_atlas.model.core.trace.sites import Site
+from attention_atlas.model.core.trace.trace import Trace
+from attention_atlas.model.inspect.ablation import every_head, head_site
+from attention_atlas.model.registry import list_model_ids
+from attention_atlas.ui.downloads import downloads, matrix_table
+from attention_atlas.ui.messages import show_error
+from attention_atlas.ui.page import current_request, trace_with
+from attention_atlas.ui.pickers import head_label, keep_valid
+from attention_atlas.ui.runs import PATTERNS, trace_for
+from attention_atlas.ui.session_models import session_models
+from attention_atlas.viz.masks import difference_figure
 
 ANOTHER_MODEL = "Another model"
 KINDS = ("Mask on vs off", "Another text", "Before vs after an ablation", ANOTHER_MODEL)

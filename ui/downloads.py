@@ -11,8 +11,8 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from viz.export import FORMATS, available_formats, chart_bytes, figure_bytes
-from viz.tokens import position_label
+from attention_atlas.viz.export import FORMATS, available_formats, chart_bytes, figure_bytes
+from attention_atlas.viz.tokens import position_label
 
 WHOLE_CSV_UP_TO = 2048  # tokens a side: a matrix's CSV holds it whole up to this (4M cells, about 40 MB)
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import streamlit as st
 
-from model.core.generation.decoding import Step, Stepper, generate
-from model.core.generation.sampling import DecodeSettings, choose_next
+from attention_atlas.model.core.generation.decoding import Step, Stepper, generate
+from attention_atlas.model.core.generation.sampling import DecodeSettings, choose_next
 
 STATE = "generate_state"  # session key of the Generation
 MAX_CONTEXT_TOKENS = 1024  # longest prompt (or source) generated from: each step keeps a row per layer and head

@@ -8,13 +8,13 @@ from collections.abc import Sequence
 import numpy as np
 import streamlit as st
 
-from model.core.trace.trace import Trace
-from ui.downloads import downloads
-from ui.mask_views import heatmap, name
-from ui.messages import literal
-from ui.page import current_runner
-from viz.masks import difference_figure, next_token_comparison
-from viz.tokens import position_label
+from attention_atlas.model.core.trace.trace import Trace
+from attention_atlas.ui.downloads import downloads
+from attention_atlas.ui.mask_views import heatmap, name
+from attention_atlas.ui.messages import literal
+from attention_atlas.ui.page import current_runner
+from attention_atlas.viz.masks import difference_figure, next_token_comparison
+from attention_atlas.viz.tokens import position_label
 
 TOP = 8  # next tokens compared
 

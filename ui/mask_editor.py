@@ -6,10 +6,10 @@ from collections.abc import Sequence
 
 import streamlit as st
 
-from model.core.masks import hidden_key_pairs, outside_window_pairs
-from ui import url_state
-from ui.pickers import keep_valid
-from viz.tokens import position_label
+from attention_atlas.model.core.masks import hidden_key_pairs, outside_window_pairs
+from attention_atlas.ui import url_state
+from attention_atlas.ui.pickers import keep_valid
+from attention_atlas.viz.tokens import position_label
 
 EDITORS = ["hide words", "window"]
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from model.core.trace.sites import Site
-from model.core.trace.trace import Trace
-from ui.downloads import csv_fits, csv_gigabytes, downloads, file_name, matrix_table
-from viz.heatmap import attention_heatmap
-from viz.masks import hidden_counts, hidden_reasons, mask_figure
+from attention_atlas.model.core.trace.sites import Site
+from attention_atlas.model.core.trace.trace import Trace
+from attention_atlas.ui.downloads import csv_fits, csv_gigabytes, downloads, file_name, matrix_table
+from attention_atlas.viz.heatmap import attention_heatmap
+from attention_atlas.viz.masks import hidden_counts, hidden_reasons, mask_figure
 
 DRAWN = 96  # the most rows and columns drawn (three figures side by side); the CSVs hold everything
 

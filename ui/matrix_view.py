@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from ui.downloads import downloads
-from viz.step_through import shape_text, step_heatmap, truncation_note
+from attention_atlas.ui.downloads import downloads
+from attention_atlas.viz.step_through import shape_text, step_heatmap, truncation_note
 
 
 def show_matrix(

@@ -1,7 +1,7 @@
 """What every page shares: the page registry, the current trace (or a stop, when the frame has said why there
 is none), and the page choices that must outlive a visit to another page.
 
-Adding a page: write `app_pages/<name>.py` (start with `trace = current_trace()`, or `trace_with(hooks)` for a
+Adding a page: write `pages/<name>.py` (start with `trace = current_trace()`, or `trace_with(hooks)` for a
 page that shows more than attention patterns; cache what it derives from the trace with
 `ui.trace_cache.per_trace`; prefix its widget keys with its name), add one `Page` line to PAGES
 below, and list in PERSISTENT_KEYS the widget keys that should survive a visit elsewhere (and in
@@ -15,19 +15,19 @@ from pathlib import Path
 
 import streamlit as st
 
-import app_pages
-from model.core.options import AblationMode, CausalMode, Head
-from model.core.runner import Runner
-from model.core.trace.trace import Trace
-from ui.messages import show_error
-from ui.runs import RunRequest, runner_of, trace_for
+from attention_atlas import app_pages
+from attention_atlas.model.core.options import AblationMode, CausalMode, Head
+from attention_atlas.model.core.runner import Runner
+from attention_atlas.model.core.trace.trace import Trace
+from attention_atlas.ui.messages import show_error
+from attention_atlas.ui.runs import RunRequest, runner_of, trace_for
 
 
 @dataclass(frozen=True)
 class Page:
     """One page of the app: its file, its title in the navigation, and its icon."""
 
-    path: str  # relative to the folder that holds app_pages/ (as AppTest.switch_page takes it from app.py)
+    path: str  # relative to the folder that holds pages/ (as AppTest.switch_page takes it from app.py)
     title: str
     icon: str
     shows_run: bool = True  # whether it draws the sidebar's run (Train trains a model of its own instead)

@@ -12,15 +12,15 @@ from typing import Any
 import numpy as np
 import streamlit as st
 
-from model.core.attention.row_reduction import STATISTICS
-from model.core.options import Head
-from model.core.trace.sites import Site
-from model.core.trace.trace import Trace
-from model.inspect.ablation import head_site
-from ui import url_state
-from ui.page import forget_choices
-from ui.site_summary import site_summary
-from viz.thumbnails import head_at
+from attention_atlas.model.core.attention.row_reduction import STATISTICS
+from attention_atlas.model.core.options import Head
+from attention_atlas.model.core.trace.sites import Site
+from attention_atlas.model.core.trace.trace import Trace
+from attention_atlas.model.inspect.ablation import head_site
+from attention_atlas.ui import url_state
+from attention_atlas.ui.page import forget_choices
+from attention_atlas.ui.site_summary import site_summary
+from attention_atlas.viz.thumbnails import head_at
 
 HEAD_KEYS = ("site", "layer", "head")
 SHORT_SITES = {"encoder.attn": "encoder", "decoder.attn": "decoder", "decoder.cross_attn": "cross"}

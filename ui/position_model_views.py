@@ -7,13 +7,13 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from model.core import sinusoid as pe
-from model.core.trace.trace import Trace
-from model.inspect.positions import PositionScheme
-from ui.downloads import downloads
-from ui.page import trace_with
-from viz import positions as viz
-from viz.tokens import position_label
+from attention_atlas.model.core import sinusoid as pe
+from attention_atlas.model.core.trace.trace import Trace
+from attention_atlas.model.inspect.positions import PositionScheme
+from attention_atlas.ui.downloads import downloads
+from attention_atlas.ui.page import trace_with
+from attention_atlas.viz import positions as viz
+from attention_atlas.viz.tokens import position_label
 
 
 def table_frame(matrix: np.ndarray, rows: list[str]) -> pd.DataFrame:

@@ -21,14 +21,14 @@ from typing import TypeVar
 
 import streamlit as st
 
-from model.core.devices import SPREAD, is_out_of_memory, pick_device, pick_precision
-from model.core.options import AblationMode, CausalMode, Head, RunOptions
-from model.core.runner import Runner
-from model.core.trace.trace import Trace
-from model.hf.placement import Placement, parse_budgets
-from model.registry import list_model_ids, load_runner
-from ui.session_models import session_runner
-from ui.trace_cache import cached_trace
+from attention_atlas.model.core.devices import SPREAD, is_out_of_memory, pick_device, pick_precision
+from attention_atlas.model.core.options import AblationMode, CausalMode, Head, RunOptions
+from attention_atlas.model.core.runner import Runner
+from attention_atlas.model.core.trace.trace import Trace
+from attention_atlas.model.hf.placement import Placement, parse_budgets
+from attention_atlas.model.registry import list_model_ids, load_runner
+from attention_atlas.ui.session_models import session_runner
+from attention_atlas.ui.trace_cache import cached_trace
 
 T = TypeVar("T")
 LOG = logging.getLogger(__name__)

@@ -8,8 +8,8 @@ import secrets
 
 import streamlit as st
 
-from model.toy.runner import ToyRunner
-from model.toy.store import ToyModel
+from attention_atlas.model.toy.runner import ToyRunner
+from attention_atlas.model.toy.store import ToyModel
 
 SESSION_MODELS = "session_models"  # session key: {model id: ToyRunner}, oldest first
 MAX_SESSION_MODELS = 4  # a session's own models kept at once; the oldest goes first

@@ -6,10 +6,10 @@ side; the model view shrinks them to its width (`thumbnail_size`)."""
 
 from __future__ import annotations
 
-from model.core.attention.summary import SiteSummary
-from model.core.trace.summaries import summarise_site
-from model.core.trace.trace import Trace
-from ui.trace_cache import per_trace
+from attention_atlas.model.core.attention.summary import SiteSummary
+from attention_atlas.model.core.trace.summaries import summarise_site
+from attention_atlas.model.core.trace.trace import Trace
+from attention_atlas.ui.trace_cache import per_trace
 
 MODEL_VIEW_WIDTH = 900  # pixels the model view's thumbnails share across a row of heads
 

@@ -25,10 +25,10 @@ from typing import TypeVar
 
 import streamlit as st
 
-from model.core.bounded_cache import ByteCache
-from model.core.capture.record import reporting_progress
-from model.core.trace.trace import Trace
-from ui.run_scheduler import (
+from attention_atlas.model.core.bounded_cache import ByteCache
+from attention_atlas.model.core.capture.record import reporting_progress
+from attention_atlas.model.core.trace.trace import Trace
+from attention_atlas.ui.run_scheduler import (
     RunAbandoned,
     RunProgress,
     Waiters,

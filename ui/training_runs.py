@@ -11,10 +11,10 @@ import streamlit as st
 from streamlit.runtime import Runtime
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
-from model.core.devices import pick_device
-from model.toy.live import Limits, LiveTraining
-from model.toy.train import Recipe
-from ui.run_scheduler import run_slots
+from attention_atlas.model.core.devices import pick_device
+from attention_atlas.model.toy.live import Limits, LiveTraining
+from attention_atlas.model.toy.train import Recipe
+from attention_atlas.ui.run_scheduler import run_slots
 
 TRAINING = "train_run"  # session key of this session's LiveTraining (running or done)
 MAX_TRAININGS = 2  # trainings running at once in the server (2 cores: a third would only slow the others)

@@ -6,17 +6,17 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from model.core.trace.sites import Site
-from model.toy.archive import toy_archive
-from model.toy.head_scores import Score
-from model.toy.live import VALIDATION_SIZE, LiveTraining, Snapshot
-from ui.compare import ANOTHER_MODEL
-from ui.page import PAGES
-from ui.pickers import clicked_head, keep_valid
-from ui.session_models import add_session_model, open_model, still_listed
-from viz.heatmap import attention_heatmap
-from viz.thumbnails import thumbnail_figure, thumbnail_grid
-from viz.training import curve_chart, scores_chart
+from attention_atlas.model.core.trace.sites import Site
+from attention_atlas.model.toy.archive import toy_archive
+from attention_atlas.model.toy.head_scores import Score
+from attention_atlas.model.toy.live import VALIDATION_SIZE, LiveTraining, Snapshot
+from attention_atlas.ui.compare import ANOTHER_MODEL
+from attention_atlas.ui.page import PAGES
+from attention_atlas.ui.pickers import clicked_head, keep_valid
+from attention_atlas.ui.session_models import add_session_model, open_model, still_listed
+from attention_atlas.viz.heatmap import attention_heatmap
+from attention_atlas.viz.thumbnails import thumbnail_figure, thumbnail_grid
+from attention_atlas.viz.training import curve_chart, scores_chart
 
 REFRESH_S = 1.0  # how often the live view redraws while the model trains (or the timeline plays)
 THUMBNAIL = 48  # pixels a head in the grid

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from viz.tokens import plotly_label
+from attention_atlas.viz.tokens import plotly_label
 
 
 def scan_heatmap(effects: np.ndarray, title: str, measure: str) -> go.Figure:

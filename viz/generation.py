@@ -8,8 +8,8 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from viz.heatmap import TICK_LABELS_UP_TO, position_labels
-from viz.tokens import plotly_label
+from attention_atlas.viz.heatmap import TICK_LABELS_UP_TO, position_labels
+from attention_atlas.viz.tokens import plotly_label
 
 
 def rows_heatmap(rows: np.ndarray, row_names: Sequence[str], context: Sequence[str], title: str,

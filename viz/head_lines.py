@@ -15,7 +15,7 @@ import numpy as np
 import plotly.colors
 import plotly.graph_objects as go
 
-from viz.tokens import plotly_label
+from attention_atlas.viz.tokens import plotly_label
 
 PALETTE = plotly.colors.qualitative.Plotly  # mid-tone colours, readable on light and dark backgrounds
 BIN_EDGES = (0.05, 0.15, 0.4)  # attention probability edges of the 4 bins (absolute, so heads compare)

@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from viz.masked import LEGEND_ABOVE, hatch_image
-from viz.masked import legend_entry as masked_legend_entry
-from viz.tokens import plotly_label, position_label
+from attention_atlas.viz.masked import LEGEND_ABOVE, hatch_image
+from attention_atlas.viz.masked import legend_entry as masked_legend_entry
+from attention_atlas.viz.tokens import plotly_label, position_label
 
 TICK_LABELS_UP_TO = 64  # beyond this many tokens plotly thins the axis labels itself
 WINDOW = 512  # the most rows and columns a page should draw cell by cell (2048 x 2048 is 25 MB and 15 s)

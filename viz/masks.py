@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from viz.heatmap import matrix_heatmap
-from viz.tokens import plotly_label, visible_token
+from attention_atlas.viz.heatmap import matrix_heatmap
+from attention_atlas.viz.tokens import plotly_label, visible_token
 
 VISIBLE_RGB = "rgb(76, 120, 168)"  # a cell where the query may attend to the key
 REASON_RGB = {"causal": "rgb(214, 39, 40)", "window": "rgb(44, 160, 44)", "padding": "rgb(148, 103, 189)",

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from viz.tokens import plotly_label, position_label
+from attention_atlas.viz.tokens import plotly_label, position_label
 
 TOKENS_PER_LINE = 16  # the coloured text wraps after this many tokens
 

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from viz.tokens import plotly_label, visible_token
+from attention_atlas.viz.tokens import plotly_label, visible_token
 
 
 def percent(share: float) -> str:

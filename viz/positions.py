@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from viz.heatmap import position_labels
+from attention_atlas.viz.heatmap import position_labels
 
 MAX_SIDE = 512  # most rows or columns drawn cell by cell; larger tables are drawn every n-th row / column
 

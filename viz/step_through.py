@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from viz.masked import LEGEND_ABOVE, hatch_image, legend_entry
+from attention_atlas.viz.masked import LEGEND_ABOVE, hatch_image, legend_entry
 
 LIMIT = 48  # rows and columns drawn at most: a 48 x 48 grid of cells is still readable on a projector
 VALUES_UP_TO = 16  # numbers are written in the cells up to this many rows and columns

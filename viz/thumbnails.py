@@ -18,8 +18,8 @@ import plotly.colors
 import plotly.graph_objects as go
 from PIL import Image
 
-from viz.masked import LEGEND_BELOW, MASKED_RGB
-from viz.masked import legend_entry as masked_legend_entry
+from attention_atlas.viz.masked import LEGEND_BELOW, MASKED_RGB
+from attention_atlas.viz.masked import legend_entry as masked_legend_entry
 
 GAP = 2  # pixels between thumbnails
 TOP, MASKED = 254, 255  # pixel values: attention scaled to 0..TOP; MASKED where every cell of the pixel is masked

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import plotly.graph_objects as go
 
-from viz.tokens import plotly_label
+from attention_atlas.viz.tokens import plotly_label
 
 
 @dataclass(frozen=True)

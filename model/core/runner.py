@@ -9,14 +9,15 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from model.core.attention.source import PatternSource
-from model.core.attention.summary import SiteSummary
-from model.core.capture.ablation import Outcome
-from model.core.capture.record import Captured
-from model.core.generation.decoding import Stepper
-from model.core.options import AblationMode, Head, RunOptions
-from model.core.trace.sites import Site
-from model.core.trace.trace import ModelFacts, Trace
+from attention_atlas.model.core.attention.source import PatternSource
+from attention_atlas.model.core.attention.summary import SiteSummary
+from attention_atlas.model.core.capture.ablation import Outcome
+from attention_atlas.model.core.capture.record import Captured
+from attention_atlas.model.core.generation.decoding import Stepper
+from attention_atlas.model.core.options import AblationMode, Head, RunOptions
+from attention_atlas.model.core.trace.facts import ModelFacts
+from attention_atlas.model.core.trace.sites import Site
+from attention_atlas.model.core.trace.trace import Trace
 
 
 class Runner(Protocol):

@@ -41,9 +41,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from model.hf.heads import ProjectionHeads
-from model.hf.probe import Call, Probe, probe_run
-from model.hf.taps import (
+from attention_atlas.model.hf.heads import ProjectionHeads
+from attention_atlas.model.hf.probe import Call, Probe, probe_run
+from attention_atlas.model.hf.taps import (
     LAYER_NORM,
     RMS_NORM,
     Family,

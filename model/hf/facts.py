@@ -8,11 +8,11 @@ from typing import Any
 
 from torch import nn
 
-from model.core.capture.host_copies import SIXTEEN_BITS
-from model.core.devices import precision_name
-from model.core.trace.trace import ModelFacts
-from model.hf.placement import device_words
-from model.hf.taps import Family
+from attention_atlas.model.core.capture.host_copies import SIXTEEN_BITS
+from attention_atlas.model.core.devices import precision_name
+from attention_atlas.model.core.trace.facts import ModelFacts
+from attention_atlas.model.hf.placement import device_words
+from attention_atlas.model.hf.taps import Family
 
 LONGEST_INPUT = 8192  # tokens at most, whatever the model allows (T5 has no position limit of its own)
 SOURCE_BYTES_LIMIT = 1 << 30  # 1 GiB: the most a run may keep to compute its attention patterns from

@@ -7,8 +7,8 @@ from typing import Any
 
 from torch import nn
 
-from model.hf.discovery import discover
-from model.hf.taps import TABLES, Family
+from attention_atlas.model.hf.discovery import discover
+from attention_atlas.model.hf.taps import TABLES, Family
 
 Kind = str  # "encoder", "decoder" or "encoder-decoder"
 

@@ -32,8 +32,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from model.core.attention.layer_inputs import PatternInputs
-from model.core.capture.hooks import ModuleTap, ReportedTap, active_recorder, reported_edit, reports_wanted
+from attention_atlas.model.core.attention.layer_inputs import PatternInputs
+from attention_atlas.model.core.capture.hooks import (
+    ModuleTap,
+    ReportedTap,
+    active_recorder,
+    reported_edit,
+    reports_wanted,
+)
 
 ATTENTION = "atlas"  # the attn_implementation models are loaded with
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from model.core.masks import additive_mask
+from attention_atlas.model.core.masks import additive_mask
 
 
 def masked_inputs(input_ids: torch.Tensor, allowed: torch.Tensor, dtype: torch.dtype) -> dict[str, Any]:

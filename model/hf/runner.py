@@ -18,24 +18,25 @@ import numpy as np
 import torch
 from torch import nn
 
-from model.core.capture.ablation import Outcome, ablating, ablating_rows
-from model.core.capture.hooks import ModuleTap, ReportedTap
-from model.core.capture.record import Captured, capture
-from model.core.devices import free_accelerator_memory, is_out_of_memory
-from model.core.generation.decoding import Stepper
-from model.core.generation.forcing import score_target
-from model.core.masks import additive_mask, self_attention_mask
-from model.core.options import AblationMode, Head, RunOptions
-from model.core.runner import trace_of_run
-from model.core.text_checks import validate_text
-from model.core.trace.trace import OutputKind, Trace
-from model.hf.examples import EXAMPLES
-from model.hf.facts import model_facts
-from model.hf.inputs import masked_inputs
-from model.hf.placement import input_device
-from model.hf.stepper import hf_stepper
-from model.hf.taps import Family
-from model.hf.text import TokenText, eos_ids
+from attention_atlas.model.core.capture.ablation import Outcome, ablating, ablating_rows
+from attention_atlas.model.core.capture.hooks import ModuleTap, ReportedTap
+from attention_atlas.model.core.capture.record import Captured, capture
+from attention_atlas.model.core.devices import free_accelerator_memory, is_out_of_memory
+from attention_atlas.model.core.generation.decoding import Stepper
+from attention_atlas.model.core.generation.forcing import score_target
+from attention_atlas.model.core.masks import additive_mask, self_attention_mask
+from attention_atlas.model.core.options import AblationMode, Head, RunOptions
+from attention_atlas.model.core.runner import trace_of_run
+from attention_atlas.model.core.text_checks import validate_text
+from attention_atlas.model.core.trace.facts import OutputKind
+from attention_atlas.model.core.trace.trace import Trace
+from attention_atlas.model.hf.examples import EXAMPLES
+from attention_atlas.model.hf.facts import model_facts
+from attention_atlas.model.hf.inputs import masked_inputs
+from attention_atlas.model.hf.placement import input_device
+from attention_atlas.model.hf.stepper import hf_stepper
+from attention_atlas.model.hf.taps import Family
+from attention_atlas.model.hf.text import TokenText, eos_ids
 
 MAX_TEXT_CHARS = 100_000  # before tokenising (above the text box's 60,000; 45 ms for SmolLM2's tokenizer): the
 # token limit (facts.max_len) is the real one
@@ -78,14 +79,14 @@ class HFRunner:
         if target is not None:
             validate_text(target, MAX_TEXT_CHARS, what="target")
         try:
-            return self._run(self.model, text, target, options)
+            return replace(self._run(self.model, text, target, options), text=text, target=target)
         except (torch.OutOfMemoryError, RuntimeError) as error:
             if self.facts.device == "cpu" or self._cpu_loader is None or not is_out_of_memory(error):
                 raise
         free_accelerator_memory()
         trace = self._run(self._cpu_model(), text, target, options)
         message = f"The {self.facts.device.split(':')[0].upper()} ran out of memory; this run used the CPU instead."
-        return replace(trace, facts=replace(trace.facts, device="cpu"), fallback=message)
+        return replace(trace, facts=replace(trace.facts, device="cpu"), fallback=message, text=text, target=target)
 
     def _cpu_model(self) -> nn.Module:
         """A CPU copy of the model, made once, for runs the GPU cannot hold."""

@@ -15,14 +15,14 @@ import torch
 from torch import nn
 from transformers import DynamicCache
 
-from model.core.capture.hooks import ModuleTap, ReportedTap
-from model.core.capture.record import capture
-from model.core.generation.decoding import Stepper
-from model.core.masks import additive_mask, self_attention_mask
-from model.core.options import RunOptions
-from model.hf.inputs import masked_inputs
-from model.hf.placement import input_device
-from model.hf.text import TokenText, eos_ids
+from attention_atlas.model.core.capture.hooks import ModuleTap, ReportedTap
+from attention_atlas.model.core.capture.record import capture
+from attention_atlas.model.core.generation.decoding import Stepper
+from attention_atlas.model.core.masks import additive_mask, self_attention_mask
+from attention_atlas.model.core.options import RunOptions
+from attention_atlas.model.hf.inputs import masked_inputs
+from attention_atlas.model.hf.placement import input_device
+from attention_atlas.model.hf.text import TokenText, eos_ids
 
 Taps = Mapping[str, ModuleTap | ReportedTap]  # a loaded model's hook name -> where its value is read
 SELF_PATTERNS = ("decoder.*.attn.hook_pattern",)

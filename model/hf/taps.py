@@ -18,8 +18,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from model.core.capture.hooks import ModuleTap, ReportedTap
-from model.hf.heads import ProjectionHeads, Reported
+from attention_atlas.model.core.capture.hooks import ModuleTap, ReportedTap
+from attention_atlas.model.hf.heads import ProjectionHeads, Reported
 
 Reader = Callable[[tuple[Any, ...], dict[str, Any], Any], torch.Tensor]
 

@@ -16,10 +16,10 @@ from typing import Protocol
 
 import numpy as np
 
-from model.core.capture.ablation import Outcome
-from model.core.options import AblationMode, Head
-from model.core.trace.sites import Site
-from model.core.trace.trace import Trace
+from attention_atlas.model.core.capture.ablation import Outcome
+from attention_atlas.model.core.options import AblationMode, Head
+from attention_atlas.model.core.trace.sites import Site
+from attention_atlas.model.core.trace.trace import Trace
 
 MAX_SCAN_WORK = 40_000  # tokens x heads one scan may read (SmolLM2: about 1 ms each on a 2-core CPU, bench.head_scan)
 TOKENS_PER_PASS = 512  # a scan's batches: rows (one ablated head each) x tokens

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from model.inspect.head_weights import HeadWeights, QueryKeyNorm
-from model.inspect.rotary import rotate
+from attention_atlas.model.inspect.head_weights import HeadWeights, QueryKeyNorm
+from attention_atlas.model.inspect.rotary import rotate
 
 
 @dataclass(frozen=True)

@@ -21,13 +21,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from model.core.attention.source import PatternSource
-from model.core.runner import Runner
-from model.core.trace.sites import Site
-from model.hf.placement import computing_device, exclusive, weights_at_hand
-from model.hf.taps import norm_eps
-from model.inspect.norm_output import norm_affine
-from model.inspect.rotary import rotary_tables
+from attention_atlas.model.core.attention.source import PatternSource
+from attention_atlas.model.core.runner import Runner
+from attention_atlas.model.core.trace.sites import Site
+from attention_atlas.model.hf.placement import computing_device, exclusive, weights_at_hand
+from attention_atlas.model.hf.taps import norm_eps
+from attention_atlas.model.inspect.norm_output import norm_affine
+from attention_atlas.model.inspect.rotary import rotary_tables
 
 Affine = tuple[np.ndarray, np.ndarray | None]  # (W (d_in, d_out), b (d_out,) or None): x @ W + b
 

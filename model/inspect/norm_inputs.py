@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from model.core.trace.trace import ModelFacts
+from attention_atlas.model.core.trace.facts import ModelFacts
 
 _NORM_SCALE = re.compile(r"^(encoder|decoder)\.(?:(\d+)\.)?(ln1|ln2|ln_cross|ln_final)\.hook_scale$")
 

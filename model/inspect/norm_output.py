@@ -9,9 +9,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from model.core.runner import Runner
-from model.hf.placement import computing_device, exclusive
-from model.hf.taps import norm_eps
+from attention_atlas.model.core.runner import Runner
+from attention_atlas.model.hf.placement import computing_device, exclusive
+from attention_atlas.model.hf.taps import norm_eps
 
 
 def norm_module(runner: Runner, hook_name: str) -> nn.Module:

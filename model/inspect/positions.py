@@ -13,8 +13,8 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from model.hf.placement import weights_at_hand
-from model.inspect.rotary import rotary_tables, rotate
+from attention_atlas.model.hf.placement import weights_at_hand
+from attention_atlas.model.inspect.rotary import rotary_tables, rotate
 
 SchemeKind = Literal["sinusoidal", "learned", "rotary", "relative", "none"]
 

@@ -10,13 +10,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from model.core.runner import Runner
-from model.core.trace.trace import Trace
-from model.hf.placement import computing_device, exclusive, input_device
-from model.hf.runner import HFRunner
-from model.inspect.lens import Unembedding
-from model.scratch.transformer import EncoderDecoder
-from model.toy.runner import ToyRunner
+from attention_atlas.model.core.runner import Runner
+from attention_atlas.model.core.trace.trace import Trace
+from attention_atlas.model.hf.placement import computing_device, exclusive, input_device
+from attention_atlas.model.hf.runner import HFRunner
+from attention_atlas.model.inspect.lens import Unembedding
+from attention_atlas.model.scratch.transformer import EncoderDecoder
+from attention_atlas.model.toy.runner import ToyRunner
 
 POST_NORM = "no final norm (post-norm: each layer's output is already normalised)"
 NO_LM_HEAD = ("{model} is {family}: it has no unembedding (no matrix that turns its vectors into token scores), "

@@ -14,7 +14,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from model.core.capture.record import model_lock
+from attention_atlas.model.core.capture.record import model_lock
 
 LAYER_IN_PATH = re.compile(r"(?:^|\.)(?:layers?|h|block)\.(\d+)(?:\.|$)")
 STACK_IN_PATH = re.compile(r"(?:^|\.)(encoder|decoder)(?:\.|$)")

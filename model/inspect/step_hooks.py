@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from model.core.trace.sites import Site
-from model.core.trace.trace import ModelFacts
+from attention_atlas.model.core.trace.facts import ModelFacts
+from attention_atlas.model.core.trace.sites import Site
 
 ATTENTION_HOOKS = ("hook_q", "hook_k", "hook_v", "hook_rot_q", "hook_rot_k", "hook_attn_scores", "hook_pattern",
                    "hook_z")

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from model.core.capture.hooks import HookPoint
+from attention_atlas.model.core.capture.hooks import HookPoint
 
 TensorHook = Callable[[torch.Tensor], torch.Tensor]
 

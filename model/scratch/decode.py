@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from model.core.masks import causal_mask, padding_mask
-from model.scratch.transformer import DecoderOnly, EncoderDecoder
+from attention_atlas.model.core.masks import causal_mask, padding_mask
+from attention_atlas.model.scratch.transformer import DecoderOnly, EncoderDecoder
 
 
 @torch.inference_mode()

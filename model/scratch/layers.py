@@ -8,9 +8,9 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from model.core.capture.hooks import HookPoint
-from model.scratch.attention import MultiHeadAttention
-from model.scratch.config import TransformerConfig
+from attention_atlas.model.core.capture.hooks import HookPoint
+from attention_atlas.model.scratch.attention import MultiHeadAttention
+from attention_atlas.model.scratch.config import TransformerConfig
 
 
 def sinusoidal_table(max_len: int, d_model: int) -> torch.Tensor:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
 
-from model.core.text_checks import validate_text
+from attention_atlas.model.core.text_checks import validate_text
 
 PAD, BOS, EOS = "<pad>", "<s>", "</s>"
 SPECIALS = (PAD, BOS, EOS)  # ids 0, 1, 2

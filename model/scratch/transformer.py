@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from model.core.capture.hooks import HookPoint, name_hook_points
-from model.scratch.config import TransformerConfig
-from model.scratch.layers import HookedLayerNorm, TransformerLayer, embedding_scale, sinusoidal_table
+from attention_atlas.model.core.capture.hooks import HookPoint, name_hook_points
+from attention_atlas.model.scratch.config import TransformerConfig
+from attention_atlas.model.scratch.layers import HookedLayerNorm, TransformerLayer, embedding_scale, sinusoidal_table
 
 
 class Stack(nn.Module):

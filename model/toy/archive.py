@@ -12,7 +12,7 @@ from pathlib import Path, PurePosixPath
 
 import torch
 
-from model.toy.store import CONFIG_FILE, WEIGHTS_FILE, ToyModel, load_toy_folder, save_toy
+from attention_atlas.model.toy.store import CONFIG_FILE, WEIGHTS_FILE, ToyModel, load_toy_folder, save_toy
 
 MAX_ARCHIVE_BYTES = 64 * 2**20  # an archive, and the files in it unpacked (the largest toy model allowed is ~20 MB)
 MAX_CONFIG_BYTES = 2**20

@@ -6,9 +6,9 @@ from collections import defaultdict
 
 import torch
 
-from model.scratch.decode import greedy_decoder_only, greedy_encoder_decoder
-from model.scratch.transformer import DecoderOnly, EncoderDecoder
-from model.toy.store import ToyModel
+from attention_atlas.model.scratch.decode import greedy_decoder_only, greedy_encoder_decoder
+from attention_atlas.model.scratch.transformer import DecoderOnly, EncoderDecoder
+from attention_atlas.model.toy.store import ToyModel
 
 
 def pad_batch(rows: list[list[int]], pad_id: int) -> torch.Tensor:

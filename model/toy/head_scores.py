@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from model.toy.tasks import Task
+from attention_atlas.model.toy.tasks import Task
 
 
 @dataclass(frozen=True)

@@ -17,14 +17,14 @@ from typing import Literal
 import numpy as np
 import torch
 
-from model.core.options import RunOptions
-from model.scratch.transformer import build_model
-from model.toy.evaluate import exact_match
-from model.toy.head_scores import Score, probe_scores
-from model.toy.runner import ToyRunner
-from model.toy.store import ToyModel, size_problems
-from model.toy.tasks import make_examples
-from model.toy.train import VALIDATION_SEED, Optimising, Recipe, training_record
+from attention_atlas.model.core.options import RunOptions
+from attention_atlas.model.scratch.transformer import build_model
+from attention_atlas.model.toy.evaluate import exact_match
+from attention_atlas.model.toy.head_scores import Score, probe_scores
+from attention_atlas.model.toy.runner import ToyRunner
+from attention_atlas.model.toy.store import ToyModel, size_problems
+from attention_atlas.model.toy.tasks import make_examples
+from attention_atlas.model.toy.train import VALIDATION_SEED, Optimising, Recipe, training_record
 
 LOG = logging.getLogger(__name__)
 Status = Literal["running", "paused", "evaluating", "finished", "stopped", "failed"]  # evaluating: the result's

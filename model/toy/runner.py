@@ -3,23 +3,25 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
 import numpy as np
 import torch
 
-from model.core.capture.ablation import Outcome, ablating, ablating_rows
-from model.core.capture.record import capture
-from model.core.generation.decoding import Stepper
-from model.core.generation.forcing import score_target
-from model.core.masks import padding_mask, self_attention_mask
-from model.core.options import AblationMode, Head, RunOptions
-from model.core.runner import trace_of_run
-from model.core.trace.trace import DecodeStep, ModelFacts, Trace
-from model.scratch.transformer import EncoderDecoder
-from model.toy.stepper import toy_stepper
-from model.toy.store import ToyModel
+from attention_atlas.model.core.capture.ablation import Outcome, ablating, ablating_rows
+from attention_atlas.model.core.capture.record import capture
+from attention_atlas.model.core.generation.decoding import Stepper
+from attention_atlas.model.core.generation.forcing import score_target
+from attention_atlas.model.core.masks import padding_mask, self_attention_mask
+from attention_atlas.model.core.options import AblationMode, Head, RunOptions
+from attention_atlas.model.core.runner import trace_of_run
+from attention_atlas.model.core.trace.facts import DecodeStep, ModelFacts
+from attention_atlas.model.core.trace.trace import Trace
+from attention_atlas.model.scratch.transformer import EncoderDecoder
+from attention_atlas.model.toy.stepper import toy_stepper
+from attention_atlas.model.toy.store import ToyModel
 
 DECODER_PATTERNS = ("decoder.*attn.hook_pattern",)  # captured at every generation step
 
@@ -78,9 +80,8 @@ class ToyRunner:
     def run(self, text: str, target: str | None = None, options: RunOptions = RunOptions()) -> Trace:
         model = self.toy.model
         with ablating(model.hook_points, options.ablated, options.ablation, model.cfg.n_heads):  # generation too
-            if isinstance(model, EncoderDecoder):
-                return self._run_encoder_decoder(text, target, options)
-            return self._run_decoder_only(text, target, options)
+            run = self._run_encoder_decoder if isinstance(model, EncoderDecoder) else self._run_decoder_only
+            return replace(run(text, target, options), text=text, target=target)
 
     def ablation_outcomes(self, trace: Trace, rows: Sequence[Sequence[Head]], mode: AblationMode) -> Outcome:
         """The log-probabilities `trace`'s input leads to, once per row of `rows` (the heads ablated in that row),

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import torch
 
-from model.core.capture.record import capture
-from model.core.generation.decoding import Stepper
-from model.core.masks import padding_mask, self_attention_mask
-from model.core.options import RunOptions
-from model.scratch.transformer import EncoderDecoder
-from model.toy.store import ToyModel
+from attention_atlas.model.core.capture.record import capture
+from attention_atlas.model.core.generation.decoding import Stepper
+from attention_atlas.model.core.masks import padding_mask, self_attention_mask
+from attention_atlas.model.core.options import RunOptions
+from attention_atlas.model.scratch.transformer import EncoderDecoder
+from attention_atlas.model.toy.store import ToyModel
 
 PATTERNS = ("decoder.*attn.hook_pattern",)  # self- and cross-attention of every decoder layer
 

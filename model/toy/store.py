@@ -10,10 +10,10 @@ from typing import Any
 import torch
 from safetensors.torch import load_model, save_model
 
-from model.scratch.config import TransformerConfig
-from model.scratch.tokenizer import CharTokenizer
-from model.scratch.transformer import DecoderOnly, EncoderDecoder, build_model
-from model.toy.tasks import TASKS, Task
+from attention_atlas.model.scratch.config import TransformerConfig
+from attention_atlas.model.scratch.tokenizer import CharTokenizer
+from attention_atlas.model.scratch.transformer import DecoderOnly, EncoderDecoder, build_model
+from attention_atlas.model.toy.tasks import TASKS, Task
 
 TOY_DIR = Path(__file__).parent / "models"
 WEIGHTS_FILE, CONFIG_FILE = "model.safetensors", "config.json"

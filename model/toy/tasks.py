@@ -7,7 +7,7 @@ import string
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from model.scratch.config import ModelKind
+from attention_atlas.model.scratch.config import ModelKind
 
 LETTERS = string.ascii_lowercase
 MONTHS = (

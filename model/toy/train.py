@@ -23,13 +23,13 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from model.core.masks import causal_mask, combine, padding_mask
-from model.scratch.config import TransformerConfig
-from model.scratch.tokenizer import CharTokenizer
-from model.scratch.transformer import EncoderDecoder, build_model
-from model.toy.evaluate import exact_match, pad_batch
-from model.toy.store import ToyModel, save_toy, toy_dir
-from model.toy.tasks import TASKS, make_examples
+from attention_atlas.model.core.masks import causal_mask, combine, padding_mask
+from attention_atlas.model.scratch.config import TransformerConfig
+from attention_atlas.model.scratch.tokenizer import CharTokenizer
+from attention_atlas.model.scratch.transformer import EncoderDecoder, build_model
+from attention_atlas.model.toy.evaluate import exact_match, pad_batch
+from attention_atlas.model.toy.store import ToyModel, save_toy, toy_dir
+from attention_atlas.model.toy.tasks import TASKS, make_examples
 
 IGNORE = -100  # label of positions that carry no loss
 TRAIN_SEED, VALIDATION_SEED = 0, 1  # held-out tests use yet another seed

@@ -8,7 +8,7 @@ import pytest
 @pytest.fixture
 def toy_runs(monkeypatch) -> list[str]:
     """The texts every toy model is run on during the test, in order (to check when the model runs again)."""
-    from model.toy.runner import ToyRunner
+    from attention_atlas.model.toy.runner import ToyRunner
 
     calls: list[str] = []
     real_run = ToyRunner.run

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from attention_atlas.viz.heatmap import SMALL_WINDOW
+from attention_atlas.viz.outputs import percent
 from tests.plotly_specs import plotly_array
 from tests.tiny_hf import build
-from viz.heatmap import SMALL_WINDOW
-from viz.outputs import percent
 
 APP = "../../app.py"
 CUSTOM = "custom"  # the model picker's last choice: a folder or hub id typed in
@@ -201,7 +201,7 @@ def test_switching_model_keeps_a_text_the_new_model_can_read() -> None:
 
 
 def test_the_overview_head_downloads_as_a_csv_with_positions_in_the_headers() -> None:
-    from ui.downloads import matrix_table
+    from attention_atlas.ui.downloads import matrix_table
 
     at = _app()
     assert "overview_heatmap_csv" in [b.key for b in at.get("download_button")]
@@ -240,7 +240,7 @@ def test_a_long_text_shows_the_last_cells_of_the_head_and_says_which() -> None:
 def test_the_frames_run_reduces_every_site_in_the_run_and_the_views_read_that() -> None:
     """A Hugging Face model's frame run makes each site's summary on the model's device (RunOptions.summarised):
     the model view, head statistics, rollout and opening head read it, not a second pass."""
-    from ui.site_summary import site_summary
+    from attention_atlas.ui.site_summary import site_summary
 
     at = _app()
     trace = at.session_state["trace"]

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from model.core.options import RunOptions
-from model.inspect.ablation import per_position_change, scan_heads
-from model.registry import load_runner
+from attention_atlas.model.core.options import RunOptions
+from attention_atlas.model.inspect.ablation import per_position_change, scan_heads
+from attention_atlas.model.registry import load_runner
 from tests.app.app_session import open_app_page
 from tests.plotly_specs import chart, chart_specs, plotly_array
 

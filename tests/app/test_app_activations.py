@@ -14,12 +14,12 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from model.core.options import RunOptions
-from model.registry import load_runner, packaged_ids
-from model.toy.runner import ToyRunner
+from attention_atlas.model.core.options import RunOptions
+from attention_atlas.model.registry import load_runner, packaged_ids
+from attention_atlas.model.toy.runner import ToyRunner
+from attention_atlas.ui.trace_cache import BUDGET_VARIABLE
 from tests.app.app_session import open_app_page
 from tests.tiny_hf import FAMILIES
-from ui.trace_cache import BUDGET_VARIABLE
 
 PAGE = "app_pages/activations.py"
 VIEWS = ["Residual stream", "FFN neurons", "Norms", "Logit lens", "Trajectories", "Shapes"]
@@ -200,8 +200,8 @@ def test_a_bad_layer_or_neuron_in_the_link_falls_back_with_a_message() -> None:
 
 
 def test_long_texts_are_read_through_windows(monkeypatch) -> None:
-    monkeypatch.setattr("ui.activations.LENS_WINDOW", 4)
-    monkeypatch.setattr("ui.activations.TEXT_WINDOW", 5)
+    monkeypatch.setattr("attention_atlas.ui.activations.LENS_WINDOW", 4)
+    monkeypatch.setattr("attention_atlas.ui.activations.TEXT_WINDOW", 5)
     at = _view(_page("toy-gpt-date", "may 1 2000"), "Logit lens")
     lens = _data(at, "logit lens")
     assert len(lens["x"]) == 4 and lens["x"][-1].startswith(f"#{int(at.slider(key='activations_lens_start').max) + 3} ")

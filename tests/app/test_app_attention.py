@@ -7,11 +7,11 @@ import numpy as np
 import pandas as pd
 from streamlit.testing.v1 import AppTest
 
-import ui.downloads
-from model.core.attention.block_means import block_starts
-from model.core.trace.summaries import summarise_site
+import attention_atlas.ui.downloads
+from attention_atlas.model.core.attention.block_means import block_starts
+from attention_atlas.model.core.trace.summaries import summarise_site
+from attention_atlas.viz.heatmap import block_labels
 from tests.plotly_specs import chart, plotly_array
-from viz.heatmap import block_labels
 
 PAGE = "app_pages/attention.py"
 
@@ -151,7 +151,7 @@ def test_each_figure_has_its_downloads() -> None:
 
 
 def test_a_long_text_is_drawn_through_a_window(monkeypatch) -> None:
-    monkeypatch.setattr("viz.heatmap.WINDOW", 5)  # toy-copy's 12 tokens stand in for 2,048
+    monkeypatch.setattr("attention_atlas.viz.heatmap.WINDOW", 5)  # toy-copy's 12 tokens stand in for 2,048
     at = _attention_page("toy-copy", "hello world")
     assert "Drawn: query rows #7–#11 × key columns #7–#11, 5 × 5 of 12 × 12 cells" in at.caption[1].value
     assert _heatmap(at)["y"] == ["#7 o", "#8 r", "#9 l", "#10 d", "#11 &lt;/s&gt;"]  # the last rows, by default
@@ -168,7 +168,7 @@ def test_a_long_text_is_drawn_through_a_window(monkeypatch) -> None:
 
 
 def test_a_window_of_masked_cells_only_says_so(monkeypatch) -> None:
-    monkeypatch.setattr("viz.heatmap.WINDOW", 4)
+    monkeypatch.setattr("attention_atlas.viz.heatmap.WINDOW", 4)
     at = _attention_page("toy-gpt-date", "may 1 2000")  # causal: keys after every query are masked
     at.toggle(key="attention_window_diagonal").set_value(False).run()
     at.slider(key="attention_window_row").set_value(0).run()
@@ -179,19 +179,20 @@ def test_a_window_of_masked_cells_only_says_so(monkeypatch) -> None:
 def csv_makers(monkeypatch) -> dict[str, Callable[[], pd.DataFrame]]:
     """The table makers the pages give their CSV buttons in the runs to come, by button row key."""
     made: dict[str, Callable[[], pd.DataFrame]] = {}
-    real = ui.downloads.downloads
+    real = attention_atlas.ui.downloads.downloads
 
     def recording(figure, name: str, key: str, table=None) -> None:
         if table is not None:
             made[key] = table
         real(figure, name, key, table)
 
-    monkeypatch.setattr(ui.downloads, "downloads", recording)
+    monkeypatch.setattr(attention_atlas.ui.downloads, "downloads", recording)
     return made
 
 
 def test_a_long_texts_rollout_is_drawn_on_blocks(monkeypatch) -> None:
-    monkeypatch.setattr("model.core.attention.summary.ROLLOUT_SIZE", 4)  # toy-copy's tokens stand in for 2,048
+    # toy-copy's tokens stand in for 2,048
+    monkeypatch.setattr("attention_atlas.model.core.attention.summary.ROLLOUT_SIZE", 4)
     at = _attention_page("toy-copy", "rollout on blocks", view="Rollout")
     trace = at.session_state["trace"]
     starts = block_starts(len(trace.tokens), 4)
@@ -206,8 +207,8 @@ def test_a_long_texts_rollout_is_drawn_on_blocks(monkeypatch) -> None:
 
 
 def test_a_window_has_its_own_csv_beyond_the_whole_matrix_limit(monkeypatch) -> None:
-    monkeypatch.setattr("viz.heatmap.WINDOW", 5)
-    monkeypatch.setattr("ui.downloads.WHOLE_CSV_UP_TO", 8)  # toy-copy's 12 tokens stand in for 8,192
+    monkeypatch.setattr("attention_atlas.viz.heatmap.WINDOW", 5)
+    monkeypatch.setattr("attention_atlas.ui.downloads.WHOLE_CSV_UP_TO", 8)  # toy-copy's 12 tokens stand in for 8,192
     tables = csv_makers(monkeypatch)
     at = _attention_page("toy-copy", "hello world")
     assert any("The CSV holds the window drawn: the whole 12 × 12 matrix" in c.value for c in at.caption)

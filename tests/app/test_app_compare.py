@@ -11,8 +11,8 @@ import torch
 import transformers
 from streamlit.testing.v1 import AppTest
 
-from model.core.options import RunOptions
-from model.registry import load_runner
+from attention_atlas.model.core.options import RunOptions
+from attention_atlas.model.registry import load_runner
 from tests.app.app_session import open_app_page
 from tests.plotly_specs import chart, chart_specs, plotly_array
 from tests.tiny_hf import build

@@ -11,10 +11,10 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
-from model.hf.loading import load_hf_runner
-from model.registry import load_runner
+from attention_atlas.model.hf.loading import load_hf_runner
+from attention_atlas.model.registry import load_runner
+from attention_atlas.ui.page import PAGES
 from tests.hostile import assert_safe, shown_text
-from ui.page import PAGES
 
 SECRET = "/srv/secret/weights.bin"  # a server path in an error's message: it must not reach the page
 
@@ -57,7 +57,8 @@ def broken_models(monkeypatch, folders):
         "broken-cpu-memory": lambda *a, **k: _broken_toy(RuntimeError("DefaultCPUAllocator: can't allocate memory")),
         "broken-gpu": lambda *a, **k: _gpu_runner_out_of_memory(folders["gpt2"]),
     }
-    monkeypatch.setattr("ui.runs.load_runner", lambda model_id, *a, **k: makers.get(model_id, real)(model_id, *a, **k))
+    monkeypatch.setattr("attention_atlas.ui.runs.load_runner",
+                        lambda model_id, *a, **k: makers.get(model_id, real)(model_id, *a, **k))
     return makers
 
 
@@ -114,8 +115,8 @@ def test_a_page_run_that_fails_shows_why_and_stops_that_page(broken_models) -> N
 
         import streamlit as st
 
-        from ui.page import REQUEST, TRACE, trace_with
-        from ui.runs import RunRequest
+        from attention_atlas.ui.page import REQUEST, TRACE, trace_with
+        from attention_atlas.ui.runs import RunRequest
 
         # the frame's run worked (its trace: a short text); the page's own run fails
         st.session_state[TRACE] = SimpleNamespace(tokens=["abc"], target_tokens=[])

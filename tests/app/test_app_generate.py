@@ -7,9 +7,9 @@ import json
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from model.registry import load_runner
+from attention_atlas.model.registry import load_runner
+from attention_atlas.ui.generation import MAX_CONTEXT_TOKENS
 from tests.app.app_session import open_app_page
-from ui.generation import MAX_CONTEXT_TOKENS
 
 PAGE = "app_pages/generate.py"
 DATE = "14 feb 1999"

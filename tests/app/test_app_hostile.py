@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from attention_atlas.ui.page import PAGES
 from tests.hostile import CORPUS, assert_safe, make_folders, shown_text, value
-from ui.page import PAGES
 
 CUSTOM = "custom"
 NUMERIC = ("layer", "head", "row", "col")
@@ -103,7 +103,7 @@ def test_hostile_values_in_every_url_parameter(group: str) -> None:
 
 
 def test_a_lone_surrogate_is_refused_with_a_message() -> None:
-    from model.registry import load_runner
+    from attention_atlas.model.registry import load_runner
 
     with pytest.raises(ValueError, match="control characters that cannot be tokenised: U\\+D800"):
         load_runner("toy-copy").run(value(CORPUS["texts"]["lone_surrogate"]))
@@ -150,7 +150,7 @@ def test_model_folders_and_ids_that_cannot_be_loaded(broken_folders) -> None:
 
 
 def test_a_link_with_a_text_longer_than_the_box_says_it_was_left_out() -> None:
-    from ui.url_state import MAX_TEXT_CHARS, pack_text
+    from attention_atlas.ui.url_state import MAX_TEXT_CHARS, pack_text
 
     long_text = value(CORPUS["texts"]["long_100k"])
     for params in ({"text": long_text}, {key: v for key, v in pack_text(long_text).items() if v}):

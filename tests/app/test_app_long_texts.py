@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from attention_atlas.ui.page import PAGE_RUN_MAX_TOKENS
 from tests.app.app_session import open_app_page
 from tests.tiny_hf import build
-from ui.page import PAGE_RUN_MAX_TOKENS
 
 LONG = "the cat sat on the mat " * 400  # 2,400 words, one token each, after <s>
 GUARDED = [  # (page, the session key of its open view, the view): each asks for more than attention patterns

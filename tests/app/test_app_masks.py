@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from model.core.options import RunOptions
-from model.registry import load_runner
+from attention_atlas.model.core.options import RunOptions
+from attention_atlas.model.registry import load_runner
 from tests.app.app_session import open_app_page
 from tests.tiny_hf import FAMILIES
 

@@ -8,12 +8,12 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from model.core.options import RunOptions
-from model.registry import load_runner
-from model.toy.runner import ToyRunner
-from ui.page import PAGES
-from ui.runs import PATTERNS
-from ui.trace_cache import BUDGET_VARIABLE
+from attention_atlas.model.core.options import RunOptions
+from attention_atlas.model.registry import load_runner
+from attention_atlas.model.toy.runner import ToyRunner
+from attention_atlas.ui.page import PAGES
+from attention_atlas.ui.runs import PATTERNS
+from attention_atlas.ui.trace_cache import BUDGET_VARIABLE
 
 TOO_LARGE = "too large to keep"
 ATTENTION_VIEWS = ["Model view", "One head", "All heads of this layer", "Token lines", "Head statistics", "Rollout",

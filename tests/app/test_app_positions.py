@@ -54,7 +54,7 @@ def test_the_sinusoid_on_the_page_is_the_models_own_buffer() -> None:
     assert at.number_input(key="positions_d_model").value == 64
     at.number_input(key="positions_length").set_value(64).run()
     spec = _specs(at)["sinusoid · 64 positions × d_model 64"]
-    from model.registry import load_runner  # the same weights the app loaded
+    from attention_atlas.model.registry import load_runner  # the same weights the app loaded
 
     buffer = load_runner("toy-date").toy.model.encoder.pos_table.numpy()  # (64, 64)
     np.testing.assert_array_equal(_z(spec), buffer)
@@ -110,7 +110,7 @@ def test_the_embedding_sum_is_token_plus_position() -> None:
 
 
 def _z_table(model_id: str, length: int) -> np.ndarray:
-    from model.registry import load_runner
+    from attention_atlas.model.registry import load_runner
 
     return load_runner(model_id).toy.model.decoder.pos_table[:length].numpy()
 

@@ -134,7 +134,7 @@ def test_tiny_hugging_face_models(folders, family: str) -> None:
 def test_a_change_of_layer_reads_the_same_run_for_a_short_text(monkeypatch) -> None:
     """A sentence's every layer is captured at once (a few MB): choosing another layer runs no model."""
     at = _page("toy-gpt-date")
-    from model.toy.runner import ToyRunner
+    from attention_atlas.model.toy.runner import ToyRunner
 
     runs: list[int] = []
     real_run = ToyRunner.run

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from model.toy.live import Limits, LiveTraining
+from attention_atlas.model.toy.live import Limits, LiveTraining
+from attention_atlas.ui.page import PAGES
+from attention_atlas.ui.session_models import MAX_SESSION_MODELS
 from tests.app.app_session import open_app_page
 from tests.plotly_specs import chart_specs
-from ui.page import PAGES
-from ui.session_models import MAX_SESSION_MODELS
 
 PAGE = "app_pages/train.py"
 
@@ -146,7 +146,7 @@ def test_a_task_brings_its_own_defaults() -> None:
 def test_the_timeline_follows_the_newest_snapshot_through_thinnings(monkeypatch) -> None:
     """Past the limit every other snapshot is let go: the slider still shows the steps kept, at the newest one
     (a slider keeps its value's position among its options, so a thinned one must not point at another step)."""
-    monkeypatch.setattr("ui.training_runs.LIMITS", Limits(max_snapshots=4))
+    monkeypatch.setattr("attention_atlas.ui.training_runs.LIMITS", Limits(max_snapshots=4))
     at = _train_page()
     training = _start(at, 20_000, 10)
     while training.step < 150:

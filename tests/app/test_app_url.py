@@ -68,7 +68,7 @@ def test_a_folder_in_the_link_opens_as_a_custom_model(tmp_path) -> None:
 
 
 def test_display_options_and_the_window_are_in_the_link(monkeypatch) -> None:
-    monkeypatch.setattr("viz.heatmap.WINDOW", 5)
+    monkeypatch.setattr("attention_atlas.viz.heatmap.WINDOW", 5)
     at = _open(model="toy-copy", text="hello world", view="One head", layer="1", head="2", colorscale="Greys",
                hide_special="1", values="1", diagonal="0", row="2", col="4")
     at.switch_page(ATTENTION).run()

@@ -3,7 +3,7 @@ recently (a server must not keep every folder anyone typed); the shipped models 
 
 import gc
 
-from ui import runs
+from attention_atlas.ui import runs
 
 
 def test_a_third_custom_folder_unloads_the_least_recently_used(folders) -> None:

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from model.core.options import RunOptions
-from model.registry import load_runner
-from ui import run_scheduler, trace_cache
-from ui.trace_cache import BUDGET_VARIABLE, DEFAULT_BUDGET_MB, budget_bytes, cached_trace
+from attention_atlas.model.core.options import RunOptions
+from attention_atlas.model.registry import load_runner
+from attention_atlas.ui import run_scheduler, trace_cache
+from attention_atlas.ui.trace_cache import BUDGET_VARIABLE, DEFAULT_BUDGET_MB, budget_bytes, cached_trace
 
 
 def test_budget_from_the_environment(monkeypatch) -> None:

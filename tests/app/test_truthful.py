@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from model.core.options import RunOptions
-from model.registry import load_runner
-from viz.heatmap import attention_heatmap
-from viz.masked import MASKED_LABEL
-from viz.thumbnails import MASKED, thumbnail_grid
-from viz.tokens import visible_token
+from attention_atlas.model.core.options import RunOptions
+from attention_atlas.model.registry import load_runner
+from attention_atlas.viz.heatmap import attention_heatmap
+from attention_atlas.viz.masked import MASKED_LABEL
+from attention_atlas.viz.thumbnails import MASKED, thumbnail_grid
+from attention_atlas.viz.tokens import visible_token
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 ATTENTION = "app_pages/attention.py"
@@ -201,10 +201,10 @@ def test_tick_labels_push_the_margin_instead_of_covering_the_title() -> None:
 
 
 def test_output_kinds_round_trip_through_a_trace_file(tmp_path) -> None:
-    from model.core.trace.file import load_trace, save_trace
+    from attention_atlas import load_trace
 
     trace = load_runner("toy-date").run("march 3 2021", "2021-03-03", RunOptions(hooks=("*.hook_pattern",)))
-    save_trace(trace, tmp_path / "t.npz")
+    trace.save(tmp_path / "t.npz")
     again = load_trace(tmp_path / "t.npz")
     assert (again.output_kind, again.output_text) == ("teacher-forced", "2021-03-03")
     assert again.outputs["forced_ranks"].tolist() == trace.outputs["forced_ranks"].tolist()

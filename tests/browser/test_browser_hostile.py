@@ -11,8 +11,8 @@ from playwright.sync_api import expect
 
 from app_browser.page import IDLE, choose, choose_model, wait_idle
 from app_browser.server import ARTIFACTS
+from attention_atlas.ui.page import PAGES
 from tests.hostile import CORPUS, SERVER_DETAILS, value
-from ui.page import PAGES
 
 MARKER = "__pwned"  # every script payload of the corpus sets window.__pwned and calls alert()
 PAYLOAD = value(CORPUS["texts"]["img_onerror"])

@@ -12,8 +12,8 @@ from playwright.sync_api import expect
 
 from app_browser.page import IDLE, choose, figure, heatmap_values, open_page, wait_idle
 from app_browser.server import ARTIFACTS
-from model.registry import examples_for
-from viz.masked import MASKED_LABEL
+from attention_atlas.model.registry import examples_for
+from attention_atlas.viz.masked import MASKED_LABEL
 
 
 def _inside_viewport(page, locator) -> bool:

@@ -8,7 +8,7 @@ from playwright.sync_api import expect
 
 from app_browser.page import choose, choose_model, figure, heatmap_values, open_page, wait_idle
 from app_browser.server import ARTIFACTS
-from viz.masked import MASKED_LABEL
+from attention_atlas.viz.masked import MASKED_LABEL
 
 
 def _tab(page, name: str) -> None:

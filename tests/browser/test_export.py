@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
+from attention_atlas.viz.export import available_formats, chart_bytes, figure_bytes
+from attention_atlas.viz.heatmap import attention_heatmap
 from tests.chromium import require_chromium
-from viz.export import available_formats, chart_bytes, figure_bytes
-from viz.heatmap import attention_heatmap
 
 FIGURE = attention_heatmap(np.eye(3), ["a", "<b>", "c"], ["a", "<b>", "c"], "export")
 

@@ -14,7 +14,7 @@ from playwright.sync_api import expect
 
 from app_browser.page import wait_idle
 from app_browser.server import ROOT, start_server
-from ui.url_state import OPEN_MODEL_VARIABLE
+from attention_atlas.ui.url_state import OPEN_MODEL_VARIABLE
 
 
 @pytest.fixture(scope="module")

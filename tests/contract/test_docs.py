@@ -14,10 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from model.core.options import RunOptions
-from model.core.trace.file import save_trace
-from model.core.trace.hook_names import PER_LAYER, PER_STACK, in_vocabulary
-from model.registry import load_runner
+from attention_atlas.model.core.options import RunOptions
+from attention_atlas.model.core.trace.hook_names import PER_LAYER, PER_STACK, in_vocabulary
+from attention_atlas.model.registry import load_runner
 from tests.contract.test_layers import defined_at_top
 from tests.tiny_hf import build
 
@@ -26,7 +25,8 @@ README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 DOC_FILES = ("architecture.md", "hooks.md", "performance.md", "serving.md", "robustness.md")
 PAGES = [README, *(DOCS / name for name in DOC_FILES)]
-PACKAGES = ("model", "ui", "viz", "bench", "app_pages", "attention_atlas", "app_browser", "tests", "scripts")
+INSIDE = ("model", "ui", "viz", "app_pages")  # installed as attention_atlas.<folder>
+PACKAGES = (*INSIDE, "bench", "attention_atlas", "app_browser", "tests", "scripts")
 COMMANDS = {  # how a command is written in the docs -> the file that declares its flags
     "python -m model ": "model/__main__.py",
     "python -m model.toy.train": "model/toy/train.py",
@@ -71,9 +71,9 @@ def test_every_import_in_an_example_is_the_one_path_to_its_name(page: Path) -> N
     """`from model.core.options import RunOptions` in a code example: the module defines the name (not a module that
     happens to import it), so an example keeps working and teaches the one import path."""
     wrong = []
-    imports = re.findall(r"^from ((?:model|ui|viz)[\w.]*) import ([\w, ]+)$", page.read_text(), re.MULTILINE)
+    imports = re.findall(r"^from (attention_atlas[\w.]*) import ([\w, ]+)$", page.read_text(), re.MULTILINE)
     for module, names in imports:
-        file = ROOT / Path(*module.split("."))
+        file = _file_of(module)
         file = file / "__init__.py" if file.is_dir() else file.with_suffix(".py")
         wrong += [f"from {module} import {name}" for name in map(str.strip, names.split(","))
                   if not file.is_file() or name not in defined_at_top(file)]
@@ -97,7 +97,7 @@ def test_a_trace_files_keys_are_the_documented_ones(tmp_path: Path) -> None:
          True),
     ]
     for i, (trace, dense) in enumerate(runs):
-        save_trace(trace, tmp_path / f"{i}.npz", dense=dense)
+        trace.save(tmp_path / f"{i}.npz", dense=dense)
         with np.load(tmp_path / f"{i}.npz") as data:
             files.append(data.files)
     keys = [key for names in files for key in names]
@@ -194,9 +194,18 @@ def _exists(span: str) -> bool:
     return True
 
 
+def _file_of(module: str) -> Path:
+    """The repository's file (or package folder's __init__.py) of an installed module name."""
+    parts = module.split(".")
+    folder = ROOT / Path(*parts[1:]) if len(parts) > 1 and parts[1] in INSIDE else ROOT / Path(*parts)
+    return folder / "__init__.py" if folder.is_dir() else folder.with_suffix(".py")
+
+
 def _importable(name: str) -> bool:
     """`model.core.trace.load_trace`: the longest module prefix imports and holds the rest (a dataclass field too)."""
     parts = name.split(".")
+    if parts[0] in INSIDE:  # docs name the app's modules by their folders: model.core.… is attention_atlas.model.core.…
+        parts = ["attention_atlas", *parts]
     for cut in range(len(parts), 0, -1):
         try:
             value = importlib.import_module(".".join(parts[:cut]))

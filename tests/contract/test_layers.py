@@ -11,11 +11,17 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("model", "ui", "viz", "app_pages", "bench", "attention_atlas", "app_browser", "tests", "scripts")
+INSTALLED = "attention_atlas"  # the one installed package: its own folder, and the repository's model/, ui/ …
+INSIDE = ("model", "ui", "viz", "app_pages")  # folders of the repository installed as attention_atlas.<folder>
+OUTSIDE = ("bench", "app_browser", "tests", "scripts")  # the repository's own, never installed
+PACKAGES = (INSTALLED, *INSIDE, *OUTSIDE)  # folders of the repository that hold modules
+A = INSTALLED + "."
 FORBIDDEN = {  # importer (a module or package) -> what it must never import
-    "viz": ("model", "ui", "streamlit", "app_pages"),
-    "model": ("ui", "viz", "streamlit", "app_pages"),
-    "model.core": ("model.hf", "model.toy", "model.scratch", "model.inspect", "model.registry"),
+    A + "viz": (A + "model", A + "ui", "streamlit", A + "app_pages"),
+    A + "model": (A + "ui", A + "viz", "streamlit", A + "app_pages"),
+    A + "model.core": (A + "model.hf", A + "model.toy", A + "model.scratch", A + "model.inspect", A + "model.registry"),
+    A + "plot": (A + "ui", "streamlit", A + "app_pages"),
+    A + "api": (A + "ui", A + "viz", "streamlit", A + "app_pages"),
     "bench": ("tests",),
     "app_browser": ("tests",),
     "scripts": ("tests",),
@@ -23,14 +29,19 @@ FORBIDDEN = {  # importer (a module or package) -> what it must never import
 
 
 def module_name(file: Path) -> str:
+    """The dotted name a module is imported by: `attention_atlas.model.core.runner` for model/core/runner.py."""
     parts = file.relative_to(ROOT).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    parts = parts[:-1] if parts[-1] == "__init__" else parts
+    if parts == ("app",) or parts[0] in INSIDE:  # the frame is attention_atlas/app.py once installed
+        parts = (INSTALLED, *parts)
+    return ".".join(parts)
 
 
 @cache
 def modules() -> dict[str, Path]:
-    """Every module of the project by its dotted name (the frame is `app`)."""
-    files = [ROOT / "app.py", *(f for package in PACKAGES for f in (ROOT / package).glob("**/*.py"))]
+    """Every module of the project by its dotted name."""
+    files = [ROOT / "app.py", *(f for package in PACKAGES for f in (ROOT / package).glob("**/*.py")
+                                if not f.is_symlink())]
     return {module_name(file): file for file in files}
 
 
@@ -110,7 +121,7 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 def external_imports() -> dict[str, list[str]]:
     """Project module -> the imports of other packages (streamlit …) it makes."""
-    return {name: [target for target in imports_of(file) if target.split(".")[0] not in PACKAGES]
+    return {name: [target for target in imports_of(file) if target.split(".")[0] not in (INSTALLED, *OUTSIDE)]
             for name, file in modules().items()}
 
 
@@ -122,9 +133,18 @@ def test_there_is_no_import_cycle() -> None:
     assert cycles(graph()) == []
 
 
+def test_nothing_imports_the_folders_by_their_own_names() -> None:
+    """`import model` would find a person's own model.py (or nothing, once installed): every import of the app's
+    code goes through attention_atlas."""
+    bare = [f"{name} -> {target}" for name, targets in external_imports().items() for target in targets
+            if target.split(".")[0] in (*INSIDE, "pages", "app")]
+    assert bare == []
+
+
 @pytest.mark.parametrize(("importer", "imported"), [
-    ("viz.heatmap", "model.core.trace"), ("viz.heatmap", "streamlit"), ("model.core.masks", "model.hf.runner"),
-    ("model.toy.runner", "ui.page"), ("bench.capture", "tests.browser"),
+    (A + "viz.heatmap", A + "model.core.trace"), (A + "viz.heatmap", "streamlit"),
+    (A + "model.core.masks", A + "model.hf.runner"), (A + "model.toy.runner", A + "ui.page"),
+    ("bench.capture", "tests.browser"),
 ])
 def test_the_contract_catches_a_forbidden_import(importer: str, imported: str) -> None:
     edges = {name: set(targets) for name, targets in graph().items()}
@@ -138,14 +158,18 @@ def test_the_contract_catches_a_forbidden_import(importer: str, imported: str) -
 
 def test_the_contract_catches_a_cycle() -> None:
     edges = {name: set(targets) for name, targets in graph().items()}
-    edges["model.core.options"].add("model.core.runner")  # the runner imports the options
-    assert any({"model.core.options", "model.core.runner"} <= set(component) for component in cycles(edges))
+    options, runner = A + "model.core.options", A + "model.core.runner"
+    edges[options].add(runner)  # the runner imports the options
+    assert any({options, runner} <= set(component) for component in cycles(edges))
 
 
 def defined_at_top(file: Path) -> set[str]:
-    """The names a module itself defines at its top level (not those it imports)."""
+    """The names a module itself defines at its top level (not those it imports), and those its `__all__` lists (the
+    public names attention_atlas/__init__.py exports from where they are defined)."""
     names: set[str] = set()
     for node in ast.parse(file.read_text()).body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            names.update(ast.literal_eval(node.value))
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             names.add(node.name)
         elif isinstance(node, ast.Assign):
@@ -157,8 +181,8 @@ def defined_at_top(file: Path) -> set[str]:
 
 
 def test_every_name_is_imported_from_where_it_is_defined() -> None:
-    """One import path per name: `from model.core.trace.trace import Site` would work (trace.py imports Site), but
-    Site lives in model/core/trace/sites.py, and that is the only place to import it from."""
+    """One import path per name: `from attention_atlas.model.core.trace.trace import Site` would work (trace.py
+    imports Site), but Site lives in model/core/trace/sites.py, and that is the only place to import it from."""
     second_paths = []
     for name, file in modules().items():
         for node in ast.walk(ast.parse(file.read_text())):

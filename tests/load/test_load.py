@@ -15,12 +15,12 @@ from playwright.sync_api import expect
 from app_browser.page import figure, heatmap_values, set_text
 from app_browser.server import ARTIFACTS, Server, start_server
 from app_browser.sessions import SENTENCES, Session, open_sessions, peak_of, percentile, wait_idle
-from model.core.options import RunOptions
-from model.core.runner import Runner
-from model.registry import load_runner
+from attention_atlas.model.core.options import RunOptions
+from attention_atlas.model.core.runner import Runner
+from attention_atlas.model.registry import load_runner
+from attention_atlas.ui.trace_cache import BUDGET_VARIABLE
+from attention_atlas.viz.heatmap import SMALL_WINDOW, position_labels
 from tests.chromium import require_chromium
-from ui.trace_cache import BUDGET_VARIABLE
-from viz.heatmap import SMALL_WINDOW, position_labels
 
 BUDGET_MB = 48  # a 512-token MiniLM trace is about 14 MiB with what pages derive from it: 3 fit, the 4th evicts
 LONG_TEXTS = 20

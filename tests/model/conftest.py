@@ -11,7 +11,7 @@ import pytest
 def reduction(request, monkeypatch) -> str:
     """Each way a block of attention rows is reduced on the CPU: the native kernel (which CI must have: a test of
     it that silently fell back to torch would compare torch with itself) and torch ops."""
-    from model.core.attention import native
+    from attention_atlas.model.core.attention import native
 
     if request.param == "torch":
         monkeypatch.setattr(native, "attention_rows", lambda: None)

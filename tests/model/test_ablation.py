@@ -9,9 +9,9 @@ import threading
 import numpy as np
 import pytest
 
-from model.core.options import RunOptions
-from model.inspect.ablation import every_head, kl_divergence, per_position_change, scan_heads
-from model.registry import load_runner
+from attention_atlas.model.core.options import RunOptions
+from attention_atlas.model.inspect.ablation import every_head, kl_divergence, per_position_change, scan_heads
+from attention_atlas.model.registry import load_runner
 from tests.tiny_hf import FAMILIES
 
 TEXT, TARGET = "the quick brown fox jumps over the lazy dog", "the cat sat on the mat"

@@ -9,15 +9,15 @@ import numpy as np
 import pytest
 import torch
 
-from model.core.options import RunOptions
-from model.inspect.lens import logit_lens
-from model.inspect.readout import forward_for, unembedding_for
-from model.inspect.shapes import calls_table, shape_trace
-from model.registry import load_runner, packaged_ids
-from model.scratch.config import TransformerConfig
-from model.scratch.transformer import build_model
-from viz.residual import cosine_between_layers, norms
-from viz.trajectories import fit_pca
+from attention_atlas.model.core.options import RunOptions
+from attention_atlas.model.inspect.lens import logit_lens
+from attention_atlas.model.inspect.readout import forward_for, unembedding_for
+from attention_atlas.model.inspect.shapes import calls_table, shape_trace
+from attention_atlas.model.registry import load_runner, packaged_ids
+from attention_atlas.model.scratch.config import TransformerConfig
+from attention_atlas.model.scratch.transformer import build_model
+from attention_atlas.viz.residual import cosine_between_layers, norms
+from attention_atlas.viz.trajectories import fit_pca
 
 TEXTS = {"gpt2": "the quick brown fox", "llama": "the cat sat on the mat", "t5": "the dog sat", "bart": "a fox",
          "marian": "paris is the capital of france"}
@@ -97,7 +97,7 @@ def test_the_residual_stream_adds_up_in_pre_norm_models(runners, family) -> None
 
 def test_the_residual_stream_adds_up_in_a_pre_norm_scratch_model() -> None:
     model = build_model(replace(TransformerConfig.toy(vocab_size=10, kind="decoder"), norm="pre")).eval()
-    from model.core.capture.record import capture
+    from attention_atlas.model.core.capture.record import capture
 
     _, c = capture(model, model.hook_points, STREAM.hooks, lambda: model(torch.tensor([[1, 4, 5, 6]])))
     for i in range(4):

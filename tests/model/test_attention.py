@@ -4,8 +4,8 @@ import pytest
 import torch
 from torch import nn
 
-from model.core.masks import causal_mask, combine, padding_mask
-from model.scratch.attention import MultiHeadAttention, attention
+from attention_atlas.model.core.masks import causal_mask, combine, padding_mask
+from attention_atlas.model.scratch.attention import MultiHeadAttention, attention
 
 D, H = 32, 4
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from model.core.options import RunOptions
-from model.registry import load_runner
+from attention_atlas.model.core.options import RunOptions
+from attention_atlas.model.registry import load_runner
 
 
 @pytest.fixture(scope="module")

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import torch
 
+from attention_atlas.model.core.attention import source
 from bench.gpu_capture import count_synchronisations, with_blocks
-from model.core.attention import source
 
 ROOT = Path(__file__).resolve().parents[2]
 

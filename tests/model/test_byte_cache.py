@@ -9,10 +9,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from model.core.bounded_cache import ByteCache, nbytes
-from model.core.options import RunOptions
-from model.core.trace.file import load_trace, save_trace
-from model.registry import load_runner
+from attention_atlas import load_trace
+from attention_atlas.model.core.bounded_cache import ByteCache, nbytes
+from attention_atlas.model.core.options import RunOptions
+from attention_atlas.model.core.trace import file
+from attention_atlas.model.registry import load_runner
 
 
 def _array(n: int) -> np.ndarray:
@@ -131,9 +132,8 @@ def test_sizes_of_arrays_and_frames() -> None:
 def test_trace_nbytes_is_the_sum_of_its_arrays(tmp_path: Path) -> None:
     trace = load_runner("toy-date").run("march 3 2021")  # every hook, and generation steps
     assert trace.steps and trace.captured and trace.outputs and trace.masks
-    save_trace(trace, tmp_path / "t.npz")
-    metadata = {"tokens", "ids", "target_tokens", "target_ids", "facts", "options", "output_text", "output_kind",
-                "cautions", "fallback", "step_ids"}
+    trace.save(tmp_path / "t.npz")
+    metadata = file.PLAIN  # the run's description, not its arrays
     with np.load(tmp_path / "t.npz") as arrays:
         assert trace.nbytes == sum(arrays[k].nbytes for k in arrays.files if k not in metadata)
     assert load_trace(tmp_path / "t.npz").nbytes == trace.nbytes
@@ -156,7 +156,7 @@ def test_trace_nbytes_counts_pattern_sources_and_their_shared_mask_once() -> Non
 
 
 def test_the_size_of_a_tuple_of_plain_values_is_counted() -> None:
-    from model.core.bounded_cache import nbytes
+    from attention_atlas.model.core.bounded_cache import nbytes
 
     assert nbytes(("encoder.attn", 0, 2, 0.99)) > nbytes(("encoder.attn", 0)) > 0
     assert nbytes((np.zeros(1000, dtype=np.uint8),)) > 1000

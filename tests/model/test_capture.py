@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from model.core.capture.hooks import ModuleTap, active_recorder
-from model.core.capture.record import capture, reporting_progress, select_hook_names
-from model.core.masks import causal_mask, combine, padding_mask
-from model.scratch.config import TransformerConfig
-from model.scratch.transformer import build_model
+from attention_atlas.model.core.capture.hooks import ModuleTap, active_recorder
+from attention_atlas.model.core.capture.record import capture, reporting_progress, select_hook_names
+from attention_atlas.model.core.masks import causal_mask, combine, padding_mask
+from attention_atlas.model.scratch.config import TransformerConfig
+from attention_atlas.model.scratch.transformer import build_model
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from model.core.devices import available_devices, is_out_of_memory, pick_device, pick_precision
+from attention_atlas.model.core.devices import available_devices, is_out_of_memory, pick_device, pick_precision
 
 
 def test_auto_takes_the_best_available_device() -> None:
@@ -42,9 +42,9 @@ def test_auto_precision_is_float32_on_the_cpu_and_half_on_a_gpu(monkeypatch) -> 
 
 def test_a_model_loaded_in_bfloat16_says_so_and_reads_like_float32() -> None:
     """MiniLM's weights in bfloat16: the model card says it, and its attention is float32's to about 1e-2."""
-    from model.core.options import RunOptions
-    from model.registry import load_runner
-    from viz.outputs import model_card
+    from attention_atlas.model.core.options import RunOptions
+    from attention_atlas.model.registry import load_runner
+    from attention_atlas.viz.outputs import model_card
 
     half = load_runner("minilm", precision=torch.bfloat16)
     full = load_runner("minilm")

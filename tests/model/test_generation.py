@@ -8,11 +8,16 @@ import numpy as np
 import pytest
 import torch
 
-from model.core.generation.decoding import Step, generate
-from model.core.generation.sampling import MAX_NEW_TOKENS, DecodeSettings, choose_next, next_distribution
-from model.core.options import RunOptions
-from model.hf.heads import ATTENTION
-from model.registry import load_runner
+from attention_atlas.model.core.generation.decoding import Step, generate
+from attention_atlas.model.core.generation.sampling import (
+    MAX_NEW_TOKENS,
+    DecodeSettings,
+    choose_next,
+    next_distribution,
+)
+from attention_atlas.model.core.options import RunOptions
+from attention_atlas.model.hf.heads import ATTENTION
+from attention_atlas.model.registry import load_runner
 
 DATE = "14 feb 1999"
 PROMPT = "The capital of France is"

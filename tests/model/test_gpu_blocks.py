@@ -9,12 +9,12 @@ import pytest
 import torch
 from transformers.models.llama.modeling_llama import eager_attention_forward
 
-from model.core.attention import native
-from model.core.attention import source as patterns
-from model.core.attention.layer_inputs import PatternInputs
-from model.core.attention.scratch import Scratch
-from model.core.attention.source import PatternSource, block_rows, kept_dtype
-from model.core.attention.summary import SiteSummariser, SiteSummary
+from attention_atlas.model.core.attention import native
+from attention_atlas.model.core.attention import source as patterns
+from attention_atlas.model.core.attention.layer_inputs import PatternInputs
+from attention_atlas.model.core.attention.scratch import Scratch
+from attention_atlas.model.core.attention.source import PatternSource, block_rows, kept_dtype
+from attention_atlas.model.core.attention.summary import SiteSummariser, SiteSummary
 
 GiB = 1 << 30
 

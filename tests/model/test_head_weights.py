@@ -5,15 +5,15 @@ Llama (GQA), T5, BART and Marian models."""
 import numpy as np
 import pytest
 
-from model.core.options import RunOptions
-from model.core.trace.sites import Site
-from model.core.trace.trace import Trace
-from model.hf.loading import load_hf_runner
-from model.inspect.head_math import HeadSteps, compute_head, output_projection, softmax_rows
-from model.inspect.head_weights import HeadWeights, head_weights
-from model.inspect.norm_output import block_input
-from model.inspect.step_hooks import step_names
-from model.registry import load_runner
+from attention_atlas.model.core.options import RunOptions
+from attention_atlas.model.core.trace.sites import Site
+from attention_atlas.model.core.trace.trace import Trace
+from attention_atlas.model.hf.loading import load_hf_runner
+from attention_atlas.model.inspect.head_math import HeadSteps, compute_head, output_projection, softmax_rows
+from attention_atlas.model.inspect.head_weights import HeadWeights, head_weights
+from attention_atlas.model.inspect.norm_output import block_input
+from attention_atlas.model.inspect.step_hooks import step_names
+from attention_atlas.model.registry import load_runner
 from tests.tiny_hf import TYPES, build_type
 
 TOL = 1e-5
@@ -97,7 +97,7 @@ def test_what_each_family_does_around_the_scores(runners) -> None:
 def test_the_page_asks_only_for_hooks_the_model_offers(runners) -> None:
     """Every name the step-through captures is in the vocabulary and offered by the model (of cross-attention's
     two memory names, one), so that a page's request never silently misses a step."""
-    from model.core.trace.hook_names import in_vocabulary
+    from attention_atlas.model.core.trace.hook_names import in_vocabulary
 
     models = {f"tiny {family}": (runner, set(runner.taps)) for family, runner in runners.items()}
     for toy in ("toy-date", "toy-gpt-date"):

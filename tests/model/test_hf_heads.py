@@ -10,12 +10,12 @@ import pytest
 import torch
 import transformers
 
-from model.core.capture.record import capture
-from model.core.masks import additive_mask
-from model.core.options import RunOptions
-from model.core.trace.trace import Trace
-from model.hf.heads import ATTENTION, register_attention
-from model.registry import load_runner
+from attention_atlas.model.core.capture.record import capture
+from attention_atlas.model.core.masks import additive_mask
+from attention_atlas.model.core.options import RunOptions
+from attention_atlas.model.core.trace.trace import Trace
+from attention_atlas.model.hf.heads import ATTENTION, register_attention
+from attention_atlas.model.registry import load_runner
 from tests.tiny_hf import FAMILIES
 
 TEXT, TARGET = "the quick brown fox jumps over the lazy dog", "the cat sat on the mat"

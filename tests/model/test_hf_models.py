@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 import torch
 
-from model.core.capture.record import capture
-from model.core.options import RunOptions
-from model.core.trace.file import load_trace, save_trace
-from model.core.trace.hook_names import in_vocabulary
-from model.hf.loading import load_hf_runner
-from model.hf.taps import norm_eps
-from model.inspect.norm_output import norm_output
+from attention_atlas import load_trace
+from attention_atlas.model.core.capture.record import capture
+from attention_atlas.model.core.options import RunOptions
+from attention_atlas.model.core.trace.hook_names import in_vocabulary
+from attention_atlas.model.hf.loading import load_hf_runner
+from attention_atlas.model.hf.taps import norm_eps
+from attention_atlas.model.inspect.norm_output import norm_output
 from tests.tiny_hf import FAMILIES, build
 
 TEXT = "the quick brown fox jumps over the lazy dog"
@@ -250,7 +250,7 @@ def test_patterns_are_kept_as_their_sources_and_survive_a_file(runners, tmp_path
     np.testing.assert_allclose(trace.attention[name].sum(-1), 1, atol=2e-3)
     assert np.triu(trace.attention[name][0], 1).max() == 0  # causal
     assert trace.summary()["hooks"][name] == [4, n, n]
-    save_trace(trace, tmp_path / "t.npz")
+    trace.save(tmp_path / "t.npz")
     again = load_trace(tmp_path / "t.npz")
     assert set(again.pattern_sources) == set(trace.pattern_sources)
     np.testing.assert_array_equal(again.attention[name], trace.attention[name])
@@ -292,9 +292,9 @@ def test_a_given_target_is_scored_token_by_token(runners, family: str) -> None:
 def test_a_model_whose_embedding_is_larger_than_its_tokenizer_names_the_ids_it_has_no_token_for(tmp_path) -> None:
     """Padded vocabularies (Pythia, Qwen, many fine-tunes): an id past the tokenizer, chosen by the model, reads as
     `[id N]` in the next-token bars, the output and generation, instead of crashing the run."""
-    from model.core.generation.decoding import generate
-    from model.core.generation.sampling import DecodeSettings, choose_next
-    from model.hf.text import unknown_id
+    from attention_atlas.model.core.generation.decoding import generate
+    from attention_atlas.model.core.generation.sampling import DecodeSettings, choose_next
+    from attention_atlas.model.hf.text import unknown_id
 
     runner = load_hf_runner(str(build("llama", tmp_path / "padded", vocab_size=200)))
     assert runner.facts.vocab_size == 200 > len(runner.tokenizer)

@@ -6,11 +6,11 @@ from dataclasses import replace
 import pytest
 import torch
 
-from model.core.capture.record import capture
-from model.core.masks import causal_mask
-from model.core.trace.hook_names import in_vocabulary
-from model.scratch.config import TransformerConfig
-from model.scratch.transformer import build_model
+from attention_atlas.model.core.capture.record import capture
+from attention_atlas.model.core.masks import causal_mask
+from attention_atlas.model.core.trace.hook_names import in_vocabulary
+from attention_atlas.model.scratch.config import TransformerConfig
+from attention_atlas.model.scratch.transformer import build_model
 
 ATTN = ["hook_q", "hook_k", "hook_v", "hook_attn_scores", "hook_pattern", "hook_z"]
 NORM = ["hook_scale", "hook_normalized"]
@@ -85,7 +85,7 @@ def test_residual_hooks_are_the_sums_before_any_norm(norm: str) -> None:
 
 
 def test_a_site_names_an_attention_location_and_its_hooks() -> None:
-    from model.core.trace.sites import Site
+    from attention_atlas.model.core.trace.sites import Site
 
     cross = Site.of("decoder.cross_attn")
     assert (cross.stack, cross.is_cross, cross.name) == ("decoder", True, "decoder.cross_attn")

@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 import torch
 
-from model.core.attention import scratch as scratch_module
-from model.core.attention.block_means import block_starts
-from model.core.attention.row_reduction import RowLayout
-from model.core.attention.scratch import Scratch, block_reductions, mask_spans
-from model.core.attention.source import PatternSource
-from model.core.options import RunOptions
-from model.registry import load_runner
-from viz.thumbnails import resample
+from attention_atlas.model.core.attention import scratch as scratch_module
+from attention_atlas.model.core.attention.block_means import block_starts
+from attention_atlas.model.core.attention.row_reduction import RowLayout
+from attention_atlas.model.core.attention.scratch import Scratch, block_reductions, mask_spans
+from attention_atlas.model.core.attention.source import PatternSource
+from attention_atlas.model.core.options import RunOptions
+from attention_atlas.model.registry import load_runner
+from attention_atlas.viz.thumbnails import resample
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +66,7 @@ def test_asking_which_patterns_a_trace_has_computes_none(runners, monkeypatch) -
     def computed(*args, **kwargs):
         raise AssertionError("a pattern was computed")
 
-    monkeypatch.setattr("model.core.attention.source.PatternSource.pattern", computed)
+    monkeypatch.setattr("attention_atlas.model.core.attention.source.PatternSource.pattern", computed)
     assert trace.sites() == ["decoder.attn"]
     assert "decoder.0.attn.hook_pattern" in trace.attention and "decoder.9.attn.hook_pattern" not in trace.attention
 

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from model.toy.head_scores import probe_scores
-from model.toy.live import Limits, LiveTraining, training_problems
-from model.toy.tasks import TASKS
-from model.toy.train import TrainSettings, recipe_for
+from attention_atlas.model.toy.head_scores import probe_scores
+from attention_atlas.model.toy.live import Limits, LiveTraining, training_problems
+from attention_atlas.model.toy.tasks import TASKS
+from attention_atlas.model.toy.train import TrainSettings, recipe_for
 
 
 def _short(task: str, steps: int, **settings) -> object:

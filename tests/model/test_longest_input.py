@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import transformers
 
-from model.core.trace.trace import distinct_nbytes
-from model.hf.facts import LONGEST_INPUT, SOURCE_BYTES_LIMIT, longest_input, source_bytes
-from model.hf.taps import BERT, T5, Family
+from attention_atlas.model.core.trace.trace import distinct_nbytes
+from attention_atlas.model.hf.facts import LONGEST_INPUT, SOURCE_BYTES_LIMIT, longest_input, source_bytes
+from attention_atlas.model.hf.taps import BERT, T5, Family
 from tests import tiny_hf
 
 GIB = 1 << 30

@@ -11,11 +11,11 @@ import pytest
 import torch
 import transformers
 
-from model.core.generation.decoding import generate
-from model.core.options import RunOptions
-from model.core.trace.hook_names import in_vocabulary
-from model.hf.families import description
-from model.hf.loading import load_hf_runner
+from attention_atlas.model.core.generation.decoding import generate
+from attention_atlas.model.core.options import RunOptions
+from attention_atlas.model.core.trace.hook_names import in_vocabulary
+from attention_atlas.model.hf.families import description
+from attention_atlas.model.hf.loading import load_hf_runner
 from tests.tiny_hf import DECODER_TYPES, FAMILIES, SEQ2SEQ_TYPES, TYPES, bert_tokenizer, build_type
 
 TEXT, TARGET = "the quick brown fox jumps over the lazy dog", "the cat sat on the mat"

@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from model.core.options import RunOptions
-from model.inspect.norm_inputs import norm_input
-from model.registry import load_runner
+from attention_atlas.model.core.options import RunOptions
+from attention_atlas.model.inspect.norm_inputs import norm_input
+from attention_atlas.model.registry import load_runner
 
 HOOKS = RunOptions(hooks=("*.hook_scale", "*.hook_resid_pre", "*.hook_resid_mid", "*.hook_resid_mid_cross",
                           "*.hook_resid_post"))

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from model.core.cache_folder import cache_dir
-from model.core.options import RunOptions
-from model.hf import packaged
-from model.hf.packaged import (
+from attention_atlas.model.core.cache_folder import cache_dir
+from attention_atlas.model.core.options import RunOptions
+from attention_atlas.model.hf import packaged
+from attention_atlas.model.hf.packaged import (
     MARKER,
     ModelPackageMissing,
     is_complete,
@@ -23,7 +23,7 @@ from model.hf.packaged import (
     smollm2_folder,
     smollm2_gguf,
 )
-from model.registry import load_runner
+from attention_atlas.model.registry import load_runner
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported (inside the tests)
 
@@ -166,7 +166,7 @@ def test_concurrent_first_loads_convert_once(monkeypatch: pytest.MonkeyPatch, fa
 
 
 def test_smollm2_copy_generates_paris(converted: tuple[Path, list[str]]) -> None:
-    from model.hf.loading import load_hf_runner
+    from attention_atlas.model.hf.loading import load_hf_runner
 
     folder, messages = converted
     assert messages == ["Converting SmolLM2 from GGUF (first time only, about 30 s)…", "Saving float32 copy…", "Done"]

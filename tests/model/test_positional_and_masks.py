@@ -7,15 +7,15 @@ import numpy as np
 import pytest
 import torch
 
-from model.core.masks import (
+from attention_atlas.model.core.masks import (
     blocked_mask,
     causal_mask,
     check_every_query_sees_a_key,
     combine,
     padding_mask,
 )
-from model.scratch.layers import sinusoidal_table
-from viz.masks import hidden_counts, hidden_reasons
+from attention_atlas.model.scratch.layers import sinusoidal_table
+from attention_atlas.viz.masks import hidden_counts, hidden_reasons
 
 
 @pytest.mark.parametrize("d_model", [8, 64, 512])

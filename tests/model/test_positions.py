@@ -4,10 +4,10 @@ read from its own weights (model/inspect/positions.py)."""
 import numpy as np
 import pytest
 
-from model.core import sinusoid as pe
-from model.inspect.positions import position_scheme
-from model.registry import load_runner
-from model.scratch.layers import sinusoidal_table
+from attention_atlas.model.core import sinusoid as pe
+from attention_atlas.model.inspect.positions import position_scheme
+from attention_atlas.model.registry import load_runner
+from attention_atlas.model.scratch.layers import sinusoidal_table
 
 
 @pytest.mark.parametrize(("length", "d_model"), [(1, 2), (13, 64), (300, 512), (64, 6)])

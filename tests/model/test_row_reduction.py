@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from model.core.attention import native
-from model.core.attention.block_means import block_starts
-from model.core.attention.row_reduction import RowLayout
-from model.core.attention.scratch import Scratch
-from model.core.attention.source import PatternSource
+from attention_atlas.model.core.attention import native
+from attention_atlas.model.core.attention.block_means import block_starts
+from attention_atlas.model.core.attention.row_reduction import RowLayout
+from attention_atlas.model.core.attention.scratch import Scratch
+from attention_atlas.model.core.attention.source import PatternSource
 
 
 def masks(n: int, k: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -71,7 +71,7 @@ def reduce(source: PatternSource, layout: RowLayout, value: torch.Tensor):
 def test_both_ways_reduce_a_block_as_the_whole_softmax_does(reduction, monkeypatch, mask, thumbnail, rollout) -> None:
     """160 queries in blocks of 64 rows (the last shorter), 3 query heads sharing one key head, some scores far
     apart (the floor reached); thumbnails and rollouts of equal, unequal and one-key column blocks."""
-    monkeypatch.setattr("model.core.attention.source.ROW_BLOCK", 64)
+    monkeypatch.setattr("attention_atlas.model.core.attention.source.ROW_BLOCK", 64)
     rng = np.random.default_rng(3)
     n, d_head = 160, 8
     allowed = masks(n, n, rng)[mask]

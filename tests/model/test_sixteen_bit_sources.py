@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from model.core.attention.arrays import BFLOAT16_BITS
-from model.core.attention.source import PatternSource
-from model.core.options import RunOptions
-from model.core.trace.file import load_trace, save_trace
-from model.hf.facts import longest_input
-from model.hf.loading import load_hf_runner
+from attention_atlas import load_trace
+from attention_atlas.model.core.attention.arrays import BFLOAT16_BITS
+from attention_atlas.model.core.attention.source import PatternSource
+from attention_atlas.model.core.options import RunOptions
+from attention_atlas.model.hf.facts import longest_input
+from attention_atlas.model.hf.loading import load_hf_runner
 
 TEXT = "the quick brown fox jumps over the lazy dog"
 
@@ -33,7 +33,7 @@ def test_sources_keep_the_numbers_attention_read_in_its_own_width(folders, tmp_p
     widened = PatternSource(query=_float(source.query), key=_float(source.key), scale=source.scale,
                             allowed=source.allowed)
     np.testing.assert_array_equal(trace.pattern("decoder.attn", 1), widened.pattern())
-    save_trace(trace, tmp_path / "t.npz")
+    trace.save(tmp_path / "t.npz")
     again = load_trace(tmp_path / "t.npz")
     assert again.pattern_source("decoder.attn", 1).query.dtype == kept
     np.testing.assert_array_equal(again.pattern("decoder.attn", 1), trace.pattern("decoder.attn", 1))

@@ -12,17 +12,17 @@ import numpy as np
 import pytest
 import torch
 
-from model.__main__ import main as cli
-from model.core.generation.decoding import generate
-from model.core.options import RunOptions
-from model.core.trace.file import load_trace
-from model.hf.loading import load_hf_runner
-from model.hf.placement import Placement, parse_budgets, placement_words
-from model.inspect.head_weights import head_weights
-from model.inspect.norm_output import norm_output
-from model.inspect.positions import position_scheme
-from model.inspect.readout import unembedding_for
-from model.registry import load_runner
+from attention_atlas import load_trace
+from attention_atlas.model.__main__ import main as cli
+from attention_atlas.model.core.generation.decoding import generate
+from attention_atlas.model.core.options import RunOptions
+from attention_atlas.model.hf.loading import load_hf_runner
+from attention_atlas.model.hf.placement import Placement, parse_budgets, placement_words
+from attention_atlas.model.inspect.head_weights import head_weights
+from attention_atlas.model.inspect.norm_output import norm_output
+from attention_atlas.model.inspect.positions import position_scheme
+from attention_atlas.model.inspect.readout import unembedding_for
+from attention_atlas.model.registry import load_runner
 from tests.tiny_hf import build
 
 CPU_BUDGET = 80_000  # bytes: the embedding (22 x 32 floats) and one layer (about 37 KB) of the 4-layer tiny Llama

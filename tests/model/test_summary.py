@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 import torch
 
-from model.core.attention.row_reduction import STATISTICS, row_distances
-from model.core.attention.summary import SiteSummary, summarise
-from model.core.options import RunOptions
-from model.core.trace.summaries import summarise_site
-from model.hf import heads
-from model.registry import load_runner
-from viz.thumbnails import resample
+from attention_atlas.model.core.attention.row_reduction import STATISTICS, row_distances
+from attention_atlas.model.core.attention.summary import SiteSummary, summarise
+from attention_atlas.model.core.options import RunOptions
+from attention_atlas.model.core.trace.summaries import summarise_site
+from attention_atlas.model.hf import heads
+from attention_atlas.model.registry import load_runner
+from attention_atlas.viz.thumbnails import resample
 
 
 def blocks_of(pattern: np.ndarray, rows: int = 3):
@@ -81,8 +81,8 @@ def smollm2_trace():
 
 
 def test_a_kept_source_reduces_to_the_numbers_of_its_whole_patterns(smollm2_trace, monkeypatch, reduction) -> None:
-    monkeypatch.setattr("model.core.trace.trace.ROW_BLOCK", 256)
-    monkeypatch.setattr("model.core.attention.source.ROW_BLOCK", 256)
+    monkeypatch.setattr("attention_atlas.model.core.trace.trace.ROW_BLOCK", 256)
+    monkeypatch.setattr("attention_atlas.model.core.attention.source.ROW_BLOCK", 256)
     trace, site = smollm2_trace, "decoder.attn"
     layers = [whole(trace, site, layer) for layer in range(trace.n_layers(site))]
     got = summarise_site(trace, site, size=32)
@@ -110,7 +110,7 @@ def test_rollout_of_a_long_text_is_block_means_of_the_exact_one(smollm2_trace, m
     """Cut into blocks (here 75 of 4 positions), the rollout approximates the exact one's block means."""
     trace, site = smollm2_trace, "decoder.attn"
     n = len(trace.tokens)
-    monkeypatch.setattr("model.core.attention.summary.ROLLOUT_SIZE", n // 4)
+    monkeypatch.setattr("attention_atlas.model.core.attention.summary.ROLLOUT_SIZE", n // 4)
     got = summarise_site(trace, site, size=32)
     assert not got.rollout_is_exact and got.rollout.shape == (n // 4, n // 4)
     np.testing.assert_allclose(got.rollout.sum(-1), 1.0, atol=1e-6)  # float32

@@ -3,12 +3,12 @@
 import numpy as np
 import pytest
 
-from model.core.options import RunOptions
-from model.registry import list_model_ids, load_runner
-from model.toy.evaluate import exact_match
-from model.toy.store import available_toys, load_toy
-from model.toy.tasks import TASKS, make_examples
-from model.toy.train import TRAIN_SEED, VALIDATION_SEED
+from attention_atlas.model.core.options import RunOptions
+from attention_atlas.model.registry import list_model_ids, load_runner
+from attention_atlas.model.toy.evaluate import exact_match
+from attention_atlas.model.toy.store import available_toys, load_toy
+from attention_atlas.model.toy.tasks import TASKS, make_examples
+from attention_atlas.model.toy.train import TRAIN_SEED, VALIDATION_SEED
 
 HELD_OUT_SEED = 2026
 assert HELD_OUT_SEED not in (TRAIN_SEED, VALIDATION_SEED)

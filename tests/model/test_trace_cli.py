@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from model.__main__ import main
-from model.core.trace.file import load_trace
-from model.registry import list_model_ids
+from attention_atlas import load_trace
+from attention_atlas.model.__main__ import main
+from attention_atlas.model.registry import list_model_ids
 from tests.tiny_hf import build
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -114,10 +114,10 @@ def test_a_dense_file_holds_every_pattern_for_numpy_alone(tmp_path: Path) -> Non
 
 
 def test_a_dense_file_too_large_is_refused_with_a_message(tmp_path: Path, monkeypatch) -> None:
-    from model.core.trace import file as trace_file
-    from model.registry import load_runner
+    from attention_atlas.model.core.trace import file as trace_file
+    from attention_atlas.model.registry import load_runner
 
     monkeypatch.setattr(trace_file, "DENSE_BYTES_LIMIT", 100)
     trace = load_runner(str(build("llama", tmp_path / "llama"))).run("the quick brown fox")
-    with pytest.raises(ValueError, match="write the file without --dense"):
-        trace_file.save_trace(trace, tmp_path / "t.npz", dense=True)
+    with pytest.raises(ValueError, match="write the file without dense"):
+        trace.save(tmp_path / "t.npz", dense=True)

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from model.registry import load_runner
-from model.toy.evaluate import exact_match
-from model.toy.store import load_toy_folder, save_toy
-from model.toy.tasks import TASKS, make_examples
-from model.toy.train import (
+from attention_atlas.model.registry import load_runner
+from attention_atlas.model.toy.evaluate import exact_match
+from attention_atlas.model.toy.store import load_toy_folder, save_toy
+from attention_atlas.model.toy.tasks import TASKS, make_examples
+from attention_atlas.model.toy.train import (
     VALIDATION_SEED,
     Optimising,
     TrainSettings,

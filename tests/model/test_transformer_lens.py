@@ -24,8 +24,8 @@ from transformer_lens.pretrained.weight_conversions import (
     convert_llama_weights,
 )
 
-from model.core.options import RunOptions
-from model.hf.loading import load_hf_runner
+from attention_atlas.model.core.options import RunOptions
+from attention_atlas.model.hf.loading import load_hf_runner
 from tests.tiny_hf import build, build_type
 
 PER_HEAD = ("hook_q", "hook_k", "hook_v", "hook_z", "hook_rot_q", "hook_rot_k")  # ours (heads, pos, d_head)

@@ -4,9 +4,9 @@ import pytest
 import torch
 from torch import nn
 
-from model.core.masks import causal_mask, combine, padding_mask
-from model.scratch.config import TransformerConfig
-from model.scratch.transformer import EncoderDecoder, build_model
+from attention_atlas.model.core.masks import causal_mask, combine, padding_mask
+from attention_atlas.model.scratch.config import TransformerConfig
+from attention_atlas.model.scratch.transformer import EncoderDecoder, build_model
 
 
 def _copy_layer(ours, ref_layer, cross: bool) -> None:

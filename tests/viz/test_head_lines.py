@@ -6,8 +6,8 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
-from viz.head_lines import BIN_WIDTHS, head_lines_figure, select_lines
-from viz.tokens import plotly_label
+from attention_atlas.viz.head_lines import BIN_WIDTHS, head_lines_figure, select_lines
+from attention_atlas.viz.tokens import plotly_label
 
 
 def softmax_pattern(heads: int, q_len: int, k_len: int, seed: int = 0) -> np.ndarray:

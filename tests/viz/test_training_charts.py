@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from viz.training import averaged, curve_chart
+from attention_atlas.viz.training import averaged, curve_chart
 
 
 def test_a_long_curve_is_averaged_and_says_so() -> None:

@@ -5,11 +5,11 @@ import json
 import numpy as np
 import plotly.io as pio
 
-from model.core.trace.trace import ModelFacts
-from viz.heatmap import attention_heatmap, layer_head_heatmap, similarity_heatmap
-from viz.outputs import model_card, next_token_bars
-from viz.thumbnails import GAP, TOP, head_at, masked_pixels, resample, thumbnail_figure, thumbnail_grid
-from viz.tokens import plotly_label, visible_token
+from attention_atlas.model.core.trace.facts import ModelFacts
+from attention_atlas.viz.heatmap import attention_heatmap, layer_head_heatmap, similarity_heatmap
+from attention_atlas.viz.outputs import model_card, next_token_bars
+from attention_atlas.viz.thumbnails import GAP, TOP, head_at, masked_pixels, resample, thumbnail_figure, thumbnail_grid
+from attention_atlas.viz.tokens import plotly_label, visible_token
 
 
 def test_resample_shrinks_by_block_means_and_grows_by_repeating() -> None:
@@ -101,7 +101,7 @@ def test_layer_head_heatmap_spans_the_values_and_skips_missing_ones() -> None:
 
 
 def test_token_labels_escape_markup_but_keep_quotes_readable() -> None:
-    from viz.tokens import plotly_label
+    from attention_atlas.viz.tokens import plotly_label
 
     assert plotly_label('."') == '."'  # plotly shows &quot; literally: quotes stay as they are
     assert plotly_label("<b>&") == "&lt;b&gt;&amp;"

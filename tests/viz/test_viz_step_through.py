@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from viz.step_through import LIMIT, shape_text, step_heatmap, symmetric_range, truncation_note
+from attention_atlas.viz.step_through import LIMIT, shape_text, step_heatmap, symmetric_range, truncation_note
 
 
 def test_a_large_matrix_is_cut_and_said_so() -> None:
@@ -26,8 +26,8 @@ def test_minus_infinity_is_hatched_and_the_scale_is_centred() -> None:
 
 
 def test_the_csv_has_the_whole_matrix_with_position_headers() -> None:
-    from ui.matrix_view import whole_table
-    from viz.tokens import position_label
+    from attention_atlas.ui.matrix_view import whole_table
+    from attention_atlas.viz.tokens import position_label
 
     tokens = ["a", "b", "a"] * 30  # repeated tokens stay apart
     names = [position_label(i, t) for i, t in enumerate(tokens)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from model.core.attention.row_reduction import column_block_sums
+from attention_atlas.model.core.attention.row_reduction import column_block_sums
 
 
 class BlockMeans:

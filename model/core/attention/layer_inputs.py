@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 import torch
 
-from model.core.attention.row_reduction import ReducedRows, RowLayout
-from model.core.attention.scratch import Scratch
-from model.core.attention.source import PatternSource, kept_dtype
+from attention_atlas.model.core.attention.row_reduction import ReducedRows, RowLayout
+from attention_atlas.model.core.attention.scratch import Scratch
+from attention_atlas.model.core.attention.source import PatternSource, kept_dtype
 
 
 @dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from model.core.attention.arrays import on_host
+from attention_atlas.model.core.attention.arrays import on_host
 
 
 class Scratch:

@@ -20,11 +20,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from model.core.attention import native
-from model.core.attention.arrays import Array, as_index, as_tensor, run_of
-from model.core.attention.block_means import BlockMeans
-from model.core.attention.row_reduction import STATISTICS, ReducedRows, RowLayout, reduce_rows
-from model.core.attention.scratch import Scratch
+from attention_atlas.model.core.attention import native
+from attention_atlas.model.core.attention.arrays import Array, as_index, as_tensor, run_of
+from attention_atlas.model.core.attention.block_means import BlockMeans
+from attention_atlas.model.core.attention.row_reduction import STATISTICS, ReducedRows, RowLayout, reduce_rows
+from attention_atlas.model.core.attention.scratch import Scratch
 
 ROW_BLOCK = 128  # query rows computed at once on the CPU (and MPS), at most: fewer rows skip more of a causal mask's
 # hidden keys, at a fixed cost a block (128 was the fastest at 512 and 2,048 tokens)

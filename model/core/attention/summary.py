@@ -30,9 +30,9 @@ from functools import cached_property
 import numpy as np
 import torch
 
-from model.core.attention.arrays import on_host
-from model.core.attention.block_means import BlockMeans, block_starts
-from model.core.attention.row_reduction import STATISTICS, ReducedRows, RowLayout, reduce_rows
+from attention_atlas.model.core.attention.arrays import on_host
+from attention_atlas.model.core.attention.block_means import BlockMeans, block_starts
+from attention_atlas.model.core.attention.row_reduction import STATISTICS, ReducedRows, RowLayout, reduce_rows
 
 ProbabilityBlock = tuple[np.ndarray, torch.Tensor] | tuple[np.ndarray, torch.Tensor, torch.Tensor]
 ROLLOUT_SIZE = 512  # positions (or blocks of positions) a side of the rollout matrix

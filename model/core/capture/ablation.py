@@ -23,8 +23,8 @@ from typing import Literal
 import numpy as np
 import torch
 
-from model.core.capture.hooks import Edit, HookPoint, ReportedTap, editing
-from model.core.options import ABLATION_MODES, AblationMode, Head
+from attention_atlas.model.core.capture.hooks import Edit, HookPoint, ReportedTap, editing
+from attention_atlas.model.core.options import ABLATION_MODES, AblationMode, Head
 
 ALL_ROWS = -1  # a row index meaning every row of the batch
 

@@ -7,8 +7,8 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from model.core.attention.arrays import BFLOAT16_BITS
-from model.core.attention.source import PatternSource
+from attention_atlas.model.core.attention.arrays import BFLOAT16_BITS
+from attention_atlas.model.core.attention.source import PatternSource
 
 _NOT_IN_NUMPY = (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2)
 SIXTEEN_BITS = (torch.bfloat16, torch.float16)  # a model computing in one of these: its sources kept in it

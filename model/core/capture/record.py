@@ -23,13 +23,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from model.core.attention.layer_inputs import PatternInputs
-from model.core.attention.scratch import Scratch
-from model.core.attention.source import PatternSource
-from model.core.attention.summary import THUMBNAIL_SIZE, SiteSummariser, SiteSummary
-from model.core.capture.hooks import HookPoint, ModuleTap, Reader, ReportedTap, recording
-from model.core.capture.host_copies import HostCopies
-from model.core.trace.sites import PATTERN_SUFFIX, Site
+from attention_atlas.model.core.attention.layer_inputs import PatternInputs
+from attention_atlas.model.core.attention.scratch import Scratch
+from attention_atlas.model.core.attention.source import PatternSource
+from attention_atlas.model.core.attention.summary import THUMBNAIL_SIZE, SiteSummariser, SiteSummary
+from attention_atlas.model.core.capture.hooks import HookPoint, ModuleTap, Reader, ReportedTap, recording
+from attention_atlas.model.core.capture.host_copies import HostCopies
+from attention_atlas.model.core.trace.sites import PATTERN_SUFFIX, Site
 
 T = TypeVar("T")
 HookSelection = str | Iterable[str] | Callable[[str], bool] | None  # None = every hook point

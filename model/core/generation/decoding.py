@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from model.core.attention.source import PatternSource
-from model.core.capture.record import Captured
-from model.core.generation.sampling import TOP_ALTERNATIVES
+from attention_atlas.model.core.attention.source import PatternSource
+from attention_atlas.model.core.capture.record import Captured
+from attention_atlas.model.core.generation.sampling import TOP_ALTERNATIVES
 
 Forward = Callable[[list[int]], tuple[torch.Tensor, Mapping[str, Captured]]]  # ids -> (vocab,), patterns
 Chooser = Callable[[torch.Tensor, int], int]  # (logits (vocab,), step index) -> token id

@@ -6,8 +6,8 @@ from collections.abc import Iterator, Mapping
 
 import numpy as np
 
-from model.core.attention.source import PatternSource
-from model.core.trace.sites import PATTERN_SUFFIX
+from attention_atlas.model.core.attention.source import PatternSource
+from attention_atlas.model.core.trace.sites import PATTERN_SUFFIX
 
 
 class AttentionView(Mapping[str, np.ndarray]):

@@ -1,73 +1,119 @@
-"""A Trace as an .npz file and back: the layout is documented in docs/hooks.md ("Reading a trace file"), and
-tests/contract/test_docs.py holds the two to each other. No pickles: object arrays are refused."""
+"""A Trace as an .npz file and back (`Trace.save`, `Trace.load`): the layout is documented in docs/hooks.md ("Reading
+a trace file"), and tests/contract/test_docs.py holds the two to each other. No pickles: object arrays are refused.
+
+This module turns a trace's fields (the dataclass's, by name) into the file's arrays and back; trace.py holds the
+Trace, which reads and writes itself through it."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import math
+import zipfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from model.core.attention.source import PatternSource
-from model.core.options import RunOptions
-from model.core.trace.trace import DecodeStep, ModelFacts, Trace
+from attention_atlas.model.core.attention.source import PatternSource
+from attention_atlas.model.core.options import RunOptions
+from attention_atlas.model.core.trace.facts import DecodeStep, ModelFacts
 
 DENSE_BYTES_LIMIT = 2 * 1024**3  # the whole patterns a dense file may hold (float16): made in memory before writing
+FORMAT = 1  # the layout's version, written as "format"; a file without it was written before versions: 1
+PLAIN = {"format", "text", "target", "tokens", "ids", "target_tokens", "target_ids", "facts", "options", "output_text",
+         "output_kind", "cautions", "fallback", "step_ids"}
+REQUIRED = {"tokens", "ids", "target_tokens", "target_ids", "facts", "options", "output_text", "step_ids"}
 
 
-def save_trace(trace: Trace, path: str | Path, dense: bool = False) -> None:
-    """Write `trace` to an .npz file (layout in docs/hooks.md). dense: every pattern kept as its source is written
-    whole under its hook name, (heads, q_len, k_len) float16, instead of its source; ValueError past
-    DENSE_BYTES_LIMIT."""
+class NotATraceFile(ValueError):
+    """A file that is not a trace file this version can read; the message says why, in a sentence."""
+
+
+def write(path: str | Path, trace: dict[str, Any], dense: bool = False) -> None:
+    """Write a trace's fields to an .npz file. dense: every pattern kept as its source is written whole under its
+    hook name, (heads, q_len, k_len) float16, instead of its source; ValueError past DENSE_BYTES_LIMIT."""
+    sources: dict[str, PatternSource] = trace["pattern_sources"]
     arrays: dict[str, np.ndarray] = {
-        "tokens": np.array(trace.tokens, dtype=str),
-        "ids": np.array(trace.ids, dtype=np.int64),
-        "target_tokens": np.array(trace.target_tokens, dtype=str),
-        "target_ids": np.array(trace.target_ids, dtype=np.int64),
-        "facts": np.array(json.dumps(dataclasses.asdict(trace.facts))),
-        "options": np.array(json.dumps(trace.options.record())),
-        "output_text": np.array(trace.output_text),
-        "output_kind": np.array(trace.output_kind),
-        "cautions": np.array(json.dumps(list(trace.cautions))),
-        "fallback": np.array(trace.fallback),
-        "step_ids": np.array([s.token_id for s in trace.steps], dtype=np.int64),
+        "format": np.array(FORMAT),
+        "text": np.array(trace["text"]),
+        "target": np.array(json.dumps(trace["target"])),  # JSON: null where the model made its own output
+        "tokens": np.array(trace["tokens"], dtype=str),
+        "ids": np.array(trace["ids"], dtype=np.int64),
+        "target_tokens": np.array(trace["target_tokens"], dtype=str),
+        "target_ids": np.array(trace["target_ids"], dtype=np.int64),
+        "facts": np.array(json.dumps(dataclasses.asdict(trace["facts"]))),
+        "options": np.array(json.dumps(trace["options"].record())),
+        "output_text": np.array(trace["output_text"]),
+        "output_kind": np.array(trace["output_kind"]),
+        "cautions": np.array(json.dumps(list(trace["cautions"]))),
+        "fallback": np.array(trace["fallback"]),
+        "step_ids": np.array([s.token_id for s in trace["steps"]], dtype=np.int64),
     }
-    arrays.update({f"mask:{k}": v for k, v in trace.masks.items()})
-    arrays.update(trace.captured)
-    arrays.update({f"output:{k}": v for k, v in trace.outputs.items()})
+    arrays.update({f"mask:{k}": v for k, v in trace["masks"].items()})
+    arrays.update(trace["captured"])
+    arrays.update({f"output:{k}": v for k, v in trace["outputs"].items()})
     if dense:
-        dense_bytes = sum(2 * math.prod(source.shape) for source in trace.pattern_sources.values())
+        dense_bytes = sum(2 * math.prod(source.shape) for source in sources.values())
         if dense_bytes > DENSE_BYTES_LIMIT:
             raise ValueError(f"the whole attention patterns of this run are {dense_bytes / 1024**3:.1f} GiB, more "
-                             f"than the {DENSE_BYTES_LIMIT / 1024**3:.0f} GiB a dense file may hold; write the file "
-                             "without --dense and read patterns with load_trace")
-        arrays.update({name: source.pattern() for name, source in trace.pattern_sources.items()})
-    for name, source in ({} if dense else trace.pattern_sources).items():
+                             f"than the {DENSE_BYTES_LIMIT / 1024**3:.0f} GiB a dense file may hold; save it "
+                             "without dense and read its patterns with load_trace")
+        arrays.update({name: source.pattern() for name, source in sources.items()})
+    for name, source in ({} if dense else sources).items():
         parts = {"query": source.query, "key": source.key, "scale": np.array(source.scale), "allowed": source.allowed}
         parts |= {} if source.bias is None else {"bias": source.bias}
         parts |= {} if source.softcap is None else {"softcap": np.array(source.softcap)}
         arrays.update({f"source:{name}:{part}": value for part, value in parts.items()})
-    for i, step in enumerate(trace.steps):
+    for i, step in enumerate(trace["steps"]):
         arrays.update({f"step:{i}:{k}": v for k, v in step.attention.items()})
     with open(path, "wb") as f:
         np.savez_compressed(f, **arrays)
 
 
-def load_trace(path: str | Path) -> Trace:
-    """Read a Trace written by `save_trace` (no pickles: object arrays are refused)."""
-    with np.load(path, allow_pickle=False) as data:
-        arrays = {k: data[k] for k in data.files}
-    prefixed = {"mask:": {}, "output:": {}, "step:": {}, "source:": {}}
+def read_arrays(path: str | Path) -> dict[str, np.ndarray]:
+    """Every array of a trace file, checked to be one this version reads: NotATraceFile otherwise."""
+    name = Path(path).name
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            if not isinstance(data, np.lib.npyio.NpzFile):
+                raise NotATraceFile(f"{name} is a single numpy array, not a trace file (an .npz archive).")
+            arrays = {k: data[k] for k in data.files}
+    except (zipfile.BadZipFile, EOFError, OSError) as error:
+        if isinstance(error, FileNotFoundError):
+            raise
+        raise NotATraceFile(f"{name} is not a trace file: it cannot be read as a numpy .npz archive.") from error
+    except ValueError as error:  # numpy: object arrays need pickles, or the data are not numpy's
+        raise NotATraceFile(f"{name} is not a trace file this app reads ({error}).") from error
+    missing = sorted(REQUIRED - set(arrays))
+    if missing:
+        raise NotATraceFile(f"{name} is an .npz archive but not a trace file: it lacks {', '.join(missing)}.")
+    version = int(arrays["format"]) if "format" in arrays else 1
+    if version > FORMAT:
+        raise NotATraceFile(f"{name} was written by a newer Attention Atlas (trace format {version}; this one reads "
+                            f"up to {FORMAT}): update attention-atlas to open it.")
+    return arrays
+
+
+def read(path: str | Path) -> dict[str, Any]:
+    """The fields of the Trace written to `path` (`Trace(**read(path))`); NotATraceFile for a file that is not one,
+    or is damaged."""
+    arrays = read_arrays(path)
+    try:
+        return _fields(arrays)
+    except (KeyError, TypeError, ValueError, json.JSONDecodeError) as error:
+        raise NotATraceFile(f"{Path(path).name} is damaged: its {error} cannot be read as a trace's.") from error
+
+
+def _fields(arrays: dict[str, np.ndarray]) -> dict[str, Any]:
+    """The Trace's fields from a trace file's arrays."""
+    prefixed: dict[str, dict[str, np.ndarray]] = {"mask:": {}, "output:": {}, "step:": {}, "source:": {}}
     captured: dict[str, np.ndarray] = {}
-    plain = {"tokens", "ids", "target_tokens", "target_ids", "facts", "options", "output_text", "output_kind",
-             "cautions", "fallback", "step_ids"}
     for key, value in arrays.items():
         prefix = next((p for p in prefixed if key.startswith(p)), None)
         if prefix:
             prefixed[prefix][key[len(prefix):]] = value
-        elif key not in plain:
+        elif key not in PLAIN:
             captured[key] = value
     step_arrays = prefixed["step:"]  # "<i>:<hook name>" -> (heads, k_len)
     steps = [
@@ -81,20 +127,22 @@ def load_trace(path: str | Path) -> Trace:
     sources = {name: PatternSource(query=p["query"], key=p["key"], scale=float(p["scale"]), allowed=p["allowed"],
                                    bias=p.get("bias"), softcap=float(p["softcap"]) if "softcap" in p else None)
                for name, p in parts.items()}
-    return Trace(
-        facts=ModelFacts(**json.loads(str(arrays["facts"]))),
-        tokens=arrays["tokens"].tolist(),
-        ids=arrays["ids"].tolist(),
-        target_tokens=arrays["target_tokens"].tolist(),
-        target_ids=arrays["target_ids"].tolist(),
-        masks=prefixed["mask:"],
-        captured=captured,
-        outputs=prefixed["output:"],
-        output_text=str(arrays["output_text"]),
-        options=RunOptions.from_record(json.loads(str(arrays["options"]))),
-        steps=steps,
-        pattern_sources=sources,
-        output_kind=str(arrays["output_kind"]) if "output_kind" in arrays else "generated",
-        cautions=tuple(json.loads(str(arrays["cautions"]))) if "cautions" in arrays else (),
-        fallback=str(arrays["fallback"]) if "fallback" in arrays else "",
-    )
+    return {
+        "facts": ModelFacts(**json.loads(str(arrays["facts"]))),
+        "tokens": arrays["tokens"].tolist(),
+        "ids": arrays["ids"].tolist(),
+        "target_tokens": arrays["target_tokens"].tolist(),
+        "target_ids": arrays["target_ids"].tolist(),
+        "masks": prefixed["mask:"],
+        "captured": captured,
+        "outputs": prefixed["output:"],
+        "output_text": str(arrays["output_text"]),
+        "options": RunOptions.from_record(json.loads(str(arrays["options"]))),
+        "steps": steps,
+        "pattern_sources": sources,
+        "output_kind": str(arrays["output_kind"]) if "output_kind" in arrays else "generated",
+        "cautions": tuple(json.loads(str(arrays["cautions"]))) if "cautions" in arrays else (),
+        "fallback": str(arrays["fallback"]) if "fallback" in arrays else "",
+        "text": str(arrays["text"]) if "text" in arrays else "",
+        "target": json.loads(str(arrays["target"])) if "target" in arrays else None,
+    }

@@ -3,10 +3,10 @@ from the patterns' kept sources, or from the toy models' patterns, captured whol
 
 from __future__ import annotations
 
-from model.core.attention.scratch import Scratch
-from model.core.attention.summary import THUMBNAIL_SIZE, SiteSummariser, SiteSummary
-from model.core.trace.sites import Site
-from model.core.trace.trace import Trace
+from attention_atlas.model.core.attention.scratch import Scratch
+from attention_atlas.model.core.attention.summary import THUMBNAIL_SIZE, SiteSummariser, SiteSummary
+from attention_atlas.model.core.trace.sites import Site
+from attention_atlas.model.core.trace.trace import Trace
 
 
 def summarise_site(trace: Trace, site: str, size: int = THUMBNAIL_SIZE) -> SiteSummary:

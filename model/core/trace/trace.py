@@ -3,29 +3,27 @@
 The Hugging Face models keep their patterns as what they are computed from (`source:` keys):
 O(tokens x d_head) per head instead of O(tokens²). `Trace.attention[name]` and `Trace.pattern(site, layer)` give
 (heads, q_len, k_len) either way, computed when read for a kept source (a view that needs only some heads or rows
-asks `Trace.pattern_source`); `save_trace(..., dense=True)` writes such patterns whole instead.
+asks `Trace.pattern_source`); `Trace.save(..., dense=True)` writes such patterns whole instead.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from typing import Any, Literal, TypedDict
+from dataclasses import dataclass, field, fields
+from difflib import get_close_matches
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
-from model.core.attention.source import ROW_BLOCK, PatternSource
-from model.core.attention.summary import SiteSummary
-from model.core.options import RunOptions
-from model.core.trace.attention_view import AttentionView
-from model.core.trace.sites import Site
-
-OutputKind = Literal["generated", "next token", "teacher-forced", "embeddings"]
-# generated: output_text is the model's own greedy output, computed under the masks of this trace;
-# next token: only the most likely next token (a causal LM's prompt too long to continue);
-# teacher-forced: output_text is the target a person gave, scored token by token in the forced_* outputs;
-# embeddings: an encoder, whose output is one vector per token (no text).
+from attention_atlas.model.core.attention.source import ROW_BLOCK, PatternSource
+from attention_atlas.model.core.attention.summary import SiteSummary
+from attention_atlas.model.core.options import RunOptions
+from attention_atlas.model.core.trace import file
+from attention_atlas.model.core.trace.attention_view import AttentionView
+from attention_atlas.model.core.trace.facts import DecodeStep, ModelFacts, OutputKind, Outputs
+from attention_atlas.model.core.trace.sites import Site
 
 
 def _root(array: np.ndarray) -> np.ndarray:
@@ -39,57 +37,6 @@ def distinct_nbytes(arrays: Iterator[np.ndarray] | list[np.ndarray]) -> int:
     """Bytes held by these arrays, memory shared by several of them (views of one array) counted once."""
     roots = {id(_root(a)): _root(a) for a in arrays}
     return sum(root.nbytes for root in roots.values())
-
-
-class Outputs(TypedDict, total=False):
-    """What a run produced besides its hooks; which keys a trace has follows from its model and output_kind."""
-
-    log_probs: np.ndarray  # toy models: (len, vocab), every position's next-token log-probabilities
-    predicted_ids: np.ndarray  # toy models and encoder-decoders: (len,) the most likely token at each position
-    predicted_tokens: np.ndarray  # Hugging Face encoder-decoders: (len,) str, those tokens
-    top_next_ids: np.ndarray  # Hugging Face causal LMs: (10,) the likeliest next tokens after the sequence
-    top_next_probs: np.ndarray  # (10,) their probabilities
-    top_next_tokens: np.ndarray  # (10,) str, how they read
-    token_similarity: np.ndarray  # Hugging Face encoders: (len, len) cosine similarity of the last layer's vectors
-    forced_tokens: np.ndarray  # a given target (teacher-forced, model/core/generation/forcing.py): (n,) str, its tokens
-    forced_probs: np.ndarray  # (n,) the probability the model gave each
-    forced_ranks: np.ndarray  # (n,) its rank among all tokens (1 = the model's own choice)
-    forced_choice_tokens: np.ndarray  # (n,) str, what the model would have chosen
-    forced_choice_probs: np.ndarray  # (n,) with that probability
-
-
-@dataclass(frozen=True)
-class ModelFacts:
-    """What a person should know about the model that produced a trace."""
-
-    model_id: str
-    family: str  # e.g. "from-scratch transformer (Vaswani et al. 2017)"
-    kind: str  # "encoder", "decoder" or "encoder-decoder"
-    n_encoder_layers: int
-    n_decoder_layers: int
-    n_heads: int
-    n_kv_heads: int  # = n_heads unless key/value heads are shared (GQA)
-    d_model: int
-    d_ff: int
-    vocab_size: int
-    max_len: int  # longest sequence in tokens
-    positional: str  # "sinusoidal", "learned", "rotary", ...
-    norm: str  # "post-norm" or "pre-norm"
-    n_params: int
-    device: str
-    notes: dict[str, Any] = field(default_factory=dict)  # e.g. the toy task and its accuracy
-    special_ids: list[int] = field(default_factory=list)  # ids of <s>, </s>, [CLS], [SEP], padding, ...
-    precision: str = "float32"  # the weights' and activations' dtype ("bfloat16", "float16")
-    windows: list[int] = field(default_factory=list)  # per layer of its self-attention, a sliding window w: a query
-    # sees the keys less than w positions away (before it, with a causal mask), 0 for all; empty: no layer slides
-
-
-@dataclass
-class DecodeStep:
-    """One greedy step: the token chosen and the new query row of each attention site."""
-
-    token_id: int
-    attention: dict[str, np.ndarray]  # hook name -> (heads, k_len)
 
 
 @dataclass(frozen=True)
@@ -113,6 +60,40 @@ class Trace:
     output_kind: OutputKind = "generated"
     cautions: tuple[str, ...] = ()  # what a person must know to read the output (e.g. outside the training range)
     fallback: str = ""  # why this run left the device the model is on (a GPU out of memory), or ""
+    text: str = ""  # the text the run read, as given (the tokens are its tokenizer's reading of it)
+    target: str | None = None  # the target it read (teacher forcing), as given; None: it made its own output
+
+    def names(self) -> list[str]:
+        """Every hook name this trace holds a value for (`trace[name]`), patterns kept as sources included."""
+        return [*self.captured, *self.pattern_sources]
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        """The value of one hook, by its TransformerLens-style name: `trace["decoder.1.cross_attn.hook_pattern"]` is
+        (heads, query, key); a pattern kept as its source is computed when read. KeyError names the closest."""
+        if name in self.captured:
+            return self.captured[name]
+        if name in self.pattern_sources:
+            return self.pattern_sources[name].pattern()
+        close = get_close_matches(name, self.names(), n=3, cutoff=0.5)
+        hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+        raise KeyError(f"this trace holds no hook {name!r}{hint} (trace.names() lists the {len(self.names())} it "
+                       "holds; run with hooks= that match it to record it)")
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.captured or name in self.pattern_sources
+
+    __iter__ = None  # not a sequence: `trace.names()` lists the hooks
+
+    def save(self, path: str | Path, dense: bool = False) -> None:
+        """Write this trace to an .npz file (layout in docs/hooks.md). dense: every pattern kept as its source is
+        written whole, (heads, q_len, k_len) float16, readable with numpy alone; ValueError past 2 GiB of them."""
+        file.write(path, {f.name: getattr(self, f.name) for f in fields(self)}, dense=dense)
+
+    @classmethod
+    def load(cls, path: str | Path) -> Trace:
+        """The trace written to `path` by `save` (no pickles); NotATraceFile (a ValueError) says why a file is not
+        one."""
+        return cls(**file.read(path))
 
     @property
     def attention(self) -> AttentionView:

@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from model.core.cache_folder import cache_dir
+from attention_atlas.model.core.cache_folder import cache_dir
 
 SOURCE = Path(__file__).with_name("attention_rows.c")
 FLAGS = ("-O3", "-march=native", "-fPIC", "-ffast-math", "-fno-finite-math-only")  # the machine's vector unit

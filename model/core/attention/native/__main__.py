@@ -2,7 +2,7 @@
 
 import sys
 
-from model.core.attention.native import attention_rows
+from attention_atlas.model.core.attention.native import attention_rows
 
 built = attention_rows() is not None
 print("The native kernel is built." if built else "No native kernel here: torch ops do the work.")

@@ -1,0 +1,111 @@
+"""The Python API: `load` a model, `Model.run` it on text, read the Trace by hook name; `load_trace` reads a saved
+one. `attention_atlas/__init__.py` exports these names (docs/python.md lists them); nothing here imports Streamlit."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from fnmatch import fnmatchcase
+from pathlib import Path
+
+from attention_atlas.model.core.devices import pick_device, pick_precision
+from attention_atlas.model.core.options import AblationMode, CausalMode, RunOptions
+from attention_atlas.model.core.runner import Runner
+from attention_atlas.model.core.trace.facts import ModelFacts
+from attention_atlas.model.core.trace.trace import Trace
+from attention_atlas.model.hf.placement import Placement, parse_budgets
+from attention_atlas.model.registry import list_model_ids, load_runner
+
+PATTERNS = ("*.hook_pattern",)  # what `run` records unless asked: every attention pattern
+
+
+class Model:
+    """A loaded model: `run` it on text. Made by `load`; holds the weights, so keep one and run it many times."""
+
+    def __init__(self, runner: Runner) -> None:
+        self._runner = runner
+        self._names: list[str] | None = None
+
+    @property
+    def id(self) -> str:
+        """The model id or folder it was loaded from."""
+        return self._runner.facts.model_id
+
+    @property
+    def facts(self) -> ModelFacts:
+        """What it is: kind, layers, heads, d_model, positional scheme, device, precision …"""
+        return self._runner.facts
+
+    @property
+    def examples(self) -> tuple[str, ...]:
+        """Texts it reads well (a toy model: its task's)."""
+        return self._runner.examples
+
+    def __repr__(self) -> str:
+        f = self.facts
+        layers = f.n_encoder_layers + f.n_decoder_layers
+        return f"<attention_atlas.Model {self.id}: {f.kind}, {layers} layers x {f.n_heads} heads, d_model {f.d_model}>"
+
+    def run(self, text: str, *, target: str | None = None, hooks: str | Sequence[str] = PATTERNS,
+            causal: CausalMode = "auto", ablate: Sequence[tuple[str, int]] = (),
+            ablation: AblationMode = "zero") -> Trace:
+        """Run the model on `text` and record the hooks named by `hooks` (glob patterns of hook names: "*" for every
+        one, "decoder.*.hook_resid_post" …). target: the output an encoder-decoder or a decoder reads (teacher
+        forcing); None: it generates its own (greedy). causal: "auto" (as trained), "on" or "off" everywhere.
+        ablate: heads whose output is replaced in this run, as (attention, head): ("decoder.3.attn", 2), by
+        zero or by their mean over the positions (`ablation`). ValueError says what is wrong with the input."""
+        patterns = (hooks,) if isinstance(hooks, str) else tuple(hooks)
+        options = RunOptions(hooks=patterns, causal=causal, ablated=tuple((site, int(head)) for site, head in ablate),
+                             ablation=ablation)
+        trace = self._runner.run(text, target, options)
+        unmatched = [p for p in patterns if not any(fnmatchcase(name, p) for name in trace.names())]
+        if unmatched:
+            raise ValueError(f"no hook of {self.id} matches {', '.join(map(repr, unmatched))}; its hooks are: "
+                             f"{', '.join(self.names())}")
+        return trace
+
+    def names(self) -> list[str]:
+        """Every hook name this model records (on its first example text; an encoder-decoder's cross-attention
+        and decoder hooks included)."""
+        if self._names is None:
+            self._names = self._runner.run(self.examples[0], None, RunOptions(hooks=("*",))).names()
+        return self._names
+
+
+def load(model: str | Path, *, device: str = "auto", precision: str = "auto", device_map: str | None = None,
+         max_memory: dict[str, str] | Sequence[str] | None = None, offload_folder: str | Path | None = None,
+         progress: Callable[[str], None] | None = None) -> Model:
+    """Load a model: an id (`list_models()`: toy-date, minilm, smollm2 …), a Hugging Face model folder or hub id,
+    or a toy model folder (as `attention-atlas train --out DIR` writes one).
+    device: "auto" (CUDA, then MPS, then the CPU), "cpu", "cuda" or "mps"; precision: "auto" (bfloat16 on a GPU
+    that has it, float16 on other GPUs, float32 on the CPU), "float32", "bfloat16" or "float16".
+    device_map="auto" spreads a Hugging Face model over the GPUs, the CPU and the disk (accelerate), each device up
+    to its max_memory budget ({"0": "20GiB", "cpu": "64GiB"}); offload_folder: where weights that must be converted
+    before they go to the disk are written. ValueError with a sentence if the model cannot be loaded."""
+    if device_map not in (None, "auto"):
+        raise ValueError(f"device_map is 'auto' or None, not {device_map!r}")
+    if (max_memory or offload_folder) and device_map is None:
+        raise ValueError("max_memory and offload_folder go with device_map='auto'")
+    budgets = [f"{d}={size}" for d, size in max_memory.items()] if isinstance(max_memory, dict) else max_memory
+    placement = None if device_map is None else Placement(parse_budgets(list(budgets or [])),
+                                                          None if offload_folder is None else str(offload_folder))
+    where = pick_device(device)
+    try:
+        runner = load_runner(str(model), device=where, precision=pick_precision(precision, where),
+                             placement=placement, progress=progress)
+    except ValueError as error:
+        if Path(model).exists() or "known models" in str(error):
+            raise
+        raise ValueError(f"{error} (the model ids here: {', '.join(list_model_ids())}; or a Hugging Face model "
+                         "folder, or a hub id where the Hub can be reached)") from error
+    return Model(runner)
+
+
+def load_trace(path: str | Path) -> Trace:
+    """A trace saved with `Trace.save` (or `attention-atlas trace --out`). Never unpickles; a file that is not a
+    trace, or was written by a newer version, raises ValueError with a sentence saying so."""
+    return Trace.load(path)
+
+
+def list_models() -> list[str]:
+    """The model ids `load` takes by name here: the toy models, then the pretrained ones whose package is installed."""
+    return list_model_ids()

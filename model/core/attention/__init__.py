@@ -1,0 +1,1 @@
+"""Attention itself: pattern sources, their row reductions and the in-run summary, the native CPU kernel."""

@@ -1,0 +1,1 @@
+"""Generation: decoding one token at a time, sampling, teacher forcing."""
