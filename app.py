@@ -26,6 +26,14 @@ from attention_atlas.ui.pickers import forget_head
 from attention_atlas.ui.runs import RunRequest, get_runner, is_loaded, trace_for
 from attention_atlas.ui.session_models import SESSION_PREFIX, session_models
 from attention_atlas.ui.trace_cache import release_free_memory
+from attention_atlas.ui.trace_files import (
+    FILE_PREFIX,
+    describe,
+    file_trace,
+    is_trace_file,
+    server_trace_file,
+    trace_files,
+)
 
 CAUSAL_CHOICES = {"as trained": "auto", "on everywhere": "on", "off everywhere": "off"}
 CUSTOM = "custom"
@@ -66,6 +74,8 @@ def model_label(model_id: str) -> str:
         return f"Toy (trained here) · {model_id}"
     if model_id.startswith(SESSION_PREFIX):
         return f"This session · {model_id}"
+    if is_trace_file(model_id):
+        return f"Trace file · {model_id.removeprefix(FILE_PREFIX)}"
     return f"Pretrained · {model_id}" if model_id in PACKAGED else model_id
 
 
@@ -78,8 +88,11 @@ def use_example(pills_key: str) -> None:
 
 def choose_model() -> str | None:
     """The model picker (and the folder box for a custom model); None until a custom folder is typed."""
-    model_ids = [*list_model_ids(), *session_models()]
+    opened = server_trace_file()  # `attention-atlas --trace FILE`: a new session opens on it
+    model_ids = [*list_model_ids(), *session_models(), *trace_files()]
     url_state.restore_once(model_ids, CUSTOM, {v: k for k, v in CAUSAL_CHOICES.items()})
+    if opened is not None:
+        st.session_state["model_id"] = opened
     st.session_state.setdefault("model_id", default_model(model_ids))
     model_id = st.sidebar.selectbox("Model", [*model_ids, CUSTOM], key="model_id", format_func=model_label,
                                     help=HELP["model"])
@@ -131,6 +144,8 @@ def sidebar(page_shows_run: bool = True) -> tuple[Trace | None, DeltaGenerator |
     run: Train), and where a model load said it was loading (the page takes its place)."""
     st.sidebar.title("Attention Atlas")
     model_id = choose_model()
+    if model_id is not None and is_trace_file(model_id):
+        return show_trace_file(model_id), None
     if model_id is None:
         st.session_state[RUN_INPUTS_HIDDEN] = True
         url_state.write(model=None, text=None, tz=None, target=None)
@@ -163,6 +178,25 @@ def sidebar(page_shows_run: bool = True) -> tuple[Trace | None, DeltaGenerator |
         return None, slot
     request = RunRequest(model_id, device, text, target, CAUSAL_CHOICES[causal], precision, memory)
     return run(runner, request), slot
+
+
+def show_trace_file(file_id: str) -> Trace | None:
+    """A trace file chosen in the model list: its run is the page's (nothing to type: the sidebar says what it
+    holds). Pages that need the model run the model the file names, on the file's text and masks."""
+    st.session_state[RUN_INPUTS_HIDDEN] = True  # the text, device … come back with their values after
+    url_state.write(model=None, text=None, tz=None, target=None)  # a link cannot carry a file
+    trace = file_trace(file_id)
+    if trace is None:  # pushed out by newer files (MAX_TRACE_FILES)
+        st.info("That trace file is no longer open in this session: open it again on the Overview.")
+        return None
+    st.sidebar.markdown(describe(trace))
+    name = file_id.removeprefix(FILE_PREFIX).rsplit(" · ", 1)[0]  # as the file was called (its id adds a random part)
+    st.session_state[REQUEST] = RunRequest(trace.facts.model_id, "auto", trace.text, trace.target,
+                                           trace.options.causal, trace_file=name)
+    if st.session_state.get("model_shown") != file_id:
+        forget_head()  # another run's layer and head mean nothing here
+        st.session_state["model_shown"] = file_id
+    return trace
 
 
 def run(runner: Runner, request: RunRequest) -> Trace | None:

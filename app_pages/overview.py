@@ -3,21 +3,26 @@ the text, the tokens it saw, and the model itself."""
 
 from __future__ import annotations
 
+import io
+import weakref
 from functools import partial
 
 import numpy as np
 import streamlit as st
 
 from attention_atlas.model.core.trace.trace import Trace
-from attention_atlas.ui.downloads import downloads, matrix_table, whole_csv
+from attention_atlas.ui.downloads import downloads, file_name, matrix_table, whole_csv
+from attention_atlas.ui.messages import show_error
 from attention_atlas.ui.page import current_trace
 from attention_atlas.ui.pickers import choose_head, opening_head, site_label
+from attention_atlas.ui.trace_files import choose_model, open_trace_file, trace_files
 from attention_atlas.viz.heatmap import SMALL_WINDOW, attention_heatmap, similarity_heatmap
 from attention_atlas.viz.outputs import forced_table, model_card, next_token_bars, percent, token_table
 from attention_atlas.viz.tokens import visible_token
 
 HEAD_HEIGHT = 400  # px: the head and the lines above it fit a 1280 x 720 projector without scrolling
 PREVIOUS_TOKEN_HEAD = 0.5  # the share of attention on the previous token from which a head is called one
+OPENED_UPLOADS = "_opened_trace_uploads"  # session key: {upload's file id: its id in the model list}
 
 
 def head_section(trace: Trace) -> None:
@@ -118,6 +123,43 @@ def tokens_section(trace: Trace) -> None:
     st.dataframe(tokens, height=min(400, 38 + 35 * len(tokens)), key="overview_tokens")
 
 
+def trace_file_section(trace: Trace) -> None:
+    """Save this run as a trace file, or open one (saved here, or by `attention-atlas trace --out` or
+    `trace.save(path)` in Python, on any machine): it opens as a choice of the sidebar's model list."""
+    with st.expander("Trace files: save this run, or open a saved one", icon=":material/file_open:"):
+        held = weakref.ref(trace)  # the button's maker outlives the run: it must not keep the trace (ui/downloads.py)
+        st.download_button("Download this run (.npz)", data=lambda: trace_bytes(held), key="overview_trace_download",
+                           file_name=file_name(trace.facts.model_id, "trace", "npz"), mime="application/octet-stream",
+                           on_click="ignore", icon=":material/download:",
+                           help="Every hook this run recorded, its tokens, text, masks and output, in numpy's .npz "
+                                "format (docs/hooks.md): `attention_atlas.load_trace(path)` reads it in Python.")
+        upload = st.file_uploader("Open a trace file (.npz)", type=["npz"], key="overview_trace_upload",
+                                  help="A run saved here, by `attention-atlas trace --out`, or by `trace.save(path)` "
+                                       "in Python. Read as numpy arrays only: never a pickle.")
+        if upload is None:
+            return
+        opened = st.session_state.setdefault(OPENED_UPLOADS, {})  # upload id -> its id in the model list
+        if upload.file_id not in opened or opened[upload.file_id] not in trace_files():  # read once
+            try:
+                opened[upload.file_id] = open_trace_file(upload.name, upload.getvalue())
+            except ValueError as error:
+                show_error(f"That file cannot be opened: {error}")
+                return
+        st.button(f"Show {upload.name}", key="overview_trace_open", on_click=choose_model,
+                  args=(opened[upload.file_id],), icon=":material/open_in_new:")
+        st.caption("It is listed in the sidebar's model list for this session.")
+
+
+def trace_bytes(held: weakref.ref) -> bytes:
+    """The run's trace file, made when the button is clicked (the trace still held by the server's cache)."""
+    trace = held()
+    if trace is None:
+        raise RuntimeError("the run was let go of by the server's memory budget before its download; run it again")
+    buffer = io.BytesIO()
+    trace.save(buffer)
+    return buffer.getvalue()
+
+
 def page() -> None:
     """The page (in a function: no module global holds the trace; see ui/downloads.py)."""
     trace = current_trace()
@@ -140,6 +182,7 @@ def page() -> None:
         st.caption(trace.facts.family + (f" · {trace.facts.notes['task']}" if "task" in trace.facts.notes else ""))
         card = model_card(trace.facts)
         st.table(card)  # long values (where the layers are, grouped-query attention) wrap: a dataframe cuts them
+    trace_file_section(trace)
 
 
 page()

@@ -137,8 +137,13 @@ def current_request() -> RunRequest:
 
 
 def current_runner() -> Runner:
-    """The loaded model of this run (shared by every session: read its weights, never change them)."""
-    return runner_of(current_request())
+    """The loaded model of this run (shared by every session: read its weights, never change them). A trace file's
+    run: the model that made it, where this server has it; else the page says so and stops."""
+    try:
+        return runner_of(current_request())
+    except ValueError as error:
+        show_error(str(error))
+        st.stop()
 
 
 def trace_with(hooks: tuple[str, ...], causal: CausalMode | None = None, pad_to: int = 0,
@@ -149,6 +154,10 @@ def trace_with(hooks: tuple[str, ...], causal: CausalMode | None = None, pad_to:
     or ablated heads if given. Cached like the frame's trace. A run that fails shows why and stops the page (a
     page with something else to show then calls `ui.runs.trace_for` itself and catches its ValueError), and so
     does a text over PAGE_RUN_MAX_TOKENS when `hooks` ask for more than attention patterns."""
+    shown = current_trace()
+    same_masks = causal in (None, shown.options.causal) and not (pad_to or blocked or ablated)
+    if current_request().trace_file and same_masks and holds(shown, hooks):
+        return shown  # the trace file recorded what the page reads: the model is not needed
     stop_if_too_long(hooks, pad_to)
     try:
         trace, kept = trace_for(current_request(), hooks, causal, pad_to, blocked, ablated, ablation)
@@ -159,6 +168,13 @@ def trace_with(hooks: tuple[str, ...], causal: CausalMode | None = None, pad_to:
         st.info("This page's run is too large to keep in the server's memory budget: changing a choice will "
                 "re-run it.", icon=":material/memory:")
     return trace
+
+
+def holds(trace: Trace, hooks: tuple[str, ...]) -> bool:
+    """Whether `trace` was run capturing at least `hooks` (every hook, or these very patterns) and nothing else."""
+    recorded = trace.options
+    return ("*" in recorded.hooks or set(hooks) <= set(recorded.hooks)) and not (
+        recorded.pad_to or recorded.blocked or recorded.ablated)
 
 
 def stop_if_too_long(hooks: tuple[str, ...], pad_to: int = 0) -> None:

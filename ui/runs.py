@@ -48,6 +48,7 @@ class RunRequest:
     causal: CausalMode
     precision: str = "auto"  # "auto", "float32", "bfloat16" or "float16" (model/core/devices.py)
     memory: str = ""  # with device SPREAD: each device's budget as typed ("cpu=2GiB 0=20GiB"; model/hf/placement.py)
+    trace_file: str = ""  # the trace file the frame's trace was read from (ui/trace_files.py), "" for a run made here
 
     def options(self, hooks: tuple[str, ...] = PATTERNS, causal: CausalMode | None = None, pad_to: int = 0,
                 blocked: tuple[tuple[int, int], ...] = (), ablated: tuple[Head, ...] = (),
@@ -58,8 +59,16 @@ class RunRequest:
 
 
 def runner_of(request: RunRequest) -> Runner:
-    """The loaded model `request` runs (`get_runner`)."""
-    return get_runner(request.model_id, request.device, request.precision, request.memory)
+    """The loaded model `request` runs (`get_runner`). For a trace file's request, the model that made the file,
+    loaded here where this server has it; ValueError saying what the file allows otherwise."""
+    try:
+        return get_runner(request.model_id, request.device, request.precision, request.memory)
+    except ValueError as error:
+        if not request.trace_file:
+            raise
+        raise ValueError(f"This view runs the model itself, and the trace file {request.trace_file} was made by "
+                         f"{request.model_id}, which this server cannot open ({error}). The Overview and Attention "
+                         "pages show the file's own run.") from error
 
 
 @st.cache_resource(show_spinner=False)

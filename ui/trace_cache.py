@@ -122,6 +122,12 @@ def _await_in_worker(cache: ByteCache, key: tuple, run: Callable[[RunProgress], 
                     continue
 
 
+def keep_trace(key: tuple, trace: Trace) -> Trace:
+    """A trace that was not run here (a file's) kept in the server's cache under `key` while it fits, so that what
+    pages derive from it (`per_trace`) is kept with it: the cached object (`trace` itself, or the one put first)."""
+    return shared_cache(budget_bytes()).get_or_compute(key, lambda: trace)[0]
+
+
 def per_trace(trace: Trace, name: tuple | str, compute: Callable[[], T]) -> T:
     """A value derived from `trace` (a thumbnail image, a table...), computed once and kept with the trace:
     counted in its bytes and evicted with it. Computed every time for a trace that was not kept."""

@@ -22,7 +22,7 @@ import streamlit as st
 RESTORED = "_url_restored"
 OPEN_MODEL_VARIABLE = "ATTENTION_ATLAS_MODEL"  # the model a session opens on when its link names none (a model id
 # or a Hugging Face folder: `attention-atlas --model FOLDER` sets it)
-TRACE_FILE_VARIABLE = "ATTENTION_ATLAS_TRACE"  # a trace file every new session opens on (`attention-atlas --trace FILE`)
+TRACE_FILE_VARIABLE = "ATTENTION_ATLAS_TRACE"  # a trace file each new session opens on (`attention-atlas --trace FILE`)
 PLAIN_TEXT_UP_TO = 1_000
 MAX_TEXT_CHARS = 60_000  # the text box's limit (8,192 tokens of English prose are about 37,000 characters for
 # SmolLM2's tokenizer): a longer text from a link is left out, and the person told

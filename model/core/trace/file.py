@@ -11,7 +11,7 @@ import json
 import math
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -30,7 +30,7 @@ class NotATraceFile(ValueError):
     """A file that is not a trace file this version can read; the message says why, in a sentence."""
 
 
-def write(path: str | Path, trace: dict[str, Any], dense: bool = False) -> None:
+def write(path: str | Path | IO[bytes], trace: dict[str, Any], dense: bool = False) -> None:
     """Write a trace's fields to an .npz file. dense: every pattern kept as its source is written whole under its
     hook name, (heads, q_len, k_len) float16, instead of its source; ValueError past DENSE_BYTES_LIMIT."""
     sources: dict[str, PatternSource] = trace["pattern_sources"]
@@ -67,13 +67,22 @@ def write(path: str | Path, trace: dict[str, Any], dense: bool = False) -> None:
         arrays.update({f"source:{name}:{part}": value for part, value in parts.items()})
     for i, step in enumerate(trace["steps"]):
         arrays.update({f"step:{i}:{k}": v for k, v in step.attention.items()})
+    if not isinstance(path, str | Path):  # a file already open (a download's buffer)
+        np.savez_compressed(path, **arrays)
+        return
     with open(path, "wb") as f:
         np.savez_compressed(f, **arrays)
 
 
-def read_arrays(path: str | Path) -> dict[str, np.ndarray]:
-    """Every array of a trace file, checked to be one this version reads: NotATraceFile otherwise."""
-    name = Path(path).name
+Source = str | Path | IO[bytes]  # a file's path, or the file itself (an upload)
+
+
+def read_arrays(path: Source, name: str = "", max_bytes: int | None = None) -> dict[str, np.ndarray]:
+    """Every array of a trace file, checked to be one this version reads: NotATraceFile otherwise. name: how
+    messages call the file (default: its path's name); max_bytes: the most its arrays may take once decompressed."""
+    name = name or (Path(path).name if isinstance(path, str | Path) else "the file")
+    if max_bytes is not None:
+        _check_size(path, name, max_bytes)
     try:
         with np.load(path, allow_pickle=False) as data:
             if not isinstance(data, np.lib.npyio.NpzFile):
@@ -95,14 +104,31 @@ def read_arrays(path: str | Path) -> dict[str, np.ndarray]:
     return arrays
 
 
-def read(path: str | Path) -> dict[str, Any]:
+def _check_size(source: Source, name: str, max_bytes: int) -> None:
+    """NotATraceFile when the archive's members would take more than `max_bytes` decompressed (read from its
+    directory, before anything is decompressed: a small upload may hold gigabytes of zeros)."""
+    try:
+        with zipfile.ZipFile(source) as archive:
+            size = sum(member.file_size for member in archive.infolist())
+    except zipfile.BadZipFile as error:
+        raise NotATraceFile(f"{name} is not a trace file: it cannot be read as a numpy .npz archive.") from error
+    finally:
+        if not isinstance(source, str | Path):
+            source.seek(0)
+    if size > max_bytes:
+        raise NotATraceFile(f"{name} holds {size / 1024**2:,.0f} MiB of arrays; this server opens trace files of up "
+                            f"to {max_bytes / 1024**2:,.0f} MiB. Save a shorter run, or fewer hooks.")
+
+
+def read(path: Source, name: str = "", max_bytes: int | None = None) -> dict[str, Any]:
     """The fields of the Trace written to `path` (`Trace(**read(path))`); NotATraceFile for a file that is not one,
-    or is damaged."""
-    arrays = read_arrays(path)
+    or is damaged (`read_arrays` for the arguments)."""
+    arrays = read_arrays(path, name, max_bytes)
     try:
         return _fields(arrays)
     except (KeyError, TypeError, ValueError, json.JSONDecodeError) as error:
-        raise NotATraceFile(f"{Path(path).name} is damaged: its {error} cannot be read as a trace's.") from error
+        label = name or (Path(path).name if isinstance(path, str | Path) else "the file")
+        raise NotATraceFile(f"{label} is damaged: its {error} cannot be read as a trace's.") from error
 
 
 def _fields(arrays: dict[str, np.ndarray]) -> dict[str, Any]:

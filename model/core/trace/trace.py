@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
 from difflib import get_close_matches
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import torch
@@ -84,16 +84,16 @@ class Trace:
 
     __iter__ = None  # not a sequence: `trace.names()` lists the hooks
 
-    def save(self, path: str | Path, dense: bool = False) -> None:
+    def save(self, path: str | Path | IO[bytes], dense: bool = False) -> None:
         """Write this trace to an .npz file (layout in docs/hooks.md). dense: every pattern kept as its source is
         written whole, (heads, q_len, k_len) float16, readable with numpy alone; ValueError past 2 GiB of them."""
         file.write(path, {f.name: getattr(self, f.name) for f in fields(self)}, dense=dense)
 
     @classmethod
-    def load(cls, path: str | Path) -> Trace:
-        """The trace written to `path` by `save` (no pickles); NotATraceFile (a ValueError) says why a file is not
-        one."""
-        return cls(**file.read(path))
+    def load(cls, path: str | Path | IO[bytes], name: str = "", max_bytes: int | None = None) -> Trace:
+        """The trace written to `path` (or an open file) by `save` (no pickles); NotATraceFile (a ValueError) says
+        why a file is not one. name: how messages call it; max_bytes: the most its arrays may take decompressed."""
+        return cls(**file.read(path, name, max_bytes))
 
     @property
     def attention(self) -> AttentionView:

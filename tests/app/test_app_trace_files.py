@@ -1,0 +1,104 @@
+"""Trace files opened in the app (`attention-atlas --trace FILE`, the Overview's upload: tests/browser): the run shown
+is the file's, with its model, text and options; every page and view works on it, reading the file where it holds
+what the view draws and the model the file names where it does not; a model this server cannot open is said so on
+the views that need it; a file that is not a trace is refused with a sentence and the app keeps working."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from attention_atlas import load
+from attention_atlas.ui.trace_files import FILE_PREFIX
+from attention_atlas.ui.url_state import TRACE_FILE_VARIABLE
+from tests.app.app_session import TABBED, open_app_page
+from tests.plotly_specs import plotly_array
+from tests.tiny_hf import build
+
+PLAIN = ("app_pages/step_through.py", "app_pages/generate.py", "app_pages/ablation.py")
+
+
+def _opened_on(path: Path, monkeypatch) -> AppTest:
+    """A new session of a server started with `--trace path`."""
+    monkeypatch.setenv(TRACE_FILE_VARIABLE, str(path))
+    at = AppTest.from_file("../../app.py", default_timeout=120).run()
+    assert not at.exception, at.exception[0].message if at.exception else ""
+    return at
+
+
+def _heatmap(at: AppTest):
+    spec = json.loads(at.get("plotly_chart")[0].proto.spec)
+    return spec["layout"]["title"]["text"], plotly_array(spec["data"][0]["z"])
+
+
+def _walk_every_page(at: AppTest) -> dict[str, list[str]]:
+    """Every page and tab; returns the errors shown on each (none raised)."""
+    shown: dict[str, list[str]] = {}
+    for page in PLAIN:
+        at.switch_page(page).run()
+        assert not at.exception, (page, at.exception[0].message if at.exception else "")
+        shown[page] = [error.value for error in at.error]
+    for page, key in TABBED.items():
+        at.switch_page(page).run()
+        for view in [tab.label for tab in at.tabs]:
+            at.session_state[key] = view
+            at.run()
+            assert not at.exception, (page, view, at.exception[0].message if at.exception else "")
+            shown[f"{page} · {view}"] = [error.value for error in at.error]
+    return shown
+
+
+def test_a_toy_models_trace_file_is_the_run_shown_on_every_page(tmp_path: Path, monkeypatch) -> None:
+    trace = load("toy-date").run("march 3 2021", hooks="*")
+    trace.save(tmp_path / "date.npz")
+    at = _opened_on(tmp_path / "date.npz", monkeypatch)
+    assert at.sidebar.selectbox(key="model_id").value.startswith(FILE_PREFIX + "date.npz")
+    assert "A saved run of **toy\\-date** on" in at.sidebar.markdown[0].value
+    assert at.subheader[0].value == "Attention Atlas · toy-date"
+    assert at.code[0].value == "2021-03-03"  # the file's output
+    live = open_app_page("app_pages/overview.py", "toy-date", "march 3 2021")
+    assert _heatmap(at)[0] == _heatmap(live)[0]
+    assert (_heatmap(at)[1] == _heatmap(live)[1]).all()  # the same head, the same numbers
+    assert not any(errors for errors in _walk_every_page(at).values())  # toy-date is here: views that need it run it
+
+
+def test_a_file_whose_model_is_not_here_shows_its_run_and_says_what_needs_the_model(tmp_path: Path,
+                                                                                      monkeypatch) -> None:
+    folder = build("llama", tmp_path / "llama")
+    load(folder).run("the cat sat on the mat").save(tmp_path / "llama.npz")  # patterns only
+    shutil.rmtree(folder)  # made on another machine
+    at = _opened_on(tmp_path / "llama.npz", monkeypatch)
+    assert not at.error and at.get("plotly_chart")  # the Overview draws the file's head
+    at.switch_page("app_pages/attention.py").run()
+    assert not at.exception and not at.error and at.get("plotly_chart")  # the model view, from the file
+    errors = {where: [error.replace("\\", "") for error in shown] for where, shown in _walk_every_page(at).items()}
+    for where in ("app_pages/step_through.py", "app_pages/generate.py", "app_pages/activations.py · Residual stream"):
+        assert errors[where] and errors[where][0].startswith("This view runs the model itself, and the trace file "
+                                                             f"llama.npz was made by {folder}, which this server "
+                                                             "cannot open"), where
+    assert not errors["app_pages/attention.py · Head statistics"]
+    assert not errors["app_pages/masks.py · Masks of this run"]
+
+
+def test_a_file_that_is_not_a_trace_is_refused_and_the_app_opens_as_usual(tmp_path: Path, monkeypatch) -> None:
+    (tmp_path / "notes.npz").write_bytes(b"not a zip at all")
+    at = _opened_on(tmp_path / "notes.npz", monkeypatch)
+    assert "cannot be opened: notes.npz is not a trace file" in at.error[0].value
+    assert not at.sidebar.selectbox(key="model_id").value.startswith(FILE_PREFIX)
+    assert at.get("plotly_chart")  # the default model's run
+
+
+@pytest.mark.parametrize("causal", ["off"])
+def test_the_files_masks_are_the_runs_and_a_view_that_reruns_keeps_them(tmp_path: Path, monkeypatch,
+                                                                        causal: str) -> None:
+    trace = load("toy-gpt-date").run("14 feb 1999", causal=causal)
+    trace.save(tmp_path / "off.npz")
+    at = _opened_on(tmp_path / "off.npz", monkeypatch)
+    assert "causal mask: off" in at.sidebar.markdown[0].value
+    at.switch_page("app_pages/masks.py").run()  # its run needs scores: made live, under the file's causal choice
+    assert not at.exception and not at.error
+    assert at.session_state["run_request"].causal == causal

@@ -1,0 +1,89 @@
+"""Trace files opened in a session (the Overview's upload, or `attention-atlas --trace FILE` for every new session):
+listed in the sidebar's model list as `file:<name>`, each shown as the run it holds, with its model, text and
+options. Pages that read only the trace draw it; those that need the model itself load the model the file names
+where this server has it (ui/runs.py `runner_of`), and say so where it does not.
+
+Read with `Trace.load`: never unpickled, the arrays' decompressed size capped, the format checked."""
+
+from __future__ import annotations
+
+import io
+import os
+import secrets
+from pathlib import Path
+
+import streamlit as st
+
+from attention_atlas.model.core.trace.trace import Trace
+from attention_atlas.ui.messages import literal
+from attention_atlas.ui.trace_cache import keep_trace
+from attention_atlas.ui.url_state import TRACE_FILE_VARIABLE
+
+TRACE_FILES = "trace_files"  # session key: {file id: Trace}, oldest first
+OPENED_FROM_SERVER = "_trace_file_opened"  # session key: the server's --trace file was opened in this session
+MAX_TRACE_FILES = 2  # a session's trace files kept at once; the oldest goes first (unless the sidebar shows it)
+MAX_TRACE_BYTES = 1 << 30  # the most a trace file's arrays may take decompressed (a run keeps at most 1 GiB of
+# attention sources: model/hf/facts.py SOURCE_BYTES_LIMIT)
+FILE_PREFIX = "file:"
+
+
+def trace_files() -> dict[str, Trace]:
+    return st.session_state.setdefault(TRACE_FILES, {})
+
+
+def is_trace_file(model_id: str) -> bool:
+    return model_id.startswith(FILE_PREFIX)
+
+
+def file_trace(file_id: str) -> Trace | None:
+    """The trace of a file opened in this session, kept in the server's cache while it fits (so that what the
+    pages derive from it is computed once), else the session's own copy."""
+    trace = st.session_state.get(TRACE_FILES, {}).get(file_id)
+    return None if trace is None else keep_trace((FILE_PREFIX, file_id), trace)
+
+
+def open_trace_file(name: str, data: bytes | Path) -> str:
+    """Read a trace file (its bytes, or a path on the server) into this session and return its id in the model list
+    (`file:<name> · <random>`: two sessions' files of one name never meet in the shared cache). ValueError with a
+    sentence for a file that is not a trace file, a newer one, or one too large."""
+    source = data if isinstance(data, Path) else io.BytesIO(data)
+    trace = Trace.load(source, name=name, max_bytes=MAX_TRACE_BYTES)
+    if not trace.sites():
+        raise ValueError(f"{name} holds no attention patterns (its run recorded {', '.join(trace.options.hooks)}), "
+                         "and every page draws them: save a run whose hooks include *.hook_pattern.")
+    files = trace_files()
+    file_id = f"{FILE_PREFIX}{Path(name).name} · {secrets.token_hex(2)}"
+    files[file_id] = trace
+    shown = st.session_state.get("model_id")
+    while len(files) > MAX_TRACE_FILES:
+        files.pop(next(f for f in files if f != shown))
+    return file_id
+
+
+def choose_model(model_id: str) -> None:
+    """A button's callback: make `model_id` (a trace file's) the sidebar's model (before the widgets are drawn)."""
+    st.session_state["model_id"] = model_id
+
+
+def server_trace_file() -> str | None:
+    """On a session's first run, the file `attention-atlas --trace FILE` names, opened: its id (None when the server
+    names none, or after the first run). A file that cannot be read shows why, once."""
+    path = os.environ.get(TRACE_FILE_VARIABLE, "").strip()
+    if not path or st.session_state.get(OPENED_FROM_SERVER):
+        return None
+    st.session_state[OPENED_FROM_SERVER] = True
+    try:
+        return open_trace_file(Path(path).name, Path(path))
+    except (ValueError, OSError) as error:
+        st.error(f"The trace file the server was started with cannot be opened: {error}")
+        return None
+
+
+def describe(trace: Trace) -> str:
+    """One sentence for the sidebar (Markdown, what the file says shown literally): whose run the file holds, on
+    what, and what the pages can do with it."""
+    target = "" if trace.target is None else f", reading the target “{literal(trace.target[:60])}”"
+    hooks = literal(", ".join(trace.options.hooks))
+    return (f"A saved run of **{literal(trace.facts.model_id)}** on {len(trace.tokens):,} tokens{target} (hooks: "
+            f"{hooks}; causal mask: {trace.options.causal}). Pages that need the model itself load it where this "
+            "server has it.")
