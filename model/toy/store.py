@@ -100,7 +100,7 @@ def load_toy(task_name: str, root: Path = TOY_DIR, device: str | torch.device = 
     folder = toy_dir(task_name, root)
     if not (folder / WEIGHTS_FILE).is_file():
         raise FileNotFoundError(f"no trained model for task {task_name!r} in {folder}; train it with "
-                                f"`python -m model.toy.train --task {task_name}`")
+                                f"`attention-atlas train --task {task_name}`")
     return load_toy_folder(folder, device)
 
 

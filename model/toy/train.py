@@ -1,4 +1,4 @@
-"""Train a toy model on a CPU in minutes: `python -m model.toy.train --task reverse [--out DIR]`.
+"""Train a toy model on a CPU in minutes: `attention-atlas train --task reverse [--out DIR]`.
 
 Each task has a recipe (`recipe_for`): the shipped tasks train the toy size with Adam (beta2 = 0.98,
 eps = 1e-9), the paper's warm-up-then-inverse-square-root learning rate and label smoothing 0.1; the induction
@@ -202,7 +202,9 @@ def training_record(run: Optimising, seconds: float, exact: float) -> dict[str, 
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    """`attention-atlas train` (attention_atlas/cli.py runs it)."""
+    parser = argparse.ArgumentParser(prog="attention-atlas train", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", required=True, choices=sorted(TASKS))
     parser.add_argument("--out", type=Path, help="the folder to write (default: model/toy/models/<task>)")
     parser.add_argument("--seed", type=int, default=TRAIN_SEED)
@@ -219,7 +221,3 @@ def main(argv: list[str] | None = None) -> None:
     t = toy.training
     print(f"saved {folder}: {t['steps']} steps in {t['seconds']} s, weights of step {t['best_step']} "
           f"(validation exact match {t['validation_exact_match']:.1%})")
-
-
-if __name__ == "__main__":
-    main()

@@ -27,10 +27,13 @@ DOC_FILES = ("architecture.md", "hooks.md", "performance.md", "serving.md", "rob
 PAGES = [README, *(DOCS / name for name in DOC_FILES)]
 INSIDE = ("model", "ui", "viz", "app_pages")  # installed as attention_atlas.<folder>
 PACKAGES = (*INSIDE, "bench", "attention_atlas", "app_browser", "tests", "scripts")
-COMMANDS = {  # how a command is written in the docs -> the file that declares its flags
-    "python -m model ": "model/__main__.py",
-    "python -m model.toy.train": "model/toy/train.py",
-    "attention-atlas": "attention_atlas/cli.py",
+COMMANDS = {  # how a command is written in the docs -> the file that declares its flags (longest prefix first)
+    "attention-atlas trace ": "attention_atlas/trace_command.py",
+    "attention-atlas train ": "model/toy/train.py",
+    "python -m attention_atlas trace ": "attention_atlas/trace_command.py",
+    "python -m attention_atlas train ": "model/toy/train.py",
+    "attention-atlas ": "attention_atlas/cli.py",
+    "python -m attention_atlas ": "attention_atlas/cli.py",
 }
 EXTERNAL = {"st", "torch", "np", "numpy", "pd", "transformers", "nn", "F", "os", "json", "tomllib"}  # others' modules
 PLACEHOLDER = re.compile(r"[<>{}*…]|\bNAME\b|\bFOLDER\b|\bDIR\b")
@@ -78,6 +81,17 @@ def test_every_import_in_an_example_is_the_one_path_to_its_name(page: Path) -> N
         wrong += [f"from {module} import {name}" for name in map(str.strip, names.split(","))
                   if not file.is_file() or name not in defined_at_top(file)]
     assert not wrong, wrong
+
+
+def test_a_commands_flags_are_held_to_its_own_parser() -> None:
+    """`attention-atlas trace --text` is the trace command's flag, not the serving command's: the longest prefix
+    decides which file's flags a cited command line is held to."""
+    assert _exists("attention-atlas trace --model x --text y --device-map auto --out t.npz")
+    assert _exists("attention-atlas train --task induction --steps 2") and _exists("attention-atlas --trace t.npz")
+    assert _exists("python -m attention_atlas trace --list") and _exists("python -m attention_atlas --port 8600")
+    for wrong in ("attention-atlas --text y", "attention-atlas trace --trace t.npz", "attention-atlas train --text y",
+                  "python -m attention_atlas --list", "attention-atlas trace --model x --no-such-flag"):
+        assert not _exists(wrong), wrong
 
 
 def test_the_hook_tables_are_the_vocabulary() -> None:
@@ -165,7 +179,7 @@ def _exists(span: str) -> bool:
         return True  # a pattern, not a name
     if span.startswith("make "):
         return re.search(rf"^{re.escape(span.split()[1])}:", (ROOT / "Makefile").read_text(), re.MULTILINE) is not None
-    command = next((c for c in COMMANDS if (span + " ").startswith(c)), None)
+    command = next((c for c in sorted(COMMANDS, key=len, reverse=True) if (span + " ").startswith(c)), None)
     if command is not None:
         return set(re.findall(r"(?<!\S)--[\w-]+", span)) <= _flags(COMMANDS[command])
     if span.startswith("python -m "):

@@ -13,7 +13,6 @@ import pytest
 import torch
 
 from attention_atlas import load_trace
-from attention_atlas.model.__main__ import main as cli
 from attention_atlas.model.core.generation.decoding import generate
 from attention_atlas.model.core.options import RunOptions
 from attention_atlas.model.hf.loading import load_hf_runner
@@ -23,6 +22,7 @@ from attention_atlas.model.inspect.norm_output import norm_output
 from attention_atlas.model.inspect.positions import position_scheme
 from attention_atlas.model.inspect.readout import unembedding_for
 from attention_atlas.model.registry import load_runner
+from attention_atlas.trace_command import main as cli
 from tests.tiny_hf import build
 
 CPU_BUDGET = 80_000  # bytes: the embedding (22 x 32 floats) and one layer (about 37 KB) of the 4-layer tiny Llama

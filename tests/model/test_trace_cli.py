@@ -1,4 +1,4 @@
-"""`python -m model`: lists models, writes a Trace file that loads back, refuses bad input clearly."""
+"""`attention-atlas trace`: lists models, writes a Trace file that loads back, refuses bad input clearly."""
 
 import contextlib
 import io
@@ -11,27 +11,35 @@ import numpy as np
 import pytest
 
 from attention_atlas import load_trace
-from attention_atlas.model.__main__ import main
+from attention_atlas.cli import main
 from attention_atlas.model.registry import list_model_ids
 from tests.tiny_hf import build
 
-ROOT = Path(__file__).resolve().parents[2]
+COMMAND = Path(sys.executable).parent / "attention-atlas"  # the entry point pip installed beside this Python
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    """`python -m model *args` run in this process (its main, as the module runs it): the exit status and output."""
+    """`attention-atlas trace *args` run in this process (the command's main): the exit status and output."""
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
-            code = main(list(args))
+            code = main(["trace", *args])
         except SystemExit as stopped:  # argparse's own errors
             code = stopped.code
-    return subprocess.CompletedProcess(["python", "-m", "model", *args], code, out.getvalue(), err.getvalue())
+    return subprocess.CompletedProcess(["attention-atlas", "trace", *args], code, out.getvalue(), err.getvalue())
+
+
+def test_the_installed_command_traces_and_writes_a_file(tmp_path: Path) -> None:
+    """The entry point itself, once, in a folder other than the repository's: `attention-atlas trace`."""
+    done = subprocess.run([str(COMMAND), "trace", "--model", "toy-reverse", "--text", "abc", "--out", "t.npz"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["output_text"] == "cba"
+    assert load_trace(tmp_path / "t.npz").output_text == "cba"
 
 
 def test_list_prints_one_model_id_a_line() -> None:
-    result = subprocess.run([sys.executable, "-m", "model", "--list"], cwd=ROOT, capture_output=True, text=True,
-                            timeout=120)  # the command itself, once
+    result = _cli("--list")
     assert result.returncode == 0
     assert result.stdout.splitlines() == list_model_ids()
 
@@ -89,6 +97,13 @@ def test_precision_is_chosen_and_recorded(tmp_path: Path) -> None:
     assert auto.returncode == 0 and load_trace(out).facts.precision == "float32"  # auto, on a CPU
 
 
+def test_hooks_that_match_nothing_exit_with_the_names_there_are() -> None:
+    result = _cli("--model", "toy-reverse", "--text", "abc", "--hooks", "*.hook_nothing")
+    assert result.returncode == 2
+    assert "no hook of toy-reverse matches '*.hook_nothing'; its hooks are:" in result.stderr
+    assert "encoder.0.attn.hook_pattern" in result.stderr
+
+
 def test_bad_text_exits_with_a_message() -> None:
     result = _cli("--model", "toy-reverse", "--text", "Hello")
     assert result.returncode == 2
@@ -119,5 +134,5 @@ def test_a_dense_file_too_large_is_refused_with_a_message(tmp_path: Path, monkey
 
     monkeypatch.setattr(trace_file, "DENSE_BYTES_LIMIT", 100)
     trace = load_runner(str(build("llama", tmp_path / "llama"))).run("the quick brown fox")
-    with pytest.raises(ValueError, match="write the file without dense"):
+    with pytest.raises(ValueError, match="save it without dense"):
         trace.save(tmp_path / "t.npz", dense=True)

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from attention_atlas.cli import main
 from attention_atlas.model.registry import load_runner
 from attention_atlas.model.toy.evaluate import exact_match
 from attention_atlas.model.toy.store import load_toy_folder, save_toy
@@ -17,7 +18,6 @@ from attention_atlas.model.toy.train import (
     TrainSettings,
     batch_result,
     learning_rate,
-    main,
     recipe_for,
     train,
 )
@@ -52,8 +52,9 @@ def test_a_few_steps_lower_the_loss_and_save_round_trip(tmp_path: Path) -> None:
     assert loaded.training == toy.training
 
 
-def test_command_line_writes_a_folder_the_model_command_opens(tmp_path: Path, capsys) -> None:
-    main(["--task", "induction", "--out", str(tmp_path / "mine"), "--steps", "2"])
+def test_command_line_writes_a_folder_the_trace_command_opens(tmp_path: Path, capsys) -> None:
+    """`attention-atlas train` (the command's main, in this process)."""
+    assert main(["train", "--task", "induction", "--out", str(tmp_path / "mine"), "--steps", "2"]) == 0
     assert "saved" in capsys.readouterr().out
     saved = load_toy_folder(tmp_path / "mine")
     assert saved.model.cfg == recipe_for("induction").config  # the page's defaults

@@ -92,8 +92,9 @@ def read_arrays(path: Source, name: str = "", max_bytes: int | None = None) -> d
         if isinstance(error, FileNotFoundError):
             raise
         raise NotATraceFile(f"{name} is not a trace file: it cannot be read as a numpy .npz archive.") from error
-    except ValueError as error:  # numpy: object arrays need pickles, or the data are not numpy's
-        raise NotATraceFile(f"{name} is not a trace file this app reads ({error}).") from error
+    except ValueError as error:  # numpy: not its format (it would read the bytes as a pickle), or object arrays
+        raise NotATraceFile(f"{name} is not a trace file: it cannot be read as a numpy .npz archive without "
+                            "unpickling, which this app never does.") from error
     missing = sorted(REQUIRED - set(arrays))
     if missing:
         raise NotATraceFile(f"{name} is an .npz archive but not a trace file: it lacks {', '.join(missing)}.")

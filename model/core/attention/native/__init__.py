@@ -15,7 +15,7 @@ overflow, gives what the torch ops give: tests/model/test_row_reduction.py), and
 OpenMP: the library is built with it where the compiler has it, and loaded so only where the OpenMP runtime it
 needs is the one the process has already (torch's: it binds to that one) or none is loaded yet; else a build
 without OpenMP is loaded (one thread), never a second OpenMP runtime (two abort the process: "OMP: Error #15").
-`python -m model.core.attention.native` builds it ahead of the first run (`make` does).
+`python -m attention_atlas.model.core.attention.native` builds it ahead of the first run (`make` does).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""`python -m model.core.attention.native`: build the CPU kernel now (`make` does), not on a person's first run."""
+"""`python -m attention_atlas.model.core.attention.native`: build the CPU kernel now (`make` does), not on a person's
+first run."""
 
 import sys
 

@@ -1,0 +1,64 @@
+"""A trace file opened in the browser: through the Overview's upload, and as the file a server is started with
+(`attention-atlas --trace FILE`); the run shown is the file's, on every page."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import expect
+
+from app_browser.page import wait_idle
+from app_browser.server import start_server
+from attention_atlas import load
+from attention_atlas.ui.page import PAGES
+from tests.chromium import require_chromium
+
+
+@pytest.fixture(scope="module")
+def trace_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("trace") / "reverse.npz"
+    load("toy-reverse").run("hello trace", hooks="*").save(path)
+    return path
+
+
+def _walk_every_page(page) -> None:
+    """Open each page of the navigation: it draws, raises nothing, and the sidebar still shows the file's run."""
+    for shown in PAGES:
+        page.get_by_test_id("stSidebarNavLink").filter(has_text=shown.title).first.click()
+        wait_idle(page)
+        expect(page.get_by_test_id("stException")).to_have_count(0)
+        if shown.shows_run:
+            expect(page.get_by_test_id("stSidebar").get_by_text("A saved run of")).to_be_visible()
+
+
+def test_a_trace_file_uploaded_on_the_overview_is_shown_on_every_page(page, trace_file: Path) -> None:
+    page.get_by_text("Trace files: save this run, or open a saved one").click()
+    page.get_by_test_id("stFileUploaderDropzoneInput").set_input_files(str(trace_file))
+    wait_idle(page)
+    page.get_by_role("button", name="Show reverse.npz").click()
+    wait_idle(page)
+    expect(page.get_by_role("heading", name="Attention Atlas · toy-reverse")).to_be_visible()
+    expect(page.get_by_text("ecart olleh")).to_be_visible()  # the file's output
+    expect(page.get_by_test_id("stSidebar").get_by_text("A saved run of")).to_be_visible()
+    _walk_every_page(page)
+    assert not page.dialogs
+
+
+def test_a_server_started_with_a_trace_file_opens_every_session_on_it(browser, trace_file: Path, tmp_path) -> None:
+    require_chromium()
+
+    def command(port: int) -> list[str]:
+        return [sys.executable, "-m", "attention_atlas", "--headless", "--address", "127.0.0.1", "--port", str(port),
+                "--trace", str(trace_file)]
+
+    for server in start_server(None, "streamlit-trace-file.log", command=command, cwd=tmp_path):
+        page = browser.new_page(viewport={"width": 1280, "height": 720})
+        page.goto(server.url)
+        wait_idle(page)
+        expect(page.get_by_role("heading", name="Attention Atlas · toy-reverse")).to_be_visible()
+        expect(page.get_by_text("ecart olleh")).to_be_visible()
+        _walk_every_page(page)
+        page.screenshot(path=str(Path("test-artifacts") / "trace-file-overview.png"))
+        page.close()
