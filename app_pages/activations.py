@@ -14,43 +14,44 @@ from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.inspect.lens import Lens
 from attention_atlas.model.inspect.norm_inputs import norm_input
 from attention_atlas.model.inspect.readout import spell_for, unembedding_for
+from attention_atlas.plot.common import layer_count, stack_tokens
+from attention_atlas.plot.stream import (
+    LENS_WINDOW,
+    MEASURES,
+    NORMS,
+    STREAM,
+    lens_figure,
+    lens_positions,
+    residual_figure,
+    residual_rows,
+    residual_scale,
+    stream_boundaries,
+)
 from attention_atlas.ui import url_state
 from attention_atlas.ui.activations import (
     HEATMAP_NEURONS,
-    LENS_WINDOW,
-    STREAM,
     TEXT_WINDOW,
     TRAJECTORY_TOKENS,
     fall_back,
-    layer_count,
     lens_of,
     missing_hooks,
     projection,
     residual_measures,
     shapes_of_run,
-    stack_tokens,
-    stream_boundaries,
     stream_trace,
 )
-from attention_atlas.ui.colour_scale import Scale, colour_scale
+from attention_atlas.ui.colour_scale import choose_scale, colour_scale
 from attention_atlas.ui.downloads import constant, downloads, file_name, matrix_table
 from attention_atlas.ui.page import current_runner, current_trace, show_open_tab, trace_with
-from attention_atlas.viz.logit_lens import lens_grid, rank_lines
+from attention_atlas.viz.colour_range import WHOLE
+from attention_atlas.viz.logit_lens import rank_lines
 from attention_atlas.viz.neurons import coloured_text, most_active, top_neurons_per_token, top_table
-from attention_atlas.viz.residual import boundary_labels, layer_lines, layer_token_heatmap
+from attention_atlas.viz.residual import layer_lines, layer_token_heatmap
 from attention_atlas.viz.shapes import layer_diagram
 from attention_atlas.viz.tokens import position_label
 from attention_atlas.viz.trajectories import trajectory_figure
 
 VIEWS = ["Residual stream", "FFN neurons", "Norms", "Logit lens", "Trajectories", "Shapes"]
-MEASURES = {  # residual view: label -> (key in residual_measures, value name)
-    "‖residual‖ at each boundary": ("boundaries", "‖x‖"),
-    "‖attn_out‖: what attention writes": ("attn", "‖attn_out‖"),
-    "‖mlp_out‖: what the MLP writes": ("mlp", "‖mlp_out‖"),
-    "attention's share of resid_mid": ("attn_share", "share"),
-    "the MLP's share of resid_post": ("mlp_share", "share"),
-    "cosine between consecutive layers": ("cosine", "cosine"),
-}
 
 
 def choose_stack(trace: Trace) -> str:
@@ -79,23 +80,17 @@ def residual(trace: Trace, stack: str) -> None:
     if missing_hooks(streamed, tuple(f"{stack}.0.{hook}" for hook in needed)):
         return
     measures, tokens = residual_measures(streamed, stack), stack_tokens(streamed, stack)
-    label = st.selectbox("Measure", list(MEASURES), key="activations_residual_measure")
-    name, value_name = MEASURES[label]
-    values = measures[name]  # (rows, pos)
-    layers = layer_count(streamed, stack)
-    where = [hook.removeprefix("hook_resid_") for hook in stream_boundaries(streamed, stack)]
-    rows = boundary_labels(layers, where) if name == "boundaries" else [f"L{i}" for i in range(layers)]
-    if name in ("boundaries", "attn", "mlp"):  # norms: a massive activation flattens them
-        shown = colour_scale(values, value_name, "activations_residual_scale")
-    else:
-        shown = Scale(values, (-1.0, 1.0) if name == "cosine" else None, value_name, None)
-    figure = layer_token_heatmap(shown.values, rows, tokens, f"{stack}: {label}", shown.value_name,
-                                 "RdBu" if name == "cosine" else "Viridis", shown.zrange)
+    labels = {label: measure for measure, (label, _) in MEASURES.items()}
+    name = labels[st.selectbox("Measure", list(labels), key="activations_residual_measure")]
+    values, rows = measures[name], residual_rows(streamed, stack, name)  # (rows, pos)
+    choice = choose_scale(values, "activations_residual_scale") if name in NORMS else WHOLE  # a massive activation
+    shown = residual_scale(name, values, choice)  # flattens the norms
+    figure = residual_figure(streamed, stack, name, shown)
     st.plotly_chart(figure, key="activations_residual")
     downloads(figure, f"{file_stem(trace, stack)}.{name}", "activations_residual",
               lambda: matrix_table(values, rows, tokens).set_axis(rows, axis=0))
     peak = np.unravel_index(int(np.argmax(measures["boundaries"])), measures["boundaries"].shape)
-    at = boundary_labels(layers, where)[peak[0]]
+    at = residual_rows(streamed, stack, "boundaries")[peak[0]]
     largest = (f"Largest residual norm: {measures['boundaries'][peak]:.4g}, at {at} of token "
                f"{position_label(int(peak[1]), tokens[peak[1]])}.")
     st.caption(f"{shown.note} {largest}" if shown.note else largest)
@@ -221,13 +216,12 @@ def lens(trace: Trace, stack: str) -> None:
     streamed = stream_trace(lens_stack)
     tokens = stack_tokens(streamed, lens_stack)
     start = window_start(len(tokens), LENS_WINDOW, "activations_lens_start", "First position read")
-    positions = np.arange(start, min(len(tokens), start + LENS_WINDOW))
+    positions = lens_positions(len(tokens), start)
     url_state.write(activations_lens_start=start if len(tokens) > LENS_WINDOW else None)
     read = lens_of(streamed, unembedding, positions)
     shown = [tokens[i] for i in positions]
     spell = spell_for(current_runner())
-    grid = lens_grid(read.top_ids, read.top_probs, spell, shown, positions,
-                     f"logit lens · {lens_stack}: the top next token at each layer")
+    grid = lens_figure(streamed, unembedding, read, spell)
     st.plotly_chart(grid, key="activations_lens")
     downloads(grid, f"{file_stem(trace, lens_stack)}.lens", "activations_lens",
               lambda: lens_table(read, shown, spell))

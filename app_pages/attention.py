@@ -5,8 +5,6 @@ Only the open tab is computed and sent."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import pandas as pd
 import streamlit as st
@@ -14,15 +12,16 @@ import streamlit as st
 from attention_atlas.model.core.attention.row_reduction import STATISTICS
 from attention_atlas.model.core.trace.sites import Site
 from attention_atlas.model.core.trace.trace import Trace
+from attention_atlas.plot.attention import model_view_figure, model_view_grid, shown_positions, thumbnail_size
 from attention_atlas.ui import url_state
 from attention_atlas.ui.attention_choice import Choice
 from attention_atlas.ui.compare import show_compare
 from attention_atlas.ui.downloads import constant, downloads, whole_csv
 from attention_atlas.ui.page import current_trace, show_open_tab
 from attention_atlas.ui.pickers import choose_head, keep_valid, open_clicked_head
-from attention_atlas.ui.site_summary import site_summary, thumbnail_size
+from attention_atlas.ui.site_summary import site_summary
 from attention_atlas.ui.trace_cache import per_trace
-from attention_atlas.viz.head_lines import DEFAULT_THRESHOLD, head_lines_figure
+from attention_atlas.viz.head_lines import DEFAULT_THRESHOLD
 from attention_atlas.viz.heatmap import (
     COLOR_SCALES,
     VALUES_UP_TO,
@@ -38,29 +37,10 @@ VIEWS = ["Model view", "One head", "All heads of this layer", "Token lines", "He
 LAYER_THUMBNAIL = 96  # pixels per head when showing one layer
 
 
-def shown_positions(trace: Trace, site: str, hide_special: bool) -> tuple[np.ndarray, np.ndarray]:
-    """The query and key positions to draw: all, or all but the special tokens (if any are left)."""
-    rows, cols = np.arange(len(trace.query_ids(site))), np.arange(len(trace.key_ids(site)))
-    if hide_special:
-        plain_rows = rows[~trace.is_special(trace.query_ids(site))]
-        plain_cols = cols[~trace.is_special(trace.key_ids(site))]
-        if len(plain_rows) and len(plain_cols):
-            return plain_rows, plain_cols
-    return rows, cols
-
-
 def model_view_image(trace: Trace, site: str, size: int, hide_special: bool) -> np.ndarray:
-    """The thumbnail grid of a site, masked pixels marked, computed once per trace (kept with it in the cache):
-    from the site's summary, or with special tokens hidden, from a pass of its own over the other positions."""
-
-    def grid() -> np.ndarray:
-        rows, cols = shown_positions(trace, site, hide_special)
-        every = len(rows) == len(trace.query_ids(site)) and len(cols) == len(trace.key_ids(site))
-        visible = trace.masks[site] if every else trace.masks[site][np.ix_(rows, cols)]  # no copy of the whole
-        thumbnails = site_summary(trace, site).thumbnails if every else trace.layer_thumbnails(site, size, rows, cols)
-        return thumbnail_grid(thumbnails, size, visible)
-
-    return per_trace(trace, ("model view", site, size, hide_special), grid)
+    """The thumbnail grid of a site (`model_view_grid`), computed once per trace (kept with it in the cache)."""
+    return per_trace(trace, ("model view", site, size, hide_special),
+                     lambda: model_view_grid(trace, site, size, hide_special, site_summary))
 
 
 def _window_start(label: str, last: int, default: int, key: str) -> int:
@@ -87,7 +67,7 @@ def window(c: Choice) -> Choice:
                                       key="attention_window_diagonal")
         col = row if follow else _window_start("First key column", n_k - w_k, 0, "attention_window_col")
     url_state.write(row=row, col=col, diagonal=follow if square else None)
-    shown = replace(c, rows=c.rows[row:row + w_q], cols=c.cols[col:col + w_k])
+    shown = c.windowed(row, col)
     st.caption(f"Drawn: query rows #{shown.rows[0]}–#{shown.rows[-1]} × key columns #{shown.cols[0]}–"
                f"#{shown.cols[-1]}, {w_q} × {w_k} of {n_q:,} × {n_k:,} cells (more would be too slow to draw). "
                "The model view, the head statistics and the rollout cover the whole text.")
@@ -105,7 +85,7 @@ def one_head(c: Choice) -> None:
     if c.show_values and max(len(shown.rows), len(shown.cols)) > VALUES_UP_TO:
         st.caption(f"Values are written in the cells only up to {VALUES_UP_TO} tokens; hover for the rest.")
     drawn = shown.head_pattern  # (q_shown, k_shown)
-    figure = shown.heatmap(drawn, f"{c.where} · head {c.head}", shown.masked)
+    figure = shown.head_figure(drawn)
     st.plotly_chart(figure, key="attention_one_head")
     whole = whole_csv(len(c.rows), len(c.cols))
     downloads(figure, f"{c.name}.{c.head}", "attention_one_head", c.table(c.head_pattern) if whole else
@@ -128,9 +108,8 @@ def model_view(c: Choice) -> None:
     st.latex(r"\hat A^{(\ell,h)}=\mathrm{shrink}\big(A^{(\ell,h)}\big)\,/\,\max\,\mathrm{shrink}\big(A^{(\ell,h)}\big)")
     st.caption("Every layer (rows) × head (columns), each shrunk to a thumbnail by averaging blocks of cells and "
                "scaled to its own maximum. Click one to open it.")
-    size = thumbnail_size(c.trace.facts.n_heads)
-    image = model_view_image(c.trace, c.site, size, c.hide_special)
-    figure = thumbnail_figure(image, size, f"{c.label}: layers × heads", c.colorscale)
+    image = model_view_image(c.trace, c.site, thumbnail_size(c.trace.facts.n_heads), c.hide_special)
+    figure = model_view_figure(c.trace, c.site, image, c.colorscale)
     st.plotly_chart(figure, key="attention_model_view", on_select="rerun", selection_mode="points")
     downloads(figure, f"{c.name.rsplit('.', 1)[0]}.model-view", "attention_model_view")
 
@@ -149,7 +128,7 @@ def token_lines(c: Choice) -> None:
     labels = {None: "every token", **dict(enumerate(tokens))}
     focus = focus_col.selectbox("Only the lines of", list(labels), key="attention_lines_focus",
                                 format_func=labels.__getitem__)  # labels, not `c`: the session keeps format_func
-    figure = head_lines_figure(c.pattern, queries, c.keys, chosen, focus, f"{c.where} · token lines")
+    figure = c.lines_figure(chosen, focus)
     st.plotly_chart(figure, key="attention_lines")
     downloads(figure, f"{c.name}.lines", "attention_lines")
 

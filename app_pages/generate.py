@@ -4,20 +4,20 @@ per layer and per head (and over the source, for encoder-decoders)."""
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 import streamlit as st
 
 from attention_atlas.model.core.generation.decoding import Step, Stepper
 from attention_atlas.model.core.generation.sampling import MAX_NEW_TOKENS, DecodeSettings
 from attention_atlas.model.core.options import RunOptions
+from attention_atlas.plot.generating import layer_means, step_figure, step_kinds
 from attention_atlas.ui import generation as gen
 from attention_atlas.ui import url_state
 from attention_atlas.ui.downloads import constant, downloads, file_name, matrix_table
 from attention_atlas.ui.messages import literal, show_error
 from attention_atlas.ui.page import current_request, current_runner, current_trace
 from attention_atlas.ui.run_scheduler import run_slots
-from attention_atlas.viz.generation import alternatives_bar, rows_heatmap
+from attention_atlas.viz.generation import alternatives_bar
 from attention_atlas.viz.tokens import visible_token
 
 MASK_NOTES = {
@@ -160,25 +160,19 @@ def alternatives(generation: gen.Generation, settings: DecodeSettings, stepper: 
 
 def attention_rows(step: Step, context: list[str], source: list[str], model_id: str, index: int) -> None:
     """The choosing query's attention: layers (mean over heads) and one layer's heads, self and cross."""
-    layers, heads = step.self_rows.shape[:2]
+    layers = step.self_rows.shape[0]
     if st.session_state.get("generate_layer", 0) >= layers:  # another model's layer
         st.session_state["generate_layer"] = 0
     layer = st.selectbox("Layer (per-head view)", range(layers), key="generate_layer")
-    names = [("self", step.self_rows, context, "context")]
-    if step.cross_rows is not None:
-        names.append(("cross", step.cross_rows, source, "source"))
-    for kind, rows, keys, key_title in names:
-        mean = rows.astype(np.float32).mean(axis=1)  # (layers, keys)
-        layer_names = [f"layer {i}" for i in range(layers)]
-        title = f"Step {index + 1} · {kind}-attention over the {key_title}"
-        fig = rows_heatmap(mean, layer_names, keys, f"{title} · mean over heads", key_title)
+    for kind in step_kinds(step):
+        fig = step_figure(step, index, context, source, kind)
         st.plotly_chart(fig, key=f"generate_{kind}_layers")
+        keys = context if kind == "self" else source
+        rows = step.self_rows if kind == "self" else step.cross_rows  # (layers, heads, keys)
+        table = matrix_table(layer_means(rows), [f"layer {i}" for i in range(layers)], keys)
         downloads(fig, file_name(model_id, f"step{index + 1}", kind, "layers"), f"generate_{kind}_layers",
-                  constant(matrix_table(mean, layer_names, keys)))
-        per_head = rows[layer].astype(np.float32)  # (heads, keys)
-        head_names = [f"head {h}" for h in range(heads)]
-        fig = rows_heatmap(per_head, head_names, keys, f"{title} · layer {layer}, every head", key_title)
-        st.plotly_chart(fig, key=f"generate_{kind}_heads")
+                  constant(table))
+        st.plotly_chart(step_figure(step, index, context, source, kind, layer), key=f"generate_{kind}_heads")
 
 
 def page() -> None:

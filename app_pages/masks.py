@@ -12,13 +12,15 @@ from attention_atlas.model.core.masks import check_every_query_sees_a_key
 from attention_atlas.model.core.trace.sites import Site
 from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.hf.facts import window_words
+from attention_atlas.plot.common import site_label
+from attention_atlas.plot.masking import first_self_site, layer_mask
 from attention_atlas.ui import url_state
 from attention_atlas.ui.mask_comparison import compare
 from attention_atlas.ui.mask_editor import editor_pairs
-from attention_atlas.ui.mask_views import draw_mask, first_self_site, heatmap, layer_mask, name
+from attention_atlas.ui.mask_views import draw_mask, heatmap, name
 from attention_atlas.ui.messages import literal
 from attention_atlas.ui.page import current_trace, show_open_tab, trace_with
-from attention_atlas.ui.pickers import choose_head, site_label
+from attention_atlas.ui.pickers import choose_head
 from attention_atlas.viz.masks import (
     after_mask,
     softmax,

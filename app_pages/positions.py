@@ -11,6 +11,8 @@ from streamlit.delta_generator import DeltaGenerator
 from attention_atlas.model.core import sinusoid as pe
 from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.inspect.positions import PositionScheme, position_scheme
+from attention_atlas.plot.common import stack_tokens
+from attention_atlas.plot.positions import default_size, sinusoid_figure
 from attention_atlas.ui import url_state
 from attention_atlas.ui.downloads import downloads, file_name
 from attention_atlas.ui.page import current_runner, current_trace
@@ -31,11 +33,6 @@ def position_rows(length: int) -> list[str]:
 def dims_table(table: np.ndarray, first: str = "dim") -> pd.DataFrame:
     """(positions, d) -> a table with rows "#p" and columns "dim i", for the CSVs."""
     return pd.DataFrame(table, index=position_rows(len(table)), columns=[f"{first} {i}" for i in range(table.shape[1])])
-
-
-def stack_tokens(trace: Trace, stack: str) -> list[str]:
-    """The tokens a stack reads: the decoder of an encoder-decoder reads the output."""
-    return trace.target_tokens if stack == "decoder" and trace.target_tokens else trace.tokens
 
 
 def choose_stack(trace: Trace) -> str:
@@ -64,7 +61,7 @@ def choose_size(trace: Trace, stack: str, length_col: DeltaGenerator, d_col: Del
                 ) -> tuple[int, int, str | None]:
     """Length and d_model of the sinusoid, and why they cannot be drawn (None: they can)."""
     limit = trace.facts.max_len
-    follow_defaults((trace.facts.model_id, min(len(stack_tokens(trace, stack)), limit), trace.facts.d_model))
+    follow_defaults((trace.facts.model_id, *default_size(trace, stack)))
     length = int(length_col.number_input("Length (positions)", step=1, key="positions_length",
                                          help=f"Default: your text's length. At most {limit:,} for this model."))
     d_model = int(d_col.number_input("d_model", step=2, key="positions_d_model",
@@ -90,7 +87,7 @@ def sinusoid_view(table: np.ndarray, name: str) -> None:
     if max(table.shape) > viz.MAX_SIDE:
         st.caption(f"Drawn: every {viz.stride(len(table))}-th position and {viz.stride(table.shape[1])}-th dimension; "
                    "the CSV holds all of them.")
-    figure = viz.table_heatmap(table, f"sinusoid · {len(table)} positions × d_model {table.shape[1]}")
+    figure = sinusoid_figure(table)
     st.plotly_chart(figure, key="positions_table")
     downloads(figure, f"{name}.sinusoid", "positions_table", lambda: dims_table(table))
 

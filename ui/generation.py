@@ -1,6 +1,6 @@
 """The Generate page's state in the session: the generated tokens and, per step, what the model did (model
-steps as model/core/generation/decoding.py makes them, attention rows kept as float16). It belongs to one model, text,
-causal choice and set of decoding settings, and is dropped when any of them changes."""
+steps as model/core/generation/decoding.py makes them, attention rows kept as float16: `compact`). It belongs to one
+model, text, causal choice and set of decoding settings, and is dropped when any of them changes."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import streamlit as st
 
 from attention_atlas.model.core.generation.decoding import Step, Stepper, generate
 from attention_atlas.model.core.generation.sampling import DecodeSettings, choose_next
+from attention_atlas.plot.generating import compact
 
 STATE = "generate_state"  # session key of the Generation
 MAX_CONTEXT_TOKENS = 1024  # longest prompt (or source) generated from: each step keeps a row per layer and head
@@ -63,12 +64,6 @@ def start(key: tuple, stepper: Stepper) -> Generation:
     generation = Generation(key, stepper.tokens(stepper.context), stepper.tokens(stepper.source))
     st.session_state[STATE] = generation
     return generation
-
-
-def compact(step: Step) -> Step:
-    """The step as the session keeps it: attention rows as float16 (half the memory)."""
-    cross = None if step.cross_rows is None else step.cross_rows.astype(np.float16)
-    return replace(step, self_rows=step.self_rows.astype(np.float16), cross_rows=cross)
 
 
 def extend(generation: Generation, stepper: Stepper, settings: DecodeSettings, n: int,

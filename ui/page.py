@@ -154,10 +154,11 @@ def trace_with(hooks: tuple[str, ...], causal: CausalMode | None = None, pad_to:
     or ablated heads if given. Cached like the frame's trace. A run that fails shows why and stops the page (a
     page with something else to show then calls `ui.runs.trace_for` itself and catches its ValueError), and so
     does a text over PAGE_RUN_MAX_TOKENS when `hooks` ask for more than attention patterns."""
-    shown = current_trace()
-    same_masks = causal in (None, shown.options.causal) and not (pad_to or blocked or ablated)
-    if current_request().trace_file and same_masks and holds(shown, hooks):
-        return shown  # the trace file recorded what the page reads: the model is not needed
+    if current_request().trace_file:
+        shown = current_trace()
+        same_masks = causal in (None, shown.options.causal) and not (pad_to or blocked or ablated)
+        if same_masks and holds(shown, hooks):
+            return shown  # the trace file recorded what the page reads: the model is not needed
     stop_if_too_long(hooks, pad_to)
     try:
         trace, kept = trace_for(current_request(), hooks, causal, pad_to, blocked, ablated, ablation)

@@ -17,6 +17,7 @@ from attention_atlas.model.core.options import Head
 from attention_atlas.model.core.trace.sites import Site
 from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.inspect.ablation import head_site
+from attention_atlas.plot.common import site_label as plot_site_label
 from attention_atlas.ui import url_state
 from attention_atlas.ui.page import forget_choices
 from attention_atlas.ui.site_summary import site_summary
@@ -27,8 +28,9 @@ SHORT_SITES = {"encoder.attn": "encoder", "decoder.attn": "decoder", "decoder.cr
 
 
 def site_label(trace: Trace, site: str) -> str:
-    """The site's name, with "(masked)" when a mask of this run hides some key from some query."""
-    return Site.of(site).label + (" (masked)" if not trace.masks[site].all() else "")
+    """The site's name, with "(masked)" when a mask of this run hides some key from some query (as the figures of
+    attention_atlas.plot name it)."""
+    return plot_site_label(trace, site)
 
 
 def head_label(head: Head, with_site: bool = True) -> str:

@@ -200,7 +200,7 @@ def test_a_bad_layer_or_neuron_in_the_link_falls_back_with_a_message() -> None:
 
 
 def test_long_texts_are_read_through_windows(monkeypatch) -> None:
-    monkeypatch.setattr("attention_atlas.ui.activations.LENS_WINDOW", 4)
+    monkeypatch.setattr("attention_atlas.plot.stream.LENS_WINDOW", 4)
     monkeypatch.setattr("attention_atlas.ui.activations.TEXT_WINDOW", 5)
     at = _view(_page("toy-gpt-date", "may 1 2000"), "Logit lens")
     lens = _data(at, "logit lens")

@@ -144,7 +144,7 @@ def test_nothing_imports_the_folders_by_their_own_names() -> None:
 @pytest.mark.parametrize(("importer", "imported"), [
     (A + "viz.heatmap", A + "model.core.trace"), (A + "viz.heatmap", "streamlit"),
     (A + "model.core.masks", A + "model.hf.runner"), (A + "model.toy.runner", A + "ui.page"),
-    ("bench.capture", "tests.browser"),
+    ("bench.capture", "tests.browser"), (A + "plot", "streamlit"),
 ])
 def test_the_contract_catches_a_forbidden_import(importer: str, imported: str) -> None:
     edges = {name: set(targets) for name, targets in graph().items()}
