@@ -12,8 +12,8 @@ import streamlit as st
 
 from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.ui.downloads import downloads, file_name, matrix_table, whole_csv
-from attention_atlas.ui.messages import show_error
-from attention_atlas.ui.page import current_trace
+from attention_atlas.ui.messages import literal, show_error
+from attention_atlas.ui.page import current_request, current_trace
 from attention_atlas.ui.pickers import choose_head, opening_head, site_label
 from attention_atlas.ui.trace_files import choose_model, open_trace_file, trace_files
 from attention_atlas.viz.heatmap import SMALL_WINDOW, attention_heatmap, similarity_heatmap
@@ -164,9 +164,15 @@ def page() -> None:
     """The page (in a function: no module global holds the trace; see ui/downloads.py)."""
     trace = current_trace()
     st.subheader(f"Attention Atlas · {trace.facts.model_id}", anchor=False)
-    st.markdown("Attention Atlas runs a real transformer on the text in the sidebar and shows what happens inside "
-                "it.  \nBelow: one attention head reading your text (hover a cell for its weight), and what the model "
-                "made of it.")
+    if current_request().trace_file:
+        st.markdown(f"A saved run of {literal(trace.facts.model_id)}, opened from the trace file "
+                    f"{literal(current_request().trace_file)}: what happened inside the model, as it was recorded.  \n"
+                    "Below: one attention head reading its text (hover a cell for its weight), and what the model made "
+                    "of it.")
+    else:
+        st.markdown("Attention Atlas runs a real transformer on the text in the sidebar and shows what happens "
+                    "inside it.  \nBelow: one attention head reading your text (hover a cell for its weight), and "
+                    "what the model made of it.")
     if trace.fallback:
         st.warning(trace.fallback)
     head_col, output_col = st.columns([3, 2])

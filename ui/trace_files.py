@@ -82,8 +82,13 @@ def server_trace_file() -> str | None:
 def describe(trace: Trace) -> str:
     """One sentence for the sidebar (Markdown, what the file says shown literally): whose run the file holds, on
     what, and what the pages can do with it."""
-    target = "" if trace.target is None else f", reading the target “{literal(trace.target[:60])}”"
+    text = f"“{literal(shortened(trace.text))}” ({len(trace.tokens):,} tokens)" if trace.text else \
+        f"{len(trace.tokens):,} tokens"
+    target = "" if trace.target is None else f", reading the target “{literal(shortened(trace.target))}”"
     hooks = literal(", ".join(trace.options.hooks))
-    return (f"A saved run of **{literal(trace.facts.model_id)}** on {len(trace.tokens):,} tokens{target} (hooks: "
-            f"{hooks}; causal mask: {trace.options.causal}). Pages that need the model itself load it where this "
-            "server has it.")
+    return (f"A saved run of **{literal(trace.facts.model_id)}** on {text}{target} (hooks: {hooks}; causal mask: "
+            f"{trace.options.causal}). Pages that need the model itself load it where this server has it.")
+
+
+def shortened(text: str, most: int = 80) -> str:
+    return text if len(text) <= most else text[: most - 1] + "…"

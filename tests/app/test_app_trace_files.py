@@ -57,7 +57,8 @@ def test_a_toy_models_trace_file_is_the_run_shown_on_every_page(tmp_path: Path, 
     trace.save(tmp_path / "date.npz")
     at = _opened_on(tmp_path / "date.npz", monkeypatch)
     assert at.sidebar.selectbox(key="model_id").value.startswith(FILE_PREFIX + "date.npz")
-    assert "A saved run of **toy\\-date** on" in at.sidebar.markdown[0].value
+    described = at.sidebar.markdown[0].value  # 12 characters and </s>
+    assert described.startswith("A saved run of **toy\\-date** on “march 3 2021” (13 tokens)")
     assert at.subheader[0].value == "Attention Atlas · toy-date"
     assert at.code[0].value == "2021-03-03"  # the file's output
     live = open_app_page("app_pages/overview.py", "toy-date", "march 3 2021")

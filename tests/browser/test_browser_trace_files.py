@@ -10,7 +10,7 @@ import pytest
 from playwright.sync_api import expect
 
 from app_browser.page import wait_idle
-from app_browser.server import start_server
+from app_browser.server import ARTIFACTS, start_server
 from attention_atlas import load
 from attention_atlas.ui.page import PAGES
 from tests.chromium import require_chromium
@@ -59,6 +59,8 @@ def test_a_server_started_with_a_trace_file_opens_every_session_on_it(browser, t
         wait_idle(page)
         expect(page.get_by_role("heading", name="Attention Atlas · toy-reverse")).to_be_visible()
         expect(page.get_by_text("ecart olleh")).to_be_visible()
+        expect(page.get_by_text("opened from the trace file reverse.npz")).to_be_visible()
+        expect(page.locator(".js-plotly-plot").first).to_be_visible()
+        page.screenshot(path=str(ARTIFACTS / "trace-file-overview.png"))
         _walk_every_page(page)
-        page.screenshot(path=str(Path("test-artifacts") / "trace-file-overview.png"))
         page.close()
