@@ -9,6 +9,7 @@ import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
 from attention_atlas.model.core.devices import PRECISION_CHOICES, SPREAD, available_devices
+from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.runner import Runner
 from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.registry import (
@@ -159,7 +160,7 @@ def sidebar(page_shows_run: bool = True) -> tuple[Trace | None, DeltaGenerator |
     slot = loading_slot(model_id, device, precision, memory)
     try:
         runner = get_runner(model_id, device, precision, memory)
-    except ValueError as error:
+    except UserError as error:
         show_error(str(error))
         return None, slot
     st.sidebar.pills("Examples", runner.examples, key=f"examples_{model_id}", on_change=use_example,
@@ -208,7 +209,7 @@ def run(runner: Runner, request: RunRequest) -> Trace | None:
         forget_head()  # another model's layer and head mean nothing here
     try:
         trace, kept = trace_for(request, summarised=True)
-    except ValueError as error:
+    except UserError as error:
         if switched and text != runner.examples[0]:
             st.session_state["pending_text"] = runner.examples[0]
             st.session_state["text_note"] = f"{model_id} cannot read the text you had ({error}) It shows its own " \

@@ -11,6 +11,7 @@ import pandas as pd
 import streamlit as st
 
 from attention_atlas.model.core.capture.ablation import Outcome
+from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.options import ABLATION_MODES, AblationMode, Head
 from attention_atlas.model.core.trace.sites import Site
 from attention_atlas.model.core.trace.trace import Trace
@@ -29,6 +30,7 @@ from attention_atlas.ui.messages import show_error
 from attention_atlas.ui.page import current_request, current_runner, current_trace, trace_with
 from attention_atlas.ui.pickers import head_label
 from attention_atlas.ui.run_scheduler import run_slots
+from attention_atlas.ui.runs import readable_failures
 from attention_atlas.ui.trace_cache import per_trace
 from attention_atlas.viz.ablation import change_bars, scan_heatmap
 from attention_atlas.viz.masks import next_token_comparison
@@ -144,9 +146,11 @@ def scan_section(trace: Trace, mode: AblationMode) -> None:
         runner = current_runner()
         try:
             with run_slots():
-                scan = scan_heads(runner, trace, mode, lambda done, total: bar.progress(
-                    done / total, text=f"{done} of {total} heads"))
-        except ValueError as error:
+                def progress(done: int, total: int) -> None:
+                    bar.progress(done / total, text=f"{done} of {total} heads")
+
+                scan = readable_failures("Scanning the heads", lambda: scan_heads(runner, trace, mode, progress))
+        except UserError as error:
             show_error(str(error))
             return
         bar.empty()

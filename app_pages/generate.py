@@ -7,6 +7,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.generation.decoding import Step, Stepper
 from attention_atlas.model.core.generation.sampling import MAX_NEW_TOKENS, DecodeSettings
 from attention_atlas.model.core.options import RunOptions
@@ -17,6 +18,7 @@ from attention_atlas.ui.downloads import constant, downloads, file_name, matrix_
 from attention_atlas.ui.messages import literal, show_error
 from attention_atlas.ui.page import current_request, current_runner, current_trace
 from attention_atlas.ui.run_scheduler import run_slots
+from attention_atlas.ui.runs import readable_failures
 from attention_atlas.viz.generation import alternatives_bar
 from attention_atlas.viz.tokens import visible_token
 
@@ -73,7 +75,7 @@ def buttons(key: tuple, settings: DecodeSettings, stepper: Stepper, usable: bool
         return
     try:
         generation = current or gen.start(key, stepper)
-    except ValueError as error:
+    except UserError as error:
         show_error(str(error))
         return
     n = 1 if step else settings.max_new
@@ -90,8 +92,9 @@ def make_stepper() -> Stepper | None:
     """A stepper for this run's model, text and causal choice (None after saying why it cannot be made)."""
     request = current_request()
     try:
-        return current_runner().stepper(request.text, RunOptions(causal=request.causal))
-    except ValueError as error:
+        return readable_failures(f"Preparing {request.model_id} to generate",
+                                 lambda: current_runner().stepper(request.text, RunOptions(causal=request.causal)))
+    except UserError as error:
         show_error(str(error))
         return None
 

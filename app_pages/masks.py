@@ -8,6 +8,7 @@ import numpy as np
 import streamlit as st
 import torch
 
+from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.masks import check_every_query_sees_a_key
 from attention_atlas.model.core.trace.sites import Site
 from attention_atlas.model.core.trace.trace import Trace
@@ -120,7 +121,7 @@ def custom_view(trace: Trace, site: str, layer: int, head: int) -> None:
         check_every_query_sees_a_key(torch.from_numpy(trace.masks[self_site] & blocked))
         layer = min(layer, trace.n_layers(self_site) - 1)
         custom = trace_with((Site.of(self_site).pattern_name(layer),), blocked=pairs)
-    except ValueError as error:
+    except UserError as error:
         st.warning(f"This mask cannot run: {literal(str(error))}. Hide fewer keys, or widen the window.",
                    icon=":material/block:")
         return

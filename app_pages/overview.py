@@ -10,6 +10,7 @@ from functools import partial
 import numpy as np
 import streamlit as st
 
+from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.ui.downloads import downloads, file_name, matrix_table, whole_csv
 from attention_atlas.ui.messages import literal, show_error
@@ -142,7 +143,7 @@ def trace_file_section(trace: Trace) -> None:
         if upload.file_id not in opened or opened[upload.file_id] not in trace_files():  # read once
             try:
                 opened[upload.file_id] = open_trace_file(upload.name, upload.getvalue())
-            except ValueError as error:
+            except UserError as error:
                 show_error(f"That file cannot be opened: {error}")
                 return
         st.button(f"Show {upload.name}", key="overview_trace_open", on_click=choose_model,

@@ -8,6 +8,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 
 from attention_atlas.model.core.devices import pick_device, pick_precision
+from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.options import AblationMode, CausalMode, RunOptions
 from attention_atlas.model.core.runner import Runner
 from attention_atlas.model.core.trace.facts import ModelFacts
@@ -59,7 +60,7 @@ class Model:
         trace = self._runner.run(text, target, options)
         unmatched = [p for p in patterns if not any(fnmatchcase(name, p) for name in trace.names())]
         if unmatched:
-            raise ValueError(f"no hook of {self.id} matches {', '.join(map(repr, unmatched))}; its hooks are: "
+            raise UserError(f"no hook of {self.id} matches {', '.join(map(repr, unmatched))}; its hooks are: "
                              f"{', '.join(self.names())}")
         return trace
 
@@ -82,9 +83,9 @@ def load(model: str | Path, *, device: str = "auto", precision: str = "auto", de
     to its max_memory budget ({"0": "20GiB", "cpu": "64GiB"}); offload_folder: where weights that must be converted
     before they go to the disk are written. ValueError with a sentence if the model cannot be loaded."""
     if device_map not in (None, "auto"):
-        raise ValueError(f"device_map is 'auto' or None, not {device_map!r}")
+        raise UserError(f"device_map is 'auto' or None, not {device_map!r}")
     if (max_memory or offload_folder) and device_map is None:
-        raise ValueError("max_memory and offload_folder go with device_map='auto'")
+        raise UserError("max_memory and offload_folder go with device_map='auto'")
     budgets = [f"{d}={size}" for d, size in max_memory.items()] if isinstance(max_memory, dict) else max_memory
     placement = None if device_map is None else Placement(parse_budgets(list(budgets or [])),
                                                           None if offload_folder is None else str(offload_folder))
@@ -92,10 +93,10 @@ def load(model: str | Path, *, device: str = "auto", precision: str = "auto", de
     try:
         runner = load_runner(str(model), device=where, precision=pick_precision(precision, where),
                              placement=placement, progress=progress)
-    except ValueError as error:
+    except UserError as error:
         if Path(model).exists() or "known models" in str(error):
             raise
-        raise ValueError(f"{error} (the model ids here: {', '.join(list_model_ids())}; or a Hugging Face model "
+        raise UserError(f"{error} (the model ids here: {', '.join(list_model_ids())}; or a Hugging Face model "
                          "folder, or a hub id where the Hub can be reached)") from error
     return Model(runner)
 

@@ -62,6 +62,7 @@ def checked_trace_file(path: str) -> Path:
     """The absolute path of a trace file this version reads (read once, as the app will); TraceFileError with a
     sentence for a path that is missing, not a file, or not a trace file."""
     from attention_atlas.api import load_trace  # numpy and torch: only for --trace
+    from attention_atlas.model.core.errors import UserError
 
     file = Path(path).expanduser().resolve()
     if not file.exists():
@@ -70,7 +71,7 @@ def checked_trace_file(path: str) -> Path:
         raise TraceFileError(f"{path} is not a file.")
     try:
         load_trace(file)
-    except ValueError as error:  # NotATraceFile: the file's name and why, in a sentence
+    except UserError as error:  # NotATraceFile: the file's name and why, in a sentence
         raise TraceFileError(str(error)) from error
     except OSError as error:
         raise TraceFileError(f"{path} cannot be read ({error.strerror or error}).") from error

@@ -22,6 +22,7 @@ import sys
 
 from attention_atlas.api import list_models, load
 from attention_atlas.model.core.devices import DEVICE_CHOICES, PRECISION_CHOICES
+from attention_atlas.model.core.errors import UserError
 
 
 def parser() -> argparse.ArgumentParser:
@@ -69,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         trace = model.run(args.text, target=args.target, hooks=args.hooks, causal=args.causal)
         if args.out:
             trace.save(args.out, dense=args.dense)
-    except ValueError as error:
+    except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(json.dumps(trace.summary(), ensure_ascii=False))

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.runner import Runner
 from attention_atlas.model.hf.examples import EXAMPLES
 from attention_atlas.model.hf.placement import Placement
@@ -68,10 +69,10 @@ def load_runner(
     float32 whatever is asked: they are small, and trained so), on `device` or spread as `placement` says (Hugging
     Face models only: model/hf/placement.py). ValueError with a clear message if it cannot be."""
     if placement is not None and is_toy_model(model_id):
-        raise ValueError(f"{model_id} is a toy model: it runs on one device (a few MB), not spread over several.")
+        raise UserError(f"{model_id} is a toy model: it runs on one device (a few MB), not spread over several.")
     if model_id.startswith(TOY_PREFIX):
         if model_id[len(TOY_PREFIX):] not in available_toys():
-            raise ValueError(f"unknown model {model_id!r}; known models: {', '.join(list_model_ids())}")
+            raise UserError(f"unknown model {model_id!r}; known models: {', '.join(list_model_ids())}")
         return ToyRunner(model_id, load_toy(model_id[len(TOY_PREFIX):], device=device))
     if is_toy_folder(Path(model_id)):
         return ToyRunner(model_id, load_toy_folder(Path(model_id), device=device))
@@ -86,5 +87,5 @@ def load_runner(
             return load_hf_runner(str(packaged.smollm2_folder(progress)), model_id, device,
                                   origin=_package_origin(model_id), precision=precision, placement=placement)
     except packaged.ModelPackageMissing as error:
-        raise ValueError(str(error)) from error
+        raise UserError(str(error)) from error
     return load_hf_runner(model_id, device=device, precision=precision, placement=placement)

@@ -12,6 +12,7 @@ from typing import Protocol
 import numpy as np
 import streamlit as st
 
+from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.options import ABLATION_MODES, Head
 from attention_atlas.model.core.trace.sites import Site
 from attention_atlas.model.core.trace.trace import Trace
@@ -70,7 +71,7 @@ def same_input(c: Shown, **options) -> tuple[Trace, str] | None:
         return trace_with(PATTERNS, **options), ""
     try:
         other, _ = trace_for(replace(current_request(), target=c.trace.output_text), PATTERNS, **options)
-    except ValueError as error:
+    except UserError as error:
         show_error(str(error))
         return None
     return other, ", reads A's output"
@@ -89,7 +90,7 @@ def run_b(c: Shown, kind: str) -> tuple[Trace, str, str, str] | None:
             return None
         try:
             other, _ = trace_for(replace(current_request(), text=text), PATTERNS)
-        except ValueError as error:
+        except UserError as error:
             show_error(str(error))
             return None
         return other, "this text", "the second text", ""
@@ -126,7 +127,7 @@ def another_model(c: Shown) -> tuple[Trace, str, str, str] | None:
     other_request = replace(request, model_id=other, target=c.trace.output_text if reads_output else request.target)
     try:
         trace, _ = trace_for(other_request, PATTERNS)
-    except ValueError as error:
+    except UserError as error:
         show_error(str(error))
         return None
     if (trace.tokens, trace.target_tokens) != (c.trace.tokens, c.trace.target_tokens):

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import streamlit as st
 
+from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.generation.decoding import Step, Stepper, generate
 from attention_atlas.model.core.generation.sampling import DecodeSettings, choose_next
 from attention_atlas.plot.generating import compact
@@ -60,7 +61,7 @@ def start(key: tuple, stepper: Stepper) -> Generation:
     """A new, empty generation kept in the session. ValueError for a context too long to generate from."""
     problem = context_problem(stepper)
     if problem is not None:
-        raise ValueError(problem)
+        raise UserError(problem)
     generation = Generation(key, stepper.tokens(stepper.context), stepper.tokens(stepper.source))
     st.session_state[STATE] = generation
     return generation

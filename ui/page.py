@@ -16,6 +16,7 @@ from pathlib import Path
 import streamlit as st
 
 from attention_atlas import app_pages
+from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.options import AblationMode, CausalMode, Head
 from attention_atlas.model.core.runner import Runner
 from attention_atlas.model.core.trace.trace import Trace
@@ -141,7 +142,7 @@ def current_runner() -> Runner:
     run: the model that made it, where this server has it; else the page says so and stops."""
     try:
         return runner_of(current_request())
-    except ValueError as error:
+    except UserError as error:
         show_error(str(error))
         st.stop()
 
@@ -162,7 +163,7 @@ def trace_with(hooks: tuple[str, ...], causal: CausalMode | None = None, pad_to:
     stop_if_too_long(hooks, pad_to)
     try:
         trace, kept = trace_for(current_request(), hooks, causal, pad_to, blocked, ablated, ablation)
-    except ValueError as error:
+    except UserError as error:
         show_error(str(error))
         st.stop()
     if not kept:

@@ -6,9 +6,9 @@ The frame (app.py) makes the run the sidebar asks for, capturing attention patte
 masks (a padding demo, blocked pairs) asks for its own run with `ui.page.trace_with`: the same request with
 other hooks or options, cached under its own key in the same budget.
 
-Whatever goes wrong while loading a model or running it reaches the pages as a ValueError whose message a
-person can read: the model's own ValueErrors as they are, anything else (a bug, a broken folder, an
-out-of-memory error with no CPU to fall back to) as a short message, with the traceback in the server log only.
+Whatever goes wrong while loading a model or running it reaches the pages as a UserError whose message a person
+can read: the model's own UserErrors as they are, anything else (a bug, a broken folder, an out-of-memory error with
+no CPU to fall back to) as a short message, with the traceback in the server log only.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import TypeVar
 import streamlit as st
 
 from attention_atlas.model.core.devices import SPREAD, is_out_of_memory, pick_device, pick_precision
+from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.options import AblationMode, CausalMode, Head, RunOptions
 from attention_atlas.model.core.runner import Runner
 from attention_atlas.model.core.trace.trace import Trace
@@ -60,15 +61,15 @@ class RunRequest:
 
 def runner_of(request: RunRequest) -> Runner:
     """The loaded model `request` runs (`get_runner`). For a trace file's request, the model that made the file,
-    loaded here where this server has it; ValueError saying what the file allows otherwise."""
+    loaded here where this server has it; UserError saying what the file allows otherwise."""
     try:
         return get_runner(request.model_id, request.device, request.precision, request.memory)
-    except ValueError as error:
+    except UserError as error:
         if not request.trace_file:
             raise
-        raise ValueError(f"This view runs the model itself, and the trace file {request.trace_file} was made by "
-                         f"{request.model_id}, which this server cannot open ({error}). The Overview and Attention "
-                         "pages show the file's own run.") from error
+        raise UserError(f"This view runs the model itself, and the trace file {request.trace_file} was made by "
+                        f"{request.model_id}, which this server cannot open ({error}). The Overview and Attention "
+                        "pages show the file's own run.") from error
 
 
 @st.cache_resource(show_spinner=False)
@@ -111,7 +112,7 @@ def get_runner(model_id: str, device: str, precision: str = "auto", memory: str 
     if device != SPREAD:
         memory = ""  # budgets mean nothing on one device: one cache entry, whatever the box holds
     cached = _named_runner if model_id in list_model_ids() and device != SPREAD else _custom_runner
-    return _readable_failures(f"Loading {model_id}", lambda: cached(model_id, device, precision, memory))
+    return readable_failures(f"Loading {model_id}", lambda: cached(model_id, device, precision, memory))
 
 
 def trace_for(request: RunRequest, hooks: tuple[str, ...] = PATTERNS, causal: CausalMode | None = None,
@@ -126,21 +127,22 @@ def trace_for(request: RunRequest, hooks: tuple[str, ...] = PATTERNS, causal: Ca
     if summarised:
         options = replace(options, summarised=True)
     key = (request, options)
-    return _readable_failures(f"Running {request.model_id}", lambda: cached_trace(
+    return readable_failures(f"Running {request.model_id}", lambda: cached_trace(
         key, lambda: runner.run(request.text, request.target, options)))
 
 
-def _readable_failures(what: str, work: Callable[[], T]) -> T:
-    """`work()`, with any exception other than a ValueError logged with its traceback and raised again as a
-    ValueError a person can read (Streamlit's own stop and rerun signals are not Exceptions: they pass)."""
+def readable_failures(what: str, work: Callable[[], T]) -> T:
+    """`work()`, with any exception other than a UserError (a bug, a broken folder, a ValueError of numpy's …)
+    logged with its traceback and raised again as a UserError a person can read (Streamlit's own stop and rerun
+    signals are not Exceptions: they pass)."""
     try:
         return work()
-    except ValueError:
+    except UserError:
         raise
     except Exception as error:
         LOG.exception("%s failed", what)
         if isinstance(error, MemoryError) or is_out_of_memory(error) or "can't allocate memory" in str(error):
-            raise ValueError(f"{what} ran out of memory. Try a shorter text, or another model; the server "
-                             "has let go of that run and keeps working.") from error
-        raise ValueError(f"{what} failed ({type(error).__name__}); the details are in the server's log. Try "
-                         "another text or model: the app keeps working.") from error
+            raise UserError(f"{what} ran out of memory. Try a shorter text, or another model; the server "
+                            "has let go of that run and keeps working.") from error
+        raise UserError(f"Something went wrong: {what} failed ({type(error).__name__}); the details are in the "
+                        "server's log. Try another text or model: the app keeps working.") from error

@@ -27,6 +27,7 @@ import streamlit as st
 
 from attention_atlas.model.core.bounded_cache import ByteCache
 from attention_atlas.model.core.capture.record import reporting_progress
+from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.ui.run_scheduler import (
     RunAbandoned,
@@ -51,7 +52,7 @@ def budget_bytes() -> int:
     try:
         megabytes = float(raw) if raw else DEFAULT_BUDGET_MB
     except ValueError:
-        raise ValueError(f"{BUDGET_VARIABLE} must be a number of megabytes, not {raw!r}") from None
+        raise UserError(f"{BUDGET_VARIABLE} must be a number of megabytes, not {raw!r}") from None
     return int(megabytes * 2**20)
 
 

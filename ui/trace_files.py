@@ -14,6 +14,7 @@ from pathlib import Path
 
 import streamlit as st
 
+from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.ui.messages import literal
 from attention_atlas.ui.trace_cache import keep_trace
@@ -49,7 +50,7 @@ def open_trace_file(name: str, data: bytes | Path) -> str:
     source = data if isinstance(data, Path) else io.BytesIO(data)
     trace = Trace.load(source, name=name, max_bytes=MAX_TRACE_BYTES)
     if not trace.sites():
-        raise ValueError(f"{name} holds no attention patterns (its run recorded {', '.join(trace.options.hooks)}), "
+        raise UserError(f"{name} holds no attention patterns (its run recorded {', '.join(trace.options.hooks)}), "
                          "and every page draws them: save a run whose hooks include *.hook_pattern.")
     files = trace_files()
     file_id = f"{FILE_PREFIX}{Path(name).name} · {secrets.token_hex(2)}"
@@ -74,7 +75,7 @@ def server_trace_file() -> str | None:
     st.session_state[OPENED_FROM_SERVER] = True
     try:
         return open_trace_file(Path(path).name, Path(path))
-    except (ValueError, OSError) as error:
+    except (UserError, OSError) as error:
         st.error(f"The trace file the server was started with cannot be opened: {error}")
         return None
 

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from fnmatch import fnmatchcase
 
 from attention_atlas.api import Model
+from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.runner import Runner
 from attention_atlas.model.core.trace.sites import PATTERN_SUFFIX, Site
 from attention_atlas.model.core.trace.trace import Trace
@@ -40,7 +41,7 @@ def check_stack(trace: Trace, stack: str | None, default: str | None = None) -> 
     if stack is None:
         return default or own[0]
     if stack not in own:
-        raise ValueError(f"{trace.facts.model_id} has no {stack!r} stack; its stacks: {', '.join(map(repr, own))}")
+        raise UserError(f"{trace.facts.model_id} has no {stack!r} stack; its stacks: {', '.join(map(repr, own))}")
     return stack
 
 
@@ -49,14 +50,14 @@ def check_site(trace: Trace, site: str | None, sites: Sequence[str] | None = Non
     ValueError names the sites there are."""
     sites = trace.sites() if sites is None else list(sites)
     if not sites:
-        raise ValueError("this trace holds no attention pattern: run the model with them recorded, e.g. "
+        raise UserError("this trace holds no attention pattern: run the model with them recorded, e.g. "
                          "model.run(text) (its default hooks are every '*.hook_pattern')")
     if site is None:
         return sites[0]
     if site not in sites:
         own = Site.of(site) if site in trace.masks else None  # a site of the model that the run did not record
         hint = f"; record it with model.run(text, hooks='{own.stack}.*.{own.kind}.hook_pattern')" if own else ""
-        raise ValueError(f"this trace has no attention site {site!r}; its sites: {', '.join(map(repr, sites))}{hint}")
+        raise UserError(f"this trace has no attention site {site!r}; its sites: {', '.join(map(repr, sites))}{hint}")
     return site
 
 
@@ -67,14 +68,14 @@ def check_pattern(trace: Trace, name: str) -> tuple[str, int]:
     parts = name.split(".")
     site = f"{parts[0]}.{parts[2]}" if len(parts) == 4 and parts[1].isdigit() else None
     if site is None or parts[3] != PATTERN_SUFFIX or site not in trace.masks:
-        raise ValueError(f"{name!r} is not an attention pattern's hook name of {trace.facts.model_id} (they read "
+        raise UserError(f"{name!r} is not an attention pattern's hook name of {trace.facts.model_id} (they read "
                          f"'<site's stack>.<layer>.<attn or cross_attn>.hook_pattern'); this trace's are: "
                          f"{', '.join(patterns) or 'none'}")
     layer, layers = int(parts[1]), trace.n_layers(site)
     if layer >= layers:
-        raise ValueError(f"{trace.facts.model_id}'s {parts[0]} has {layers} layers (0–{layers - 1}), not {layer}")
+        raise UserError(f"{trace.facts.model_id}'s {parts[0]} has {layers} layers (0–{layers - 1}), not {layer}")
     if name not in patterns:
-        raise ValueError(f"this trace holds no {name!r}: its patterns are {', '.join(patterns) or 'none'}. Run the "
+        raise UserError(f"this trace holds no {name!r}: its patterns are {', '.join(patterns) or 'none'}. Run the "
                          f"model with it recorded: model.run(text, hooks={name!r})")
     return site, layer
 
@@ -82,7 +83,7 @@ def check_pattern(trace: Trace, name: str) -> tuple[str, int]:
 def check_index(value: int, count: int, what: str) -> int:
     """`value` if it lies in 0..count-1 (negative values count from the end, as in Python); ValueError otherwise."""
     if not -count <= value < count:
-        raise ValueError(f"{what} {value} does not exist: there are {count} (0–{count - 1})")
+        raise UserError(f"{what} {value} does not exist: there are {count} (0–{count - 1})")
     return value % count
 
 
@@ -95,7 +96,7 @@ def need_hooks(trace: Trace, names: Sequence[str], patterns: Sequence[str], what
     hooks = patterns[0] if len(patterns) == 1 else tuple(patterns)
     recorded = [p for p in patterns if fnmatchcase(absent[0], p) and any(fnmatchcase(n, p) for n in trace.names())]
     hint = f" This trace was run with {recorded[0]!r}: {trace.facts.model_id} may not offer it." if recorded else ""
-    raise ValueError(f"{what} reads {absent[0]}{more}, which this trace does not hold. Run the model with it "
+    raise UserError(f"{what} reads {absent[0]}{more}, which this trace does not hold. Run the model with it "
                      f"recorded: model.run(text, hooks={hooks!r}).{hint}")
 
 
@@ -107,5 +108,5 @@ def runner_of(model: Model | Runner) -> Runner:
 def check_same_model(trace: Trace, runner: Runner) -> None:
     """ValueError when the trace was made by another model than `runner`'s."""
     if trace.facts.model_id != runner.facts.model_id:
-        raise ValueError(f"this trace was made by {trace.facts.model_id}, not by {runner.facts.model_id}: pass the "
+        raise UserError(f"this trace was made by {trace.facts.model_id}, not by {runner.facts.model_id}: pass the "
                          "model that made it")

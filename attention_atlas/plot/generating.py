@@ -11,6 +11,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from attention_atlas.api import Model
+from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.generation.decoding import Step, generate
 from attention_atlas.model.core.generation.sampling import DecodeSettings, choose_next
 from attention_atlas.model.core.options import CausalMode, RunOptions
@@ -65,18 +66,18 @@ def generation(model: Model | Runner, text: str, *, step: int = -1, kind: Kind =
     settings = DecodeSettings(max_new=max_new)  # greedy, as the page opens
     problems = settings.problems()
     if problems:
-        raise ValueError(" ".join(problems))
+        raise UserError(" ".join(problems))
     if kind not in ("self", "cross"):
-        raise ValueError(f"kind is 'self' or 'cross', not {kind!r}")
+        raise UserError(f"kind is 'self' or 'cross', not {kind!r}")
     stepper = runner.stepper(text, RunOptions(causal=causal))
     steps = [compact(s) for s in generate(stepper, [], settings.max_new,
                                           lambda logits, i: choose_next(logits, settings, i))]
     if not steps:
-        raise ValueError(f"{runner.facts.model_id} generated no token from this text (its context is full)")
+        raise UserError(f"{runner.facts.model_id} generated no token from this text (its context is full)")
     index = check_index(step, len(steps), "step")
     chosen = steps[index]
     if kind not in step_kinds(chosen):
-        raise ValueError(f"{runner.facts.model_id} has no cross-attention: kind='self'")
+        raise UserError(f"{runner.facts.model_id} has no cross-attention: kind='self'")
     if layer is not None:
         layer = check_index(layer, chosen.self_rows.shape[0], "layer")
     written = [token for s in steps[:index] for token in stepper.tokens([s.token_id])]  # one at a time, as the page

@@ -7,6 +7,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from attention_atlas.model.core import sinusoid as pe
+from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.plot.common import check_stack, stack_tokens
 from attention_atlas.viz.positions import table_heatmap
@@ -32,7 +33,7 @@ def positional(trace: Trace | None = None, *, stack: str | None = None, length: 
     default: the first), at most its model's longest sequence. Without one: `length` and `d_model` (even)."""
     if trace is None:
         if length is None or d_model is None:
-            raise ValueError("positional() needs a trace, or both length= and d_model=")
+            raise UserError("positional() needs a trace, or both length= and d_model=")
         limit = length
     else:
         default_length, default_d_model = default_size(trace, check_stack(trace, stack))
@@ -41,5 +42,5 @@ def positional(trace: Trace | None = None, *, stack: str | None = None, length: 
         limit = trace.facts.max_len
     problem = pe.check_table_size(int(length), int(d_model), limit)
     if problem is not None:
-        raise ValueError(problem)
+        raise UserError(problem)
     return sinusoid_figure(pe.sinusoid(int(length), int(d_model)))

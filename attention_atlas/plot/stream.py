@@ -11,6 +11,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from attention_atlas.api import Model
+from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.runner import Runner
 from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.inspect.lens import Lens, Unembedding
@@ -133,9 +134,9 @@ def residual(trace: Trace, stack: str | None = None, *, measure: Measure = "boun
     stream recorded: model.run(text, hooks="*hook_resid*"); "attn", "mlp" and the shares also "*hook_attn_out" and
     "*hook_mlp_out"; "cosine" of a post-norm model "*hook_normalized_resid_post" (the stream its next layer reads)."""
     if measure not in MEASURES:
-        raise ValueError(f"measure is one of {', '.join(map(repr, MEASURES))}, not {measure!r}")
+        raise UserError(f"measure is one of {', '.join(map(repr, MEASURES))}, not {measure!r}")
     if scale not in SCALES:
-        raise ValueError(f"scale is one of {', '.join(map(repr, SCALES))}, not {scale!r}")
+        raise UserError(f"scale is one of {', '.join(map(repr, SCALES))}, not {scale!r}")
     held = [s for s in ("encoder", "decoder") if f"{s}.0.hook_resid_pre" in trace]
     stack = check_stack(trace, stack, held[0] if held else None)
     hooks = measure_hooks(trace, stack, measure)
@@ -183,7 +184,7 @@ def logit_lens(trace: Trace, model: Model | Runner, *, start: int | None = None)
     check_same_model(trace, runner)
     unembedding = unembedding_for(runner)
     if isinstance(unembedding, str):
-        raise ValueError(unembedding)
+        raise UserError(unembedding)
     layers = layer_count(trace, unembedding.stack)
     pattern = f"{unembedding.stack}.*.{unembedding.layer_output}"
     need_hooks(trace, [unembedding.hook(i) for i in range(layers)], [pattern], "logit_lens")

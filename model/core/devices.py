@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from attention_atlas.model.core.errors import UserError
+
 DEVICE_CHOICES = ("auto", "cpu", "cuda", "mps")
 PRECISIONS = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 PRECISION_CHOICES = ("auto", *PRECISIONS)
@@ -23,12 +25,12 @@ def available_devices() -> list[str]:
 def pick_device(preference: str = "auto") -> torch.device:
     """auto: CUDA, then MPS, then CPU. An explicit device that is missing is a ValueError."""
     if preference not in DEVICE_CHOICES:
-        raise ValueError(f"device must be one of {', '.join(DEVICE_CHOICES)}, not {preference!r}")
+        raise UserError(f"device must be one of {', '.join(DEVICE_CHOICES)}, not {preference!r}")
     available = available_devices()
     if preference == "auto":
         return torch.device(available[0])
     if preference not in available:
-        raise ValueError(f"{preference} is not available on this machine; available: {', '.join(available)}")
+        raise UserError(f"{preference} is not available on this machine; available: {', '.join(available)}")
     return torch.device(preference)
 
 
@@ -36,7 +38,7 @@ def pick_precision(preference: str, device: torch.device) -> torch.dtype:
     """auto: bfloat16 on a CUDA GPU that has it, else float16 on a GPU, float32 on the CPU (a CPU computes
     bfloat16 and float16 slowly, and float32 is what the models are checked against); or the one asked for."""
     if preference not in PRECISION_CHOICES:
-        raise ValueError(f"precision must be one of {', '.join(PRECISION_CHOICES)}, not {preference!r}")
+        raise UserError(f"precision must be one of {', '.join(PRECISION_CHOICES)}, not {preference!r}")
     if preference != "auto":
         return PRECISIONS[preference]
     if device.type == "cuda":

@@ -12,6 +12,8 @@ from collections.abc import Iterable
 
 import torch
 
+from attention_atlas.model.core.errors import UserError
+
 
 def padding_mask(ids: torch.Tensor, pad_id: int) -> torch.Tensor:
     """Hide padding keys. ids: (batch, len) -> (batch, 1, 1, len)."""
@@ -30,7 +32,7 @@ def blocked_mask(
     mask = torch.ones(length, length, dtype=torch.bool, device=device)
     for query, key in blocked:
         if not (0 <= query < length and 0 <= key < length):
-            raise ValueError(
+            raise UserError(
                 f"blocked position (query {query}, key {key}) is outside the {length} x {length} attention matrix"
             )
         mask[query, key] = False
@@ -68,7 +70,7 @@ def check_every_query_sees_a_key(mask: torch.Tensor | None) -> None:
     empty_rows = ~mask.any(dim=-1)  # (..., q_len)
     if bool(empty_rows.any()):
         queries = sorted({int(i) for i in empty_rows.nonzero()[:, -1]})
-        raise ValueError(
+        raise UserError(
             f"the mask hides every key from query position(s) {queries}: each query must see at least one key"
         )
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Collection, Iterable
 
+from attention_atlas.model.core.errors import UserError
+
 _ALLOWED_CONTROLS = {"\t", "\n", "\r"}
 
 
@@ -28,13 +30,13 @@ def validate_text(text: str, max_chars: int, allowed: Collection[str] | None = N
     more than `max_chars` characters, and (when `allowed` is given) characters outside it.
     """
     if not text or not text.strip():
-        raise ValueError(f"The {what} is empty: type at least one character.")
+        raise UserError(f"The {what} is empty: type at least one character.")
     bad_controls = _unique(c for c in text if unicodedata.category(c) in ("Cc", "Cs") and c not in _ALLOWED_CONTROLS)
     if bad_controls:
         shown = ", ".join(describe_char(c) for c in bad_controls)
-        raise ValueError(f"The {what} contains control characters that cannot be tokenised: {shown}. Remove them.")
+        raise UserError(f"The {what} contains control characters that cannot be tokenised: {shown}. Remove them.")
     if len(text) > max_chars:
-        raise ValueError(f"The {what} has {len(text):,} characters; this model accepts at most {max_chars:,}.")
+        raise UserError(f"The {what} has {len(text):,} characters; this model accepts at most {max_chars:,}.")
     if allowed is not None:
         allowed_set = set(allowed)
         outside = _unique(c for c in text if c not in allowed_set)
@@ -42,7 +44,7 @@ def validate_text(text: str, max_chars: int, allowed: Collection[str] | None = N
             shown = ", ".join(describe_char(c) for c in outside)
             allowed_shown = "".join(sorted(allowed_set)).replace(" ", "")
             space = " and space" if " " in allowed_set else ""
-            raise ValueError(
+            raise UserError(
                 f"The {what} contains characters this model does not know: {shown}. "
                 f"Allowed: {allowed_shown}{space}."
             )

@@ -41,6 +41,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.hf.heads import ProjectionHeads
 from attention_atlas.model.hf.probe import Call, Probe, probe_run
 from attention_atlas.model.hf.taps import (
@@ -84,7 +85,7 @@ def discover(model: nn.Module, kind: str = "decoder") -> Family:
     rotary = _has_rotary(base)
     tables = [_block_table(block, probe, rotary) for block in layers]
     if not all(any(name.startswith("attn.") for name in table) for table in tables):
-        raise ValueError(f"{type(model).__name__} computes attention in its own code, not through transformers' "
+        raise UserError(f"{type(model).__name__} computes attention in its own code, not through transformers' "
                          "attention interface, so its attention cannot be read here yet.")
     layer_taps = {name: (f"{layers_path}.{{i}}{'.' + tables[0][name][0] if tables[0][name][0] else ''}",
                          tables[0][name][1])
@@ -128,7 +129,7 @@ def _block_list(model: nn.Module) -> tuple[str, nn.ModuleList]:
     lists = [(path, m) for path, m in model.base_model.named_modules()
              if isinstance(m, nn.ModuleList) and len(m) == count and len(m) > 0]
     if not lists:
-        raise ValueError(f"{type(model).__name__}: no list of {count} blocks found, so its layers cannot be read.")
+        raise UserError(f"{type(model).__name__}: no list of {count} blocks found, so its layers cannot be read.")
     return max(lists, key=lambda item: sum(p.numel() for p in item[1].parameters()))
 
 

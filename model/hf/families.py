@@ -7,6 +7,7 @@ from typing import Any
 
 from torch import nn
 
+from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.hf.discovery import discover
 from attention_atlas.model.hf.taps import TABLES, Family
 
@@ -24,14 +25,14 @@ def kind_of(model_type: str) -> Kind:
     if model_type in TABLES:
         return TABLES[model_type](CONFIG_MAPPING[model_type]()).kind
     if model_type not in CONFIG_MAPPING:
-        raise ValueError(f"model type {model_type!r} is not one the installed transformers knows; the app opens "
+        raise UserError(f"model type {model_type!r} is not one the installed transformers knows; the app opens "
                          "the text models it knows (see docs/models.md).")
     if not getattr(CONFIG_MAPPING[model_type](), "is_encoder_decoder", False):
         if model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES:  # an encoder (ModernBERT), or a BERT-style one
             return "encoder"
         if model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
             return "decoder"
-    raise ValueError(f"model type {model_type!r} is not supported: the app opens decoder-only language models "
+    raise UserError(f"model type {model_type!r} is not supported: the app opens decoder-only language models "
                      "of any type, and the encoders and encoder-decoders listed in docs/models.md.")
 
 

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from attention_atlas.model.core.capture.record import model_lock
+from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.hf.families import Kind, family_of, kind_of
 from attention_atlas.model.hf.heads import ATTENTION, register_attention
 from attention_atlas.model.hf.placement import Placement, budgets_text, is_spread, placement_words, serialise
@@ -55,16 +56,16 @@ def local_folder(source: str) -> Path | None:
         folder = Path(source).expanduser()
         return folder if folder.exists() else None
     except (OSError, RuntimeError, ValueError):  # name too long, a user `~name` that does not exist, a NUL
-        raise ValueError(f"{shown(source)!r} is neither a folder here nor a Hugging Face hub id.") from None
+        raise UserError(f"{shown(source)!r} is neither a folder here nor a Hugging Face hub id.") from None
 
 
 def check_hub_id(source: str) -> None:
     """ValueError unless `source` has the form of a hub id (`name` or `owner/name`)."""
     if source.startswith(("/", ".", "~")):
-        raise ValueError(f"{shown(source)} does not exist here: give a Hugging Face model folder on this server, "
+        raise UserError(f"{shown(source)} does not exist here: give a Hugging Face model folder on this server, "
                          "or a hub id.")
     if not HUB_ID.fullmatch(source):
-        raise ValueError(f"{shown(source)!r} is neither a folder here nor a Hugging Face hub id (owner/name: "
+        raise UserError(f"{shown(source)!r} is neither a folder here nor a Hugging Face hub id (owner/name: "
                          "letters, digits, '-', '_' and '.', up to 96 characters each).")
 
 
@@ -72,16 +73,16 @@ def read_config(folder: Path, source: str) -> dict[str, Any]:
     """The folder's config.json as a dict; ValueError saying what is wrong with it otherwise."""
     config = folder / "config.json"
     if not config.is_file():
-        raise ValueError(f"{shown(source)} has no config.json, so it is not a Hugging Face model folder")
+        raise UserError(f"{shown(source)} has no config.json, so it is not a Hugging Face model folder")
     try:
         data = json.loads(config.read_text(encoding="utf-8"))
     except OSError as error:
-        raise ValueError(f"{shown(source)}/config.json cannot be read ({error.strerror}).") from None
+        raise UserError(f"{shown(source)}/config.json cannot be read ({error.strerror}).") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         reason = error.msg if isinstance(error, json.JSONDecodeError) else "not UTF-8 text"
-        raise ValueError(f"{shown(source)}/config.json is not valid JSON ({reason}).") from None
+        raise UserError(f"{shown(source)}/config.json is not valid JSON ({reason}).") from None
     if not isinstance(data, dict):
-        raise ValueError(f"{shown(source)}/config.json does not hold a JSON object of settings.")
+        raise UserError(f"{shown(source)}/config.json does not hold a JSON object of settings.")
     return data
 
 
@@ -90,16 +91,16 @@ def check_local_folder(folder: Path, source: str | None = None) -> None:
     weights. source: the folder as the person typed it (messages quote that)."""
     source = str(folder) if source is None else source
     if not folder.is_dir():
-        raise ValueError(f"{shown(source)} is not a folder: give a Hugging Face model folder or a hub id")
+        raise UserError(f"{shown(source)} is not a folder: give a Hugging Face model folder or a hub id")
     config = read_config(folder, source)
     if "transformers_weights" in config:
-        raise ValueError(f"{shown(source)}/config.json points at its own weights file ('transformers_weights'); "
+        raise UserError(f"{shown(source)}/config.json points at its own weights file ('transformers_weights'); "
                          "refused for safety")
     kind_of(str(config.get("model_type")))  # a clear message for a type this app cannot show
     if not any(folder.glob("*.safetensors")):
         pickles = sorted(p.name for p in folder.iterdir() if p.suffix in PICKLE_SUFFIXES)
         found = f" (found {', '.join(pickles)})" if pickles else ""
-        raise ValueError(
+        raise UserError(
             f"{shown(source)} has no .safetensors weights{found}. Pickle checkpoints are refused because loading "
             "one can run arbitrary code; convert it to safetensors first (save_pretrained(..., "
             "safe_serialization=True))."
@@ -159,12 +160,12 @@ def load_hf_runner(
         except KeyError as error:  # transformers looked the implementation up in a table of its own
             if error.args != (ATTENTION,):
                 raise
-            raise ValueError(f"{config.model_type} computes attention in its own code, not through transformers' "
+            raise UserError(f"{config.model_type} computes attention in its own code, not through transformers' "
                              "attention interface, so its attention cannot be read here yet.") from error
         family = family_of(model, config, kind)
         tokenizer = transformers.AutoTokenizer.from_pretrained(where, **common)
     except OSError as error:
-        raise ValueError(_explain_load_failure(source, folder, common["local_files_only"], error)) from error
+        raise UserError(_explain_load_failure(source, folder, common["local_files_only"], error)) from error
     origin = origin or ("a local folder" if local else f"the Hugging Face Hub ({source})")
     notes = {"comes from": origin, "load time": f"{time.perf_counter() - start:.1f} s"}
     if placement is None:

@@ -24,6 +24,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from attention_atlas.model.core.errors import UserError
+
 DEVICE_KEY = re.compile(r"cpu|mps|(?:cuda:)?(\d{1,2})")
 BUDGET = re.compile(r"\d+(?:\.\d+)?\s*(?:[KMGT]i?B)?", re.IGNORECASE)
 _UNITS = {"": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
@@ -59,10 +61,10 @@ def parse_budgets(texts: list[str] | str) -> tuple[tuple[str, int], ...]:
         device, _, size = item.partition("=")
         match = DEVICE_KEY.fullmatch(device.strip().lower())
         if match is None:
-            raise ValueError(f"{item[:40]!r}: a memory budget names a device (cpu, mps, or a GPU's number: 0, 1 …), "
+            raise UserError(f"{item[:40]!r}: a memory budget names a device (cpu, mps, or a GPU's number: 0, 1 …), "
                              "then = and a size, e.g. cpu=2GiB")
         if not BUDGET.fullmatch(size.strip()):
-            raise ValueError(f"{item[:40]!r}: the size must be a number of bytes or a number with a unit (KB, MB, "
+            raise UserError(f"{item[:40]!r}: the size must be a number of bytes or a number with a unit (KB, MB, "
                              "GB, KiB, MiB, GiB), e.g. 0=20GiB")
         budgets[match.group(1) or match.group(0)] = _bytes(size.strip())
     return tuple(budgets.items())

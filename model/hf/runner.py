@@ -22,6 +22,7 @@ from attention_atlas.model.core.capture.ablation import Outcome, ablating, ablat
 from attention_atlas.model.core.capture.hooks import ModuleTap, ReportedTap
 from attention_atlas.model.core.capture.record import Captured, capture
 from attention_atlas.model.core.devices import free_accelerator_memory, is_out_of_memory
+from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.generation.decoding import Stepper
 from attention_atlas.model.core.generation.forcing import score_target
 from attention_atlas.model.core.masks import additive_mask, self_attention_mask
@@ -239,7 +240,7 @@ class HFRunner:
         causal LM's next-token log-probabilities after the last token, an encoder-decoder's at every output
         position (reading the trace's output), an encoder's last-layer vectors. The trace must be unpadded."""
         if trace.options.pad_to:
-            raise ValueError("Ablation reads the text as typed: turn padding off.")
+            raise UserError("Ablation reads the text as typed: turn padding off.")
         model, batch = self.model, len(rows)
         device = input_device(model)
         ids = torch.tensor([trace.ids], device=device).expand(batch, -1)  # (batch, len)

@@ -17,6 +17,7 @@ from transformers import DynamicCache
 
 from attention_atlas.model.core.capture.hooks import ModuleTap, ReportedTap
 from attention_atlas.model.core.capture.record import capture
+from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.generation.decoding import Stepper
 from attention_atlas.model.core.masks import additive_mask, self_attention_mask
 from attention_atlas.model.core.options import RunOptions
@@ -34,7 +35,7 @@ def hf_stepper(model: nn.Module, taps: Taps, kind: str, tokens: TokenText, text:
     """Generation from `text` with a loaded model (`kind`: encoder, decoder or encoder-decoder) and its hook `taps`;
     use_cache=False re-reads the whole sequence at every step even where a KV cache could be used."""
     if kind == "encoder":
-        raise ValueError(f"{tokens.model_id} is an encoder: it reads text but does not generate any.")
+        raise UserError(f"{tokens.model_id} is an encoder: it reads text but does not generate any.")
     ids = tokens.encode(text)
     eos, limit = eos_ids(model), tokens.max_tokens
 

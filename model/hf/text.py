@@ -7,6 +7,8 @@ from typing import Any
 
 from torch import nn
 
+from attention_atlas.model.core.errors import UserError
+
 READABLE_MARKERS = ("Ġ", "▁", "Ċ", "ĉ")  # byte-level BPE and SentencePiece spell spaces with these
 
 
@@ -20,7 +22,7 @@ class TokenText:
         """The ids of `text` with the model's special tokens; ValueError past max_tokens (`what` names the text)."""
         ids = self.tokenizer(text, add_special_tokens=True)["input_ids"]
         if len(ids) > self.max_tokens:
-            raise ValueError(f"The {what} is {len(ids):,} tokens long; {self.model_id} accepts at most "
+            raise UserError(f"The {what} is {len(ids):,} tokens long; {self.model_id} accepts at most "
                              f"{self.max_tokens:,} here. Shorten it.")
         return ids
 
@@ -28,9 +30,9 @@ class TokenText:
         """A causal LM's target: its tokens as they continue a prompt of `prompt_len` (no special tokens added)."""
         ids = self.tokenizer(target, add_special_tokens=False)["input_ids"]
         if not ids:
-            raise ValueError("The target has no tokens: type at least one word.")
+            raise UserError("The target has no tokens: type at least one word.")
         if prompt_len + len(ids) > self.max_tokens:
-            raise ValueError(f"The text and the target are {prompt_len + len(ids):,} tokens together; "
+            raise UserError(f"The text and the target are {prompt_len + len(ids):,} tokens together; "
                              f"{self.model_id} accepts at most {self.max_tokens:,} here. Shorten them.")
         return ids
 

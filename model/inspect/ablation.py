@@ -17,6 +17,7 @@ from typing import Protocol
 import numpy as np
 
 from attention_atlas.model.core.capture.ablation import Outcome
+from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.options import AblationMode, Head
 from attention_atlas.model.core.trace.sites import Site
 from attention_atlas.model.core.trace.trace import Trace
@@ -97,7 +98,7 @@ def scan_heads(runner: Ablatable, trace: Trace, mode: AblationMode,
     """Ablate each head of the model alone and measure the change, in batches of about `tokens_per_pass` tokens
     (a row per head; the first batch also runs the unablated model). `on_progress(heads done, heads)` after each."""
     if scan_work(trace) > MAX_SCAN_WORK:
-        raise ValueError(f"Scanning every head of this text reads {scan_work(trace):,} token-heads; the limit here "
+        raise UserError(f"Scanning every head of this text reads {scan_work(trace):,} token-heads; the limit here "
                          f"is {MAX_SCAN_WORK:,}. Shorten the text.")
     heads = every_head(trace)
     per_pass = max(1, tokens_per_pass // (len(trace.ids) + len(trace.target_ids)))

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.runner import Runner
 from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.hf.placement import computing_device, exclusive, input_device
@@ -92,7 +93,7 @@ def forward_for(runner: Runner, trace: Trace) -> tuple[nn.Module, Callable[[], A
         if runner.family.kind == "decoder":
             return model, lambda: model(input_ids=src, logits_to_keep=1, use_cache=False)
         return model, lambda: model(input_ids=src)
-    raise ValueError(f"{runner.facts.model_id}: no shape trace for this kind of model")
+    raise UserError(f"{runner.facts.model_id}: no shape trace for this kind of model")
 
 
 def spell_for(runner: Runner) -> Callable[[list[int]], list[str]]:
@@ -101,4 +102,4 @@ def spell_for(runner: Runner) -> Callable[[list[int]], list[str]]:
         return runner.toy.tokenizer.tokens
     if isinstance(runner, HFRunner):
         return runner.text.tokens  # the runner's own spelling (byte-level markers turned back into spaces)
-    raise ValueError(f"{runner.facts.model_id}: no vocabulary here")
+    raise UserError(f"{runner.facts.model_id}: no vocabulary here")

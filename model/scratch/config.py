@@ -6,6 +6,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from attention_atlas.model.core.errors import UserError
+
 ModelKind = Literal["encoder-decoder", "decoder"]
 NormPlacement = Literal["post", "pre"]
 
@@ -31,15 +33,15 @@ class TransformerConfig:
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "n_heads", "d_ff", "n_decoder_layers", "max_len"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise ValueError(f"{name} must be a whole number of at least 1, not {getattr(self, name)!r}")
+                raise UserError(f"{name} must be a whole number of at least 1, not {getattr(self, name)!r}")
         if not isinstance(self.n_encoder_layers, int) or self.n_encoder_layers < 0:
-            raise ValueError(f"n_encoder_layers must be a whole number, not {self.n_encoder_layers!r}")
+            raise UserError(f"n_encoder_layers must be a whole number, not {self.n_encoder_layers!r}")
         if self.d_model % self.n_heads:
-            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+            raise UserError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
         if self.kind not in ("encoder-decoder", "decoder"):
-            raise ValueError(f"kind must be 'encoder-decoder' or 'decoder', not {self.kind!r}")
+            raise UserError(f"kind must be 'encoder-decoder' or 'decoder', not {self.kind!r}")
         if self.norm not in ("post", "pre"):
-            raise ValueError(f"norm must be 'post' or 'pre', not {self.norm!r}")
+            raise UserError(f"norm must be 'post' or 'pre', not {self.norm!r}")
 
     @property
     def d_head(self) -> int:

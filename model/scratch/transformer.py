@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from attention_atlas.model.core.capture.hooks import HookPoint, name_hook_points
+from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.scratch.config import TransformerConfig
 from attention_atlas.model.scratch.layers import HookedLayerNorm, TransformerLayer, embedding_scale, sinusoidal_table
 
@@ -31,7 +32,7 @@ class Stack(nn.Module):
         """ids: (batch, len) -> (batch, len, d_model), the input of layer 0."""
         length = ids.size(1)
         if length > self.max_len:
-            raise ValueError(f"sequence of {length} tokens is longer than the model's limit of {self.max_len}")
+            raise UserError(f"sequence of {length} tokens is longer than the model's limit of {self.max_len}")
         tokens = self.hook_embed(self.embedding(ids) * self.scale)
         positions = self.hook_pos_embed(self.pos_table[:length].unsqueeze(0))
         return self.dropout(tokens + positions)

@@ -1,6 +1,7 @@
 """A training run in a background thread, followed while it runs: the loss and accuracy of every step, and every
 so often a snapshot of every head's attention on the task's probe example with the heads' scores
-(model/toy/head_scores.py). Pause, resume and stop between steps; bounded in steps, time, size and memory."""
+(model/toy/head_scores.py). Pause, resume and stop between steps; bounded in steps, time, size and memory; ended
+by its owner's going, paused or not."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import copy
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -30,6 +32,7 @@ LOG = logging.getLogger(__name__)
 Status = Literal["running", "paused", "evaluating", "finished", "stopped", "failed"]  # evaluating: the result's
 # exact match on held-out examples, after the last step
 CHUNK_S = 0.1  # steps run under one hold of the run slot before others get their turn
+ASK_EVERY_S = 0.5  # how often a paused run asks whether its session is still there
 VALIDATION_SIZE = 200  # held-out examples whose exact match the finished model is given
 
 
@@ -93,8 +96,10 @@ class LiveTraining:
     """One training run in its own thread. Read `losses`, `accuracies`, `snapshots`, `status` while it runs;
     `result` is the trained model (eval mode, never trained further) once it has finished or was stopped.
 
-    slot: held while steps run (the server's run slots, so that training takes turns with people's runs);
-    alive: asked between steps, False stops the run (its session has ended)."""
+    slot: held whenever the model computes (the first snapshot, each CHUNK_S of steps, the last snapshot and the
+    evaluation): the server's run slots, so that training takes turns with people's runs;
+    alive: asked between steps and, while paused, every ASK_EVERY_S; False stops the run with no result (its
+    session has ended)."""
 
     def __init__(self, recipe: Recipe, snapshot_every: int, device: str | torch.device = "cpu",
                  limits: Limits = Limits(), slot: Callable[[], AbstractContextManager] = contextlib.nullcontext,
@@ -115,7 +120,9 @@ class LiveTraining:
         self.scores: list[Score] = []  # what each snapshot scores (set by the first)
         self.probe_tokens: dict[str, tuple[list[str], list[str]]] = {}  # site -> its query and key tokens
         self.probe_masks: dict[str, np.ndarray] = {}  # site -> (q_len, k_len) bool, True = may attend
-        self.status: Status = "running"
+        self.run_id = uuid.uuid4().hex  # this run's identity (an id() is reused once its object is collected)
+        self._lock = threading.Lock()  # around every change of status (the thread's and the person's)
+        self._status: Status = "running"
         self.message = ""  # why it stopped, when it did not finish
         self.seconds = 0.0  # spent training, pauses not counted
         self.result: ToyModel | None = None
@@ -129,26 +136,34 @@ class LiveTraining:
         return len(self.losses)
 
     @property
+    def status(self) -> Status:
+        return self._status
+
+    @property
     def done(self) -> bool:
-        return self.status in ("finished", "stopped", "failed")
+        return self._status in ("finished", "stopped", "failed")
 
     def pause(self) -> None:
-        if self.status == "running":  # a pause asked as the last step ends is too late: the run finishes
-            self._running.clear()
-            self.status = "paused"
+        with self._lock:
+            if self._status == "running":  # a pause asked once the last step is taken is too late: the run finishes
+                self._running.clear()
+                self._status = "paused"
 
     def resume(self) -> None:
-        if self.status == "paused":
-            self.status = "running"
-            self._running.set()
+        with self._lock:
+            if self._status == "paused":
+                self._status = "running"
+                self._running.set()
 
     def stop(self) -> None:
         """Stop after the current step; the model trained so far becomes the result."""
         self._stop.set()
         self._running.set()
 
-    def join(self, timeout: float | None = None) -> None:
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for the thread to end, at most `timeout` seconds; whether it has."""
         self._thread.join(timeout)
+        return not self._thread.is_alive()
 
     def snapshot_model(self, snapshot: Snapshot) -> ToyModel:
         """A model with a snapshot's weights (eval mode), to open like any other."""
@@ -164,24 +179,35 @@ class LiveTraining:
     def _work(self) -> None:
         """The run; its status says it is done only once its result is there."""
         try:
-            self._take_snapshot()
+            with self._slot():
+                self._take_snapshot()
             ending = self._train()
             if self._alive():
-                self.status = "evaluating"
-                if self.snapshots[-1].step != self.step:  # stopped between snapshots: the timeline ends at the result
-                    self._take_snapshot()
-                self._finish()
-            self.status, self.message = ending
+                self._set("evaluating")
+                with self._slot():
+                    if self.snapshots[-1].step != self.step:  # stopped between snapshots: the timeline ends here
+                        self._take_snapshot()
+                    self._finish()
+            self._set(*ending)
         except Exception as error:  # shown on the page; the server goes on
             LOG.exception("training failed")
-            self.status, self.message = "failed", f"{type(error).__name__}: {error}"
+            self._set("failed", f"{type(error).__name__}: {error}")
+
+    def _set(self, status: Status, message: str = "") -> None:
+        with self._lock:
+            self.message = message  # first: a reader of the status finds its message
+            self._status = status
 
     def _train(self) -> tuple[Status, str]:
-        """Steps until the last, a stop or the time limit; returns how it ended (status, message)."""
+        """Steps until the last, a stop, the time limit or the session's end (asked while paused too); returns how
+        it ended (status, message)."""
         steps = self.recipe.settings.steps
         while self.step < steps:
-            self._running.wait()
-            if self._stop.is_set() or not self._alive():
+            if not self._alive():
+                return "stopped", "stopped: its session has ended"
+            if not self._running.wait(ASK_EVERY_S):  # paused
+                continue
+            if self._stop.is_set():
                 return "stopped", "stopped before its last step"
             if self.seconds >= self.limits.max_minutes * 60:
                 return "stopped", f"stopped at the time limit of {self.limits.max_minutes:g} min"

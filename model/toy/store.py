@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_model, save_model
 
+from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.scratch.config import TransformerConfig
 from attention_atlas.model.scratch.tokenizer import CharTokenizer
 from attention_atlas.model.scratch.transformer import DecoderOnly, EncoderDecoder, build_model
@@ -111,32 +112,32 @@ def load_toy_folder(folder: Path, device: str | torch.device = "cpu") -> ToyMode
     try:
         meta = json.loads((folder / CONFIG_FILE).read_text())
     except (OSError, ValueError) as error:
-        raise ValueError(f"{CONFIG_FILE} cannot be read as JSON ({error})") from error
+        raise UserError(f"{CONFIG_FILE} cannot be read as JSON ({error})") from error
     if not isinstance(meta, dict) or not isinstance(meta.get("model"), dict):
-        raise ValueError(f"{CONFIG_FILE} has no model settings: it is not a toy model's")
+        raise UserError(f"{CONFIG_FILE} has no model settings: it is not a toy model's")
     if meta.get("task") not in TASKS:
-        raise ValueError(f"{CONFIG_FILE} names the task {meta.get('task')!r}; known tasks: {', '.join(TASKS)}")
+        raise UserError(f"{CONFIG_FILE} names the task {meta.get('task')!r}; known tasks: {', '.join(TASKS)}")
     chars = meta.get("chars")
     if (not isinstance(chars, list) or not 0 < len(chars) <= MAX_CHARS or len(set(chars)) < len(chars)
             or not all(isinstance(c, str) and len(c) == 1 for c in chars)):
-        raise ValueError(f"{CONFIG_FILE} has no vocabulary (a list of at most {MAX_CHARS} distinct characters)")
+        raise UserError(f"{CONFIG_FILE} has no vocabulary (a list of at most {MAX_CHARS} distinct characters)")
     tokenizer = CharTokenizer(chars)
     try:
         cfg = TransformerConfig.from_dict(meta["model"])
     except (TypeError, ValueError) as error:
-        raise ValueError(f"{CONFIG_FILE}'s model settings are not valid: {error}") from error
+        raise UserError(f"{CONFIG_FILE}'s model settings are not valid: {error}") from error
     if cfg.vocab_size != len(tokenizer):
-        raise ValueError(f"the model has {cfg.vocab_size} tokens but its vocabulary {len(tokenizer)}")
+        raise UserError(f"the model has {cfg.vocab_size} tokens but its vocabulary {len(tokenizer)}")
     problems = size_problems(cfg)
     if problems:
-        raise ValueError("the model is larger than this app opens: " + "; ".join(problems))
+        raise UserError("the model is larger than this app opens: " + "; ".join(problems))
     if not (folder / WEIGHTS_FILE).is_file():
-        raise ValueError(f"{WEIGHTS_FILE} is missing")
+        raise UserError(f"{WEIGHTS_FILE} is missing")
     model = build_model(cfg)
     try:
         load_model(model, str(folder / WEIGHTS_FILE), device=str(device))
     except Exception as error:  # safetensors' own errors for a bad header, missing or unexpected tensors
-        raise ValueError(f"{WEIGHTS_FILE} does not hold this model's weights ({error})") from error
+        raise UserError(f"{WEIGHTS_FILE} does not hold this model's weights ({error})") from error
     model.to(device).eval()
     training = meta.get("training")
     return ToyModel(TASKS[meta["task"]], tokenizer, model, training if isinstance(training, dict) else {})

@@ -53,6 +53,7 @@ def broken_models(monkeypatch, folders):
     makers = {
         "broken-load": _raising(RuntimeError(f"weights at {SECRET} are corrupt")),
         "broken-run": lambda *a, **k: _broken_toy(KeyError(SECRET)),
+        "planted-bug": lambda *a, **k: _broken_toy(ValueError(f"operands could not be broadcast ({SECRET})")),
         "broken-oom": lambda *a, **k: _broken_toy(torch.cuda.OutOfMemoryError("CUDA out of memory.")),
         "broken-cpu-memory": lambda *a, **k: _broken_toy(RuntimeError("DefaultCPUAllocator: can't allocate memory")),
         "broken-gpu": lambda *a, **k: _gpu_runner_out_of_memory(folders["gpt2"]),
@@ -97,6 +98,20 @@ def test_a_failure_is_a_message_and_the_app_carries_on(broken_models, model_id: 
     at.switch_page(PAGES[0].path).run()
     assert_safe(at)
     assert at.code[0].value == "cba" and not at.error
+
+
+def test_a_bug_that_raises_a_valueerror_is_logged_not_shown_as_a_mistake(broken_models, caplog) -> None:
+    """A ValueError that is not a UserError (numpy's, a shape mismatch) is a bug: the person reads that something
+    went wrong and where the details are; the server's log holds its traceback."""
+    with caplog.at_level("ERROR", logger="attention_atlas.ui.runs"):
+        at = _on_custom("planted-bug")
+    assert_safe(at)
+    shown = _message(at)
+    assert shown.startswith("Something went wrong: Running planted-bug failed (ValueError); the details are in the "
+                            "server's log") and "broadcast" not in shown and SECRET not in shown_text(at)
+    logged = [record for record in caplog.records if record.exc_info]  # logged with its traceback
+    assert logged and logged[0].exc_info[0] is ValueError and "operands could not be broadcast" in caplog.text
+    assert "Traceback (most recent call last)" in caplog.text and "raise error" in caplog.text  # where it came from
 
 
 def test_out_of_memory_on_the_gpu_reruns_on_the_cpu_and_says_so(broken_models) -> None:

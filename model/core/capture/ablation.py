@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from attention_atlas.model.core.capture.hooks import Edit, HookPoint, ReportedTap, editing
+from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.options import ABLATION_MODES, AblationMode, Head
 
 ALL_ROWS = -1  # a row index meaning every row of the batch
@@ -75,11 +76,11 @@ def _ablating(
         yield
         return
     if mode not in ABLATION_MODES:
-        raise ValueError(f"Unknown ablation {mode!r}: choose one of {', '.join(ABLATION_MODES)}.")
+        raise UserError(f"Unknown ablation {mode!r}: choose one of {', '.join(ABLATION_MODES)}.")
     by_hook: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for row, head in pairs:
         if not 0 <= head[1] < n_heads:
-            raise ValueError(f"{head[0]} has heads 0–{n_heads - 1}; there is no head {head[1]}.")
+            raise UserError(f"{head[0]} has heads 0–{n_heads - 1}; there is no head {head[1]}.")
         by_hook[head_hook(head)].append((row, head[1]))
     point_edits: dict[str, Edit] = {}
     reported_edits: dict[object, dict[str, Edit]] = {}
@@ -90,7 +91,7 @@ def _ablating(
         elif isinstance(tap, ReportedTap):
             reported_edits.setdefault(tap.module, {})[tap.quantity] = _edit(site_pairs, mode)
         else:
-            raise ValueError(f"This model has no attention heads at {name.removesuffix('.hook_z')}.")
+            raise UserError(f"This model has no attention heads at {name.removesuffix('.hook_z')}.")
     with editing(point_edits, reported_edits):
         yield
 

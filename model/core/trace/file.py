@@ -16,6 +16,7 @@ from typing import IO, Any
 import numpy as np
 
 from attention_atlas.model.core.attention.source import PatternSource
+from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.options import RunOptions
 from attention_atlas.model.core.trace.facts import DecodeStep, ModelFacts
 
@@ -26,7 +27,7 @@ PLAIN = {"format", "text", "target", "tokens", "ids", "target_tokens", "target_i
 REQUIRED = {"tokens", "ids", "target_tokens", "target_ids", "facts", "options", "output_text", "step_ids"}
 
 
-class NotATraceFile(ValueError):
+class NotATraceFile(UserError):
     """A file that is not a trace file this version can read; the message says why, in a sentence."""
 
 
@@ -56,7 +57,7 @@ def write(path: str | Path | IO[bytes], trace: dict[str, Any], dense: bool = Fal
     if dense:
         dense_bytes = sum(2 * math.prod(source.shape) for source in sources.values())
         if dense_bytes > DENSE_BYTES_LIMIT:
-            raise ValueError(f"the whole attention patterns of this run are {dense_bytes / 1024**3:.1f} GiB, more "
+            raise UserError(f"the whole attention patterns of this run are {dense_bytes / 1024**3:.1f} GiB, more "
                              f"than the {DENSE_BYTES_LIMIT / 1024**3:.0f} GiB a dense file may hold; save it "
                              "without dense and read its patterns with load_trace")
         arrays.update({name: source.pattern() for name, source in sources.items()})
