@@ -19,7 +19,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from attention_atlas.model.core.capture.record import model_lock
 from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.hf.families import Kind, family_of, kind_of
 from attention_atlas.model.hf.heads import ATTENTION, register_attention
@@ -171,7 +170,7 @@ def load_hf_runner(
     if placement is None:
         return HFRunner(model_id or source, model, tokenizer, family, notes, cpu_loader=lambda: load_model("cpu"))
     if is_spread(model):
-        serialise(model, model_lock(model))
+        serialise(model)
         notes["where the layers are"] = placement_words(model.hf_device_map)
     if placement.max_memory:
         notes["memory budgets"] = budgets_text(placement.max_memory)

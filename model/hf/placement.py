@@ -16,7 +16,6 @@ import contextlib
 import functools
 import re
 import threading
-import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -24,13 +23,13 @@ from typing import Any
 import torch
 from torch import nn
 
+from attention_atlas.model.core.capture.record import lock_of, model_lock, share_lock
 from attention_atlas.model.core.errors import UserError
 
 DEVICE_KEY = re.compile(r"cpu|mps|(?:cuda:)?(\d{1,2})")
 BUDGET = re.compile(r"\d+(?:\.\d+)?\s*(?:[KMGT]i?B)?", re.IGNORECASE)
 _UNITS = {"": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
           "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
-_offload_locks: weakref.WeakKeyDictionary[nn.Module, threading.RLock] = weakref.WeakKeyDictionary()
 
 
 @dataclass(frozen=True)
@@ -115,19 +114,20 @@ def device_words(model: nn.Module) -> str:
     return " + ".join(dict.fromkeys(named))
 
 
-def serialise(model: nn.Module, lock: threading.RLock) -> None:
+def serialise(model: nn.Module) -> None:
     """Make every forward pass of a spread model (and of an encoder-decoder's encoder, which runs on its own) take
-    `lock`, and every module whose weights are offloaded known to `weights_at_hand` by the same lock. Done once, at
-    load, before the model is shared."""
+    the model's lock (`model_lock`, the one its captures take), and every module whose weights are offloaded answer
+    to the same lock (`weights_at_hand`, `exclusive`). Done once, at load, before the model is shared."""
     from accelerate.utils import has_offloaded_params
 
+    lock = model_lock(model)
     encoder = model.get_encoder() if hasattr(model, "get_encoder") else None
     for part in (model, encoder):
         if part is not None:
             part.forward = _locked(part.forward, lock)
     for module in model.modules():
         if has_offloaded_params(module):
-            _offload_locks[module] = lock
+            share_lock(module, lock)
 
 
 def _locked(forward: Any, lock: threading.RLock) -> Any:
@@ -142,20 +142,28 @@ def _locked(forward: Any, lock: threading.RLock) -> Any:
 def exclusive(module: nn.Module) -> threading.RLock | contextlib.nullcontext:
     """What to hold while calling an offloaded module on its own (its model's lock: the call brings its weights in
     and lets them go); nothing for a module whose weights stay in place."""
-    return _offload_locks.get(module) or contextlib.nullcontext()
+    return _offload_lock(module) or contextlib.nullcontext()
 
 
 @contextlib.contextmanager
 def weights_at_hand(module: nn.Module) -> Iterator[None]:
     """While open, `module`'s own weights are real tensors on the device it computes on, also where accelerate
     offloaded them (under its model's lock). A module of a model on one device: nothing to do."""
-    if module not in _offload_locks:
+    lock = _offload_lock(module)
+    if lock is None:
         yield
         return
     from accelerate.utils import align_module_device
 
-    with _offload_locks[module], align_module_device(module):
+    with lock, align_module_device(module):
         yield
+
+
+def _offload_lock(module: nn.Module) -> threading.RLock | None:
+    """The lock of the spread model whose offloaded `module` this is (`serialise`), None for any other module."""
+    from accelerate.utils import has_offloaded_params
+
+    return lock_of(module) if has_offloaded_params(module) else None
 
 
 def computing_device(module: nn.Module) -> torch.device:

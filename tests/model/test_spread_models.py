@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from attention_atlas import load_trace
+from attention_atlas.model.core.capture.record import lock_of, model_lock
 from attention_atlas.model.core.generation.decoding import generate
 from attention_atlas.model.core.options import RunOptions
 from attention_atlas.model.hf.loading import load_hf_runner
@@ -106,6 +107,15 @@ def test_weights_of_offloaded_layers_are_read_for_the_pages(runners) -> None:
     np.testing.assert_allclose(a_logits, b_logits, atol=1e-6)
     np.testing.assert_array_equal(position_scheme(whole, "decoder", 6).rotary_profile,
                                   position_scheme(spread, "decoder", 6).rotary_profile)
+
+
+def test_a_spread_model_has_one_lock_for_its_passes_and_its_offloaded_weights(runners) -> None:
+    from accelerate.utils import has_offloaded_params
+
+    whole, spread = (runner.model for runner in runners)
+    offloaded = [module for module in spread.modules() if has_offloaded_params(module)]
+    assert offloaded and all(lock_of(module) is model_lock(spread) for module in offloaded)
+    assert all(lock_of(module) is None for module in whole.modules() if module is not whole)  # nothing to guard
 
 
 def test_runs_from_several_threads_are_those_of_one_thread(runners) -> None:

@@ -41,12 +41,26 @@ _locks_guard = threading.Lock()
 
 
 def model_lock(model: nn.Module) -> threading.RLock:
-    """The lock that serialises forward-hook captures on `model`."""
+    """The lock that serialises forward-hook captures on `model` (and every pass of a spread model: its parts whose
+    weights accelerate moves answer to it, `share_lock`). The one registry of the models' locks."""
     with _locks_guard:
         lock = _locks.get(model)
         if lock is None:
             lock = _locks[model] = threading.RLock()
         return lock
+
+
+def share_lock(part: nn.Module, lock: threading.RLock) -> None:
+    """Make `part` of a model answer to the model's `lock` (`lock_of`): a spread model's module whose weights its
+    passes bring in and let go."""
+    with _locks_guard:
+        _locks[part] = lock
+
+
+def lock_of(module: nn.Module) -> threading.RLock | None:
+    """The lock `module` answers to, if it has one (a model captured with hooks, or a part of a spread model)."""
+    with _locks_guard:
+        return _locks.get(module)
 
 
 @contextlib.contextmanager
