@@ -37,7 +37,7 @@ MEASURES = {  # the residual view's measures: name -> (label, value name)
     "boundaries": ("‖residual‖ at each boundary", "‖x‖"),
     "attn": ("‖attn_out‖: what attention writes", "‖attn_out‖"),
     "mlp": ("‖mlp_out‖: what the MLP writes", "‖mlp_out‖"),
-    "attn_share": ("attention's share of resid_mid", "share"),
+    "attn_share": ("attention's share of resid_mid", "share"),  # of resid_post where the blocks run side by side
     "mlp_share": ("the MLP's share of resid_post", "share"),
     "cosine": ("cosine between consecutive layers", "cosine"),
 }
@@ -75,7 +75,7 @@ def measure_hooks(trace: Trace, stack: str, measure: str) -> tuple[str, ...]:
     boundaries = stream_boundaries(trace, stack)
     outputs = "hook_normalized_resid_post" if trace.facts.norm.startswith("post") else "hook_resid_post"
     return {"boundaries": boundaries, "attn": ("hook_attn_out",), "mlp": ("hook_mlp_out",),
-            "attn_share": ("hook_attn_out", boundaries[-2]), "mlp_share": ("hook_mlp_out", "hook_resid_post"),
+            "attn_share": ("hook_attn_out", boundaries[1]), "mlp_share": ("hook_mlp_out", "hook_resid_post"),
             "cosine": ("hook_resid_pre", outputs)}[measure]
 
 
@@ -93,7 +93,7 @@ def residual_measure(trace: Trace, stack: str, measure: str) -> np.ndarray:
     if measure in ("attn", "mlp"):
         return norm_of(f"hook_{measure}_out")
     if measure == "attn_share":
-        return write_share(norm_of("hook_attn_out"), norm_of(boundaries[-2]))
+        return write_share(norm_of("hook_attn_out"), norm_of(boundaries[1]))  # mid; post for side-by-side blocks
     if measure == "mlp_share":
         return write_share(norm_of("hook_mlp_out"), norm_of(boundaries[-1]))
     outputs = list(layer_outputs(trace, stack))

@@ -9,6 +9,7 @@ import json
 import re
 from dataclasses import dataclass
 
+import numpy as np
 import plotly.graph_objects as go
 import plotly.io
 import pytest
@@ -18,8 +19,8 @@ import attention_atlas as aa
 from attention_atlas import plot
 from attention_atlas.model.core.trace.trace import Trace
 from tests.app.app_session import open_app_page
-from tests.plotly_specs import chart_specs
-from tests.tiny_hf import build
+from tests.plotly_specs import chart_specs, plotly_array
+from tests.tiny_hf import build, build_type
 
 MODELS = ("toy-date", "toy-gpt-date", "bert", "llama", "bart")  # toy models by id, the rest tiny Hugging Face folders
 TEXTS = {"toy-date": "march 3 2021", "toy-gpt-date": "march 3 2021"}
@@ -185,3 +186,15 @@ def test_a_mistake_says_what_to_do(sessions, tmp_path_factory) -> None:
     with pytest.raises(ValueError, match="measure is one of"):
         plot.residual(s.trace, measure="size")
 
+
+
+def test_attentions_share_where_the_blocks_run_side_by_side_is_of_the_sum_it_went_into(tmp_path) -> None:
+    """GPT-NeoX adds attention and the MLP to the same stream (no resid_mid): attention's share is of resid_post."""
+    trace = aa.load(build_type("gpt_neox", tmp_path / "neox")).run("the cat sat on the mat", hooks="*")
+    assert "decoder.0.hook_resid_mid" not in trace.names()
+    drawn = plotly_array(json.loads(plot.residual(trace, measure="attn_share").to_json())["data"][0]["z"])
+
+    def norm(name: str) -> np.ndarray:  # (layers, pos)
+        return np.linalg.norm(np.stack([trace[f"decoder.{i}.{name}"] for i in range(2)]), axis=-1)
+
+    np.testing.assert_allclose(drawn, norm("hook_attn_out") / norm("hook_resid_post"), rtol=1e-5)
