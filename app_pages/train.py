@@ -95,7 +95,8 @@ def form() -> None:
                     help="auto: a GPU when there is one, else the CPU.")
     st.caption(f"Limits of this server: {LIMITS.max_steps:,} steps, {LIMITS.max_minutes:g} minutes of training, "
                f"{LIMITS.max_parameters:,} parameters, batches of {LIMITS.max_batch_size}; one training per session "
-               f"and {MAX_TRAININGS} at once in the server. A training stops when its session ends.")
+               f"and {MAX_TRAININGS} at once in the server, paused ones included. A training, paused or not, stops "
+               "when its session ends.")
     if st.button("Start training", type="primary", icon=":material/play_arrow:", key="train_start"):
         try:
             start_training(*chosen_recipe(), st.session_state["train_device"])

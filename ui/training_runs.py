@@ -1,8 +1,10 @@
 """Training runs in the server: one per session, at most MAX_TRAININGS at once in the server, each taking the
-model-run slots in turns with people's runs (ui/run_scheduler.py) and stopping once its session has ended."""
+model-run slots in turns with people's runs (ui/run_scheduler.py) and stopping once its session has ended, paused
+or not."""
 
 from __future__ import annotations
 
+import threading
 import time
 import weakref
 from collections.abc import Callable
@@ -22,14 +24,42 @@ GONE_AFTER_S = 30.0  # a session away this long (its tab closed, not a moment's 
 LIMITS = Limits()
 
 
+class Trainings:
+    """The server's trainings: at most `most` not done at once (a paused one counts), counted and joined under one
+    lock, so that two sessions starting at the same moment cannot both take the last place."""
+
+    def __init__(self, most: int) -> None:
+        self.most = most
+        self._lock = threading.Lock()
+        self._all: weakref.WeakSet[LiveTraining] = weakref.WeakSet()  # a done one goes with its session
+
+    def start(self, make: Callable[[], LiveTraining]) -> LiveTraining:
+        """The training `make` starts, made and counted under the lock. ValueError, in words, when `most` run."""
+        with self._lock:
+            if sum(not training.done for training in self._all) >= self.most:
+                raise ValueError(f"The server is running {self.most} trainings, its most at once. Try again when "
+                                 "one has finished.")
+            training = make()
+            self._all.add(training)
+            return training
+
+
 @st.cache_resource(show_spinner=False)
-def _trainings() -> weakref.WeakSet:
-    """Every session's LiveTraining, shared by the server (a finished one is let go with its session)."""
-    return weakref.WeakSet()
+def _trainings() -> Trainings:
+    """Every session's trainings, shared by the server."""
+    return Trainings(MAX_TRAININGS)
 
 
-def running_elsewhere() -> int:
-    return sum(not training.done for training in _trainings())
+def connected_lately(connected: Callable[[], bool], grace_s: float) -> Callable[[], bool]:
+    """False once `connected()` has said False for `grace_s` on end (asked from the training's thread)."""
+    seen = [time.monotonic()]
+
+    def alive() -> bool:
+        if connected():
+            seen[0] = time.monotonic()
+        return time.monotonic() - seen[0] < grace_s
+
+    return alive
 
 
 def session_alive() -> Callable[[], bool]:
@@ -38,14 +68,8 @@ def session_alive() -> Callable[[], bool]:
     context = get_script_run_ctx()
     if context is None or not Runtime.exists():
         return lambda: True
-    runtime, session_id, seen = Runtime.instance(), context.session_id, [time.monotonic()]
-
-    def alive() -> bool:
-        if runtime.is_active_session(session_id):
-            seen[0] = time.monotonic()
-        return time.monotonic() - seen[0] < GONE_AFTER_S
-
-    return alive
+    runtime, session_id = Runtime.instance(), context.session_id
+    return connected_lately(lambda: runtime.is_active_session(session_id), GONE_AFTER_S)
 
 
 def current_training() -> LiveTraining | None:
@@ -58,12 +82,9 @@ def start_training(recipe: Recipe, snapshot_every: int, device: str) -> LiveTrai
     mine = current_training()
     if mine is not None and not mine.done:
         raise ValueError("This session is training a model already: stop it first.")
-    if running_elsewhere() >= MAX_TRAININGS:
-        raise ValueError(f"The server is running {MAX_TRAININGS} trainings, its most at once. Try again when one "
-                         "has finished.")
-    training = LiveTraining(recipe, snapshot_every, pick_device(device), LIMITS, slot=run_slots,
-                            alive=session_alive())
-    _trainings().add(training)
+    alive = session_alive()  # here: the script's thread knows its session
+    training = _trainings().start(lambda: LiveTraining(recipe, snapshot_every, pick_device(device), LIMITS,
+                                                       slot=run_slots, alive=alive))
     st.session_state[TRAINING] = training
     return training
 

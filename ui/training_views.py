@@ -53,8 +53,8 @@ def controls(training: LiveTraining) -> None:
 def live_view(training: LiveTraining) -> None:
     """Progress, the timeline, the curves and scores with the chosen snapshot marked, the heads at that snapshot;
     the result once done."""
-    if training.done and st.session_state.get("train_seen_done") != id(training):
-        st.session_state["train_seen_done"] = id(training)
+    if training.done and st.session_state.get("train_seen_done") != training.run_id:
+        st.session_state["train_seen_done"] = training.run_id
         st.rerun()  # the whole page: the controls give way to the result, and the redrawing stops
     progress(training)
     snapshots = list(training.snapshots)
@@ -212,8 +212,8 @@ def result(training: LiveTraining, snapshot: Snapshot) -> None:
 
 def listed(training: LiveTraining, which: int | str) -> str:
     """The session model id of the trained model ("final") or of the snapshot at step `which`, listed once."""
-    ids = still_listed("train_listed")  # (training, final or step) -> model id
-    key = (id(training), which)
+    ids = still_listed("train_listed")  # (run id, final or step) -> model id
+    key = (training.run_id, which)
     if key not in ids:
         if which == "final":
             ids[key] = add_session_model(training.recipe.task, training.result)

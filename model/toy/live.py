@@ -33,6 +33,7 @@ Status = Literal["running", "paused", "evaluating", "finished", "stopped", "fail
 # exact match on held-out examples, after the last step
 CHUNK_S = 0.1  # steps run under one hold of the run slot before others get their turn
 ASK_EVERY_S = 0.5  # how often a paused run asks whether its session is still there
+GONE: tuple[Status, str] = ("stopped", "stopped: its session has ended")  # how a run ends without a result
 VALIDATION_SIZE = 200  # held-out examples whose exact match the finished model is given
 
 
@@ -182,7 +183,9 @@ class LiveTraining:
             with self._slot():
                 self._take_snapshot()
             ending = self._train()
-            if self._alive():
+            if not self._alive():
+                ending = GONE
+            else:
                 self._set("evaluating")
                 with self._slot():
                     if self.snapshots[-1].step != self.step:  # stopped between snapshots: the timeline ends here
@@ -204,7 +207,7 @@ class LiveTraining:
         steps = self.recipe.settings.steps
         while self.step < steps:
             if not self._alive():
-                return "stopped", "stopped: its session has ended"
+                return GONE
             if not self._running.wait(ASK_EVERY_S):  # paused
                 continue
             if self._stop.is_set():

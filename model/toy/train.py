@@ -28,6 +28,7 @@ from attention_atlas.model.scratch.config import TransformerConfig
 from attention_atlas.model.scratch.tokenizer import CharTokenizer
 from attention_atlas.model.scratch.transformer import EncoderDecoder, build_model
 from attention_atlas.model.toy.evaluate import exact_match, pad_batch
+from attention_atlas.model.toy.seeding import OwnGenerator
 from attention_atlas.model.toy.store import ToyModel, save_toy, toy_dir
 from attention_atlas.model.toy.tasks import TASKS, make_examples
 
@@ -125,8 +126,12 @@ class Optimising:
     def __init__(self, recipe: Recipe, device: str | torch.device = "cpu") -> None:
         self.recipe, self.settings = recipe, recipe.settings
         task = TASKS[recipe.task]
-        torch.manual_seed(self.settings.seed)
-        model = build_model(recipe.config).to(device)
+        generator = torch.Generator().manual_seed(self.settings.seed)  # the initial weights', then dropout's draws
+        with OwnGenerator(generator):  # torch's global generator is neither reseeded nor drawn from
+            model = build_model(recipe.config).to(device)
+        if model.device.type != "cpu":  # dropout's masks are drawn where the model is
+            generator = torch.Generator(model.device).manual_seed(self.settings.seed)
+        self._draws = OwnGenerator(generator)
         self.toy = ToyModel(task, CharTokenizer(task.chars), model)
         self.optimiser = torch.optim.Adam(model.parameters(), lr=self.settings.peak_lr, betas=(0.9, 0.98), eps=1e-9)
         self.rng = random.Random(self.settings.seed)
@@ -139,8 +144,9 @@ class Optimising:
         model.train()
         for group in self.optimiser.param_groups:
             group["lr"] = learning_rate(self.step, s)
-        result = batch_result(self.toy, [self.toy.task.sample(self.rng) for _ in range(s.batch_size)],
-                              s.label_smoothing)
+        pairs = [self.toy.task.sample(self.rng) for _ in range(s.batch_size)]
+        with self._draws:
+            result = batch_result(self.toy, pairs, s.label_smoothing)
         self.optimiser.zero_grad(set_to_none=True)
         result.loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -1,19 +1,26 @@
 """The Train page without a browser: a short training driven through the page (the loss falls, the curves, the
-timeline and the heads render), the model it makes opening on the Attention page, the controls, and bad input."""
+timeline and the heads render), the model it makes opening on the Attention page, the controls, bad input, and the
+server's trainings (the limit at once, sessions that go)."""
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from attention_atlas.model.toy.live import Limits, LiveTraining
+from attention_atlas.model.toy.live import ASK_EVERY_S, Limits, LiveTraining
 from attention_atlas.ui.page import PAGES
 from attention_atlas.ui.session_models import MAX_SESSION_MODELS
+from attention_atlas.ui.training_runs import MAX_TRAININGS, Trainings, connected_lately
 from tests.app.app_session import open_app_page
 from tests.plotly_specs import chart_specs
+from tests.waiting import until
 
 PAGE = "app_pages/train.py"
 
@@ -37,9 +44,26 @@ def _start(at: AppTest, steps: int, every: int) -> LiveTraining:
 
 
 def _until_done(at: AppTest, training: LiveTraining) -> None:
-    training.join(300)
+    assert training.join(300)
     assert training.done
     _run(at)
+
+
+@pytest.fixture
+def server(monkeypatch) -> list[list[bool]]:
+    """A server of its own for the test's trainings, whose sessions the test ends: one [connected] flag per training
+    started, in order."""
+    trainings = Trainings(MAX_TRAININGS)
+    monkeypatch.setattr("attention_atlas.ui.training_runs._trainings", lambda: trainings)
+    sessions: list[list[bool]] = []
+
+    def session_alive() -> Callable[[], bool]:
+        connected = [True]
+        sessions.append(connected)
+        return lambda: connected[0]
+
+    monkeypatch.setattr("attention_atlas.ui.training_runs.session_alive", session_alive)
+    return sessions
 
 
 def test_a_short_training_falls_renders_and_opens_on_the_attention_page() -> None:
@@ -101,7 +125,7 @@ def test_a_short_training_falls_renders_and_opens_on_the_attention_page() -> Non
 def test_pause_resume_and_stop_through_the_page() -> None:
     at = _train_page()
     training = _start(at, 20_000, 500)
-    time.sleep(1.0)
+    until(lambda: training.step > 0, 60, "first step")
     at.button(key="train_pause").click()
     _run(at)
     assert training.status == "paused"
@@ -149,8 +173,9 @@ def test_the_timeline_follows_the_newest_snapshot_through_thinnings(monkeypatch)
     monkeypatch.setattr("attention_atlas.ui.training_runs.LIMITS", Limits(max_snapshots=4))
     at = _train_page()
     training = _start(at, 20_000, 10)
+    deadline = time.monotonic() + 300
     while training.step < 150:
-        time.sleep(0.2)
+        assert time.monotonic() < deadline, "not 150 steps in 300 s"
         _run(at)
     training.stop()
     _until_done(at, training)
@@ -185,3 +210,90 @@ def test_the_sidebars_model_is_not_run_on_the_train_page() -> None:
     assert not at.error and at.button(key="train_start")
     at.switch_page("app_pages/overview.py").run()
     assert "The text is empty" in at.error[0].value
+
+
+def test_a_new_training_opens_its_own_model() -> None:
+    """After "New training", "Open the trained model" opens the new run's model, not the run's before, even where
+    the new run's object lives where the old one did (an id() is reused once its object is collected: planted
+    here, as the listing a run of the same id() would have left)."""
+    at = _train_page()
+    _until_done(at, _start(at, 20, 10))
+    at.button(key="train_open_final").click()
+    _run(at)
+    first = at.sidebar.selectbox(key="model_id").value
+    at.button(key="train_new").click()
+    _run(at)
+    second = _start(at, 30, 10)
+    _until_done(at, second)
+    at.session_state["train_listed"] = {(id(second), "final"): first}
+    at.button(key="train_open_final").click()
+    _run(at)
+    shown = at.sidebar.selectbox(key="model_id").value
+    assert shown != first and at.session_state["session_models"][shown].toy.training["steps"] == 30
+
+
+def test_two_trainings_at_once_and_sessions_gone_while_paused_make_room(server: list[list[bool]]) -> None:
+    """Two sessions train (and pause); a third is told the server is full. Once the two sessions have gone, their
+    paused trainings end within seconds and the third starts."""
+    sessions = [_train_page() for _ in range(MAX_TRAININGS + 1)]
+    trainings = [_start(at, 20_000, 500) for at in sessions[:MAX_TRAININGS]]
+    for at, training in zip(sessions, trainings, strict=False):  # the first two
+        until(lambda training=training: training.step > 0, 60, "first step")
+        at.button(key="train_pause").click()
+        _run(at)
+        assert training.status == "paused"
+    third = sessions[-1]
+    third.button(key="train_start").click()
+    _run(third)
+    assert f"The server is running {MAX_TRAININGS} trainings, its most at once" in third.error[0].value
+    assert "train_run" not in third.session_state
+    for connected in server:
+        connected[0] = False
+    gone = time.monotonic()
+    for training in trainings:
+        assert training.join(ASK_EVERY_S + 10), "a paused training goes on after its session"
+        assert training.status == "stopped" and training.result is None
+    print(f"both ended {time.monotonic() - gone:.2f} s after their sessions")
+    started = _start(third, 20_000, 500)
+    assert started.status == "running"
+    started.stop()
+    assert started.join(60)
+
+
+def test_the_limit_is_checked_and_taken_at_once() -> None:
+    """Sessions that start at the same moment: exactly MAX_TRAININGS of them train, however slowly one is made."""
+
+    class Made:
+        done = False
+
+    def make() -> Made:
+        time.sleep(0.05)  # building the model: the others ask meanwhile
+        return Made()
+
+    trainings, together = Trainings(MAX_TRAININGS), threading.Barrier(8)
+
+    def start(_: int) -> Made | None:
+        together.wait()
+        with contextlib.suppress(ValueError):
+            return trainings.start(make)
+        return None
+
+    with ThreadPoolExecutor(8) as pool:
+        started = [made for made in pool.map(start, range(8)) if made is not None]
+    assert len(started) == MAX_TRAININGS
+    started[0].done = True  # one finished: its place is free
+    assert trainings.start(make) is not None
+
+
+def test_a_session_is_gone_once_away_longer_than_its_grace() -> None:
+    """A moment's disconnection keeps a training; a session away for the grace ends it."""
+    connected = [True]
+    alive = connected_lately(lambda: connected[0], 0.3)
+    assert alive()
+    connected[0] = False
+    away = time.monotonic()
+    assert alive()  # a reconnect may come
+    until(lambda: not alive(), 10, "end of the grace")
+    assert time.monotonic() - away >= 0.3
+    connected[0] = True
+    assert alive()

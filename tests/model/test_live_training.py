@@ -3,22 +3,56 @@ page shows, checked on the model layer."""
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
 
+from attention_atlas.model.toy import train as train_module
 from attention_atlas.model.toy.head_scores import probe_scores
-from attention_atlas.model.toy.live import Limits, LiveTraining, training_problems
+from attention_atlas.model.toy.live import ASK_EVERY_S, GONE, Limits, LiveTraining, training_problems
 from attention_atlas.model.toy.tasks import TASKS
 from attention_atlas.model.toy.train import TrainSettings, recipe_for
+from tests.waiting import until
 
 
 def _short(task: str, steps: int, **settings) -> object:
     recipe = recipe_for(task)
     return replace(recipe, settings=replace(recipe.settings, steps=steps, **settings))
+
+
+class Session:
+    """An `alive` callable that a test ends, counting the questions the training thread asks it."""
+
+    def __init__(self) -> None:
+        self.connected, self.asked = True, 0
+
+    def __call__(self) -> bool:
+        self.asked += 1
+        return self.connected
+
+    def questions(self, more: int) -> Callable[[], bool]:
+        """A condition: `more` questions asked since now."""
+        target = self.asked + more
+        return lambda: self.asked >= target
+
+
+def _paused(training: LiveTraining, session: Session) -> int:
+    """Pause a run once it has stepped, wait until its thread waits (it asks after its session while it does), and
+    return the step it holds at."""
+    until(lambda: training.step > 0, 60, "first step")
+    training.pause()
+    assert training.status == "paused"
+    until(session.questions(3), 30, "questions while paused")  # the step under way has ended
+    held = training.step
+    until(session.questions(2), 30, "questions while paused")  # a while later (ASK_EVERY_S each)
+    assert training.status == "paused" and training.step == held
+    return held
 
 
 def test_the_induction_score_reads_the_token_after_the_earlier_copy() -> None:
@@ -96,27 +130,90 @@ def test_weights_too_large_to_keep_are_not_kept() -> None:
     assert training.result is not None  # the final model is kept all the same
 
 
-def test_pause_resume_stop_and_a_session_that_ends() -> None:
-    training = LiveTraining(_short("induction", 20_000), snapshot_every=500)
-    time.sleep(1.0)
-    training.pause()
-    time.sleep(0.5)  # the step under way ends
-    paused_at = training.step
-    time.sleep(1.0)
-    assert training.status == "paused" and training.step == paused_at
+def test_pause_resume_and_stop() -> None:
+    session = Session()
+    training = LiveTraining(_short("induction", 20_000), snapshot_every=500, alive=session)
+    paused_at = _paused(training, session)
     training.resume()
-    time.sleep(1.0)
-    assert training.step > paused_at
+    until(lambda: training.step > paused_at, 60, "step after resuming")
     training.stop()
-    training.join(60)
+    assert training.join(60)
     assert training.status == "stopped" and training.result is not None
+    assert training.message == "stopped before its last step"
     assert training.snapshots[-1].step == training.step  # the timeline ends at the result
-    alive = [True]
-    gone = LiveTraining(_short("induction", 20_000), snapshot_every=500, alive=lambda: alive[0])
-    time.sleep(0.5)
-    alive[0] = False
-    gone.join(60)
-    assert gone.status == "stopped" and gone.result is None  # nobody to show it to
+
+
+@pytest.mark.parametrize("paused", [True, False], ids=["paused", "running"])
+def test_a_run_whose_session_goes_stops_within_seconds(paused: bool) -> None:
+    """Paused or running, the thread ends once its session is gone, with no result (nobody to show it to)."""
+    session = Session()
+    training = LiveTraining(_short("induction", 20_000), snapshot_every=500, alive=session)
+    if paused:
+        _paused(training, session)
+    else:
+        until(lambda: training.step > 0, 60, "first step")
+    session.connected = False
+    gone = time.monotonic()
+    assert training.join(ASK_EVERY_S + 10), "the thread goes on after its session"
+    assert (training.status, training.message) == GONE and training.result is None
+    print(f"ended {time.monotonic() - gone:.2f} s after its session ({'paused' if paused else 'running'})")
+
+
+def test_a_pause_as_the_run_ends_leaves_it_ended() -> None:
+    """Status changes take one lock: a pause checked while the run still ran, written as the thread ends it, must
+    not leave it paused for ever (and counted against the server's trainings). The pause is held between its check
+    and its write until the run has stepped its last and had a while to end (without the lock, it would have)."""
+    steps = 100
+    training = LiveTraining(_short("induction", steps, batch_size=8), snapshot_every=50)
+    until(lambda: training.step > 0, 60, "first step")
+
+    class HeldClear(threading.Event):
+        held = False
+
+        def clear(self) -> None:
+            until(lambda: training.step == steps, 60, "last step")
+            training.join(2.0)
+            self.held = True
+            super().clear()
+
+    running = HeldClear()
+    running.set()
+    training._running = running  # the one way to stall pause() between its check and its write
+    training.pause()
+    assert running.held  # the pause was checked while the run ran
+    assert training.join(60)
+    assert training.status == "finished" and training.result is not None
+
+
+def test_the_run_slot_is_held_whenever_the_model_computes(monkeypatch) -> None:
+    """The first snapshot, the steps, the last snapshot (after a stop between snapshots) and the evaluation all run
+    under the slot; it is let go between chunks of steps."""
+    held: list[bool] = []
+    outside: list[str] = []
+    holds = [0]
+
+    @contextlib.contextmanager
+    def slot() -> Iterator[None]:
+        held.append(True)
+        holds[0] += 1
+        try:
+            yield
+        finally:
+            held.pop()
+
+    def build_watched(config):  # every computation passes through the decoder stack
+        model = build_model(config)
+        model.decoder.register_forward_pre_hook(lambda module, args: None if held else outside.append("forward"))
+        return model
+
+    build_model = train_module.build_model
+    monkeypatch.setattr(train_module, "build_model", build_watched)
+    training = LiveTraining(_short("induction", 20_000, batch_size=8), snapshot_every=10_000, slot=slot)
+    until(lambda: training.step > 3, 60, "steps")
+    training.stop()
+    assert training.join(60) and training.status == "stopped" and training.result is not None
+    assert [s.step for s in training.snapshots] == [0, training.step]
+    assert not outside and not held and holds[0] >= 3  # first snapshot, steps, the end
 
 
 @pytest.mark.parametrize(("change", "words"), [
@@ -156,10 +253,9 @@ def test_an_induction_head_forms_at_the_page_defaults() -> None:
     def best(snapshot) -> float:
         return float(snapshot.scores[("induction", "decoder.attn")].max())
 
-    while not training.done and not any(best(s) > 0.4 for s in training.snapshots):
-        time.sleep(0.2)
+    until(lambda: training.done or any(best(s) > 0.4 for s in training.snapshots), 900, "induction head")
     training.stop()
-    training.join(120)
+    assert training.join(120)
     crossing = next(s.step for s in training.snapshots if best(s) > 0.4)  # the first snapshot above
     assert best(training.snapshots[0]) < 0.2
     assert crossing <= recipe.settings.steps

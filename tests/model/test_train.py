@@ -1,14 +1,20 @@
 """Training: the schedules, a few steps end to end, the command line, and what it saves loads back as the same
 model."""
 
+import contextlib
+import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
+from torch import nn
 
 from attention_atlas.cli import main
 from attention_atlas.model.registry import load_runner
+from attention_atlas.model.scratch.transformer import build_model
+from attention_atlas.model.toy import train as train_module
 from attention_atlas.model.toy.evaluate import exact_match
 from attention_atlas.model.toy.store import load_toy_folder, save_toy
 from attention_atlas.model.toy.tasks import TASKS, make_examples
@@ -50,6 +56,76 @@ def test_a_few_steps_lower_the_loss_and_save_round_trip(tmp_path: Path) -> None:
     for (name, a), b in zip(toy.model.state_dict().items(), loaded.model.state_dict().values(), strict=True):
         assert torch.equal(a, b), name
     assert loaded.training == toy.training
+
+
+@pytest.mark.parametrize("task", ["reverse", "induction"])
+def test_a_seed_trains_what_torchs_own_generator_trained_and_leaves_it_alone(task: str, monkeypatch) -> None:
+    """A training draws from a generator of its own: the initial weights are the ones `torch.manual_seed(seed)` then
+    `build_model` give, and a few steps with dropout (reverse) the same weights as with torch's global generator
+    seeded so (the shipped models retrain to the same weights); torch's global generator is neither reseeded nor
+    drawn from."""
+    recipe = recipe_for(task)
+    recipe = replace(recipe, settings=replace(recipe.settings, seed=7, batch_size=8))
+    global_state = torch.random.get_rng_state()
+    run = Optimising(recipe)
+    initial = {name: value.clone() for name, value in run.toy.model.state_dict().items()}
+    for _ in range(3):
+        run.advance()
+    assert torch.equal(torch.random.get_rng_state(), global_state)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(7)
+        reference = build_model(recipe.config)
+        for name, value in reference.state_dict().items():
+            assert torch.equal(initial[name], value), name
+        torch.manual_seed(7)
+        monkeypatch.setattr(train_module, "OwnGenerator", lambda generator: contextlib.nullcontext())
+        global_run = Optimising(recipe)  # as the training drew before it had a generator of its own
+        for _ in range(3):
+            global_run.advance()
+    for (name, value), other in zip(run.toy.model.state_dict().items(), global_run.toy.model.state_dict().values(),
+                                    strict=True):
+        assert torch.equal(value, other), name
+
+
+def test_one_seed_trains_one_model_in_any_thread_whatever_others_draw() -> None:
+    """Two trainings of one seed in two threads at once (with dropout: the reverse task's) reach the same weights as
+    one trained alone, while a third thread draws from torch's global generator and reseeds it."""
+    recipe = recipe_for("reverse")
+    recipe = replace(recipe, settings=replace(recipe.settings, batch_size=16))
+    assert recipe.config.dropout > 0
+
+    def trained(into: list) -> None:
+        run = Optimising(recipe)
+        for _ in range(10):
+            run.advance()
+        into.append(run.toy.model.state_dict())
+
+    alone: list[dict[str, torch.Tensor]] = []
+    trained(alone)
+    quiet, results = threading.Event(), []
+
+    def draw() -> None:
+        while not quiet.is_set():
+            torch.manual_seed(time.monotonic_ns() % 1000)
+            torch.rand(256)
+            nn.init.xavier_uniform_(torch.empty(64, 64))  # as a model being built elsewhere
+            time.sleep(0.0005)
+
+    noise = threading.Thread(target=draw)
+    noise.start()
+    try:
+        pair = [threading.Thread(target=trained, args=(results,)) for _ in range(2)]
+        for thread in pair:
+            thread.start()
+        for thread in pair:
+            thread.join(300)
+    finally:
+        quiet.set()
+        noise.join()
+    assert len(results) == 2
+    for weights in results:
+        for name, value in alone[0].items():
+            assert torch.equal(weights[name], value), name
 
 
 def test_command_line_writes_a_folder_the_trace_command_opens(tmp_path: Path, capsys) -> None:
