@@ -1,6 +1,7 @@
 # make run: set up .venv if needed and start the app on http://localhost:8501
 # make test: set up .venv with the dev tools and run the linter and every test
 # make check: the linter and the fast layers' tests (model, viz, contract: no Streamlit, no browser), while editing
+# make test-gpu: the GPU layer (tests/gpu): runs on a CUDA GPU held to the CPU's; skipped, saying why, without one
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -8,7 +9,7 @@ PORT ?= 8501
 # test processes (pytest-xdist), each file's tests in one; the load test runs alone after them
 TEST_WORKERS ?= 2
 
-.PHONY: run test check lint bench train screenshots
+.PHONY: run test check test-gpu lint bench train screenshots
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +36,12 @@ test: $(VENV)/.dev lint
 
 check: $(VENV)/.dev lint
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "model or viz or contract"
+
+# On a machine with a CUDA GPU (sized for under 8 minutes on an H100). The browser tests' plugin is not loaded: these tests need
+# no Chromium, and a GPU machine's image may lack Playwright. scripts/gpu_check.sh runs this and bench.gpu_capture as
+# one command, into a log.
+test-gpu: $(VENV)/.dev
+	$(PY) -m pytest tests/gpu -m gpu -rs -p no:tests.chromium
 
 lint: $(VENV)/.dev
 	$(PY) -m ruff check .

@@ -17,7 +17,7 @@ torch.set_num_threads(max(1, torch.get_num_threads() // int(os.environ.get("PYTE
 pytest_plugins = ("tests.chromium",)  # the `browser` fixture of the browser and load tests
 
 
-LAYERS = ("model", "viz", "contract", "app", "browser", "load")  # the folders, each a marker (`pytest -m app`)
+LAYERS = ("model", "viz", "contract", "app", "browser", "load", "gpu")  # the folders, each a marker (`pytest -m app`)
 TRAINING_FILES = ("test_live_training.py", "test_train.py")  # a minute or more of pure computing each: run first,
 # beside the tests that wait (browsers, servers), so that they do not end the run alone on one process
 
@@ -40,9 +40,10 @@ from attention_atlas.model.hf.loading import load_hf_runner  # noqa: E402
 from tests.tiny_hf import FAMILIES, build  # noqa: E402
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def folders(tmp_path_factory) -> dict[str, Path]:
-    """A tiny random Hugging Face model of every supported family, each in its folder (one set per module)."""
+    """A tiny random Hugging Face model of every supported family, each in its folder: built once per test process
+    (read only: a test that changes a model's files builds its own)."""
     root = tmp_path_factory.mktemp("tiny")
     return {family: build(family, root / family) for family in FAMILIES}
 
