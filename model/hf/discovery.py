@@ -35,6 +35,7 @@ attention in its own code: BLOOM, for one) cannot be shown, and says why.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,6 +73,8 @@ LAYER_ORDER = (  # what a decoder block may offer, in the order of its computati
 )
 STACK_ORDER = ("hook_embed", "hook_pos_embed", "ln_final.hook_scale", "ln_final.hook_normalized", "hook_resid_final")
 
+_rounding: ContextVar[float] = ContextVar("rounding", default=1e-4)  # `_same`'s tolerance while a model is discovered
+
 
 def discover(model: nn.Module, kind: str = "decoder") -> Family:
     """The Family of a decoder-only model (or, `kind` "encoder", an encoder of the same layout: ModernBERT), its hooks
@@ -83,7 +86,11 @@ def discover(model: nn.Module, kind: str = "decoder") -> Family:
     layers_path, layers = _block_list(model)
     probe = probe_run(model, base, layers, kind)
     rotary = _has_rotary(base)
-    tables = [_block_table(block, probe, rotary) for block in layers]
+    token = _rounding.set(rounding_of(model))
+    try:
+        tables = [_block_table(block, probe, rotary) for block in layers]
+    finally:
+        _rounding.reset(token)
     if not all(any(name.startswith("attn.") for name in table) for table in tables):
         raise UserError(f"{type(model).__name__} computes attention in its own code, not through transformers' "
                          "attention interface, so its attention cannot be read here yet.")
@@ -133,10 +140,20 @@ def _block_list(model: nn.Module) -> tuple[str, nn.ModuleList]:
     return max(lists, key=lambda item: sum(p.numel() for p in item[1].parameters()))
 
 
-def _same(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
+def _same(a: torch.Tensor | None, b: torch.Tensor | None, rtol: float | None = None) -> bool:
+    """Whether two values of the probe are one, up to the rounding of the model's dtype (`_rounding`: a bfloat16
+    model's sums, redone here in float32, differ from its own in the third digit), or up to `rtol`."""
     if a is None or b is None or a.shape != b.shape:
         return False
-    return bool(torch.allclose(a, b, rtol=1e-4, atol=1e-5 * max(1.0, float(b.abs().max()))))
+    rtol = _rounding.get() if rtol is None else rtol
+    return bool(torch.allclose(a, b, rtol=rtol, atol=rtol / 10 * max(1.0, float(b.abs().max()))))
+
+
+def rounding_of(model: nn.Module) -> float:
+    """The relative tolerance of `_same` for a model's values: 1e-4, or 4 steps of its dtype's rounding if coarser
+    (bfloat16: 0.03; float16: 0.004)."""
+    dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
+    return max(1e-4, 4 * torch.finfo(dtype).eps)
 
 
 def _is_norm(module: nn.Module) -> bool:
@@ -190,7 +207,8 @@ def _block_table(block: nn.Module, probe: Probe, rotary: bool) -> Placed:
     mlp_reads = probe.calls[ln2[1]].input if ln2 else mlp.input
     if ln2 is not None and ln2 != ln1:
         table |= dict(norm_hooks("ln2", ln2[0], _norm_value(ln2[1])))
-    if not _same(mlp_reads, x):  # sequential: what the MLP's side reads is the sum after attention
+    if not _same(mlp_reads, x, rtol=1e-4):  # sequential: the MLP's side reads the sum after attention (a parallel
+        # block's reads the block's input itself; in bfloat16 a small attention output is within rounding of it)
         table["hook_resid_mid"] = (ln2[0], first_input) if ln2 else mlp.reads
     post_mlp = after(mlp.order, lambda c: _same(c.input, mlp.output))
     table["hook_mlp_out"] = (post_mlp[0], output) if post_mlp else mlp.made

@@ -87,7 +87,8 @@ class HFRunner:
         free_accelerator_memory()
         trace = self._run(self._cpu_model(), text, target, options)
         message = f"The {self.facts.device.split(':')[0].upper()} ran out of memory; this run used the CPU instead."
-        return replace(trace, facts=replace(trace.facts, device="cpu"), fallback=message, text=text, target=target)
+        facts = replace(trace.facts, device="cpu", precision="float32")  # the CPU copy is float32 (`_cpu_model`)
+        return replace(trace, facts=facts, fallback=message, text=text, target=target)
 
     def _cpu_model(self) -> nn.Module:
         """A CPU copy of the model, made once, for runs the GPU cannot hold."""

@@ -34,7 +34,7 @@ def _broken_toy(error: BaseException):
 def _gpu_runner_out_of_memory(folder):
     """A tiny GPT-2 that says it is on a GPU and runs out of memory there (the CPU copy works)."""
     runner = load_hf_runner(str(folder))
-    runner.facts = dataclasses.replace(runner.facts, device="cuda:0")
+    runner.facts = dataclasses.replace(runner.facts, device="cuda:0", precision="bfloat16")  # a GPU's auto precision
     real_run = runner._run
 
     def run(model, *args):
@@ -119,7 +119,8 @@ def test_out_of_memory_on_the_gpu_reruns_on_the_cpu_and_says_so(broken_models) -
     at.sidebar.text_input(key="text").set_value("the quick brown fox").run()
     assert_safe(at)
     assert "The CUDA ran out of memory; this run used the CPU instead." in [w.value for w in at.warning]
-    assert at.table[0].value.loc["device", "value"] == "cpu"  # the card says where it ran
+    assert at.table[0].value.loc["device", "value"] == "cpu"  # the card says where it ran, and in what
+    assert at.session_state["trace"].facts.precision == "float32"
     assert at.get("plotly_chart")
 
 

@@ -28,14 +28,13 @@ class Tolerance:
     pattern: float  # an attention probability, and a thumbnail's block mean of them (absolute)
     probability: float  # an output probability or cosine, and how close two tokens' probabilities are to be a tie
     statistic: float  # a head statistic (entropy in bits, mean distance in tokens, shares): absolute and relative
-    same_hooks: bool  # whether the GPU's trace must hold every hook the CPU's holds
     patterns_only: bool = False  # only the attention (patterns, summaries, attention rows) is compared
 
 
 # float32 on the GPU, TF32 off (conftest.py): the same arithmetic in another order and other kernels. Measured on an
 # H100 (torch 2.11): toy and tiny Hugging Face traces within 1.5e-5 of the CPU's; 1e-4 leaves a margin of 6 and is
 # still 100 times below any real difference (a wrong mask or scale moves a probability by 1e-2 or more).
-FLOAT32 = Tolerance(relative=1e-4, pattern=1e-4, probability=1e-4, statistic=1e-4, same_hooks=True)
+FLOAT32 = Tolerance(relative=1e-4, pattern=1e-4, probability=1e-4, statistic=1e-4)
 
 # bfloat16 on the GPU against float32 on the CPU: bfloat16 rounds to 8 significant bits (a relative error up to 2^-8,
 # 0.4%), the weights are rounded to it and every layer rounds again. Measured with every tiny model here in bfloat16
@@ -43,7 +42,7 @@ FLOAT32 = Tolerance(relative=1e-4, pattern=1e-4, probability=1e-4, statistic=1e-
 # output probabilities within 0.004, thumbnails within 0.008, statistics within 0.004. The GPU adds bfloat16 products
 # in the summary (docs/performance.md). Tolerances of 3 to 10 times those: a wrong mask, scale or dtype still fails
 # them by far.
-BFLOAT16 = Tolerance(relative=0.05, pattern=0.03, probability=0.02, statistic=0.05, same_hooks=False)
+BFLOAT16 = Tolerance(relative=0.05, pattern=0.03, probability=0.02, statistic=0.05)
 # (not the same hooks: model/hf/discovery.py places hook_attn_out, hook_mlp_out, hook_resid_mid and hook_resid_post
 # by comparing its probe's values at float32's precision, so a model loaded in bfloat16 drops them, on either device)
 
@@ -92,11 +91,8 @@ def assert_same_hooks(gpu: Trace, cpu: Trace, tol: Tolerance) -> None:
         np.testing.assert_array_equal(gpu.masks[site], mask, err_msg=site)
     patterns = {name for name in cpu.names() if name.endswith("hook_pattern")}
     assert patterns and patterns <= set(gpu.names())
-    if tol.same_hooks:
-        assert sorted(gpu.names()) == sorted(cpu.names()), sorted(set(gpu.names()) ^ set(cpu.names()))
-    else:
-        assert set(gpu.names()) <= set(cpu.names()), sorted(set(gpu.names()) - set(cpu.names()))
-    for name in sorted(set(gpu.names()) & set(cpu.names())):
+    assert sorted(gpu.names()) == sorted(cpu.names()), sorted(set(gpu.names()) ^ set(cpu.names()))
+    for name in sorted(cpu.names()):
         if name in patterns:
             np.testing.assert_allclose(pattern32(gpu, name), pattern32(cpu, name), atol=tol.pattern, err_msg=name)
         elif not tol.patterns_only:

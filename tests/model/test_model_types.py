@@ -173,3 +173,12 @@ def test_a_layout_no_rule_fits_opens_with_its_attention_and_no_hook_that_means_a
         np.testing.assert_allclose(trace.pattern_source("encoder.attn", layer).pattern(dtype=np.float32),
                                    reference[layer][0].numpy(), atol=1e-5)
     assert "hook_resid_post" in trace.facts.notes["hooks not found"]
+
+
+@pytest.mark.parametrize("model_type", TYPES)
+def test_a_bfloat16_model_has_its_hooks_where_float32_has_them(type_folders, type_runners, model_type: str) -> None:
+    """Discovery compares the probe's values up to the model's own rounding: in bfloat16 (a GPU's precision) every
+    hook is placed, at the same module with the same reader, as in float32."""
+    half = load_hf_runner(str(type_folders[model_type]), precision=torch.bfloat16)
+    assert half.family.layer_taps == type_runners[model_type].family.layer_taps
+    assert half.family.stack_taps == type_runners[model_type].family.stack_taps
