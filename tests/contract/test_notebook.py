@@ -6,12 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import nbformat
+import pytest
 from nbclient import NotebookClient
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "docs" / "notebook.ipynb"
 PLOTLY = "application/vnd.plotly.v1+json"
 
 
+@pytest.mark.slow
 def test_the_notebook_runs_and_draws_its_figures(tmp_path: Path) -> None:
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     assert not any(cell.get("outputs") for cell in notebook.cells if cell.cell_type == "code"), "outputs not stripped"

@@ -10,6 +10,7 @@ import sys
 import warnings
 from pathlib import Path
 
+import pytest
 import torch
 
 from attention_atlas.model.core.attention import source
@@ -18,6 +19,7 @@ from bench.gpu_capture import count_synchronisations, with_blocks
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_the_gpu_benchmark_runs_on_the_cpu_with_a_block_size_sweep() -> None:
     env = {**os.environ, "BENCH_DEVICE": "cpu", "BENCH_SHAPES": "tiny", "BENCH_TOKENS": "64", "BENCH_ROUNDS": "1",
            "BENCH_BLOCKS": "16:1", "HF_HUB_OFFLINE": "1"}

@@ -242,6 +242,7 @@ def test_limits_are_named() -> None:
         LiveTraining(recipe, snapshot_every=0)
 
 
+@pytest.mark.slow
 def test_an_induction_head_forms_at_the_page_defaults() -> None:
     """At the Train page's defaults on this CPU, the best head's induction score rises from below 0.2 to above 0.4
     (the threshold commonly used to call a head an induction head) within the default budget of steps, while the

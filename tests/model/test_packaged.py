@@ -165,6 +165,7 @@ def test_concurrent_first_loads_convert_once(monkeypatch: pytest.MonkeyPatch, fa
     assert len(fake) == 1 and len(set(results)) == 1 and len(results) == 4
 
 
+@pytest.mark.slow
 def test_smollm2_copy_generates_paris(converted: tuple[Path, list[str]]) -> None:
     from attention_atlas.model.hf.loading import load_hf_runner
 

@@ -140,6 +140,7 @@ def test_command_line_writes_a_folder_the_trace_command_opens(tmp_path: Path, ca
     assert len(runner.run("abcd").output_text) >= 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("norm", ["post", "pre"])
 def test_both_norm_placements_learn_to_copy(norm: str) -> None:
     """Copy, post-norm (the paper's) or pre-norm, reaches 95% exact match within a small budget: a narrower model
