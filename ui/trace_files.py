@@ -43,15 +43,24 @@ def file_trace(file_id: str) -> Trace | None:
     return None if trace is None else keep_trace((FILE_PREFIX, file_id), trace)
 
 
-def open_trace_file(name: str, data: bytes | Path) -> str:
-    """Read a trace file (its bytes, or a path on the server) into this session and return its id in the model list
-    (`file:<name> · <random>`: two sessions' files of one name never meet in the shared cache). ValueError with a
-    sentence for a file that is not a trace file, a newer one, or one too large."""
-    source = data if isinstance(data, Path) else io.BytesIO(data)
+def read_trace_file(name: str, source: Path | io.BytesIO) -> Trace:
+    """A trace file read and checked: UserError with a sentence for a file that is not a trace file, a newer one,
+    one too large, or one without attention patterns (which every page draws)."""
     trace = Trace.load(source, name=name, max_bytes=MAX_TRACE_BYTES)
     if not trace.sites():
         raise UserError(f"{name} holds no attention patterns (its run recorded {', '.join(trace.options.hooks)}), "
-                         "and every page draws them: save a run whose hooks include *.hook_pattern.")
+                        "and every page draws them: save a run whose hooks include *.hook_pattern.")
+    return trace
+
+
+def open_trace_file(name: str, data: bytes) -> str:
+    """Read an uploaded trace file into this session (`read_trace_file`) and return its id in the model list."""
+    return _listed(name, read_trace_file(name, io.BytesIO(data)))
+
+
+def _listed(name: str, trace: Trace) -> str:
+    """List `trace` in this session's model list under a new id (`file:<name> · <random>`: two sessions' files of
+    one name never meet in the shared cache); beyond MAX_TRACE_FILES the oldest goes, unless the sidebar shows it."""
     files = trace_files()
     file_id = f"{FILE_PREFIX}{Path(name).name} · {secrets.token_hex(2)}"
     files[file_id] = trace
@@ -59,6 +68,13 @@ def open_trace_file(name: str, data: bytes | Path) -> str:
     while len(files) > MAX_TRACE_FILES:
         files.pop(next(f for f in files if f != shown))
     return file_id
+
+
+@st.cache_resource(max_entries=1, show_spinner="Reading the trace file…")
+def _server_trace(path: str, modified: float) -> Trace:
+    """The server's --trace file, read once for every session (a Trace is frozen: they share it); read again only
+    if the file changes."""
+    return read_trace_file(Path(path).name, Path(path))
 
 
 def choose_model(model_id: str) -> None:
@@ -74,7 +90,7 @@ def server_trace_file() -> str | None:
         return None
     st.session_state[OPENED_FROM_SERVER] = True
     try:
-        return open_trace_file(Path(path).name, Path(path))
+        return _listed(Path(path).name, _server_trace(path, Path(path).stat().st_mtime))
     except (UserError, OSError) as error:
         st.error(f"The trace file the server was started with cannot be opened: {error}")
         return None

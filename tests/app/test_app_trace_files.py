@@ -65,6 +65,9 @@ def test_a_toy_models_trace_file_is_the_run_shown_on_every_page(tmp_path: Path, 
     assert _heatmap(at)[0] == _heatmap(live)[0]
     assert (_heatmap(at)[1] == _heatmap(live)[1]).all()  # the same head, the same numbers
     assert not any(errors for errors in _walk_every_page(at).values())  # toy-date is here: views that need it run it
+    other = _opened_on(tmp_path / "date.npz", monkeypatch)  # another session of that server
+    [first], [second] = (list(session.session_state["trace_files"].values()) for session in (at, other))
+    assert second is first  # the file read once for the server: one copy in memory, not one a session
 
 
 def test_a_file_whose_model_is_not_here_shows_its_run_and_says_what_needs_the_model(tmp_path: Path,
