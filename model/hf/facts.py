@@ -11,19 +11,13 @@ from torch import nn
 from attention_atlas.model.core.capture.host_copies import SIXTEEN_BITS
 from attention_atlas.model.core.devices import precision_name
 from attention_atlas.model.core.trace.facts import ModelFacts
+from attention_atlas.model.hf.families import adapter_of
+from attention_atlas.model.hf.families.adapter import config_int
 from attention_atlas.model.hf.placement import device_words
 from attention_atlas.model.hf.taps import Family
 
 LONGEST_INPUT = 8192  # tokens at most, whatever the model allows (T5 has no position limit of its own)
 SOURCE_BYTES_LIMIT = 1 << 30  # 1 GiB: the most a run may keep to compute its attention patterns from
-
-
-def _config_value(config: Any, *names: str, default: int = 0) -> int:
-    for name in names:
-        value = getattr(config, name, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    return default
 
 
 def source_bytes(config: Any, family: Family, length: int, number_bytes: int = 4) -> int:
@@ -38,13 +32,10 @@ def source_bytes(config: Any, family: Family, length: int, number_bytes: int = 4
     """
     per_token = per_pair = 0  # bytes that grow with L, and with L²
     for stack, count in family.layer_counts.items():
-        heads = _config_value(config, f"{stack}_attention_heads", "num_attention_heads", "n_head", "num_heads")
-        kv_heads = _config_value(config, "num_key_value_heads", default=heads)  # fewer in grouped-query attention
-        d_model = _config_value(config, "hidden_size", "n_embd", "d_model")
-        d_head = _config_value(config, "head_dim", "d_kv", default=d_model // heads)
+        sizes = adapter_of(config.model_type).sizes(config, stack)  # kv heads: fewer in grouped-query attention
         sites = 2 if stack == "decoder" and family.kind == "encoder-decoder" else 1  # self, and cross
-        per_token += sites * count(config) * (heads + kv_heads) * d_head * number_bytes
-        per_pair += sites * (1 + (heads * 4 if family.position_bias else 0))
+        per_token += sites * count(config) * (sizes.n_heads + sizes.n_kv_heads) * sizes.d_head * number_bytes
+        per_pair += sites * (1 + (sizes.n_heads * 4 if family.position_bias else 0))
     return length * per_token + length**2 * per_pair
 
 
@@ -53,8 +44,7 @@ def longest_input(config: Any, family: Family, byte_limit: int = SOURCE_BYTES_LI
     LONGEST_INPUT, and only as many as keep `source_bytes` (`number_bytes` a number) within `byte_limit`. SmolLM2:
     8,192 tokens (784 MiB); MiniLM: its own 512; a tiny T5 (tests/tiny_hf.py): 4,573, where its three (4, L, L)
     biases fill the limit."""
-    ceiling = min(_config_value(config, "max_position_embeddings", "n_positions", default=LONGEST_INPUT),
-                  LONGEST_INPUT)
+    ceiling = min(config_int(config, "max_position_embeddings", default=LONGEST_INPUT), LONGEST_INPUT)
     lengths = range(1, ceiling + 1)  # source_bytes grows with the length: the last that fits, by bisection
     fitting = bisect.bisect_right(lengths, byte_limit,
                                   key=lambda length: source_bytes(config, family, length, number_bytes))
@@ -67,7 +57,7 @@ def rotated_fraction(config: Any) -> float:
     if "partial_rotary_factor" in parameters:
         return float(parameters["partial_rotary_factor"])
     if getattr(config, "rotary_dim", None):  # GPT-J: a number of dimensions
-        return config.rotary_dim / (config.n_embd // config.n_head)
+        return config.rotary_dim / (config.hidden_size // config.num_attention_heads)
     return float(getattr(config, "partial_rotary_factor", None) or 1.0)
 
 
@@ -98,9 +88,8 @@ def _layout_notes(config: Any, family: Family) -> dict[str, str]:
 
 def model_facts(model_id: str, model: nn.Module, family: Family, notes: dict[str, Any]) -> ModelFacts:
     c = model.config
-    n_heads = _config_value(c, "num_attention_heads", "n_head", "encoder_attention_heads", "num_heads")
-    n_kv = _config_value(c, "num_key_value_heads", default=n_heads)
-    d_model = _config_value(c, "hidden_size", "n_embd", "d_model")
+    sizes = adapter_of(c.model_type).sizes(c, "encoder" if family.kind != "decoder" else "decoder")
+    n_heads, n_kv, d_model = sizes.n_heads, sizes.n_kv_heads, sizes.d_model
     layers = {stack: count(c) for stack, count in family.layer_counts.items()}
     notes = {**notes, **_layout_notes(c, family)}
     if n_kv != n_heads:
@@ -114,7 +103,7 @@ def model_facts(model_id: str, model: nn.Module, family: Family, notes: dict[str
         n_heads=n_heads,
         n_kv_heads=n_kv,
         d_model=d_model,
-        d_ff=_config_value(c, "intermediate_size", "n_inner", "d_ff", "encoder_ffn_dim", default=4 * d_model),
+        d_ff=sizes.d_ff,
         vocab_size=c.vocab_size,
         max_len=longest_input(c, family, number_bytes=2 if model.dtype in SIXTEEN_BITS else 4),
         positional=family.positional,

@@ -18,11 +18,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from attention_atlas.model.core.capture.ablation import Outcome, ablating, ablating_rows
+from attention_atlas.model.core.capture.ablation import Outcome, ablating
 from attention_atlas.model.core.capture.hooks import ModuleTap, ReportedTap
 from attention_atlas.model.core.capture.record import Captured, capture
 from attention_atlas.model.core.devices import free_accelerator_memory, is_out_of_memory
-from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.generation.decoding import Stepper
 from attention_atlas.model.core.generation.forcing import score_target
 from attention_atlas.model.core.masks import additive_mask, self_attention_mask
@@ -31,6 +30,8 @@ from attention_atlas.model.core.runner import trace_of_run
 from attention_atlas.model.core.text_checks import validate_text
 from attention_atlas.model.core.trace.facts import OutputKind
 from attention_atlas.model.core.trace.trace import Trace
+from attention_atlas.model.hf.ablation import ablation_outcomes
+from attention_atlas.model.hf.encoder_decoder import decode_target, encode_source
 from attention_atlas.model.hf.examples import EXAMPLES
 from attention_atlas.model.hf.facts import model_facts
 from attention_atlas.model.hf.inputs import masked_inputs
@@ -194,11 +195,11 @@ class HFRunner:
         start = model.config.decoder_start_token_id
 
         def encode() -> Any:
-            return _encode(model, src, enc_allowed)
+            return encode_source(model, src, enc_allowed)
 
         def decode(encoder_out: Any, tgt_ids: list[int]) -> Any:
             dec_allowed = self_attention_mask(len(tgt_ids), len(tgt_ids), decoder_causal, ())
-            return _decode(model, encoder_out, real_keys, torch.tensor([tgt_ids], device=device), dec_allowed)
+            return decode_target(model, encoder_out, real_keys, torch.tensor([tgt_ids], device=device), dec_allowed)
 
         labels = self._generate(encode, decode, start, model) if target is None else self.text.encode(target, "target")
         tgt_ids = [start, *labels[:-1]]
@@ -237,30 +238,9 @@ class HFRunner:
 
     # -- ablation ------------------------------------------------------------------------------
     def ablation_outcomes(self, trace: Trace, rows: Sequence[Sequence[Head]], mode: AblationMode) -> Outcome:
-        """What `trace`'s input leads to, once per row of `rows` (the heads ablated in that row), in one batch: a
-        causal LM's next-token log-probabilities after the last token, an encoder-decoder's at every output
-        position (reading the trace's output), an encoder's last-layer vectors. The trace must be unpadded."""
-        if trace.options.pad_to:
-            raise UserError("Ablation reads the text as typed: turn padding off.")
-        model, batch = self.model, len(rows)
-        device = input_device(model)
-        ids = torch.tensor([trace.ids], device=device).expand(batch, -1)  # (batch, len)
-        masks = {site: torch.as_tensor(mask, device=device)[None, None].expand(batch, 1, -1, -1)
-                 for site, mask in trace.masks.items()}  # (batch, 1, q_len, k_len)
-        with ablating_rows(self.taps, rows, mode, self.facts.n_heads), torch.inference_mode():
-            if self.family.kind == "encoder-decoder":
-                target = torch.tensor([trace.target_ids], device=device).expand(batch, -1)
-                real_keys = masks["decoder.cross_attn"][:, 0, 0].long()  # (batch, src_len)
-                out = _decode(model, _encode(model, ids, masks["encoder.attn"]), real_keys, target,
-                              masks["decoder.attn"])
-                log_probs = out.logits.float().log_softmax(-1)  # (batch, tgt_len, vocab)
-                return Outcome("distributions", log_probs.cpu().numpy(), tuple(range(len(trace.target_ids))))
-            allowed = next(iter(masks.values()))
-            if self.family.kind == "encoder":
-                hidden = model(input_ids=ids, attention_mask=additive_mask(allowed, model.dtype)).last_hidden_state
-                return Outcome("embeddings", hidden.float().cpu().numpy(), tuple(range(len(trace.ids))))  # (b, len, d)
-            logits = model(**masked_inputs(ids, allowed, model.dtype), logits_to_keep=1).logits  # (batch, 1, vocab)
-            return Outcome("distributions", logits.float().log_softmax(-1).cpu().numpy(), (len(trace.ids) - 1,))
+        """What `trace`'s input leads to once per row of `rows` (the heads ablated in that row), in one batch
+        (model/hf/ablation.py)."""
+        return ablation_outcomes(self.model, self.taps, self.family.kind, self.facts.n_heads, trace, rows, mode)
 
     # -- shared --------------------------------------------------------------------------------
     def _taps(self, model: nn.Module) -> dict[str, ModuleTap | ReportedTap]:
@@ -280,19 +260,6 @@ class HFRunner:
     ) -> Trace:
         return trace_of_run(self.facts, ids, target_ids, self.text.tokens, masks, captured, outputs=outputs,
                             output_text=output_text, options=options, output_kind=output_kind)
-
-
-def _encode(model: nn.Module, src: torch.Tensor, allowed: torch.Tensor) -> Any:
-    """An encoder-decoder's encoder on src (batch, src_len) under `allowed` (batch or 1, 1, src_len, src_len)."""
-    return model.get_encoder()(input_ids=src, attention_mask=additive_mask(allowed.to(src.device), model.dtype))
-
-
-def _decode(model: nn.Module, encoder_out: Any, real_keys: torch.Tensor, target: torch.Tensor,
-            allowed: torch.Tensor) -> Any:
-    """Its decoder reading target (batch, tgt_len) under `allowed` (batch or 1, 1, tgt_len, tgt_len), attending to
-    the encoder's real positions (real_keys: (batch, src_len), 1 = a real token)."""
-    return model(encoder_outputs=encoder_out, attention_mask=real_keys, use_cache=False, decoder_input_ids=target,
-                 decoder_attention_mask=additive_mask(allowed.to(target.device), model.dtype))
 
 
 def _cosine_similarity(hidden: torch.Tensor) -> np.ndarray:

@@ -19,8 +19,9 @@ from attention_atlas.model.core.capture.hooks import ModuleTap, ReportedTap
 from attention_atlas.model.core.capture.record import capture
 from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.generation.decoding import Stepper
-from attention_atlas.model.core.masks import additive_mask, self_attention_mask
+from attention_atlas.model.core.masks import self_attention_mask
 from attention_atlas.model.core.options import RunOptions
+from attention_atlas.model.hf.encoder_decoder import decode_target, encode_source
 from attention_atlas.model.hf.inputs import masked_inputs
 from attention_atlas.model.hf.placement import input_device
 from attention_atlas.model.hf.text import TokenText, eos_ids
@@ -92,15 +93,13 @@ def _seq2seq_forward(model: nn.Module, taps: Taps, source: list[int], options: R
     src = torch.tensor([source], device=device)
     enc_allowed = self_attention_mask(len(source), len(source), options.causal_for("encoder"), (), device)
     with torch.inference_mode():
-        memory = model.get_encoder()(input_ids=src, attention_mask=additive_mask(enc_allowed, model.dtype))
+        memory = encode_source(model, src, enc_allowed)
     keys = torch.ones(1, len(source), dtype=torch.long, device=device)
 
     def forward(ids: list[int]) -> tuple[torch.Tensor, dict]:
         allowed = self_attention_mask(len(ids), len(ids), options.causal_for("decoder"), (), device)
-        out, captured = capture(model, taps, DECODER_PATTERNS, lambda: model(
-            encoder_outputs=memory, attention_mask=keys, use_cache=False,
-            decoder_input_ids=torch.tensor([ids], device=device),
-            decoder_attention_mask=additive_mask(allowed, model.dtype)))
+        out, captured = capture(model, taps, DECODER_PATTERNS, lambda: decode_target(
+            model, memory, keys, torch.tensor([ids], device=device), allowed))
         return out.logits[0, -1], captured
 
     return forward

@@ -1,12 +1,13 @@
-"""Where the hook names live in Hugging Face models: one table per architecture family.
+"""Where the hook names live in Hugging Face models: a `Family` maps each hook name onto a module and a reader (the
+tables of model/hf/families/, or what model/hf/discovery.py finds).
 
 Each family maps names of the hook vocabulary (model/core/trace/hook_names.py, the same as the from-scratch
 model's) onto module paths under `model.base_model`, with a reader that picks the tensor from the
 module's (args, kwargs, output). Residual hooks are the sums before any norm: in post-norm families
 (BERT, BART, Marian) they are read from the input of the norm that follows the sum. The per-head
 values of attention (q, k, v, rot_q, rot_k, attn_scores, z) are reported by the attention function of
-model/hf/heads.py; the pattern is read from the attention module's output. Only what these tables list
-can be captured from a Hugging Face model.
+model/hf/heads.py; the pattern is read from the attention module's output. Only what a family lists can be
+captured from a Hugging Face model.
 """
 
 from __future__ import annotations
@@ -184,153 +185,3 @@ class Family:
 
 def _tap(module: nn.Module, read: Reader | TapMaker) -> ModuleTap | ReportedTap:
     return read.tap(module) if isinstance(read, TapMaker) else ModuleTap(module, read)
-
-
-def _post_norm_encoder(name: str, layer: str, attention: str, attn_out: tuple[str, Reader], ln1: str,
-                       mlp_pre: tuple[str, Reader], mlp_post: tuple[str, Reader], mlp_out: str, ln2: str,
-                       count: Callable[[Any], int]) -> Family:
-    """A BERT-style encoder: learned positions, and each norm reading its sublayer's sum (post-norm), so that the
-    sums are read from the norms' inputs. The parts' paths are relative to `layer` ("encoder.layer.{i}", under the
-    base model)."""
-    return Family(
-        name=name,
-        kind="encoder",
-        positional="learned absolute",
-        norm="post-norm",
-        stack_taps={"encoder": {
-            "hook_embed": ("embeddings.word_embeddings", output),
-            "hook_pos_embed": ("embeddings.position_embeddings", output),
-        }},
-        layer_taps={"encoder": {
-            "hook_resid_pre": (layer, first_input),
-            **attention_hooks("attn", f"{layer}.{attention}"),
-            "hook_attn_out": (f"{layer}.{attn_out[0]}", attn_out[1]),
-            "hook_resid_mid": (f"{layer}.{ln1}", first_input),  # the sum, before the norm
-            **norm_hooks("ln1", f"{layer}.{ln1}", LAYER_NORM),
-            "mlp.hook_pre": (f"{layer}.{mlp_pre[0]}", mlp_pre[1]),
-            "mlp.hook_post": (f"{layer}.{mlp_post[0]}", mlp_post[1]),
-            "hook_mlp_out": (f"{layer}.{mlp_out}", output),
-            "hook_resid_post": (f"{layer}.{ln2}", first_input),
-            **norm_hooks("ln2", f"{layer}.{ln2}", LAYER_NORM),
-            "hook_normalized_resid_post": (layer, first_output),
-        }},
-        layer_counts={"encoder": count},
-    )
-
-
-BERT = _post_norm_encoder(
-    "BERT", "encoder.layer.{i}", "attention.self", ("attention.output.dense", output), "attention.output.LayerNorm",
-    ("intermediate.dense", output), ("intermediate", output), "output.dense", "output.LayerNorm",
-    lambda c: c.num_hidden_layers)
-DISTILBERT = _post_norm_encoder(
-    "DistilBERT", "transformer.layer.{i}", "attention", ("attention", first_output), "sa_layer_norm",
-    ("ffn.lin1", output), ("ffn.lin2", first_input), "ffn", "output_layer_norm", lambda c: c.n_layers)
-
-
-def _t5_layer(stack: str, gated: bool) -> TapTable:
-    block = f"{stack}.block.{{i}}"
-    ffn = f"{block}.layer.{2 if stack == 'decoder' else 1}.DenseReluDense"
-    table: TapTable = {
-        "hook_resid_pre": (block, first_input),
-        **norm_hooks("ln1", f"{block}.layer.0.layer_norm", RMS_NORM),
-        **attention_hooks("attn", f"{block}.layer.0.SelfAttention"),
-        "hook_attn_out": (f"{block}.layer.0.SelfAttention", first_output),
-        "hook_resid_mid": (f"{block}.layer.0", first_output),
-    }
-    if stack == "decoder":
-        table |= {
-            **norm_hooks("ln_cross", f"{block}.layer.1.layer_norm", RMS_NORM),
-            **attention_hooks("cross_attn", f"{block}.layer.1.EncDecAttention"),
-            "hook_cross_attn_out": (f"{block}.layer.1.EncDecAttention", first_output),
-            "hook_resid_mid_cross": (f"{block}.layer.1", first_output),
-        }
-    return table | {
-        **norm_hooks("ln2", f"{ffn.rsplit('.', 1)[0]}.layer_norm", RMS_NORM),
-        "mlp.hook_pre": (f"{ffn}.act", first_input),  # gated (T5 v1.1, mT5): wi_0's output, the gate
-        **({"mlp.hook_pre_linear": (f"{ffn}.wi_1", output)} if gated else {}),
-        "mlp.hook_post": (f"{ffn}.wo", first_input),
-        "hook_mlp_out": (ffn, output),
-        "hook_resid_post": (block, first_output),
-    }
-
-
-def _t5(gated: bool) -> Family:
-    return Family(
-        name="T5",
-        kind="encoder-decoder",
-        positional="relative position buckets",
-        norm="pre-norm (RMSNorm)",
-        stack_taps={stack: {
-            "hook_embed": (f"{stack}.embed_tokens", output),
-            **norm_hooks("ln_final", f"{stack}.final_layer_norm", RMS_NORM),
-            "hook_resid_final": (f"{stack}.final_layer_norm", output),
-        } for stack in ("encoder", "decoder")},
-        layer_taps={stack: _t5_layer(stack, gated) for stack in ("encoder", "decoder")},
-        layer_counts={"encoder": lambda c: c.num_layers, "decoder": lambda c: c.num_decoder_layers},
-        position_bias=True,
-        final_norm="decoder.final_layer_norm",
-    )
-
-
-def _bart_layer(stack: str, pre_norm: bool) -> TapTable:
-    """A BART-style layer: post-norm (BART, Marian: each norm reads the sum) or pre-norm (mBART, Pegasus: each norm
-    reads the stream before its sublayer, and the stack ends with a norm of its own)."""
-    layer = f"{stack}.layers.{{i}}"
-    norms = (f"{layer}.self_attn_layer_norm", f"{layer}.encoder_attn_layer_norm", f"{layer}.final_layer_norm")
-    after_self, after_cross = (norms[1] if stack == "decoder" else norms[2]), norms[2]  # read the sums in pre-norm
-    table: TapTable = {
-        "hook_resid_pre": (layer, first_input),
-        **norm_hooks("ln1", norms[0], LAYER_NORM),
-        **attention_hooks("attn", f"{layer}.self_attn"),
-        "hook_attn_out": (f"{layer}.self_attn", first_output),
-        "hook_resid_mid": (after_self if pre_norm else norms[0], first_input),  # the sum, before the next norm
-    }
-    if stack == "decoder":
-        table |= {
-            **norm_hooks("ln_cross", norms[1], LAYER_NORM),
-            **attention_hooks("cross_attn", f"{layer}.encoder_attn"),
-            "hook_cross_attn_out": (f"{layer}.encoder_attn", first_output),
-            "hook_resid_mid_cross": (after_cross if pre_norm else norms[1], first_input),
-        }
-    return table | {
-        **norm_hooks("ln2", norms[2], LAYER_NORM),
-        "mlp.hook_pre": (f"{layer}.fc1", output),
-        "mlp.hook_post": (f"{layer}.activation_fn", output),
-        "hook_mlp_out": (f"{layer}.fc2", output),
-        "hook_resid_post": (layer if pre_norm else norms[2], first_output if pre_norm else first_input),
-        **({} if pre_norm else {"hook_normalized_resid_post": (layer, first_output)}),
-    }
-
-
-def _bart(pre_norm: bool, positional: str, name: str) -> Family:
-    final = {stack: {**norm_hooks("ln_final", f"{stack}.layer_norm", LAYER_NORM),
-                     "hook_resid_final": (f"{stack}.layer_norm", output)} if pre_norm else {}
-             for stack in ("encoder", "decoder")}
-    return Family(
-        name=name,
-        kind="encoder-decoder",
-        positional=positional,
-        norm="pre-norm" if pre_norm else "post-norm",
-        stack_taps={stack: {
-            "hook_embed": (f"{stack}.embed_tokens", output),
-            "hook_pos_embed": (f"{stack}.embed_positions", batched_output),
-            **final[stack],
-        } for stack in ("encoder", "decoder")},
-        layer_taps={stack: _bart_layer(stack, pre_norm) for stack in ("encoder", "decoder")},
-        layer_counts={"encoder": lambda c: c.encoder_layers, "decoder": lambda c: c.decoder_layers},
-        final_norm="decoder.layer_norm" if pre_norm else None,
-    )
-
-
-BART, MARIAN = _bart(False, "learned absolute", "BART"), _bart(False, "sinusoidal absolute", "Marian")
-MBART, PEGASUS = _bart(True, "learned absolute", "mBART"), _bart(True, "sinusoidal absolute", "Pegasus")
-T5, T5_GATED = _t5(gated=False), _t5(gated=True)
-TABLES: dict[str, Callable[[Any], Family]] = {  # model type -> config -> its family, where a table describes it
-    **dict.fromkeys(("bert", "roberta", "xlm-roberta", "camembert"), lambda config: BERT),
-    "distilbert": lambda config: DISTILBERT,
-    **dict.fromkeys(("t5", "mt5"), lambda config: T5_GATED if config.is_gated_act else T5),
-    "bart": lambda config: BART,
-    "marian": lambda config: MARIAN,
-    "mbart": lambda config: MBART,
-    "pegasus": lambda config: PEGASUS,
-}

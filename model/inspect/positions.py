@@ -2,7 +2,8 @@
 
 From-scratch models add a fixed sinusoidal table (their `pos_table` buffer); BERT, GPT-2, BART and OPT add a learned
 table; Marian and Pegasus add a fixed sinusoid laid out differently; Llama-style models rotate queries and keys
-(rotary, on all of a head's dimensions or a part); T5 adds a learned bias per relative distance to the scores.
+(rotary, on all of a head's dimensions or a part); T5 adds a learned bias per relative distance to the scores (its
+family's adapter, model/hf/families/t5.py, reads it).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from attention_atlas.model.hf.families import adapter_of
 from attention_atlas.model.hf.placement import weights_at_hand
 from attention_atlas.model.inspect.rotary import rotary_tables, rotate
 
@@ -54,8 +56,9 @@ def position_scheme(runner: Any, stack: str, length: int) -> PositionScheme:
     family, model = runner.family, runner.model.base_model
     if family.positional == "rotary":
         return _rotary(runner.model, length)
-    if family.position_bias:
-        return _t5(getattr(model, stack), length)
+    relative = adapter_of(runner.model.config.model_type).relative_positions(runner.model, stack, length)
+    if relative is not None:
+        return PositionScheme("relative", relative.source, relative.about, bias=relative.bias)
     place = family.stack_taps.get(stack, {}).get("hook_pos_embed")
     if place is None:
         return PositionScheme("none", "—", "No position table and no rotation were found in this model: it may tell "
@@ -114,18 +117,3 @@ def _rotary(causal_lm: torch.nn.Module, length: int) -> PositionScheme:
                           inv_freq=inv_freq.numpy(), rotary_base=base,
                           rotary_profile=np.array([d[0] for d in diagonals]),
                           rotary_spread=max(float(np.ptp(d)) for d in diagonals), interleaved=interleaved)
-
-
-def _t5(stack: torch.nn.Module, length: int) -> PositionScheme:
-    """T5's learned bias per head and relative-distance bucket, added to the scores (from layer 0, shared by all)."""
-    attention = stack.block[0].layer[0].SelfAttention
-    relative = torch.arange(-(length - 1), length)  # key - query
-    buckets = attention._relative_position_bucket(relative, bidirectional=not attention.is_decoder,
-                                                  num_buckets=attention.relative_attention_num_buckets,
-                                                  max_distance=attention.relative_attention_max_distance)
-    with torch.inference_mode():
-        bias = attention.relative_attention_bias(buckets).T  # (heads, 2 len - 1)
-    return PositionScheme("relative", "block 0's relative_attention_bias", "Nothing is added to the embeddings. "
-                          "Each head adds a learned number to the score of a query–key pair, chosen by their "
-                          "distance (bucketed: exact up close, logarithmic far away); every layer reuses layer 0's.",
-                          bias=bias.float().cpu().numpy())

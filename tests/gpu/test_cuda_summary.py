@@ -15,7 +15,7 @@ import torch
 from attention_atlas.model.core.options import RunOptions
 from attention_atlas.model.hf.heads import ATTENTION
 from attention_atlas.model.hf.loading import load_hf_runner
-from bench.gpu_capture import count_synchronisations, use_attention, ways_of, with_blocks
+from bench.gpu_ways import count_synchronisations, use_attention, ways_of, with_blocks
 from tests.gpu.compare import assert_same_hooks, assert_same_summary, tolerance
 from tests.gpu.models import DEVICE, PRECISION_NAMES, TEXT, TINY, target_for
 from tests.tiny_hf import build

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from attention_atlas.model.core.attention import source
-from bench.gpu_capture import count_synchronisations, with_blocks
+from bench.gpu_ways import count_synchronisations, with_blocks
 
 ROOT = Path(__file__).resolve().parents[2]
 

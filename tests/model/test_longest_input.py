@@ -8,7 +8,9 @@ import transformers
 
 from attention_atlas.model.core.trace.trace import distinct_nbytes
 from attention_atlas.model.hf.facts import LONGEST_INPUT, SOURCE_BYTES_LIMIT, longest_input, source_bytes
-from attention_atlas.model.hf.taps import BERT, T5, Family
+from attention_atlas.model.hf.families.bert import BERT
+from attention_atlas.model.hf.families.t5 import T5
+from attention_atlas.model.hf.taps import Family
 from tests import tiny_hf
 
 GIB = 1 << 30

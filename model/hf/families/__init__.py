@@ -1,5 +1,6 @@
-"""Which family a Hugging Face model belongs to: a table where one describes its type (model/hf/taps.py), else
-the layout its probe pass finds (model/hf/discovery.py: decoders of any type, and encoders of their layout)."""
+"""The families of Hugging Face models, one module each (model/hf/families/<family>.py, an `Adapter`): which adapter
+a model type has (`adapter_of`; the default, `Adapter`, finds the hooks of any other type by a probe pass), which
+kinds of type open (`kind_of`), a loaded model's hooks (`family_of`), and its row of docs/models.md."""
 
 from __future__ import annotations
 
@@ -8,10 +9,28 @@ from typing import Any
 from torch import nn
 
 from attention_atlas.model.core.errors import UserError
-from attention_atlas.model.hf.discovery import discover
-from attention_atlas.model.hf.taps import TABLES, Family
+from attention_atlas.model.hf.families.adapter import Adapter
+from attention_atlas.model.hf.families.bart import BartAdapter
+from attention_atlas.model.hf.families.bert import BertAdapter
+from attention_atlas.model.hf.families.distilbert import DistilBertAdapter
+from attention_atlas.model.hf.families.gpt2 import Gpt2Adapter
+from attention_atlas.model.hf.families.gpt_neox import GptNeoXAdapter
+from attention_atlas.model.hf.families.modernbert import ModernBertAdapter
+from attention_atlas.model.hf.families.opt import OptAdapter
+from attention_atlas.model.hf.families.phi3 import Phi3Adapter
+from attention_atlas.model.hf.families.t5 import T5Adapter
+from attention_atlas.model.hf.taps import Family
 
 Kind = str  # "encoder", "decoder" or "encoder-decoder"
+DISCOVERED = Adapter()  # every type no family module lists
+ADAPTERS: tuple[Adapter, ...] = (BertAdapter(), DistilBertAdapter(), T5Adapter(), BartAdapter(), Gpt2Adapter(),
+                                 GptNeoXAdapter(), Phi3Adapter(), ModernBertAdapter(), OptAdapter())
+_BY_TYPE = {model_type: adapter for adapter in ADAPTERS for model_type in adapter.model_types}
+
+
+def adapter_of(model_type: str) -> Adapter:
+    """The adapter of a model type: its family module's, else the default (discovery, the common layout)."""
+    return _BY_TYPE.get(model_type, DISCOVERED)
 
 
 def kind_of(model_type: str) -> Kind:
@@ -22,13 +41,14 @@ def kind_of(model_type: str) -> Kind:
         MODEL_FOR_MASKED_LM_MAPPING_NAMES,
     )
 
-    if model_type in TABLES:
-        return TABLES[model_type](CONFIG_MAPPING[model_type]()).kind
+    known = adapter_of(model_type).kind
+    if known is not None:
+        return known
     if model_type not in CONFIG_MAPPING:
         raise UserError(f"model type {model_type!r} is not one the installed transformers knows; the app opens "
                          "the text models it knows (see docs/models.md).")
     if not getattr(CONFIG_MAPPING[model_type](), "is_encoder_decoder", False):
-        if model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES:  # an encoder (ModernBERT), or a BERT-style one
+        if model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES:  # an encoder of a layout discovery reads
             return "encoder"
         if model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
             return "decoder"
@@ -37,9 +57,8 @@ def kind_of(model_type: str) -> Kind:
 
 
 def family_of(model: nn.Module, config: Any, kind: Kind) -> Family:
-    """The family of a loaded model of `kind` (`kind_of` its type; ValueError where its layers cannot be read)."""
-    table = TABLES.get(config.model_type)
-    return table(config) if table is not None else discover(model, kind)
+    """The hooks of a loaded model of `kind` (`kind_of` its type; ValueError where its layers cannot be read)."""
+    return adapter_of(config.model_type).family(model, config, kind)
 
 
 def description(facts: Any, family: Family) -> dict[str, str]:

@@ -1,0 +1,45 @@
+"""Ablated runs of a Hugging Face model in one batch: each row of the batch with its own heads ablated."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from attention_atlas.model.core.capture.ablation import Outcome, ablating_rows
+from attention_atlas.model.core.capture.hooks import ModuleTap, ReportedTap
+from attention_atlas.model.core.errors import UserError
+from attention_atlas.model.core.masks import additive_mask
+from attention_atlas.model.core.options import AblationMode, Head
+from attention_atlas.model.core.trace.trace import Trace
+from attention_atlas.model.hf.encoder_decoder import decode_target, encode_source
+from attention_atlas.model.hf.inputs import masked_inputs
+from attention_atlas.model.hf.placement import input_device
+
+
+def ablation_outcomes(model: nn.Module, taps: dict[str, ModuleTap | ReportedTap], kind: str, n_heads: int,
+                      trace: Trace, rows: Sequence[Sequence[Head]], mode: AblationMode) -> Outcome:
+    """What `trace`'s input leads to, once per row of `rows` (the heads ablated in that row), in one batch: a causal
+    LM's next-token log-probabilities after the last token, an encoder-decoder's at every output position (reading
+    the trace's output), an encoder's last-layer vectors. The trace must be unpadded."""
+    if trace.options.pad_to:
+        raise UserError("Ablation reads the text as typed: turn padding off.")
+    batch, device = len(rows), input_device(model)
+    ids = torch.tensor([trace.ids], device=device).expand(batch, -1)  # (batch, len)
+    masks = {site: torch.as_tensor(mask, device=device)[None, None].expand(batch, 1, -1, -1)
+             for site, mask in trace.masks.items()}  # (batch, 1, q_len, k_len)
+    with ablating_rows(taps, rows, mode, n_heads), torch.inference_mode():
+        if kind == "encoder-decoder":
+            target = torch.tensor([trace.target_ids], device=device).expand(batch, -1)
+            real_keys = masks["decoder.cross_attn"][:, 0, 0].long()  # (batch, src_len)
+            out = decode_target(model, encode_source(model, ids, masks["encoder.attn"]), real_keys, target,
+                                masks["decoder.attn"])
+            log_probs = out.logits.float().log_softmax(-1)  # (batch, tgt_len, vocab)
+            return Outcome("distributions", log_probs.cpu().numpy(), tuple(range(len(trace.target_ids))))
+        allowed = next(iter(masks.values()))
+        if kind == "encoder":
+            hidden = model(input_ids=ids, attention_mask=additive_mask(allowed, model.dtype)).last_hidden_state
+            return Outcome("embeddings", hidden.float().cpu().numpy(), tuple(range(len(trace.ids))))  # (b, len, d)
+        logits = model(**masked_inputs(ids, allowed, model.dtype), logits_to_keep=1).logits  # (batch, 1, vocab)
+        return Outcome("distributions", logits.float().log_softmax(-1).cpu().numpy(), (len(trace.ids) - 1,))

@@ -1,0 +1,133 @@
+"""What the app knows about one family of Hugging Face models, in one place: an `Adapter`.
+
+An adapter answers, for the model types it lists: where each hook name is read (its `Family`: a table, or the
+layout a probe pass finds, model/hf/discovery.py), how its attention layer stores W_Q, W_K, W_V and W_O (separate,
+fused, transposed; the attention scale), what its config calls its sizes, and what it adds to the scores for
+positions beyond what the probe and the rotary module show. The base class is the default every type gets that no
+adapter lists: hooks found by discovery, separate `q_proj`/`k_proj`/`v_proj` projections and an output projection,
+1/√d_head, the config's standard names. A family module (one file beside this one) overrides what differs.
+
+Norm weights and rotary tables are read from what the modules do (model/inspect/norm_output.py,
+model/inspect/rotary.py), so no adapter describes them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from itertools import pairwise
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from torch import nn
+
+from attention_atlas.model.hf.discovery import discover
+from attention_atlas.model.hf.placement import weights_at_hand
+from attention_atlas.model.hf.taps import Family
+
+Affine = tuple[np.ndarray, np.ndarray | None]  # (W (d_in, d_out), b (d_out,) or None): x @ W + b
+
+
+@dataclass(frozen=True)
+class LayerWeights:
+    """One attention layer's projections, whole (every head's columns), as x @ W + b, and its scale."""
+
+    affines: dict[str, Affine]  # "q" (d_model, heads x d_head), "k", "v" (d_model, kv_heads x d_head), "o"
+    n_heads: int
+    n_kv_heads: int
+    d_head: int
+    scale: float  # what Q K^T is multiplied by
+    scale_text: str  # how a person reads it: "1/√8", "1 (T5 does not scale)"
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """A stack's sizes, whatever its config calls them."""
+
+    n_heads: int
+    n_kv_heads: int
+    d_model: int
+    d_head: int
+    d_ff: int
+
+
+@dataclass(frozen=True)
+class RelativePositions:
+    """A learned bias added to the scores per distance key - query (T5), as the Positional encoding page shows it."""
+
+    bias: np.ndarray  # (heads, 2 len - 1) float32: distances -(len-1) .. len-1
+    source: str  # where it is read
+    about: str  # what it is, in a sentence or two
+
+
+def affine(layer: nn.Module) -> Affine:
+    """A Linear (weight (out, in)) or a GPT-2 Conv1D (weight (in, out)) as x @ W + b, float32 numpy (copied)."""
+    with torch.no_grad(), weights_at_hand(layer):
+        weight = layer.weight.detach().float().cpu().numpy()
+        bias = None if getattr(layer, "bias", None) is None else layer.bias.detach().float().cpu().numpy()
+    return (weight if type(layer).__name__ == "Conv1D" else weight.T), bias
+
+
+def config_int(config: Any, *names: str, default: int = 0) -> int:
+    """The first of `names` the config sets to a positive integer, else `default`."""
+    for name in names:
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return default
+
+
+def split_columns(whole: Affine, widths: tuple[int, ...]) -> list[Affine]:
+    """An affine's columns cut in consecutive blocks of `widths` (a fused projection: [q | k | v])."""
+    w, b = whole
+    bounds = np.cumsum((0, *widths))
+    return [(w[:, lo:hi], None if b is None else b[lo:hi]) for lo, hi in pairwise(bounds)]
+
+
+class Adapter:
+    """The default family: every model type that no family module lists (see the module's docstring)."""
+
+    name: ClassVar[str] = "discovered"
+    model_types: ClassVar[tuple[str, ...]] = ()  # the `model_type`s of the configs this adapter describes
+    kind: ClassVar[str | None] = None  # "encoder", "decoder", "encoder-decoder"; None: from transformers' tables
+
+    def family(self, model: nn.Module, config: Any, kind: str) -> Family:
+        """Where the hooks of a loaded model are."""
+        return discover(model, kind)
+
+    def layer_weights(self, attention: nn.Module, attn_out: nn.Module, layer: int) -> LayerWeights:
+        """The projections of the attention module `attention` (where its pattern is read); `attn_out` is the module
+        whose output is the layer's hook_attn_out (where a family keeps W_O outside attention, as BERT)."""
+        out = next(getattr(attention, n) for n in ("o_proj", "out_proj", "dense") if hasattr(attention, n))
+        affines = {name: affine(getattr(attention, f"{name}_proj")) for name in "qkv"} | {"o": affine(out)}
+        d_head = attention.head_dim
+        scale, text = self.scale(attention, d_head, layer)
+        return LayerWeights(affines, affines["q"][0].shape[1] // d_head, affines["k"][0].shape[1] // d_head, d_head,
+                            scale, text)
+
+    def scale(self, attention: nn.Module, d_head: int, layer: int) -> tuple[float, str]:
+        """What Q K^T is multiplied by, and how a person reads it: the module's own `scaling` where it is not
+        1/√d_head (Gemma 2's query_pre_attn_scalar), else 1/√d_head."""
+        scaling = getattr(attention, "scaling", None)
+        if scaling is not None and not math.isclose(scaling, d_head ** -0.5):
+            return float(scaling), f"{scaling:g} (the model's own scaling)"
+        return 1 / math.sqrt(d_head), f"1/√{d_head}"
+
+    def sizes(self, config: Any, stack: str) -> Sizes:
+        """The sizes of `stack` ("encoder"/"decoder"), read through the config's standard names (transformers maps
+        GPT-2's n_head, T5's num_heads ... onto them); the MLP's width as Llama (intermediate_size), GPT-2 and GPT-J
+        (n_inner) or OPT (ffn_dim) name it, else 4 d_model."""
+        heads = config_int(config, "num_attention_heads")
+        d_model = config_int(config, "hidden_size")
+        return Sizes(heads, config_int(config, "num_key_value_heads", default=heads), d_model,
+                     config_int(config, "head_dim", default=d_model // max(heads, 1)),
+                     config_int(config, "intermediate_size", "n_inner", "ffn_dim", default=4 * d_model))
+
+    def relative_positions(self, model: nn.Module, stack: str, length: int) -> RelativePositions | None:
+        """The bias added to the scores per relative distance for `length` positions, where the family learns one."""
+        return None
+
+    def score_bias(self, model: nn.Module, site: str, head: int, q_len: int, k_len: int) -> np.ndarray | None:
+        """(q_len, k_len): what `head` at `site` adds to its scores for positions (None: nothing)."""
+        return None
