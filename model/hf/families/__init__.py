@@ -4,27 +4,32 @@ kinds of type open (`kind_of`), a loaded model's hooks (`family_of`), and its ro
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from typing import Any
 
 from torch import nn
 
 from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.hf.families.adapter import Adapter
-from attention_atlas.model.hf.families.bart import BartAdapter
-from attention_atlas.model.hf.families.bert import BertAdapter
-from attention_atlas.model.hf.families.distilbert import DistilBertAdapter
-from attention_atlas.model.hf.families.gpt2 import Gpt2Adapter
-from attention_atlas.model.hf.families.gpt_neox import GptNeoXAdapter
-from attention_atlas.model.hf.families.modernbert import ModernBertAdapter
-from attention_atlas.model.hf.families.opt import OptAdapter
-from attention_atlas.model.hf.families.phi3 import Phi3Adapter
-from attention_atlas.model.hf.families.t5 import T5Adapter
 from attention_atlas.model.hf.taps import Family
 
 Kind = str  # "encoder", "decoder" or "encoder-decoder"
 DISCOVERED = Adapter()  # every type no family module lists
-ADAPTERS: tuple[Adapter, ...] = (BertAdapter(), DistilBertAdapter(), T5Adapter(), BartAdapter(), Gpt2Adapter(),
-                                 GptNeoXAdapter(), Phi3Adapter(), ModernBertAdapter(), OptAdapter())
+
+
+def _family_adapters() -> tuple[Adapter, ...]:
+    """The adapter each family module of this package defines (its one `Adapter` subclass), so that a new family is
+    one new module."""
+    found = []
+    for module_info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"{__name__}.{module_info.name}")
+        found += [value() for value in vars(module).values() if isinstance(value, type) and issubclass(value, Adapter)
+                  and value.__module__ == module.__name__ and value is not Adapter]
+    return tuple(found)
+
+
+ADAPTERS = _family_adapters()
 _BY_TYPE = {model_type: adapter for adapter in ADAPTERS for model_type in adapter.model_types}
 
 
