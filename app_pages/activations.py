@@ -12,7 +12,6 @@ import streamlit as st
 
 from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.inspect.lens import Lens
-from attention_atlas.model.inspect.norm_inputs import norm_input
 from attention_atlas.model.inspect.readout import spell_for, unembedding_for
 from attention_atlas.plot.common import layer_count, stack_tokens
 from attention_atlas.plot.stream import (
@@ -42,6 +41,7 @@ from attention_atlas.ui.activations import (
 )
 from attention_atlas.ui.colour_scale import choose_scale, colour_scale
 from attention_atlas.ui.downloads import constant, downloads, file_name, matrix_table
+from attention_atlas.ui.norm_views import norms_view
 from attention_atlas.ui.page import current_runner, current_trace, show_open_tab, trace_with
 from attention_atlas.viz.colour_range import WHOLE
 from attention_atlas.viz.logit_lens import rank_lines
@@ -151,55 +151,6 @@ def window_start(n: int, width: int, key: str, label: str) -> int:
         return 0
     st.session_state[key] = min(max(0, st.session_state.get(key, n - width)), n - width)
     return st.slider(label, 0, n - width, key=key)
-
-
-def norms_view(trace: Trace, stack: str) -> None:
-    st.latex(r"\mathrm{LN}(x)=\gamma\odot\frac{x-\mu}{\sigma}+\beta,\ \sigma=\sqrt{\tfrac1d\textstyle\sum_i"
-             r"(x_i-\mu)^2+\epsilon};\qquad \mathrm{RMS}(x)=\gamma\odot\frac{x}{\sqrt{\tfrac1d\sum_i x_i^2+\epsilon}}")
-    st.caption("What each norm divides its token's vector by (σ for LayerNorm, the RMS for RMSNorm), at every norm "
-               "of the stack. A token with an outsized value carries an outsized vector (often the first token).")
-    scaled = trace_with((f"{stack}.*.ln*.hook_scale", f"{stack}.ln_final.hook_scale"))
-    names = [n for n in scaled.captured if n.startswith(f"{stack}.") and n.endswith("hook_scale")]
-    if not names:
-        st.info(f"{trace.facts.model_id} offers no norm hooks here.")
-        return
-    values = np.stack([scaled.captured[n][:, 0] for n in names]).astype(np.float32)  # (norms, pos)
-    rows = [n.removeprefix(f"{stack}.").removesuffix(".hook_scale") for n in names]
-    log = st.toggle("log₁₀ scale", key="activations_norm_log")
-    url_state.write(activations_norm_log=log or None)
-    tokens = stack_tokens(scaled, stack)
-    shown = np.log10(np.maximum(values, 1e-12)) if log else values
-    figure = layer_token_heatmap(shown, rows, tokens, f"{stack}: what each norm divides by",
-                                 "log₁₀ σ / RMS" if log else "σ / RMS")
-    st.plotly_chart(figure, key="activations_norms")
-    downloads(figure, f"{file_stem(trace, stack)}.norms", "activations_norms",
-              lambda: matrix_table(values, rows, tokens).set_axis(rows, axis=0))
-    ratio = (values / np.maximum(np.median(values, axis=1, keepdims=True), 1e-12)).max(axis=0)  # (pos,)
-    top = np.argsort(-ratio, kind="stable")[:5]
-    st.dataframe(pd.DataFrame({"token": [position_label(int(i), tokens[i]) for i in top],
-                               "largest σ / RMS": values.max(axis=0)[top],
-                               "× the median token (same norm)": ratio[top]}).set_index("token"),
-                 key="activations_norm_table")
-    input_means(trace, stack, names, tokens)
-
-
-def input_means(trace: Trace, stack: str, scale_names: list[str], tokens: list[str]) -> None:
-    """The mean of each norm's input per token, read from the residual stream it normalises."""
-    sources = {name: norm_input(trace.facts, name) for name in scale_names}
-    read = [name for name, source in sources.items() if source is not None]
-    if not read:
-        return
-    stream = stream_trace(stack)
-    means = np.stack([stream.captured[sources[name]].astype(np.float32).mean(-1) for name in read])  # (norms, pos)
-    rows = [n.removeprefix(f"{stack}.").removesuffix(".hook_scale") for n in read]
-    rms = "RMS" in trace.facts.norm
-    st.caption("The mean μ of each norm's input over d_model, per token: LayerNorm subtracts it before dividing by σ"
-               + ("; RMSNorm does not subtract it (it divides the raw vector by its RMS)." if rms else ".")
-               + " Read from the residual stream the norm reads (model/inspect/norm_inputs.py).")
-    figure = layer_token_heatmap(means, rows, tokens, f"{stack}: the mean μ of each norm's input", "μ")
-    st.plotly_chart(figure, key="activations_norm_means")
-    downloads(figure, f"{file_stem(trace, stack)}.norm-means", "activations_norm_means",
-              lambda: matrix_table(means, rows, tokens).set_axis(rows, axis=0))
 
 
 def lens(trace: Trace, stack: str) -> None:

@@ -36,7 +36,7 @@ DEFAULTS = {"generate_method": "greedy", "generate_temperature": 1.0, "generate_
 
 def choose_settings() -> DecodeSettings:
     """The decoding controls (bad values are allowed in, and explained: see DecodeSettings.problems). Defaults
-    go in the session, not the widgets: the values are kept across pages (ui.page.PERSISTENT_KEYS)."""
+    go in the session, not the widgets: the values are kept across pages (the page's `keeps` in ui.page.PAGES)."""
     for key, value in DEFAULTS.items():
         st.session_state.setdefault(key, value)
     method = st.radio("Decoding", ["greedy", "sample"], key="generate_method", horizontal=True,

@@ -12,8 +12,9 @@ import streamlit as st
 from attention_atlas.model.core.devices import available_devices
 from attention_atlas.model.toy.archive import read_toy_archive
 from attention_atlas.model.toy.live import as_sentence, training_problems
+from attention_atlas.model.toy.settings import SCHEDULES
 from attention_atlas.model.toy.tasks import TASKS
-from attention_atlas.model.toy.train import SCHEDULES, Recipe, recipe_for
+from attention_atlas.model.toy.train import Recipe, recipe_for
 from attention_atlas.ui.messages import show_error
 from attention_atlas.ui.session_models import add_session_model, open_model, session_models, still_listed
 from attention_atlas.ui.training_runs import LIMITS, MAX_TRAININGS, current_training, forget_training, start_training
@@ -130,15 +131,21 @@ def upload() -> None:
                    "listed in the sidebar's model list for this session.")
 
 
-st.title("Train")
-st.caption("Train the from-scratch transformer on a toy task and watch its heads form. The model trains in the "
-           "background: the other pages stay yours meanwhile.")
-training = current_training()
-if training is None:
-    form()
-else:
-    show_training(training)
-    if training.done and st.button("New training", icon=":material/restart_alt:", key="train_new"):
-        forget_training()
-        st.rerun()
-upload()
+def page() -> None:
+    """The page (in a function: no module global holds the training; see ui/downloads.py): the form, or the
+    training under way or done; then the upload."""
+    st.title("Train")
+    st.caption("Train the from-scratch transformer on a toy task and watch its heads form. The model trains in the "
+               "background: the other pages stay yours meanwhile.")
+    training = current_training()
+    if training is None:
+        form()
+    else:
+        show_training(training)
+        if training.done and st.button("New training", icon=":material/restart_alt:", key="train_new"):
+            forget_training()
+            st.rerun()
+    upload()
+
+
+page()

@@ -5,6 +5,7 @@ saved trace: `attention-atlas --trace trace.npz`. Options this command does not 
 commands:
   attention-atlas trace --model toy-reverse --text "hello" --out t.npz   run a model on text, save its trace
   attention-atlas train --task reverse [--out DIR]                       train a toy model on the CPU
+  attention-atlas train --all                                            retrain every shipped toy model
   (`attention-atlas trace --help`, `attention-atlas train --help`: their options)
 """
 
@@ -21,7 +22,7 @@ COMMANDS = {"trace": "attention_atlas.trace_command", "train": "attention_atlas.
 USAGE = """%(prog)s [-h] [--port PORT] [--address ADDRESS] [--model MODEL] [--trace FILE] [--headless]
                        [streamlit options ...]
        %(prog)s trace [-h] [--list] [--model MODEL] [--text TEXT] [--out FILE] ...
-       %(prog)s train [-h] --task TASK [--out DIR] ..."""
+       %(prog)s train [-h] (--task TASK [--out DIR] | --all) ..."""
 
 
 class TraceFileError(ValueError):

@@ -4,8 +4,8 @@ is none), and the page choices that must outlive a visit to another page.
 Adding a page: write `pages/<name>.py` (start with `trace = current_trace()`, or `trace_with(hooks)` for a
 page that shows more than attention patterns; cache what it derives from the trace with
 `ui.trace_cache.per_trace`; prefix its widget keys with its name), add one `Page` line to PAGES
-below, and list in PERSISTENT_KEYS the widget keys that should survive a visit elsewhere (and in
-`ui/url_state.py` those a link should carry)."""
+below with the widget keys that should survive a visit elsewhere (`keeps`; and in `ui/url_state.py` those a link
+should carry)."""
 
 from __future__ import annotations
 
@@ -26,11 +26,12 @@ from attention_atlas.ui.runs import RunRequest, runner_of, trace_for
 
 @dataclass(frozen=True)
 class Page:
-    """One page of the app: its file, its title in the navigation, and its icon."""
+    """One page of the app: its file, its title in the navigation, its icon, and the choices it keeps."""
 
     path: str  # relative to the folder that holds pages/ (as AppTest.switch_page takes it from app.py)
     title: str
     icon: str
+    keeps: tuple[str, ...] = ()  # keys of its widgets whose values outlive a visit elsewhere (`keep_page_choices`)
     shows_run: bool = True  # whether it draws the sidebar's run (Train trains a model of its own instead)
 
     @property
@@ -39,42 +40,41 @@ class Page:
         return Path(app_pages.__file__).resolve().parent.parent / self.path
 
 
+HEAD_KEYS = ("site", "layer", "head")  # the head picker's (ui/pickers.py): one choice for every page that draws it
 PAGES = (  # the navigation, in order; the first is where the app opens
-    Page("app_pages/overview.py", "Overview", ":material/summarize:"),
-    Page("app_pages/attention.py", "Attention", ":material/grid_on:"),
-    Page("app_pages/masks.py", "Masks", ":material/visibility_off:"),
-    Page("app_pages/positions.py", "Positional encoding", ":material/waves:"),
-    Page("app_pages/step_through.py", "Step through", ":material/footprint:"),
-    Page("app_pages/activations.py", "Activations", ":material/stacked_line_chart:"),
-    Page("app_pages/generate.py", "Generate", ":material/play_arrow:"),
-    Page("app_pages/ablation.py", "Ablate heads", ":material/content_cut:"),
-    Page("app_pages/train.py", "Train", ":material/model_training:", shows_run=False),
+    Page("app_pages/overview.py", "Overview", ":material/summarize:", HEAD_KEYS),
+    Page("app_pages/attention.py", "Attention", ":material/grid_on:", (
+        *HEAD_KEYS, "attention_hide_special", "attention_colorscale", "attention_show_values", "attention_window_row",
+        "attention_window_col", "attention_window_diagonal", "attention_stats_measure",
+        "attention_compare_kind", "attention_compare_text", "attention_compare_heads", "attention_compare_mode",
+        "attention_compare_model", "attention_compare_folder")),
+    Page("app_pages/masks.py", "Masks", ":material/visibility_off:", (
+        *HEAD_KEYS, "masks_editor", "masks_hide", "masks_for", "masks_window", "masks_pad_to")),
+    Page("app_pages/positions.py", "Positional encoding", ":material/waves:", (
+        "positions_stack", "positions_measure", "positions_length", "positions_d_model", "positions_dims",
+        "positions_offset", "positions_pos", "positions_pair")),
+    Page("app_pages/step_through.py", "Step through", ":material/footprint:", (
+        *HEAD_KEYS, "step_show_values", "step_query")),
+    Page("app_pages/activations.py", "Activations", ":material/stacked_line_chart:", (
+        "activations_stack", "activations_residual_measure", "activations_layer", "activations_neuron",
+        "activations_topk", "activations_norm_log", "activations_lens_start", "activations_shape_filter",
+        "activations_shape_leaves", "activations_shape_layer")),
+    Page("app_pages/generate.py", "Generate", ":material/play_arrow:", (
+        "generate_method", "generate_temperature", "generate_top_k", "generate_top_p", "generate_seed",
+        "generate_max_new", "generate_layer")),
+    Page("app_pages/ablation.py", "Ablate heads", ":material/content_cut:", (
+        "ablation_heads", "ablation_every", "ablation_mode")),
+    Page("app_pages/train.py", "Train", ":material/model_training:", (
+        "train_task", "train_layers", "train_heads", "train_d_model", "train_d_ff", "train_norm", "train_schedule",
+        "train_lr", "train_warmup", "train_smoothing", "train_batch", "train_steps", "train_every", "train_device",
+        "train_play", "train_site", "train_score", "train_head"), shows_run=False),
 )
-
-# Widget keys whose values must survive a visit to a page that does not draw them, or draws its own widget
-# under the same key. Streamlit ties a widget's state to the widget of the last run: `keep_page_choices` keeps a
-# copy of each value and writes it back when the page changes or the widget's own state is gone. Writing every key
-# back on every run would make each drawn widget push its value to the browser, undoing a choice the person made
-# while that run was still drawing.
-PERSISTENT_KEYS = (
-    "site", "layer", "head", "attention_hide_special", "attention_colorscale", "attention_show_values",
-    "attention_window_row", "attention_window_col", "attention_window_diagonal", "attention_stats_measure",
-    "masks_editor", "masks_hide", "masks_for", "masks_window", "masks_pad_to",
-    "positions_stack", "positions_measure", "positions_length", "positions_d_model", "positions_dims",
-    "positions_offset", "positions_pos", "positions_pair",
-    "step_show_values", "step_query",
-    "activations_stack", "activations_residual_measure", "activations_layer", "activations_neuron", "activations_topk",
-    "activations_norm_log", "activations_lens_start", "activations_shape_filter", "activations_shape_leaves",
-    "activations_shape_layer",
-    "generate_method", "generate_temperature", "generate_top_k", "generate_top_p", "generate_seed",
-    "generate_max_new", "generate_layer",
-    "ablation_heads", "ablation_every", "ablation_mode",
-    "attention_compare_kind", "attention_compare_text", "attention_compare_heads", "attention_compare_mode",
-    "attention_compare_model", "attention_compare_folder",
-    "train_task", "train_layers", "train_heads", "train_d_model", "train_d_ff", "train_norm", "train_schedule",
-    "train_lr", "train_warmup", "train_smoothing", "train_batch", "train_steps", "train_every", "train_device",
-    "train_play", "train_site", "train_score", "train_head",
-)
+# Every page's kept keys, on every page: each value must survive a visit to a page that does not draw it, or draws
+# its own widget under the same key. Streamlit ties a widget's state to the widget of the last run:
+# `keep_page_choices` keeps a copy of each value and writes it back when the page changes or the widget's own state is
+# gone. Writing every key back on every run would make each drawn widget push its value to the browser, undoing a
+# choice the person made while that run was still drawing.
+KEPT_KEYS = tuple(dict.fromkeys(key for page in PAGES for key in page.keeps))
 PAGE_RUN_MAX_TOKENS = 2048  # longest text of a page's own run that keeps more than attention patterns (the length
 # those pages were built and tested at; 8,192 SmolLM2 tokens of scores or residual streams would be gigabytes)
 # The sidebar's widget keys. Every page draws them, so their state is never lost; but the browser may not hold the
@@ -97,7 +97,7 @@ def keep_page_choices(page_path: str) -> None:
     kept: dict[str, object] = st.session_state.setdefault(KEPT, {})
     another_page = st.session_state.get(LAST_PAGE) != page_path
     st.session_state[LAST_PAGE] = page_path
-    for key in PERSISTENT_KEYS:
+    for key in KEPT_KEYS:
         if key in st.session_state:
             kept[key] = st.session_state[key]
         if key in kept and (another_page or key not in st.session_state):

@@ -19,11 +19,10 @@ from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.inspect.ablation import head_site
 from attention_atlas.plot.common import site_label as plot_site_label
 from attention_atlas.ui import url_state
-from attention_atlas.ui.page import forget_choices
+from attention_atlas.ui.page import HEAD_KEYS, forget_choices
 from attention_atlas.ui.site_summary import site_summary
 from attention_atlas.viz.thumbnails import head_at
 
-HEAD_KEYS = ("site", "layer", "head")
 SHORT_SITES = {"encoder.attn": "encoder", "decoder.attn": "decoder", "decoder.cross_attn": "cross"}
 
 

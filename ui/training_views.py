@@ -31,23 +31,25 @@ STATUS_WORDS = {"running": "training", "paused": "paused", "evaluating": "checki
 
 
 def show_training(training: LiveTraining) -> None:
-    """Controls, then the live view (redrawn every REFRESH_S while training runs or the timeline plays)."""
-    controls(training)
-    playing = st.toggle("Play the timeline", key="train_play", help="Step through the snapshots, over and over.")
+    """Controls and the timeline's play switch in one row, then the live view (redrawn every REFRESH_S while training
+    runs or the timeline plays)."""
+    with st.container(horizontal=True, vertical_alignment="center"):
+        controls(training)
+        playing = st.toggle("Play the timeline", key="train_play", help="Step through the snapshots, over and over.")
     refresh = REFRESH_S if playing or not training.done else None
     st.fragment(live_view, run_every=refresh)(training)
 
 
 def controls(training: LiveTraining) -> None:
+    """Pause (or resume) and stop, while the training is not done."""
     if training.done:
         return
-    left, right, _ = st.columns([1, 1, 4])
     if training.status == "paused":
-        left.button("Resume", icon=":material/play_arrow:", key="train_resume", on_click=training.resume)
+        st.button("Resume", icon=":material/play_arrow:", key="train_resume", on_click=training.resume)
     else:
-        left.button("Pause", icon=":material/pause:", key="train_pause", on_click=training.pause)
-    right.button("Stop", icon=":material/stop:", key="train_stop", on_click=training.stop,
-                 help="Stop now; the model trained so far becomes the result.")
+        st.button("Pause", icon=":material/pause:", key="train_pause", on_click=training.pause)
+    st.button("Stop", icon=":material/stop:", key="train_stop", on_click=training.stop,
+              help="Stop now; the model trained so far becomes the result.")
 
 
 def live_view(training: LiveTraining) -> None:
@@ -60,8 +62,12 @@ def live_view(training: LiveTraining) -> None:
     snapshots = list(training.snapshots)
     if not snapshots:
         return
-    snapshot = timeline(snapshots, training.snapshot_every)
-    site, score = choose_site_and_score(training, snapshot)
+    site = choose_site(list(snapshots[-1].patterns))
+    timeline_column, score_column = st.columns([3, 2], vertical_alignment="bottom")
+    with timeline_column:
+        snapshot = timeline(snapshots, training.snapshot_every)
+    with score_column:
+        score = choose_score(training, site)
     charts(training, snapshots, snapshot, score)
     best = best_head(snapshot, score) if score else (0, 0)
     heads(training, snapshot, site, score, best)
@@ -71,16 +77,19 @@ def live_view(training: LiveTraining) -> None:
         result(training, snapshot)
 
 
-def choose_site_and_score(training: LiveTraining, snapshot: Snapshot) -> tuple[str, Score | None]:
-    """Which attention the heads are drawn from, and which of its scores is followed."""
-    sites = list(snapshot.patterns)
-    left, right = st.columns([3, 2])
-    site = left.radio("Attention", sites, key="train_site", horizontal=True,
-                      format_func=lambda s: Site.of(s).label) if len(sites) > 1 else sites[0]
+def choose_site(sites: list[str]) -> str:
+    """Which attention the heads are drawn from, where the model has several."""
+    if len(sites) == 1:
+        return sites[0]
+    return st.radio("Attention", sites, key="train_site", horizontal=True, format_func=lambda s: Site.of(s).label)
+
+
+def choose_score(training: LiveTraining, site: str) -> Score | None:
+    """Which of the site's scores is followed (None where it has none)."""
     scores = {score.name: score for score in training.scores if score.site == site}
     keep_valid("train_score", list(scores) or [None])
-    name = right.selectbox("Score", list(scores), key="train_score", help=SCORES_HELP) if scores else None
-    return site, scores.get(name)
+    name = st.selectbox("Score", list(scores), key="train_score", help=SCORES_HELP) if scores else None
+    return scores.get(name)
 
 
 def charts(training: LiveTraining, snapshots: list[Snapshot], snapshot: Snapshot, score: Score | None) -> None:
@@ -141,18 +150,19 @@ def heads(training: LiveTraining, snapshot: Snapshot, site: str, score: Score | 
     queries, keys = training.probe_tokens[site]
     left, right = st.columns([2, 3])
     with left:
-        grid = thumbnail_grid(list(patterns), THUMBNAIL, training.probe_masks[site])
-        st.plotly_chart(thumbnail_figure(grid, THUMBNAIL, f"every head at step {snapshot.step:,}"),
-                        key="train_grid", on_select="rerun", selection_mode="points")
-    with right:
         clicked = clicked_head("train_grid", n_heads)
         if clicked is not None:
             st.session_state["train_head"] = clicked
         options = [BEST, *((layer, head) for layer in range(layers) for head in range(n_heads))]
         keep_valid("train_head", options)
         best_words = f"the highest {score.name} score" if score else "layer 0 · head 0"
-        choice = st.selectbox("Head", options, key="train_head", help="Or click a head in the grid.",
+        choice = st.selectbox("Head", options, key="train_head", help="Or click a head in the grid below.",
                               format_func=lambda h: best_words if h == BEST else f"layer {h[0]} · head {h[1]}")
+        grid = thumbnail_grid(list(patterns), THUMBNAIL, training.probe_masks[site])
+        st.plotly_chart(thumbnail_figure(grid, THUMBNAIL), key="train_grid", on_select="rerun",
+                        selection_mode="points", config={"displayModeBar": False})  # a picker: nothing to zoom
+        st.caption(f"Every head at step {snapshot.step:,}: click one to draw it large.")
+    with right:
         layer, head = best if choice == BEST else choice
         title = f"layer {layer} · head {head} at step {snapshot.step:,}"
         if score is not None:

@@ -1,13 +1,15 @@
-"""The toy tasks the shipped models are trained on: random examples from a seed."""
+"""The toy tasks the shipped models are trained on: random examples from a seed, and each task's recipe (the model it
+trains and how)."""
 
 from __future__ import annotations
 
 import random
 import string
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from attention_atlas.model.scratch.config import ModelKind
+from attention_atlas.model.scratch.config import ModelKind, TransformerConfig
+from attention_atlas.model.toy.settings import TrainSettings
 
 LETTERS = string.ascii_lowercase
 MONTHS = (
@@ -17,9 +19,16 @@ MONTHS = (
 DAYS_IN_MONTH = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 
 
+def induction_model(vocab_size: int, kind: ModelKind) -> TransformerConfig:
+    """Two attention layers, what an induction head needs (a previous-token head, then a head that matches on its
+    output), pre-norm and no dropout: the head forms early."""
+    return TransformerConfig(vocab_size, kind=kind, d_model=64, n_heads=4, d_ff=256, n_encoder_layers=0,
+                             n_decoder_layers=2, dropout=0.0, max_len=64, norm="pre")
+
+
 @dataclass(frozen=True)
 class Task:
-    """A source -> target string task and the model kind trained on it."""
+    """A source -> target string task, the model kind trained on it and its recipe (`model`, `settings`)."""
 
     name: str
     description: str
@@ -32,6 +41,9 @@ class Task:
     separator: str = ""  # decoder-only: the character between source and target ("" for none)
     source_positions: Callable[[str], list[int]] | None = None  # encoder-decoder: for a source, the source
     # position each target character is read from (copy: 0, 1, 2…), where there is one
+    model: Callable[[int, ModelKind], TransformerConfig] = TransformerConfig.toy  # (vocab size, kind) -> its config
+    settings: TrainSettings = field(default_factory=TrainSettings)  # how it trains: the Train page's, the command's
+    shipped_steps: int | None = None  # most steps of its shipped model's training (`make train`), where not settings'
 
 
 def _random_letters(rng: random.Random, max_chars: int) -> str:
@@ -103,7 +115,11 @@ TASKS: dict[str, Task] = {
              LETTERS + string.digits + " ,-=", 20, _date, ("march 3 2021", "14 feb 1999", "december 25, 2024"),
              ("march 3 2021", "2021-03-03"), separator="="),
         Task("induction", "a decoder-only model that repeats distinct letters it has read once", "decoder",
-             LETTERS, 12, _induction, ("qwertyuiop", "abcdefgh", "zyxwvu"), ("kfzqbmxrtj", "kfzqbmxrtj")),
+             LETTERS, 12, _induction, ("qwertyuiop", "abcdefgh", "zyxwvu"), ("kfzqbmxrtj", "kfzqbmxrtj"),
+             model=induction_model,
+             # a constant rate lets the head form within a minute or two on a CPU, the Train page's default
+             settings=TrainSettings(steps=3000, peak_lr=1e-3, schedule="constant", label_smoothing=0.0),
+             shipped_steps=8000),  # 3,000 steps give 97% exact on held-out examples; the shipped model is held to 99%
         Task("sort", "sorts lowercase letters", "encoder-decoder", LETTERS, 12, _sort,
              ("stressed", "banana", "attention"), ("tensorial", "aeilnorst"), source_positions=_sorted_positions),
     )

@@ -1,12 +1,14 @@
-"""Train a toy model on a CPU in minutes: `attention-atlas train --task reverse [--out DIR]`.
+"""Train a toy model on a CPU in minutes: `attention-atlas train --task reverse [--out DIR]`; `attention-atlas train
+--all` retrains every shipped model.
 
-Each task has a recipe (`recipe_for`): the shipped tasks train the toy size with Adam (beta2 = 0.98,
-eps = 1e-9), the paper's warm-up-then-inverse-square-root learning rate and label smoothing 0.1; the induction
-task trains a 2-layer pre-norm decoder at a constant rate, where an induction head forms within a minute or two.
-Fresh random examples every step. The command stops when greedy decoding gets every validation example right
-(twice in a row) or at the recipe's last step, then writes the weights of the best validation run as a toy
-model folder (model.safetensors, config.json): model/toy/models/<task>/ unless --out names another. The Train
-page (app_pages/train.py) trains with the same recipes, step by step (`Optimising`).
+Each task carries its recipe (model/toy/tasks.py; `recipe_for`): the shipped tasks train the toy size with Adam
+(beta2 = 0.98, eps = 1e-9), the paper's warm-up-then-inverse-square-root learning rate and label smoothing 0.1; the
+induction task trains a 2-layer pre-norm decoder at a constant rate, where an induction head forms within a minute or
+two, and its shipped model trained longer (`shipped_recipe`). Fresh random examples every step. The command stops
+when greedy decoding gets every validation example right (twice in a row) or at the recipe's last step, then writes
+the weights of the best validation run as a toy model folder (model.safetensors, config.json):
+model/toy/models/<task>/ unless --out names another. The Train page (app_pages/train.py) trains with the same
+recipes, step by step (`Optimising`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ import random
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -29,30 +30,12 @@ from attention_atlas.model.scratch.tokenizer import CharTokenizer
 from attention_atlas.model.scratch.transformer import EncoderDecoder, build_model
 from attention_atlas.model.toy.evaluate import exact_match, pad_batch
 from attention_atlas.model.toy.seeding import OwnGenerator
+from attention_atlas.model.toy.settings import TrainSettings
 from attention_atlas.model.toy.store import ToyModel, save_toy, toy_dir
 from attention_atlas.model.toy.tasks import TASKS, make_examples
 
 IGNORE = -100  # label of positions that carry no loss
-TRAIN_SEED, VALIDATION_SEED = 0, 1  # held-out tests use yet another seed
-Schedule = Literal["paper", "constant"]
-SCHEDULES: dict[Schedule, str] = {
-    "paper": "warm-up, then 1/√step (the paper's)",
-    "constant": "constant",
-}
-
-
-@dataclass(frozen=True)
-class TrainSettings:
-    steps: int = 3500  # most optimiser steps (about 5 minutes on a 2-core CPU for the shipped tasks)
-    minutes: float = 15.0  # wall-clock cap, for a much slower or busy machine
-    batch_size: int = 64  # examples per step
-    peak_lr: float = 2e-3  # learning rate at the end of warm-up (constant: the rate throughout)
-    schedule: Schedule = "paper"
-    warmup: int = 400  # warm-up steps (paper: 4000 for its much larger runs)
-    label_smoothing: float = 0.1  # epsilon_ls (paper §5.4)
-    eval_every: int = 250  # steps between validation runs
-    validation_size: int = 300  # examples per validation run
-    seed: int = TRAIN_SEED  # of the initial weights and of the training examples
+TRAIN_SEED, VALIDATION_SEED = TrainSettings.seed, 1  # held-out tests use yet another seed
 
 
 @dataclass(frozen=True)
@@ -65,17 +48,17 @@ class Recipe:
 
 
 def recipe_for(task_name: str) -> Recipe:
-    """The recipe a task trains with by default (the shipped models', the Train page's and the command's)."""
+    """The recipe a task trains with by default (the Train page's and the command's): the task's own model and
+    settings."""
     task = TASKS[task_name]
-    vocab = len(CharTokenizer(task.chars))
-    if task_name == "induction":
-        # Attention with two layers is what an induction head needs (a previous-token head, then a head that
-        # matches on its output); a constant rate and no dropout let it form early.
-        config = TransformerConfig(vocab, kind="decoder", d_model=64, n_heads=4, d_ff=256, n_encoder_layers=0,
-                                   n_decoder_layers=2, dropout=0.0, max_len=64, norm="pre")
-        return Recipe(task_name, config, TrainSettings(steps=3000, peak_lr=1e-3, schedule="constant",
-                                                       label_smoothing=0.0))
-    return Recipe(task_name, TransformerConfig.toy(vocab, kind=task.kind), TrainSettings())
+    return Recipe(task_name, task.model(len(CharTokenizer(task.chars)), task.kind), task.settings)
+
+
+def shipped_recipe(task_name: str) -> Recipe:
+    """The recipe the task's shipped model was trained with (`attention-atlas train --all`, `make train`)."""
+    recipe = recipe_for(task_name)
+    steps = TASKS[task_name].shipped_steps or recipe.settings.steps
+    return replace(recipe, settings=replace(recipe.settings, steps=steps))
 
 
 def learning_rate(step: int, s: TrainSettings) -> float:
@@ -211,19 +194,30 @@ def main(argv: list[str] | None = None) -> None:
     """`attention-atlas train` (attention_atlas/cli.py runs it)."""
     parser = argparse.ArgumentParser(prog="attention-atlas train", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--task", required=True, choices=sorted(TASKS))
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--task", choices=sorted(TASKS))
+    which.add_argument("--all", action="store_true",
+                       help="every task in turn, each with its shipped model's recipe, into model/toy/models/")
     parser.add_argument("--out", type=Path, help="the folder to write (default: model/toy/models/<task>)")
     parser.add_argument("--seed", type=int, default=TRAIN_SEED)
     parser.add_argument("--steps", type=int, help="most optimiser steps (default: the task's recipe)")
     parser.add_argument("--minutes", type=float, default=TrainSettings.minutes)
     args = parser.parse_args(argv)
+    if args.all and args.out:
+        parser.error("--out names one task's folder: give it with --task")
     # One thread: the matrices are tiny, and extra threads only spin and slow down when cores are busy.
     torch.set_num_threads(1)
-    recipe = recipe_for(args.task)
-    settings = replace(recipe.settings, seed=args.seed, minutes=args.minutes,
-                       steps=args.steps or recipe.settings.steps)
-    toy = train(replace(recipe, settings=settings))
-    folder = save_toy(toy, args.out or toy_dir(args.task))
+    recipes = [shipped_recipe(name) for name in TASKS] if args.all else [recipe_for(args.task)]
+    for recipe in recipes:
+        settings = replace(recipe.settings, seed=args.seed, minutes=args.minutes,
+                           steps=args.steps or recipe.settings.steps)
+        train_and_save(replace(recipe, settings=settings), args.out)
+
+
+def train_and_save(recipe: Recipe, out: Path | None) -> None:
+    """Train `recipe` and write its model to `out` (default: the task's shipped folder), saying where and how well."""
+    toy = train(recipe)
+    folder = save_toy(toy, out or toy_dir(recipe.task))
     t = toy.training
     print(f"saved {folder}: {t['steps']} steps in {t['seconds']} s, weights of step {t['best_step']} "
           f"(validation exact match {t['validation_exact_match']:.1%})")

@@ -79,14 +79,15 @@ def test_a_short_training_falls_renders_and_opens_on_the_attention_page() -> Non
     assert "finished · step 300 of 300" in at.get("progress")[0].proto.text
     charts = at.get("vega_lite_chart")
     assert len(charts) == 3  # loss, token accuracy, the scores over the steps
+    assert "Every head at step 300: click one to draw it large." in [c.value for c in at.caption]
     titles = [spec["layout"]["title"]["text"] for spec in chart_specs(at)]
-    assert titles[0] == "every head at step 300"
+    assert titles[0] == ""  # the grid's: its caption says the step, so no title crowds the "head" axis's
     best = training.snapshots[-1].scores[("induction", "decoder.attn")]
     layer, head = np.unravel_index(int(best.argmax()), best.shape)
     assert titles[1] == f"layer {layer} · head {head} at step 300 · induction score {best.max():.2f}"
     at.select_slider[0].set_value(100)
     _run(at)
-    assert chart_specs(at)[0]["layout"]["title"]["text"] == "every head at step 100"
+    assert "Every head at step 100: click one to draw it large." in [c.value for c in at.caption]
     assert at.select_slider[0].value == 100  # no longer following
     at.button(key="train_open_snapshot").click()
     _run(at)
@@ -183,7 +184,7 @@ def test_the_timeline_follows_the_newest_snapshot_through_thinnings(monkeypatch)
     assert len(steps) <= 5 and training.snapshot_every > 10  # thinned
     slider = at.select_slider[0]
     assert list(slider.options) == [str(step) for step in steps] and slider.value == steps[-1]
-    assert chart_specs(at)[0]["layout"]["title"]["text"] == f"every head at step {steps[-1]:,}"
+    assert f"Every head at step {steps[-1]:,}: click one to draw it large." in [c.value for c in at.caption]
 
 
 def test_a_session_keeps_its_newest_models_and_the_one_it_shows() -> None:

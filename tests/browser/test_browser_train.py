@@ -19,6 +19,30 @@ def _step(page) -> int:
     return max(int(match.group(2).replace(",", "")) for text in texts if (match := PROGRESS.search(text)))
 
 
+def _same_row(*elements) -> bool:
+    """Whether the elements' boxes share a horizontal band (each overlaps the first vertically)."""
+    first, *others = (element.bounding_box() for element in elements)
+    return all(box["y"] < first["y"] + first["height"] and first["y"] < box["y"] + box["height"] for box in others)
+
+
+def _check_the_controls_sit_together(page) -> None:
+    """At a projector's 1280 x 720: Pause, Stop and the timeline's switch on one row, side by side; the score picker
+    beside the timeline, not alone above an empty half; the grid of heads with no title over its "head" axis."""
+    page.set_viewport_size({"width": 1280, "height": 720})
+    wait_idle(page)
+    pause, stop = page.get_by_role("button", name="Pause"), page.get_by_role("button", name="Stop")
+    play = page.get_by_test_id("stCheckbox").filter(has_text="Play the timeline")
+    assert _same_row(pause, stop, play)
+    assert stop.bounding_box()["x"] - (pause.bounding_box()["x"] + pause.bounding_box()["width"]) < 40
+    timeline = page.get_by_test_id("stSlider").filter(has_text="Snapshot at step")
+    score = page.get_by_test_id("stSelectbox").filter(has_text="Score")
+    assert _same_row(timeline, score)
+    assert score.bounding_box()["x"] > timeline.bounding_box()["x"] + timeline.bounding_box()["width"] - 1
+    grid = page.locator(".js-plotly-plot").first  # the grid of every head
+    assert not "".join(grid.locator(".gtitle").all_text_contents()).strip()
+    page.set_viewport_size({"width": 1400, "height": 1000})
+
+
 def test_train_watch_scrub_stop_download_upload_and_open(page, tmp_path) -> None:
     open_page(page, "Train")
     expect(page.get_by_role("heading", name="Train", exact=True)).to_be_visible()
@@ -34,6 +58,7 @@ def test_train_watch_scrub_stop_download_upload_and_open(page, tmp_path) -> None
     assert _step(page) > first  # the bar moves
     expect(page.locator("[data-testid='stVegaLiteChart']").first).to_be_visible()  # the curves
     expect(page.get_by_text("induction score of every head")).to_be_visible()
+    _check_the_controls_sit_together(page)
     screenshots(page, "train-running")
     page.get_by_role("button", name="Stop").click()
     expect(page.get_by_test_id("stProgress").filter(has_text="stopped").first).to_be_visible(timeout=60_000)

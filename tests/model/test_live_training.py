@@ -16,8 +16,9 @@ import torch
 from attention_atlas.model.toy import train as train_module
 from attention_atlas.model.toy.head_scores import probe_scores
 from attention_atlas.model.toy.live import ASK_EVERY_S, GONE, Limits, LiveTraining, training_problems
+from attention_atlas.model.toy.settings import TrainSettings
 from attention_atlas.model.toy.tasks import TASKS
-from attention_atlas.model.toy.train import TrainSettings, recipe_for
+from attention_atlas.model.toy.train import recipe_for
 from tests.waiting import until
 
 

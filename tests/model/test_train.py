@@ -16,12 +16,12 @@ from attention_atlas.model.registry import load_runner
 from attention_atlas.model.scratch.transformer import build_model
 from attention_atlas.model.toy import train as train_module
 from attention_atlas.model.toy.evaluate import exact_match
+from attention_atlas.model.toy.settings import TrainSettings
 from attention_atlas.model.toy.store import load_toy_folder, save_toy
 from attention_atlas.model.toy.tasks import TASKS, make_examples
 from attention_atlas.model.toy.train import (
     VALIDATION_SEED,
     Optimising,
-    TrainSettings,
     batch_result,
     learning_rate,
     recipe_for,
