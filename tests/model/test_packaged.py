@@ -108,12 +108,16 @@ def test_smollm2_gguf_is_found() -> None:
     assert name == "SmolLM2-135M-Instruct.Q4_1.gguf" and (folder / name).is_file()
 
 
+def _no_gguf() -> tuple[Path, str]:
+    raise AssertionError("the GGUF was looked up")
+
+
 def test_copy_is_built_once_and_marked(fake: list[int]) -> None:
     messages: list[str] = []
     folder = smollm2_folder(progress=messages.append)
     assert is_complete(folder) and messages == ["Converting (fake)", "Done"] and len(fake) == 1
     assert set(json.loads((folder / MARKER).read_text())["files"]) == set(packaged.REQUIRED_FILES)
-    assert smollm2_folder() == folder and len(fake) == 1
+    assert smollm2_folder(locate_gguf=_no_gguf) == folder and len(fake) == 1  # found without the GGUF
     assert [p.name for p in folder.parent.iterdir()] == [folder.name]  # no temp folder left behind
 
 
@@ -190,13 +194,10 @@ def test_minilm_trace_through_the_registry() -> None:
     assert trace.attention["encoder.5.attn.hook_pattern"].shape == (12, 6, 6)
 
 
+@pytest.mark.slow  # the real conversion (about 30 s), shared with the test above; the fake copy's test checks the same
 def test_second_call_does_not_read_gguf(converted: tuple[Path, list[str]], monkeypatch: pytest.MonkeyPatch) -> None:
     folder, _ = converted
-
-    def no_gguf() -> tuple[Path, str]:
-        raise AssertionError("the GGUF was looked up")
-
-    monkeypatch.setattr(packaged, "smollm2_gguf", no_gguf)
+    monkeypatch.setattr(packaged, "smollm2_gguf", _no_gguf)
     monkeypatch.setattr(packaged, "_convert", lambda *_args: pytest.fail("converted again"))
     messages: list[str] = []
     start = time.perf_counter()
