@@ -1,6 +1,7 @@
 # make run: set up .venv if needed and start the app on http://localhost:8501
 # make test: set up .venv with the dev tools and run the linter and every test
-# make check: the linter and the fast layers' tests (model, viz, contract: no Streamlit, no browser; not the slow ones),
+# make check: the linter and the fast layers' tests (model, viz, contract: no Streamlit, no browser; not the slow ones
+# nor those that train a model),
 # while editing
 # make test-gpu: the GPU layer (tests/gpu): runs on a CUDA GPU held to the CPU's; skipped, saying why, without one
 PYTHON ?= python3
@@ -36,7 +37,7 @@ test: $(VENV)/.dev lint
 	$(PY) -m pytest -m load
 
 check: $(VENV)/.dev lint
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "(model or viz or contract) and not slow"
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not slow and not training" tests/model tests/viz tests/contract
 
 # On a machine with a CUDA GPU (sized for under 8 minutes on an H100). The browser tests' plugin is not loaded: these tests need
 # no Chromium, and a GPU machine's image may lack Playwright. scripts/gpu_check.sh runs this and bench.gpu_capture as

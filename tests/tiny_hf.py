@@ -110,15 +110,15 @@ DECODER_TYPES: dict[str, dict[str, object]] = {
     "cohere": {},  # parallel, LayerNorm without bias
     "smollm3": {},
 }
-ENCODER_TYPES: dict[str, tuple[type, dict[str, object]]] = {
-    "roberta": (transformers.RobertaModel, {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
-                                            "intermediate_size": 64, "max_position_embeddings": 70, "pad_token_id": 0}),
-    "distilbert": (transformers.DistilBertModel, {"dim": 32, "n_layers": 2, "n_heads": 4, "hidden_dim": 64,
-                                                  "max_position_embeddings": 64, "pad_token_id": 0}),
-    "modernbert": (transformers.ModernBertModel, {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
-                                                  "intermediate_size": 64, "max_position_embeddings": 64,
-                                                  "pad_token_id": 0, "local_attention": 4,  # layer 1 sees 2 each side
-                                                  "global_attn_every_n_layers": 2}),
+ENCODER_TYPES: dict[str, tuple[str, dict[str, object]]] = {  # type -> (its model class in transformers, settings)
+    "roberta": ("RobertaModel", {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+                                 "intermediate_size": 64, "max_position_embeddings": 70, "pad_token_id": 0}),
+    "distilbert": ("DistilBertModel", {"dim": 32, "n_layers": 2, "n_heads": 4, "hidden_dim": 64,
+                                       "max_position_embeddings": 64, "pad_token_id": 0}),
+    "modernbert": ("ModernBertModel", {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+                                       "intermediate_size": 64, "max_position_embeddings": 64,
+                                       "pad_token_id": 0, "local_attention": 4,  # layer 1 sees 2 each side
+                                       "global_attn_every_n_layers": 2}),
 }
 SEQ2SEQ_SHARED = {"d_model": 32, "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4,
                   "decoder_attention_heads": 4, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64,
@@ -143,7 +143,7 @@ def build_type(model_type: str, folder: Path) -> Path:
         model_class, settings = ENCODER_TYPES[model_type]
         vocab = len(dict.fromkeys(BERT_SPECIALS.values())) + len(WORDS)
         config = transformers.AutoConfig.for_model(model_type, vocab_size=vocab, **settings)
-        model, specials, template = model_class(config), BERT_SPECIALS, "[CLS] $A [SEP]"
+        model, specials, template = getattr(transformers, model_class)(config), BERT_SPECIALS, "[CLS] $A [SEP]"
     else:
         config = transformers.AutoConfig.for_model(model_type, vocab_size=vocab, **SEQ2SEQ_TYPES[model_type])
         model, specials, template = transformers.AutoModelForSeq2SeqLM.from_config(config), LM_SPECIALS, "$A </s>"

@@ -45,10 +45,16 @@ def modules() -> dict[str, Path]:
     return {module_name(file): file for file in files}
 
 
+@cache
+def parsed(file: Path) -> ast.Module:
+    """A file's syntax tree, read once for every test."""
+    return ast.parse(file.read_text())
+
+
 def imports_of(file: Path) -> Iterator[str]:
     """The modules a file imports (a `from package import module` names the module), wherever the import is."""
     package = module_name(file) if file.name == "__init__.py" else module_name(file).rpartition(".")[0]
-    for node in ast.walk(ast.parse(file.read_text())):
+    for node in ast.walk(parsed(file)):
         if isinstance(node, ast.Import):
             yield from (alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -119,8 +125,9 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+@cache
 def external_imports() -> dict[str, list[str]]:
-    """Project module -> the imports of other packages (streamlit …) it makes."""
+    """Project module -> the imports of other packages (streamlit …) it makes (shared: copy before changing)."""
     return {name: [target for target in imports_of(file) if target.split(".")[0] not in (INSTALLED, *OUTSIDE)]
             for name, file in modules().items()}
 
@@ -148,7 +155,7 @@ def test_nothing_imports_the_folders_by_their_own_names() -> None:
 ])
 def test_the_contract_catches_a_forbidden_import(importer: str, imported: str) -> None:
     edges = {name: set(targets) for name, targets in graph().items()}
-    external = external_imports()
+    external = dict(external_imports())
     if imported in modules():
         edges[importer].add(imported)
     else:
@@ -167,7 +174,7 @@ def defined_at_top(file: Path) -> set[str]:
     """The names a module itself defines at its top level (not those it imports), and those its `__all__` lists (the
     public names attention_atlas/__init__.py exports from where they are defined)."""
     names: set[str] = set()
-    for node in ast.parse(file.read_text()).body:
+    for node in parsed(file).body:
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
             names.update(ast.literal_eval(node.value))
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
@@ -185,7 +192,7 @@ def test_every_name_is_imported_from_where_it_is_defined() -> None:
     imports Site), but Site lives in model/core/trace/sites.py, and that is the only place to import it from."""
     second_paths = []
     for name, file in modules().items():
-        for node in ast.walk(ast.parse(file.read_text())):
+        for node in ast.walk(parsed(file)):
             if not (isinstance(node, ast.ImportFrom) and node.module in modules() and not node.level):
                 continue
             defined = defined_at_top(modules()[node.module])

@@ -67,7 +67,7 @@ def test_ablating_a_head_changes_that_head_and_nothing_before_it(name: str, mode
     assert not np.array_equal(ablated.captured[attn_out], whole.captured[attn_out])
 
 
-@pytest.mark.parametrize("name", [*TOY_IDS, "smollm2", "minilm"])
+@pytest.mark.parametrize("name", [*TOY_IDS, pytest.param("smollm2", marks=pytest.mark.slow), "minilm"])
 def test_ablating_no_head_leaves_every_value_bit_identical(name: str) -> None:
     runner = load_runner(name, device="cpu")
     plain = runner.run(runner.examples[0], options=RunOptions(hooks=("*",)))
@@ -80,7 +80,7 @@ def test_ablating_no_head_leaves_every_value_bit_identical(name: str) -> None:
     np.testing.assert_allclose(rows[0], rows[1], rtol=1e-5, atol=1e-4)
 
 
-@pytest.mark.parametrize("name", [*TOY_IDS, "smollm2", "minilm", "t5", "bart"])
+@pytest.mark.parametrize("name", [*TOY_IDS, pytest.param("smollm2", marks=pytest.mark.slow), "minilm", "t5", "bart"])
 def test_a_batch_row_measures_what_a_run_of_that_ablation_gives(name: str, runners) -> None:
     """Each row of a batched scan ablates its own head only: row k equals a batch of one ablating the same head,
     and the causal LM's row gives the ablated run's own next-token probabilities."""
@@ -130,6 +130,7 @@ def test_a_head_the_model_lacks_is_refused_with_a_message(head) -> None:
         runner.run("Hello", options=RunOptions(hooks=(), ablated=(head,)))
 
 
+@pytest.mark.slow  # SmolLM2, many runs in two threads
 def test_an_ablation_in_one_thread_never_shows_in_a_concurrent_run() -> None:
     """Two threads on the one shared model: one ablates heads, the other reads the model whole; the whole one's
     values are always exactly those of a run alone (the model is never changed)."""

@@ -93,6 +93,7 @@ def test_toy_greedy_steps_equal_the_traced_output(model_id: str) -> None:
     assert steps[-1].token_id in stepper.eos_ids
 
 
+@pytest.mark.slow  # SmolLM2 generating, twice
 def test_smollm2_greedy_steps_equal_the_overview_continuation(smollm2) -> None:
     trace = smollm2.run(PROMPT, options=RunOptions(hooks=()))
     steps, _ = _steps(smollm2, PROMPT, 8)
@@ -180,6 +181,7 @@ def test_kv_cache_gives_the_tokens_and_rows_of_recomputing(runners, family: str)
     _cache_against_recompute(runners[family], "the cat sat on", 10)
 
 
+@pytest.mark.slow  # SmolLM2 generating, with and without its cache
 def test_kv_cache_on_smollm2(smollm2) -> None:
     _cache_against_recompute(smollm2, PROMPT, 6)
 

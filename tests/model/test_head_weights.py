@@ -67,6 +67,7 @@ def test_from_scratch_heads(model_id: str, site: str, layer: int) -> None:
     _check(runner, runner.examples[0], site, layer)
 
 
+@pytest.mark.slow  # two real models, every head
 def test_minilm_and_smollm2() -> None:
     _check(load_runner("minilm"), "The cat sat on the mat because it was tired.", "encoder.attn", 2)
     smollm2 = load_runner("smollm2")

@@ -22,6 +22,8 @@ from attention_atlas.model.toy.tasks import TASKS
 from attention_atlas.model.toy.train import recipe_for
 from tests.waiting import until
 
+pytestmark = pytest.mark.training  # training, most tests training a model: make test runs them, make check does not
+
 
 @pytest.fixture(autouse=True)
 def _quick_evaluation(monkeypatch) -> None:

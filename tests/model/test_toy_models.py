@@ -19,6 +19,7 @@ def test_every_task_ships_a_trained_model() -> None:
     assert list_model_ids()[: len(TASKS)] == [f"toy-{name}" for name in TASKS]
 
 
+@pytest.mark.slow  # hundreds of held-out examples decoded a model
 @pytest.mark.parametrize("task", list(TASKS))
 def test_exact_match_on_held_out_examples(task: str) -> None:
     toy = load_toy(task)

@@ -28,6 +28,8 @@ from attention_atlas.model.toy.train import (
     train,
 )
 
+pytestmark = pytest.mark.training  # training, most tests training a model: make test runs them, make check does not
+
 
 def test_the_paper_schedule_is_its_formula() -> None:
     """lrate = d_model^-0.5 · min(step^-0.5, step · warmup_steps^-1.5) (Vaswani et al. 2017, §5.3), here scaled to
