@@ -9,7 +9,7 @@ import streamlit as st
 from attention_atlas.model.core.trace.sites import Site
 from attention_atlas.model.toy.archive import toy_archive
 from attention_atlas.model.toy.head_scores import Score
-from attention_atlas.model.toy.live import VALIDATION_SIZE, LiveTraining, Snapshot
+from attention_atlas.model.toy.live import LiveTraining, Snapshot
 from attention_atlas.ui.compare import ANOTHER_MODEL
 from attention_atlas.ui.page import PAGES
 from attention_atlas.ui.pickers import clicked_head, keep_valid
@@ -193,9 +193,10 @@ def result(training: LiveTraining, snapshot: Snapshot) -> None:
     if final is None:
         return
     exact = final.training["validation_exact_match"]
-    st.success(f"The model after {final.training['steps']:,} steps gets {exact:.0%} of {VALIDATION_SIZE} held-out "
-               "examples exactly right. Open it, or the snapshot chosen above, on every page: it is then listed in "
-               "the sidebar for this session.", icon=":material/check_circle:")
+    st.success(f"The model after {final.training['steps']:,} steps gets {exact:.0%} of "
+               f"{training.validation_examples} held-out examples exactly right. Open it, or the snapshot chosen "
+               "above, on every page: it is then listed in the sidebar for this session.",
+               icon=":material/check_circle:")
     left, middle, right = st.columns(3)
     name = training.recipe.task
     if left.button("Open the trained model", key="train_open_final", on_click=open_listed,

@@ -109,6 +109,7 @@ class LiveTraining:
         if problems:
             raise ValueError(as_sentence(problems))
         self.recipe, self.limits, self.snapshot_every = recipe, limits, snapshot_every
+        self.validation_examples = VALIDATION_SIZE  # the finished model's exact match is measured on these many
         self._slot, self._alive = slot, alive
         self._optimising = Optimising(recipe, device)
         toy = self._optimising.toy
@@ -249,6 +250,6 @@ class LiveTraining:
     def _finish(self) -> None:
         toy = self._optimising.toy
         toy.model.eval()
-        exact = exact_match(toy, make_examples(toy.task, VALIDATION_SIZE, VALIDATION_SEED))
+        exact = exact_match(toy, make_examples(toy.task, self.validation_examples, VALIDATION_SEED))
         record = training_record(self._optimising, self.seconds, exact)
         self.result = ToyModel(toy.task, toy.tokenizer, copy.deepcopy(toy.model).eval(), record)
