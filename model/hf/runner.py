@@ -35,6 +35,7 @@ from attention_atlas.model.hf.encoder_decoder import decode_target, encode_sourc
 from attention_atlas.model.hf.examples import EXAMPLES
 from attention_atlas.model.hf.facts import model_facts
 from attention_atlas.model.hf.inputs import masked_inputs
+from attention_atlas.model.hf.kv_cache import cache_argument, returned_cache
 from attention_atlas.model.hf.placement import input_device
 from attention_atlas.model.hf.stepper import hf_stepper
 from attention_atlas.model.hf.taps import Family
@@ -129,8 +130,11 @@ class HFRunner:
         # a causal LM computes the logits of the positions it is asked about only: (len, vocab) of them
         # would be 400 MB at 2k. Those are the last real token, and with a target every position before one.
         scored = torch.arange(len(ids) - 1, len(sequence), device=device)
-        inputs = (masked_inputs(input_ids, allowed, model.dtype) | {"logits_to_keep": scored} if is_decoder
-                  else {"input_ids": input_ids, "attention_mask": additive_mask(allowed.to(device), model.dtype)})
+        # a causal LM's greedy continuation goes on from this pass's keys and values where `generate` continues it
+        reused = is_decoder and target is None and padded == ids and self._generates(ids, options)
+        inputs = (masked_inputs(input_ids, allowed, model.dtype) | {"logits_to_keep": scored, "use_cache": reused}
+                  if is_decoder else
+                  {"input_ids": input_ids, "attention_mask": additive_mask(allowed.to(device), model.dtype)})
         out, captured = capture(model, self._taps(model), options.hooks, lambda: model(**inputs), options.summarised)
         masks = {f"{stack}.attn": allowed[0, 0]}
         if not is_decoder:
@@ -142,7 +146,7 @@ class HFRunner:
             outputs |= score_target(logits[:-1], target_ids, self.text.tokens)
             return self._trace(padded, [], masks, captured, outputs, target, "teacher-forced", options)
         first = int(outputs["top_next_ids"][0])
-        text_out, kind = self._continuation(model, ids, first, options)
+        text_out, kind = self._continuation(model, ids, first, options, returned_cache(out) if reused else None)
         return self._trace(padded, [], masks, captured, outputs, text_out, kind, options)
 
     def _top_next(self, logits: torch.Tensor) -> dict[str, np.ndarray]:
@@ -155,11 +159,19 @@ class HFRunner:
             "top_next_tokens": np.array(self.text.tokens(top_ids), dtype=str),
         }
 
+    @staticmethod
+    def _generates(ids: list[int], options: RunOptions) -> bool:
+        """Whether the continuation of `ids` is made by `generate` and its KV cache: a prompt short enough to be
+        continued, under the causal mask, every head whole."""
+        return (len(ids) <= CONTINUATION_MAX_PROMPT and options.causal_for("decoder") and not options.blocked
+                and not options.ablated)
+
     def _continuation(
-        self, model: nn.Module, ids: list[int], first: int, options: RunOptions
+        self, model: nn.Module, ids: list[int], first: int, options: RunOptions, cache: Any = None
     ) -> tuple[str, OutputKind]:
         """The greedy continuation under the masks and ablations of the traced pass, starting with its top next
-        token `first`. With the causal mask and every head whole, `generate` (and its KV cache) gives the same
+        token `first`. With the causal mask and every head whole, `generate` (and its KV cache: `cache`, the traced
+        pass's keys and values of `ids`, where it kept them, so the prompt is not read again) gives the same
         tokens; otherwise (no causal mask, blocked pairs, ablated heads) every step re-reads the whole sequence
         under them (an ablation by the mean over positions needs them all)."""
         if len(ids) > CONTINUATION_MAX_PROMPT:
@@ -167,11 +179,12 @@ class HFRunner:
         sequence = [*ids, first]
         causal, blocked = options.causal_for("decoder"), options.blocked
         with torch.inference_mode():
-            if causal and not blocked and not options.ablated:
+            if self._generates(ids, options):
                 generated = model.generate(
                     torch.tensor([sequence], device=input_device(model)),
                     attention_mask=torch.ones(1, len(sequence), device=input_device(model)),
                     max_new_tokens=CONTINUATION_TOKENS - 1, do_sample=False, pad_token_id=self.text.pad_id(),
+                    **cache_argument(model, cache),
                 )
                 sequence = generated[0].tolist()
             else:

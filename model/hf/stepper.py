@@ -1,7 +1,7 @@
 """A Hugging Face model's generation pass, one token at a time, for the Generate page
 (model/core/generation/decoding.py).
 
-A causal LM under its trained masks keeps a KV cache (`past_key_values`): each step feeds only the tokens the
+A causal LM under its trained masks keeps a KV cache (model/hf/kv_cache.py): each step feeds only the tokens the
 cache has not seen and captures the new query's attention row in every layer. Under other masks (no causal
 mask) every step re-reads the whole sequence under them, as the traced pass does. An encoder-decoder encodes
 the source once and re-reads the decoder's whole input at each step (its decoder may run without its mask)."""
@@ -23,6 +23,7 @@ from attention_atlas.model.core.masks import self_attention_mask
 from attention_atlas.model.core.options import RunOptions
 from attention_atlas.model.hf.encoder_decoder import decode_target, encode_source
 from attention_atlas.model.hf.inputs import masked_inputs
+from attention_atlas.model.hf.kv_cache import cache_argument
 from attention_atlas.model.hf.placement import input_device
 from attention_atlas.model.hf.text import TokenText, eos_ids
 
@@ -79,7 +80,7 @@ def _cached_forward(model: nn.Module, taps: Taps):
             state["cache"], seen = DynamicCache(config=model.config), []
         new = torch.tensor([ids[len(seen):]], device=input_device(model))
         out, captured = capture(model, taps, SELF_PATTERNS, lambda: model(
-            input_ids=new, past_key_values=state["cache"], use_cache=True, logits_to_keep=1,
+            input_ids=new, **cache_argument(model, state["cache"]), use_cache=True, logits_to_keep=1,
             attention_mask=torch.ones(1, len(ids), dtype=torch.long, device=input_device(model))))
         state["seen"] = list(ids)
         return out.logits[0, -1], captured

@@ -219,6 +219,23 @@ def test_a_continuation_starts_with_the_top_next_token_under_the_same_masks(runn
     assert trace.output_text.startswith(first) and trace.output_kind == "generated"
 
 
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_the_continuation_goes_on_from_the_traced_pass_without_reading_the_prompt_again(runners, family) -> None:
+    """Under the causal mask the greedy continuation starts from the traced pass's keys and values: the model
+    reads the prompt once (the traced pass), then one token a step, and writes what re-reading it writes."""
+    runner, text = runners[family], "the quick brown fox"
+    read: list[int] = []
+    handle = runner.model.get_input_embeddings().register_forward_hook(
+        lambda module, args, output: read.append(args[0].shape[-1]))
+    try:
+        trace = runner.run(text, options=RunOptions(hooks=("*.hook_pattern",), summarised=True))
+    finally:
+        handle.remove()
+    generated = len(runner.tokenizer(trace.output_text, add_special_tokens=False)["input_ids"])
+    assert read[0] == len(trace.ids) and set(read[1:]) == {1} and generated > 1
+    again = runner.run(text, options=RunOptions(blocked=((0, 3),)))  # a pair the causal mask hides: re-read
+    assert again.output_text == trace.output_text
+
 @pytest.mark.parametrize("family", ["gpt2", "llama", "t5", "bart"])
 def test_a_given_target_is_scored_token_by_token(runners, family: str) -> None:
     trace = runners[family].run("the cat sat on the", "mat is quick")
