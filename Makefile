@@ -51,6 +51,7 @@ lint: $(VENV)/.dev
 bench: $(VENV)/.dev
 	$(PY) -m bench.capture
 	$(PY) -m bench.hf_capture
+	$(PY) -m bench.frame_run
 	$(PY) -m bench.kernel_choice
 	$(PY) -m bench.gpu_capture
 	$(PY) -m bench.spread_capture
