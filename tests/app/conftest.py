@@ -19,10 +19,3 @@ def toy_runs(monkeypatch) -> list[str]:
 
     monkeypatch.setattr(ToyRunner, "run", counting_run)
     return calls
-
-
-@pytest.fixture(autouse=True)
-def _quick_evaluation(monkeypatch) -> None:
-    """A finished training's exact match on 8 held-out examples, not 200 (2 to 4 s of greedy decoding a run): the
-    page says how many it measured, and no test reads more."""
-    monkeypatch.setattr("attention_atlas.model.toy.live.VALIDATION_SIZE", 8)

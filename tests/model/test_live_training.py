@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 import torch
 
-from attention_atlas.model.toy import live
 from attention_atlas.model.toy import train as train_module
 from attention_atlas.model.toy.head_scores import probe_scores
 from attention_atlas.model.toy.live import ASK_EVERY_S, GONE, Limits, LiveTraining, training_problems
@@ -23,13 +22,6 @@ from attention_atlas.model.toy.train import recipe_for
 from tests.waiting import until
 
 pytestmark = pytest.mark.training  # training, most tests training a model: make test runs them, make check does not
-
-
-@pytest.fixture(autouse=True)
-def _quick_evaluation(monkeypatch) -> None:
-    """A finished run's exact match on 8 held-out examples, not 200 (2 to 4 s of greedy decoding a run): still
-    computed under the run slot, and no test here reads its value."""
-    monkeypatch.setattr(live, "VALIDATION_SIZE", 8)
 
 
 def _short(task: str, steps: int, **settings) -> object:
