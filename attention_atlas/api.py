@@ -14,6 +14,7 @@ from attention_atlas.model.core.runner import Runner
 from attention_atlas.model.core.trace.facts import ModelFacts
 from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.hf.placement import Placement, parse_budgets
+from attention_atlas.model.inspect.attribution import Attribution, attribute, attribution_options
 from attention_atlas.model.registry import list_model_ids, load_runner
 
 PATTERNS = ("*.hook_pattern",)  # what `run` records unless asked: every attention pattern
@@ -63,6 +64,17 @@ class Model:
             raise UserError(f"no hook of {self.id} matches {', '.join(map(repr, unmatched))}; its hooks are: "
                              f"{', '.join(self.names())}")
         return trace
+
+    def attribute(self, text: str, answer: str, wrong: str | None = None, *, target: str | None = None,
+                  position: int = -1) -> Attribution:
+        """Direct logit attribution: each head's, each MLP's and the embeddings' direct share of the logit of `answer`
+        (minus that of `wrong`: " Mary" vs " John"), each a single token, at `position` of the decoder's sequence (-1:
+        its last, the prediction of the next token), the final norm's scale taken from this run. `.heads` (layers,
+        heads), `.mlp` (layers,), `.total` (the parts and the biases: the logit difference), `.model_logit` (the
+        model's own). An encoder-decoder reads `target` (teacher forcing) or its own output. UserError for an
+        encoder, an answer of several tokens or a model whose parts do not add up."""
+        trace = self._runner.run(text, target, attribution_options(self._runner))
+        return attribute(self._runner, trace, answer, wrong, position)
 
     def names(self) -> list[str]:
         """Every hook name this model records (on its first example text; an encoder-decoder's cross-attention

@@ -18,11 +18,13 @@ import sys
 from pathlib import Path
 
 FRAME = Path(__file__).resolve().parent / "app.py"  # the script Streamlit runs, with its .streamlit/ beside it
-COMMANDS = {"trace": "attention_atlas.trace_command", "train": "attention_atlas.model.toy.train"}  # name -> its main
+COMMANDS = {"trace": "attention_atlas.trace_command", "train": "attention_atlas.model.toy.train",  # name -> its main
+            "attribute": "attention_atlas.attribute_command"}
 USAGE = """%(prog)s [-h] [--port PORT] [--address ADDRESS] [--model MODEL] [--trace FILE] [--headless]
                        [streamlit options ...]
        %(prog)s trace [-h] [--list] [--model MODEL] [--text TEXT] [--out FILE] ...
-       %(prog)s train [-h] (--task TASK [--out DIR] | --all) ..."""
+       %(prog)s train [-h] (--task TASK [--out DIR] | --all) ...
+       %(prog)s attribute [-h] --model MODEL --text TEXT --answer TOKEN [--wrong TOKEN] [--out FILE] ..."""
 
 
 class TraceFileError(ValueError):

@@ -64,6 +64,8 @@ PAGES = (  # the navigation, in order; the first is where the app opens
         "generate_max_new", "generate_layer")),
     Page("app_pages/ablation.py", "Ablate heads", ":material/content_cut:", (
         "ablation_heads", "ablation_every", "ablation_mode")),
+    Page("app_pages/attribution.py", "Attribution", ":material/leaderboard:", (
+        "attribution_position", "attribution_answer", "attribution_wrong")),
     Page("app_pages/train.py", "Train", ":material/model_training:", (
         "train_task", "train_layers", "train_heads", "train_d_model", "train_d_ff", "train_norm", "train_schedule",
         "train_lr", "train_warmup", "train_smoothing", "train_batch", "train_steps", "train_every", "train_device",
@@ -93,17 +95,17 @@ LAST_PAGE = "_last_page"  # session key of the url path the last run drew
 
 
 def keep_page_choices(page_path: str) -> None:
-    """Call at the start of every run, before any widget is drawn, with the path of the page this run draws."""
+    """Call at the start of every run, before any widget is drawn, with the path of the page this run draws. The
+    sidebar's choices are kept the same way: a page that opens another (`st.switch_page`) reruns without the
+    browser's widget states, and the sidebar would fall back to its defaults (another model)."""
     kept: dict[str, object] = st.session_state.setdefault(KEPT, {})
     another_page = st.session_state.get(LAST_PAGE) != page_path
     st.session_state[LAST_PAGE] = page_path
-    for key in KEPT_KEYS:
+    for key in (*KEPT_KEYS, *FRAME_KEYS):
         if key in st.session_state:
             kept[key] = st.session_state[key]
         if key in kept and (another_page or key not in st.session_state):
             st.session_state[key] = kept[key]
-    if another_page:
-        keep_frame_choices(FRAME_KEYS)
 
 
 def keep_frame_choices(keys: tuple[str, ...]) -> None:

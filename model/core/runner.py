@@ -12,6 +12,7 @@ import torch
 from attention_atlas.model.core.attention.source import PatternSource
 from attention_atlas.model.core.attention.summary import SiteSummary
 from attention_atlas.model.core.capture.ablation import Outcome
+from attention_atlas.model.core.capture.patching import Patch
 from attention_atlas.model.core.capture.record import Captured
 from attention_atlas.model.core.generation.decoding import Stepper
 from attention_atlas.model.core.options import AblationMode, Head, RunOptions
@@ -43,6 +44,11 @@ class Runner(Protocol):
     def ablation_outcomes(self, trace: Trace, rows: Sequence[Sequence[Head]], mode: AblationMode) -> Outcome:
         """What the input of `trace` (unpadded) leads to, once per row of a batch that ablates the heads `rows[b]`
         in row b (model/core/capture/ablation.py); rows = [()] is the model whole."""
+        ...
+
+    def patched_outcomes(self, trace: Trace, clean: dict[str, np.ndarray], rows: Sequence[Patch | None]) -> Outcome:
+        """What the input of `trace` (a corrupted text, unpadded) leads to, once per row of a batch that patches the
+        activation `rows[b]` of a clean run (`clean`: hook name -> value) into row b (None: nothing)."""
         ...
 
 

@@ -1,35 +1,54 @@
-"""Ablated runs of a Hugging Face model in one batch: each row of the batch with its own heads ablated."""
+"""Edited runs of a Hugging Face model in one batch: each row of the batch with its own heads ablated, or its own
+activation of a clean run patched in."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 
+import numpy as np
 import torch
 from torch import nn
 
 from attention_atlas.model.core.capture.ablation import Outcome, ablating_rows
 from attention_atlas.model.core.capture.hooks import ModuleTap, ReportedTap
+from attention_atlas.model.core.capture.patching import Patch
 from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.masks import additive_mask
 from attention_atlas.model.core.options import AblationMode, Head
 from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.hf.encoder_decoder import decode_target, encode_source
 from attention_atlas.model.hf.inputs import masked_inputs
+from attention_atlas.model.hf.patching import patching_rows
 from attention_atlas.model.hf.placement import input_device
 
 
 def ablation_outcomes(model: nn.Module, taps: dict[str, ModuleTap | ReportedTap], kind: str, n_heads: int,
                       trace: Trace, rows: Sequence[Sequence[Head]], mode: AblationMode) -> Outcome:
-    """What `trace`'s input leads to, once per row of `rows` (the heads ablated in that row), in one batch: a causal
-    LM's next-token log-probabilities after the last token, an encoder-decoder's at every output position (reading
-    the trace's output), an encoder's last-layer vectors. The trace must be unpadded."""
+    """What `trace`'s input leads to, once per row of `rows` (the heads ablated in that row), in one batch
+    (`edited_outcomes`)."""
+    return edited_outcomes(model, kind, trace, len(rows), ablating_rows(taps, rows, mode, n_heads))
+
+
+def patched_outcomes(model: nn.Module, taps: dict[str, ModuleTap | ReportedTap], kind: str, trace: Trace,
+                     clean: dict[str, np.ndarray], rows: Sequence[Patch | None]) -> Outcome:
+    """What `trace`'s input (the corrupted text) leads to, once per row of `rows` (the clean run's activation
+    patched in, or None), in one batch (`edited_outcomes`)."""
+    return edited_outcomes(model, kind, trace, len(rows), patching_rows(model, taps, rows, clean))
+
+
+def edited_outcomes(model: nn.Module, kind: str, trace: Trace, batch: int,
+                    edits: AbstractContextManager[None]) -> Outcome:
+    """What `trace`'s input leads to in each of `batch` rows under `edits` (each row's own): a causal LM's
+    next-token log-probabilities after the last token, an encoder-decoder's at every output position (reading the
+    trace's output), an encoder's last-layer vectors. The trace must be unpadded."""
     if trace.options.pad_to:
-        raise UserError("Ablation reads the text as typed: turn padding off.")
-    batch, device = len(rows), input_device(model)
+        raise UserError("Ablation and patching read the text as typed: turn padding off.")
+    device = input_device(model)
     ids = torch.tensor([trace.ids], device=device).expand(batch, -1)  # (batch, len)
     masks = {site: torch.as_tensor(mask, device=device)[None, None].expand(batch, 1, -1, -1)
              for site, mask in trace.masks.items()}  # (batch, 1, q_len, k_len)
-    with ablating_rows(taps, rows, mode, n_heads), torch.inference_mode():
+    with edits, torch.inference_mode():
         if kind == "encoder-decoder":
             target = torch.tensor([trace.target_ids], device=device).expand(batch, -1)
             real_keys = masks["decoder.cross_attn"][:, 0, 0].long()  # (batch, src_len)

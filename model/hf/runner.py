@@ -20,6 +20,7 @@ from torch import nn
 
 from attention_atlas.model.core.capture.ablation import Outcome, ablating
 from attention_atlas.model.core.capture.hooks import ModuleTap, ReportedTap
+from attention_atlas.model.core.capture.patching import Patch
 from attention_atlas.model.core.capture.record import Captured, capture
 from attention_atlas.model.core.devices import free_accelerator_memory, is_out_of_memory
 from attention_atlas.model.core.generation.decoding import Stepper
@@ -30,7 +31,7 @@ from attention_atlas.model.core.runner import trace_of_run
 from attention_atlas.model.core.text_checks import validate_text
 from attention_atlas.model.core.trace.facts import OutputKind
 from attention_atlas.model.core.trace.trace import Trace
-from attention_atlas.model.hf.ablation import ablation_outcomes
+from attention_atlas.model.hf.ablation import ablation_outcomes, patched_outcomes
 from attention_atlas.model.hf.encoder_decoder import decode_target, encode_source
 from attention_atlas.model.hf.examples import EXAMPLES
 from attention_atlas.model.hf.facts import model_facts
@@ -254,6 +255,11 @@ class HFRunner:
         """What `trace`'s input leads to once per row of `rows` (the heads ablated in that row), in one batch
         (model/hf/ablation.py)."""
         return ablation_outcomes(self.model, self.taps, self.family.kind, self.facts.n_heads, trace, rows, mode)
+
+    def patched_outcomes(self, trace: Trace, clean: dict[str, np.ndarray], rows: Sequence[Patch | None]) -> Outcome:
+        """What `trace`'s input (the corrupted text) leads to once per row of `rows` (the clean run's activation
+        patched in, or None), in one batch (model/hf/ablation.py)."""
+        return patched_outcomes(self.model, self.taps, self.family.kind, trace, clean, rows)
 
     # -- shared --------------------------------------------------------------------------------
     def _taps(self, model: nn.Module) -> dict[str, ModuleTap | ReportedTap]:

@@ -20,7 +20,7 @@ from attention_atlas.model.core.attention.source import PatternSource
 from attention_atlas.model.core.runner import Runner
 from attention_atlas.model.core.trace.sites import Site
 from attention_atlas.model.hf.families import adapter_of
-from attention_atlas.model.hf.families.adapter import Affine, affine
+from attention_atlas.model.hf.families.adapter import Adapter, Affine, LayerWeights, affine
 from attention_atlas.model.hf.taps import norm_eps
 from attention_atlas.model.inspect.norm_output import norm_affine
 from attention_atlas.model.inspect.rotary import rotary_tables
@@ -90,9 +90,7 @@ def head_weights(runner: Runner, site: str, layer: int, head: int, q_len: int, k
         module = _scratch_attention(runner.toy.model, site, layer)  # type: ignore[attr-defined]
         return _slice(_scratch_affines(module), head, module.n_heads, module.n_heads, module.d_head,
                       1 / math.sqrt(module.d_head), f"1/√{module.d_head}")
-    taps, adapter = runner.taps, adapter_of(model.config.model_type)  # type: ignore[attr-defined]
-    module = taps[Site.of(site).pattern_name(layer)].module
-    layer_weights = adapter.layer_weights(module, taps[f"{Site.of(site).stack}.{layer}.hook_attn_out"].module, layer)
+    module, adapter, layer_weights = _hf_layer(runner, site, layer)
     scale, scale_text = layer_weights.scale, layer_weights.scale_text
     if source is not None and not math.isclose(source.scale, scale):  # the scale the model's attention received
         scale, scale_text = source.scale, f"{source.scale:.4g} (the model's own scale)"
@@ -105,6 +103,24 @@ def head_weights(runner: Runner, site: str, layer: int, head: int, q_len: int, k
     return replace(weights, q_norm=_query_key_norm(module, ("q_norm", "q_layernorm"), affines["q"], head, d_head),
                    k_norm=_query_key_norm(module, ("k_norm", "k_layernorm"), affines["k"], weights.kv_head, d_head),
                    softcap=None if source is None else source.softcap)
+
+
+def output_projection(runner: Runner, site: str, layer: int) -> Affine:
+    """The layer's W_O (heads x d_head, d_model) and its bias: what turns the concatenated heads' z (each head's
+    d_head rows) into the attention's output."""
+    model = getattr(runner, "model", None)
+    if model is None:  # a from-scratch model
+        return affine(_scratch_attention(runner.toy.model, site, layer).out_proj)  # type: ignore[attr-defined]
+    return _hf_layer(runner, site, layer)[2].affines["o"]
+
+
+def _hf_layer(runner: Runner, site: str, layer: int) -> tuple[nn.Module, Adapter, LayerWeights]:
+    """A Hugging Face model's attention module at `site` and `layer`, its family's adapter, and what the adapter reads
+    of its weights."""
+    taps, adapter = runner.taps, adapter_of(runner.model.config.model_type)  # type: ignore[attr-defined]
+    module = taps[Site.of(site).pattern_name(layer)].module
+    return module, adapter, adapter.layer_weights(module, taps[f"{Site.of(site).stack}.{layer}.hook_attn_out"].module,
+                                                  layer)
 
 
 def _slice(affines: dict[str, Affine], head: int, n_heads: int, n_kv: int, d_head: int, scale: float,

@@ -30,15 +30,33 @@ def norm_affine(module: nn.Module) -> tuple[np.ndarray, np.ndarray]:
     whose mean is 0 and whose mean square is 1, so that each comes out as ±e / sqrt(1 + eps) x gain + bias."""
     if isinstance(module, nn.Identity):  # in a norm's place (ModernBERT's first layer): nothing is done
         return np.ones(1), np.zeros(1)
+    e = torch.tensor([1.0, -1.0], dtype=torch.float64).repeat((_width(module) + 1) // 2)[:_width(module)]
+    plus, minus = _apply(module, e), _apply(module, -e)
+    gain = (plus - minus) / 2 * np.sqrt(1 + norm_eps(module)) / e.numpy()
+    return gain, (plus + minus) / 2
+
+
+def norm_centres(module: nn.Module) -> bool:
+    """Whether the norm subtracts its input's mean (LayerNorm) or not (RMSNorm), read from what it does: a constant
+    input, centred, is 0, so a LayerNorm returns its bias for it, an RMSNorm its gain."""
+    if isinstance(module, nn.Identity):
+        return False
+    gain, bias = norm_affine(module)
+    out = _apply(module, torch.full((_width(module),), 3.0, dtype=torch.float64))
+    return bool(np.abs(out - bias).max() < 1e-2 * max(np.abs(gain).max(), 1.0))
+
+
+def _width(module: nn.Module) -> int:
     parameter = next(iter(module.parameters()), None)
-    width = parameter.shape[-1] if parameter is not None else module.normalized_shape[-1]
+    return parameter.shape[-1] if parameter is not None else module.normalized_shape[-1]
+
+
+def _apply(module: nn.Module, x: torch.Tensor) -> np.ndarray:
+    """The norm's output for x (d,), float64 numpy, computed in the module's own dtype and device."""
+    parameter = next(iter(module.parameters()), None)
     dtype = parameter.dtype if parameter is not None else torch.float32
-    device = computing_device(module)
-    e = torch.tensor([1.0, -1.0], dtype=torch.float64).repeat((width + 1) // 2)[:width]
     with torch.no_grad(), exclusive(module):
-        plus, minus = (module(sign * e.to(dtype=dtype, device=device)).double().cpu() for sign in (1, -1))
-    gain = (plus - minus) / 2 * np.sqrt(1 + norm_eps(module)) / e
-    return gain.numpy(), ((plus + minus) / 2).numpy()
+        return module(x.to(dtype=dtype, device=computing_device(module))).double().cpu().numpy()
 
 
 def norm_output(runner: Runner, hook_name: str, normalized: np.ndarray) -> np.ndarray:

@@ -1,19 +1,21 @@
-"""What the Activations page needs from a loaded model beyond its hooks: its unembedding (for the logit lens)
-and one plain forward pass on a trace's tokens (for the shape trace). Read-only: the shared model's weights
-are used, never changed, and nothing stays registered on it."""
+"""What pages need from a loaded model beyond its hooks: its unembedding (the logit lens; some tokens' rows, for
+direct logit attribution) and one plain forward pass on a trace's tokens (for the shape trace). Read-only: the
+shared model's weights are used, never changed, and nothing stays registered on it."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
 from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.runner import Runner
 from attention_atlas.model.core.trace.trace import Trace
-from attention_atlas.model.hf.placement import computing_device, exclusive, input_device
+from attention_atlas.model.hf.placement import computing_device, exclusive, input_device, weights_at_hand
 from attention_atlas.model.hf.runner import HFRunner
 from attention_atlas.model.inspect.lens import Unembedding
 from attention_atlas.model.scratch.transformer import EncoderDecoder
@@ -72,6 +74,43 @@ def _hf_unembedding(runner: HFRunner) -> Unembedding | str:
     stack = "encoder" if family.kind == "encoder" else "decoder"
     norm = f"its final norm {family.final_norm}" if family.final_norm else POST_NORM
     return Unembedding(stack, _layer_output(family.norm), norm, readout)
+
+
+@dataclass(frozen=True)
+class LogitMap:
+    """Some tokens' logits as an affine map of what the unembedding reads (the final norm's output, or a post-norm
+    model's last layer's output): logits = x @ directions.T + constants, before any soft-capping."""
+
+    directions: np.ndarray  # (tokens, d_model) float64
+    constants: np.ndarray  # (tokens,) float64: the unembedding's biases
+    softcap: float | None  # Gemma 2: the logits are then capped to c tanh(logit / c)
+
+
+def logit_map(runner: Runner, ids: list[int]) -> LogitMap:
+    """The unembedding's rows for `ids` (the toy generator's, or lm_head's with T5's output scaling, BART's and
+    Marian's final_logits_bias and Gemma 2's cap), read from the loaded model."""
+    if isinstance(runner, ToyRunner):
+        return _rows(runner.toy.model.generator.proj, ids, 1.0, None, None)
+    if isinstance(runner, HFRunner):
+        model = runner.model
+        head = model.get_output_embeddings()
+        if head is None:
+            raise UserError(NO_LM_HEAD.format(model=runner.facts.model_id, family=type(model).__name__))
+        scale = model.config.d_model ** -0.5 if getattr(model.config, "scale_decoder_outputs", False) else 1.0
+        final_bias = getattr(model, "final_logits_bias", None)  # (1, vocab) or None
+        return _rows(head, ids, scale, None if final_bias is None else final_bias[0],
+                     getattr(model.config, "final_logit_softcapping", None))
+    raise UserError(f"{runner.facts.model_id}: this kind of model has no unembedding here.")
+
+
+def _rows(head: nn.Module, ids: list[int], scale: float, extra_bias: torch.Tensor | None,
+          softcap: float | None) -> LogitMap:
+    with torch.no_grad(), weights_at_hand(head):
+        directions = head.weight[ids].double().cpu().numpy() * scale  # (tokens, d_model): a Linear's rows
+        constants = np.zeros(len(ids)) if head.bias is None else head.bias[ids].double().cpu().numpy()
+    if extra_bias is not None:
+        constants = constants + extra_bias[ids].double().cpu().numpy()
+    return LogitMap(directions, constants, softcap)
 
 
 def forward_for(runner: Runner, trace: Trace) -> tuple[nn.Module, Callable[[], Any]]:

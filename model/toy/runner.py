@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from functools import partial
 from typing import Any
@@ -11,6 +12,7 @@ import numpy as np
 import torch
 
 from attention_atlas.model.core.capture.ablation import Outcome, ablating, ablating_rows
+from attention_atlas.model.core.capture.patching import Patch, patching_rows
 from attention_atlas.model.core.capture.record import capture
 from attention_atlas.model.core.generation.decoding import Stepper
 from attention_atlas.model.core.generation.forcing import score_target
@@ -85,12 +87,23 @@ class ToyRunner:
 
     def ablation_outcomes(self, trace: Trace, rows: Sequence[Sequence[Head]], mode: AblationMode) -> Outcome:
         """The log-probabilities `trace`'s input leads to, once per row of `rows` (the heads ablated in that row),
-        in one batch: an encoder-decoder's at every output position (reading the trace's output), a decoder-only
-        model's from the prompt's last token on (its answer and the end)."""
-        model, batch = self.toy.model, len(rows)
+        in one batch (`_edited_outcomes`)."""
+        model = self.toy.model
+        return self._edited_outcomes(trace, len(rows), ablating_rows(model.hook_points, rows, mode, model.cfg.n_heads))
+
+    def patched_outcomes(self, trace: Trace, clean: dict[str, np.ndarray], rows: Sequence[Patch | None]) -> Outcome:
+        """The log-probabilities `trace`'s input (the corrupted text) leads to, once per row of `rows` (the clean
+        run's activation patched in, or None), in one batch (`_edited_outcomes`)."""
+        return self._edited_outcomes(trace, len(rows), patching_rows(self.toy.model.hook_points, rows, clean))
+
+    def _edited_outcomes(self, trace: Trace, batch: int, edits: AbstractContextManager[None]) -> Outcome:
+        """The log-probabilities in each of `batch` rows under `edits`: an encoder-decoder's at every output position
+        (reading the trace's output), a decoder-only model's from the prompt's last token on (its answer and the
+        end)."""
+        model = self.toy.model
         masks = {site: torch.as_tensor(mask, device=model.device)[None, None] for site, mask in trace.masks.items()}
         source = self._tensor(trace.ids).expand(batch, -1)
-        with ablating_rows(model.hook_points, rows, mode, model.cfg.n_heads), torch.inference_mode():
+        with edits, torch.inference_mode():
             if isinstance(model, EncoderDecoder):
                 target = self._tensor(trace.target_ids).expand(batch, -1)
                 log_probs = model(source, target, masks["encoder.attn"], masks["decoder.attn"],

@@ -50,7 +50,8 @@ def test_hostile_texts_on_every_page(model_id: str) -> None:
             if every:  # the Ablate heads page draws once heads are chosen
                 every[0].set_value(True).run()
                 assert_safe(at)
-            encoder = any("does not generate" in i.value for i in at.info)  # the Generate page, on an encoder
+            encoder = any(("does not generate" in i.value or "predicts no next token" in i.value)  # Generate and
+                          for i in at.info)  # Attribution, on an encoder
             own_form = not page.shows_run and at.button(key="train_start")  # Train: its form, whatever the text
             assert at.error or at.get("plotly_chart") or encoder or own_form, (name, page.path)  # or the run drawn
             if name in ("empty", "whitespace") and page.shows_run:  # Train reads no text: nothing to say of it

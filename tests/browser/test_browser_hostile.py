@@ -58,6 +58,8 @@ def test_markup_in_every_url_parameter_and_the_text(page, app_url) -> None:
         expect(page.get_by_test_id("stSidebar").get_by_label("Model", exact=True)).to_have_value("Pretrained · minilm")
         if entry.path.endswith("generate.py"):  # an encoder: the page says it does not generate
             expect(page.get_by_text("does not generate")).to_be_visible()
+        elif entry.path.endswith("attribution.py"):  # nor predict a next token to attribute
+            expect(page.get_by_text("predicts no next token")).to_be_visible()
         elif not entry.shows_run:  # Train: its own form, whatever the text
             expect(page.get_by_role("button", name="Start training")).to_be_visible()
         elif entry.path.endswith("ablation.py"):  # it draws once heads are chosen: every one of them

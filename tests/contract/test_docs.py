@@ -30,6 +30,7 @@ PACKAGES = (*INSIDE, "bench", "attention_atlas", "app_browser", "tests", "script
 COMMANDS = {  # how a command is written in the docs -> the file that declares its flags (longest prefix first)
     "attention-atlas trace ": "attention_atlas/trace_command.py",
     "attention-atlas train ": "model/toy/train.py",
+    "attention-atlas attribute ": "attention_atlas/attribute_command.py",
     "python -m attention_atlas trace ": "attention_atlas/trace_command.py",
     "python -m attention_atlas train ": "model/toy/train.py",
     "attention-atlas ": "attention_atlas/cli.py",

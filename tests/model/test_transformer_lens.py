@@ -10,72 +10,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-import transformers
-from transformer_lens import (  # make installs 3.9
-    HookedEncoder,
-    HookedEncoderDecoder,
-    HookedTransformer,
-    HookedTransformerConfig,
-)
+from transformer_lens import HookedEncoder, HookedEncoderDecoder, HookedTransformer  # make installs 3.9
 from transformer_lens.loading_from_pretrained import get_pretrained_model_config, get_pretrained_state_dict
-from transformer_lens.pretrained.weight_conversions import (
-    convert_bert_weights,
-    convert_gpt2_weights,
-    convert_llama_weights,
-)
 
 from attention_atlas.model.core.options import RunOptions
 from attention_atlas.model.hf.loading import load_hf_runner
 from tests.tiny_hf import build, build_type
+from tests.transformer_lens_reference import randomise_norms, reference_of
 
 PER_HEAD = ("hook_q", "hook_k", "hook_v", "hook_z", "hook_rot_q", "hook_rot_k")  # ours (heads, pos, d_head)
 OURS_ONLY = {"hook_resid_final"}  # the stack's output after its final norm: TransformerLens names no such hook
 TEXT = "the quick brown fox"
-
-
-def transformer_lens_config(family: str, c) -> HookedTransformerConfig:
-    """The HookedTransformerConfig of a tiny GPT-2, Llama or BERT config (its loader reads the hub's names only)."""
-    if family == "bert":
-        return HookedTransformerConfig(
-            d_model=c.hidden_size, d_head=c.hidden_size // c.num_attention_heads, n_heads=c.num_attention_heads,
-            d_mlp=c.intermediate_size, n_layers=c.num_hidden_layers, n_ctx=c.max_position_embeddings,
-            d_vocab=c.vocab_size, act_fn="gelu", normalization_type="LN", eps=c.layer_norm_eps, dtype=torch.float32,
-            attention_dir="bidirectional", original_architecture="BertForMaskedLM")
-    if family == "gpt2":
-        return HookedTransformerConfig(
-            d_model=c.n_embd, d_head=c.n_embd // c.n_head, n_heads=c.n_head, d_mlp=4 * c.n_embd, n_layers=c.n_layer,
-            n_ctx=c.n_positions, d_vocab=c.vocab_size, act_fn="gelu_new", normalization_type="LN",
-            eps=c.layer_norm_epsilon, dtype=torch.float32, default_prepend_bos=False)
-    return HookedTransformerConfig(
-        d_model=c.hidden_size, d_head=c.hidden_size // c.num_attention_heads, n_heads=c.num_attention_heads,
-        d_mlp=c.intermediate_size, n_layers=c.num_hidden_layers, n_ctx=c.max_position_embeddings,
-        d_vocab=c.vocab_size, act_fn="silu", normalization_type="RMS", positional_embedding_type="rotary",
-        rotary_dim=c.hidden_size // c.num_attention_heads, final_rms=True, gated_mlp=True,
-        n_key_value_heads=c.num_key_value_heads, eps=c.rms_norm_eps, dtype=torch.float32, default_prepend_bos=False)
-
-
-def reference_of(family: str, model: torch.nn.Module) -> HookedTransformer | HookedEncoder:
-    """TransformerLens's model holding `model`'s weights (BERT's conversion reads a BertForPreTraining: its heads,
-    which no hook here reads, stay random)."""
-    config = transformer_lens_config(family, model.config)
-    if family == "bert":
-        pretraining = transformers.BertForPreTraining(model.config)
-        pretraining.bert.load_state_dict(model.state_dict())
-        reference = HookedEncoder(config)
-        reference.load_state_dict(convert_bert_weights(pretraining, config), strict=False)
-        return reference
-    reference = HookedTransformer(config)
-    convert = convert_gpt2_weights if family == "gpt2" else convert_llama_weights
-    reference.load_state_dict(convert(model, config), strict=False)
-    return reference
-
-
-def _randomise_norms(model: torch.nn.Module) -> None:
-    """Norm weights unlike 1 and 0, where the meanings of hook_normalized before and after them would agree."""
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if "norm" in name.lower() or ".ln" in name:
-                parameter.uniform_(0.5, 1.5)
 
 
 def _compare(runner, reference: HookedTransformer | HookedEncoder, encoder: bool = False) -> set[str]:
@@ -107,7 +52,7 @@ EVERY_BLOCK = {"hook_normalized", "hook_scale", "hook_pattern", "hook_attn_score
 @pytest.mark.parametrize("family", ["gpt2", "llama", "bert"])
 def test_every_hook_is_transformer_lens_own(tmp_path, family: str) -> None:
     runner = load_hf_runner(str(build(family, tmp_path / family)))
-    _randomise_norms(runner.model)
+    randomise_norms(runner.model)
     compared = _compare(runner, reference_of(family, runner.model), encoder=family == "bert")
     assert EVERY_BLOCK | {"hook_resid_mid"} <= compared
     assert family != "llama" or {"hook_rot_q", "hook_rot_k", "hook_pre_linear"} <= compared
@@ -133,7 +78,7 @@ def test_the_other_families_hooks_are_transformer_lens_own(tmp_path, model_type:
     transformers 5's configs."""
     folder = build_type(model_type, tmp_path / "model")  # a neutral name: TransformerLens reads families from names
     runner = load_hf_runner(str(folder))
-    _randomise_norms(runner.model)
+    randomise_norms(runner.model)
     config = get_pretrained_model_config(str(folder), fold_ln=False, device="cpu", default_prepend_bos=False)
     reference = HookedTransformer(config)
     reference.load_state_dict(get_pretrained_state_dict(str(folder), config, hf_model=runner.model), strict=False)
@@ -159,7 +104,7 @@ def test_t5_hooks_are_transformer_lens_own(tmp_path) -> None:
     cross-attention, the relative position bias in the scores included, under TransformerLens's names (_t5_name)."""
     folder = build("t5", tmp_path / "model", n_positions=64)  # TransformerLens reads its context length there
     runner = load_hf_runner(str(folder))
-    _randomise_norms(runner.model)
+    randomise_norms(runner.model)
     config = get_pretrained_model_config(str(folder), fold_ln=False, device="cpu", default_prepend_bos=False)
     reference = HookedEncoderDecoder(config)
     reference.load_state_dict(get_pretrained_state_dict(str(folder), config, hf_model=runner.model), strict=False)

@@ -1,0 +1,139 @@
+"""Attribution: which heads made a prediction. Direct logit attribution splits the logit of an answer (minus that of a
+wrong answer) into what each head, each MLP and the embeddings write straight to the output, the norms' scales taken
+from this run (model/inspect/attribution.py); a click on a head opens it on the Attention page."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import pandas as pd
+import streamlit as st
+
+from attention_atlas.model.core.errors import UserError
+from attention_atlas.model.core.runner import Runner
+from attention_atlas.model.core.trace.trace import Trace
+from attention_atlas.model.inspect.attribution import Attribution, attribute, attribution_options, likeliest
+from attention_atlas.ui.downloads import constant, downloads, file_name
+from attention_atlas.ui.messages import show_error
+from attention_atlas.ui.page import PAGES, current_runner, current_trace, trace_with
+from attention_atlas.ui.pickers import clicked_head
+from attention_atlas.ui.trace_cache import per_trace
+from attention_atlas.viz.attribution import head_shares_heatmap, layer_shares_bars
+from attention_atlas.viz.tokens import visible_token
+
+ATTENTION_PAGE = next(page.file for page in PAGES if page.title == "Attention")
+SITES = {"heads": ("decoder.attn", "self"), "cross_heads": ("decoder.cross_attn", "cross")}  # Attribution field ->
+# the heads' site, and the word of its figure's key
+TOP = 10  # heads in the ranking
+OPEN_CLICKED = "_attribution_open_clicked"  # session key: a head was clicked, open it on the Attention page
+
+
+def choose_clicked(chart_key: str, site: str, heads: int) -> None:
+    """The heatmap's callback: the clicked head becomes the app's chosen head (set before the next run, as a
+    callback does, so that the Attention page opens on it) and the page is asked to go there."""
+    clicked = clicked_head(chart_key, heads)
+    if clicked is not None:
+        st.session_state["site"], (st.session_state["layer"], st.session_state["head"]) = site, clicked
+        st.session_state[OPEN_CLICKED] = True
+
+
+def choose_position(tokens: list[str]) -> int:
+    """The position whose next token is explained: the last (-1, whatever the text's length) unless chosen."""
+    positions = [*range(len(tokens) - 1), -1]
+    if st.session_state.get("attribution_position", -1) not in positions:  # a shorter text than the last
+        del st.session_state["attribution_position"]
+    default = {} if "attribution_position" in st.session_state else {"index": len(positions) - 1}
+    return st.selectbox("Position: the prediction made after", positions, key="attribution_position",
+                        format_func=lambda p: f"{p % len(tokens)}: {visible_token(tokens[p])}"
+                                              f"{' (the last)' if p == -1 else ''}",
+                        help="The next token is predicted at every position; the last one predicts what follows "
+                             "the text.", **default)
+
+
+def choose_answers(runner: Runner, trace: Trace, position: int) -> tuple[str, str | None]:
+    """The answer and the wrong answer, each one token: as typed, else the model's two likeliest."""
+    (first, p_first), (second, p_second) = likeliest(runner, trace, position, 2)
+    left, right = st.columns(2)
+    answer = left.text_input("Answer (one token)", key="attribution_answer",
+                             placeholder=f"{first!r}: the likeliest ({p_first:.1%})",
+                             help="Usually with its leading space: ' Mary'. Empty: the model's likeliest token.")
+    wrong = right.text_input("Wrong answer (one token)", key="attribution_wrong",
+                             placeholder=f"{second!r}: the second likeliest ({p_second:.1%})",
+                             help="Its logit is subtracted: what tells the answer apart from it. Empty: the "
+                                  "second likeliest token; a single space alone: no wrong answer.")
+    return answer or first, (None if wrong == " " else wrong or second)
+
+
+def measure_name(found: Attribution) -> str:
+    if found.wrong is None:
+        return f"logit of {found.answer!r}"
+    return f"logit({found.answer!r}) − logit({found.wrong!r})"
+
+
+def show(trace: Trace, found: Attribution) -> None:
+    measure = measure_name(found)
+    left, middle, right = st.columns(3)
+    left.metric(f"The model's {measure}", f"{found.model_logit:+.3f}")
+    middle.metric("The parts, summed", f"{found.total:+.3f}")
+    right.metric("Embeddings · biases", f"{found.embeddings:+.3f} · {found.constant:+.3f}")
+    if found.softcap:
+        st.caption(f"This model caps its logits ({found.softcap:g} tanh(x / {found.softcap:g})): the parts add up "
+                   "to the logit before the cap.")
+    name = file_name(trace.facts.model_id, "attribution", found.position)
+    for field, (site, word) in SITES.items():
+        shares = getattr(found, field)
+        if shares is None:
+            continue
+        label = "cross-attention" if field == "cross_heads" else "attention"
+        figure = head_shares_heatmap(shares, f"Each {label} head's direct share of the {measure}", "share")
+        st.plotly_chart(figure, key=f"attribution_{word}_heads", selection_mode="points",
+                        on_select=partial(choose_clicked, f"attribution_{word}_heads", site, shares.shape[1]))
+        downloads(figure, f"{name}.{field}", f"attribution_{word}_files",
+                  constant(pd.DataFrame(shares, index=pd.Index(range(len(shares)), name="layer"))))
+    parts = {"attention heads": found.heads.sum(1) + found.attention_bias, "MLP": found.mlp}
+    if found.cross_heads is not None:
+        parts["cross-attention"] = found.cross_heads.sum(1) + found.cross_bias
+    figure = layer_shares_bars(parts, "Each layer's direct share, by part", "share")
+    st.plotly_chart(figure, key="attribution_layers")
+    downloads(figure, f"{name}.layers", "attribution_layers_files",
+              constant(pd.DataFrame(parts, index=pd.Index(range(len(found.mlp)), name="layer"))))
+    st.dataframe(ranking(found), hide_index=True)
+
+
+def ranking(found: Attribution) -> pd.DataFrame:
+    """The TOP heads by the size of their share, with its sign."""
+    rows = [(f"{'cross ' if site.endswith('cross_attn') else ''}layer {layer} · head {head}", share)
+            for site, layer, head, share in found.ranked()[:TOP]]
+    return pd.DataFrame(rows, columns=["head", "direct share"])
+
+
+def page() -> None:
+    st.header("Attribution")
+    st.caption("Which heads made the prediction? Direct logit attribution splits the logit of an answer (minus that "
+               "of a wrong answer) into what each head, each MLP and the embeddings write straight to the output: "
+               "each part's vector at that position through the final norm (its scale taken from this run) onto the "
+               "unembedding. Red adds to the answer, blue takes away. It shows the direct path only: a head whose "
+               "output later heads read is not credited here for what they then do.")
+    shown = current_trace()
+    runner = current_runner()
+    if shown.facts.kind == "encoder":
+        st.info(f"{shown.facts.model_id} is an encoder: it reads the whole text at once and predicts no next token, "
+                "so there is no logit to attribute. Choose a causal language model (SmolLM2, toy-gpt-date) or an "
+                "encoder-decoder.", icon=":material/info:")
+        return
+    if st.session_state.pop(OPEN_CLICKED, False):
+        st.switch_page(ATTENTION_PAGE)
+    trace = trace_with(attribution_options(runner).hooks)
+    tokens = trace.target_tokens if trace.facts.kind == "encoder-decoder" else trace.tokens
+    position = choose_position(tokens)
+    try:
+        answer, wrong = choose_answers(runner, trace, position)
+        found = per_trace(trace, ("attribution", answer, wrong, position),
+                          lambda: attribute(runner, trace, answer, wrong, position))
+    except UserError as error:
+        show_error(str(error))
+        return
+    show(trace, found)
+
+
+page()

@@ -1,0 +1,56 @@
+"""`attention-atlas attribute`: direct logit attribution of one prediction, e.g.
+`attention-atlas attribute --model smollm2 --text "When Mary and John went to the store, John gave a drink to"
+--answer " Mary" --wrong " John" --out mary.json`.
+
+Prints a JSON summary: the model's logit (difference), the parts' sum, and the heads with the largest shares. --out
+writes every share (`heads` (layers, heads), `mlp` (layers,), the biases …) as JSON. docs/attribution.md explains
+the method; `Model.attribute` in docs/python.md is the same from Python.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from attention_atlas.api import load
+from attention_atlas.model.core.devices import DEVICE_CHOICES, PRECISION_CHOICES
+from attention_atlas.model.core.errors import UserError
+
+TOP = 10  # heads in the printed summary
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="attention-atlas attribute", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", required=True, help="model id (attention-atlas trace --list), or a model folder")
+    p.add_argument("--text", required=True, help="the prompt (an encoder-decoder: the source)")
+    p.add_argument("--answer", required=True, help="the token whose logit is split, e.g. ' Mary' (one token)")
+    p.add_argument("--wrong", help="a token whose logit is subtracted, e.g. ' John' (one token)")
+    p.add_argument("--target", help="an encoder-decoder: the target its decoder reads (else its own output)")
+    p.add_argument("--position", type=int, default=-1,
+                   help="the position of the decoder's sequence whose prediction is split (default -1: the last)")
+    p.add_argument("--device", choices=DEVICE_CHOICES, default="auto", help="auto: CUDA, then MPS, then CPU")
+    p.add_argument("--precision", choices=PRECISION_CHOICES, default="auto", help="the weights' dtype")
+    p.add_argument("--out", help="write every share to this .json file")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """0 when it printed the summary (and wrote --out); 2 with a sentence on stderr when the input is wrong."""
+    args = parser().parse_args(argv)
+    try:
+        model = load(args.model, device=args.device, precision=args.precision)
+        found = model.attribute(args.text, args.answer, args.wrong, target=args.target, position=args.position)
+    except UserError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as file:
+            json.dump({"model": model.id, **found.as_dict()}, file, ensure_ascii=False)
+    summary = {"model": model.id, "position": found.position, "token": found.token, "answer": found.answer,
+               "wrong": found.wrong, "model_logit": found.model_logit, "total": found.total,
+               "top_heads": [{"site": site, "layer": layer, "head": head, "share": share}
+                             for site, layer, head, share in found.ranked()[:TOP]]}
+    print(json.dumps(summary, ensure_ascii=False))
+    return 0

@@ -1,0 +1,224 @@
+"""Direct logit attribution: how much each head, each MLP and the embeddings add, directly, to one logit (or to the
+difference of two, " Mary" − " John") at one position, read from a run with the final norm's scale taken from that
+run (TransformerLens's `apply_ln`: the component centred where the norm is a LayerNorm, divided by the scale, times the
+norm's weight, onto the unembedding's direction).
+
+The residual stream is a sum of what each part writes, so a norm whose scale is frozen at the run's value is linear
+in it, and so is the unembedding: the logit splits exactly into the parts' shares plus constants (the norms' biases
+and the unembedding's). Post-norm models (the paper's, BERT, BART) normalise the stream after every block: each
+norm on the way from a part to the output is frozen at its own scale in the same way (a "direct" path crosses the
+norms but no attention and no MLP). A head writes z · its rows of W_O (its value bias inside z, as pattern rows sum
+to 1); the attention's output bias and each MLP (its biases included, as TransformerLens's `mlp_out`) are parts of
+their own. Walking the stack backwards carries one direction in the stream: each part's share is its value at the
+position · that direction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from attention_atlas.model.core.errors import UserError
+from attention_atlas.model.core.options import RunOptions
+from attention_atlas.model.core.runner import Runner
+from attention_atlas.model.core.trace.trace import Trace
+from attention_atlas.model.inspect.head_weights import output_projection
+from attention_atlas.model.inspect.norm_output import norm_affine, norm_centres, norm_module
+from attention_atlas.model.inspect.readout import logit_map, unembedding_for
+
+SUM_TOLERANCE = 1e-3  # relative: a part that does not add up to what the model adds (a norm inside the part) is refused
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """Each part's direct share of the logit of `answer` (minus that of `wrong`, where given) at `position` of the
+    decoder's sequence. Arrays (layers, heads) and (layers,); cross-attention only in an encoder-decoder."""
+
+    answer: str
+    wrong: str | None
+    position: int
+    token: str  # the token at that position (the prediction is of the one after it)
+    heads: np.ndarray  # (layers, heads) each head's z through its rows of W_O
+    attention_bias: np.ndarray  # (layers,) the attention output's bias
+    cross_heads: np.ndarray | None  # (layers, heads) cross-attention heads (encoder-decoders), else None
+    cross_bias: np.ndarray | None  # (layers,)
+    mlp: np.ndarray  # (layers,) each MLP's output, its biases included
+    embeddings: float  # the stack's input: token (and position) embeddings
+    constant: float  # the norms' biases through to the output, and the unembedding's bias
+    model_logit: float  # the model's own logit (difference), from its last layer's output through its readout
+    softcap: float | None  # Gemma 2 caps logits (c tanh(x / c)): the parts add up to the logit before the cap
+
+    @property
+    def total(self) -> float:
+        """The sum of every part and the constant: the logit (difference) before any soft-capping."""
+        parts = [self.heads, self.attention_bias, self.mlp, self.cross_heads, self.cross_bias]
+        return float(sum(p.sum() for p in parts if p is not None) + self.embeddings + self.constant)
+
+    def ranked(self) -> list[tuple[str, int, int, float]]:
+        """Every head as (site, layer, head, share), the largest share by size first."""
+        grids = [("decoder.attn", self.heads), ("decoder.cross_attn", self.cross_heads)]
+        rows = [(site, layer, head, float(value)) for site, grid in grids if grid is not None
+                for (layer, head), value in np.ndenumerate(grid)]
+        return sorted(rows, key=lambda row: -abs(row[3]))
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every field, arrays as nested lists (JSON)."""
+        return {name: value.tolist() if isinstance(value, np.ndarray) else value
+                for name, value in vars(self).items()} | {"total": self.total}
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the arrays held (a cache counts them)."""
+        arrays = (self.heads, self.attention_bias, self.mlp, self.cross_heads, self.cross_bias)
+        return sum(a.nbytes for a in arrays if a is not None)
+
+    @property
+    def layers(self) -> np.ndarray:
+        """(layers,) each layer's share: its heads, its biases and its MLP."""
+        out = self.heads.sum(1) + self.attention_bias + self.mlp
+        if self.cross_heads is not None:
+            out = out + self.cross_heads.sum(1) + self.cross_bias
+        return out
+
+
+def token_id(runner: Runner, text: str, what: str) -> int:
+    """The one token `text` is (" Mary"); UserError naming the tokens it becomes otherwise."""
+    tokenizer = getattr(runner, "text", None)
+    if tokenizer is not None:  # a Hugging Face model
+        ids = tokenizer.tokenizer(text, add_special_tokens=False)["input_ids"]
+        spelled = tokenizer.tokens(ids)
+    else:  # a from-scratch model: one token per character
+        toy = runner.toy.tokenizer  # type: ignore[attr-defined]
+        special = text in toy.vocab and len(text) > 1  # "</s>"
+        ids = [toy.vocab.index(text)] if special else toy.encode(text, max_chars=max(len(text), 1), what=what) \
+            if text else []
+        spelled = toy.tokens(ids)
+    if len(ids) != 1:
+        became = " + ".join(repr(s) for s in spelled) if ids else "no token at all"
+        raise UserError(f"The {what} {text!r} must be one token of {runner.facts.model_id}; it is {became}. "
+                        "Choose a word that is one token (often with its leading space).")
+    return int(ids[0])
+
+
+def token_text(runner: Runner, token: int) -> str:
+    """The text that is token `token` (" Mary"): what `token_id` reads back as that token."""
+    tokenizer = getattr(runner, "text", None)
+    if tokenizer is not None:
+        return tokenizer.tokenizer.decode([token])
+    return runner.toy.tokenizer.vocab[token]  # type: ignore[attr-defined]
+
+
+def likeliest(runner: Runner, trace: Trace, position: int, k: int = 2) -> list[tuple[str, float]]:
+    """The k likeliest next tokens at `position` of the decoder's sequence, as (text, probability), from a trace
+    recorded with `attribution_options`."""
+    unembedding = unembedding_for(runner)
+    if isinstance(unembedding, str):
+        raise UserError(unembedding)
+    output = trace[unembedding.hook(runner.facts.n_decoder_layers - 1)][position]  # (d_model,)
+    with torch.no_grad():
+        probs = torch.softmax(unembedding.readout(torch.from_numpy(np.ascontiguousarray(output))[None])[0].double(), -1)
+    top = torch.topk(probs, k)
+    return [(token_text(runner, int(i)), float(p)) for p, i in zip(top.values, top.indices, strict=True)]
+
+
+def attribution_options(runner: Runner) -> RunOptions:
+    """What a run records for `attribute`: every head's z, what each block adds, every norm's scale, the stack's
+    input and its last layer's output."""
+    facts = runner.facts
+    last = facts.n_decoder_layers - 1
+    output = unembedding_for(runner)
+    hooks = ("decoder.*.hook_z", "decoder.*_out", "decoder.*.hook_scale", "decoder.0.hook_resid_pre",
+             *((output.hook(last),) if not isinstance(output, str) else ()))
+    return RunOptions(hooks=hooks)
+
+
+def attribute(runner: Runner, trace: Trace, answer: str, wrong: str | None = None, position: int = -1) -> Attribution:
+    """Direct logit attribution at `position` of the decoder's sequence (-1: its last, the next token's prediction),
+    from a `trace` recorded with `attribution_options`. UserError where the model has no next-token readout or its
+    parts do not add up (a norm inside a block's output)."""
+    facts = runner.facts
+    if facts.kind == "encoder":
+        raise UserError(f"{facts.model_id} is an encoder: it reads the whole text at once and predicts no next token, "
+                        "so there is no logit to attribute. Choose a causal language model (SmolLM2, toy-gpt-date).")
+    unembedding = unembedding_for(runner)
+    if isinstance(unembedding, str):
+        raise UserError(unembedding)
+    ids = [token_id(runner, answer, "answer")] + ([token_id(runner, wrong, "wrong answer")] if wrong else [])
+    length = len(trace.target_ids if facts.kind == "encoder-decoder" else trace.ids)
+    p = position % length if -length <= position < length else _refuse_position(position, length)
+    readout = logit_map(runner, ids)
+    sign = np.array([1.0, -1.0][:len(ids)])
+    direction = sign @ readout.directions  # (d_model,) float64
+    constant = float(sign @ readout.constants)
+    walk = _Walk(runner, trace, p, direction, constant)
+    walk.back_through("decoder.ln_final")
+    layers = facts.n_decoder_layers
+    heads, bias, mlp = np.zeros((layers, facts.n_heads)), np.zeros(layers), np.zeros(layers)
+    cross = (np.zeros((layers, facts.n_heads)), np.zeros(layers)) if facts.kind == "encoder-decoder" else None
+    for layer in reversed(range(layers)):
+        prefix = f"decoder.{layer}"
+        post_norm = facts.norm.startswith("post")
+        if post_norm:
+            walk.back_through(f"{prefix}.ln2")
+        mlp[layer] = walk.share(trace[f"{prefix}.hook_mlp_out"][p])
+        if cross is not None:
+            if post_norm:
+                walk.back_through(f"{prefix}.ln_cross")
+            cross[0][layer], cross[1][layer] = walk.attention(f"{prefix}.cross_attn", f"{prefix}.hook_cross_attn_out")
+        if post_norm:
+            walk.back_through(f"{prefix}.ln1")
+        heads[layer], bias[layer] = walk.attention(f"{prefix}.attn", f"{prefix}.hook_attn_out")
+    embeddings = walk.share(trace["decoder.0.hook_resid_pre"][p])
+    output = trace[unembedding.hook(layers - 1)][p]  # (d_model,) the last layer's output, as the readout reads it
+    with torch.no_grad():
+        logits = unembedding.readout(torch.from_numpy(np.ascontiguousarray(output))[None])[0, ids].double().numpy()
+    tokens = trace.target_tokens if facts.kind == "encoder-decoder" else trace.tokens
+    return Attribution(answer, wrong, p, tokens[p], heads, bias, *(cross or (None, None)), mlp, embeddings,
+                       walk.constant, float(sign @ logits), readout.softcap)
+
+
+def _refuse_position(position: int, length: int) -> int:
+    raise UserError(f"Position {position} is outside the sequence of {length} tokens.")
+
+
+class _Walk:
+    """One direction in the residual stream at position `p`, carried from the output backwards: a part's share is its
+    value · the direction; a norm on the way (its scale frozen at the run's) turns the direction into the one its
+    input is read along, and adds its bias's share to the constant."""
+
+    def __init__(self, runner: Runner, trace: Trace, p: int, direction: np.ndarray, constant: float) -> None:
+        self.runner, self.trace, self.p = runner, trace, p
+        self.direction, self.constant = direction, constant
+
+    def share(self, value: np.ndarray) -> float:
+        return float(np.asarray(value, np.float64) @ self.direction)
+
+    def back_through(self, norm: str) -> None:
+        """Across the norm `norm` ("decoder.3.ln2"), where the model has it: out = centre(x) / scale x gain + bias."""
+        if f"{norm}.hook_scale" not in self.trace:
+            return
+        module = norm_module(self.runner, f"{norm}.hook_normalized")
+        gain, bias = norm_affine(module)  # (d_model,) each
+        self.constant += float(bias @ self.direction)
+        scale = float(self.trace[f"{norm}.hook_scale"][self.p, 0])
+        direction = gain * self.direction / scale
+        self.direction = direction - direction.mean() if norm_centres(module) else direction  # centring: symmetric
+
+    def attention(self, attention: str, out_hook: str) -> tuple[np.ndarray, float]:
+        """(heads,) each head's share and the output bias's, for the attention `attention` ("decoder.2.cross_attn");
+        UserError where they do not add up to what the layer writes (`out_hook`)."""
+        stack, layer, site = attention.split(".")
+        z = np.asarray(self.trace[f"{attention}.hook_z"][:, self.p], np.float64)  # (heads, d_head)
+        w_o, b_o = output_projection(self.runner, f"{stack}.{site}", int(layer))  # (heads x d_head, d_model)
+        per_head = np.einsum("hd,hdm->hm", z, w_o.astype(np.float64).reshape(*z.shape, -1))  # (heads, d_model)
+        b_o = np.zeros(w_o.shape[1]) if b_o is None else b_o.astype(np.float64)
+        written = np.asarray(self.trace[out_hook][self.p], np.float64)  # (d_model,)
+        rebuilt = per_head.sum(0) + b_o
+        if np.abs(rebuilt - written).max() > SUM_TOLERANCE * max(np.abs(written).max(), 1.0):
+            raise UserError(f"{self.runner.facts.model_id}: the heads of {attention} do not add up to what the layer "
+                            "writes to the residual stream (a norm after the attention, as in Gemma 2): its heads' "
+                            "direct shares cannot be told apart.")
+        return per_head @ self.direction, float(b_o @ self.direction)

@@ -1,0 +1,90 @@
+"""The Attribution page without a browser: on a toy GPT, an encoder-decoder, SmolLM2 (the names sentence: " Mary" vs
+" John") and MiniLM (which says why not); every number it shows held to `model/inspect/attribution.py` computed
+here alone, the figures' data to the metrics, and bad answers told in a sentence (a click on a head, which opens it
+on the Attention page: tests/browser/test_browser_attribution.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from attention_atlas.model.inspect.attribution import attribute, attribution_options
+from attention_atlas.model.registry import load_runner
+from tests.app.app_session import open_app_page
+from tests.plotly_specs import chart, plotly_array
+
+PAGE = "app_pages/attribution.py"
+NAMES = "When Mary and John went to the store, John gave a drink to"
+
+
+def _run(at: AppTest) -> AppTest:
+    at.run()
+    assert not at.exception, at.exception[0].message if at.exception else ""
+    return at
+
+
+def _metrics(at: AppTest) -> list[str]:
+    return [m.value for m in at.metric]
+
+
+def _reference(model_id: str, text: str, answer: str, wrong: str | None, position: int = -1):
+    runner = load_runner(model_id)
+    return attribute(runner, runner.run(text, None, attribution_options(runner)), answer, wrong, position)
+
+
+@pytest.mark.slow
+def test_smollm2_names_mary_over_john_and_the_heads_add_up() -> None:
+    at = open_app_page(PAGE, "smollm2", NAMES)
+    assert "' Mary': the likeliest" in at.text_input(key="attribution_answer").placeholder
+    at.text_input(key="attribution_answer").set_value(" Mary")
+    at.text_input(key="attribution_wrong").set_value(" John")
+    _run(at)
+    expected = _reference("smollm2", NAMES, " Mary", " John")
+    assert _metrics(at)[:2] == [f"{expected.model_logit:+.3f}", f"{expected.total:+.3f}"]
+    assert expected.model_logit > 0  # the model prefers Mary, as the names task wants
+    shown = plotly_array(chart(at, "Each attention head")["data"][0]["z"])  # (layers, heads)
+    np.testing.assert_allclose(shown, expected.heads, atol=1e-9)
+    table = at.dataframe[0].value
+    top = np.unravel_index(np.abs(expected.heads).argmax(), expected.heads.shape)
+    assert table["head"][0] == f"layer {top[0]} · head {top[1]}"
+
+
+def test_a_toy_gpt_at_a_chosen_position_with_its_defaults() -> None:
+    at = open_app_page(PAGE, "toy-gpt-date", "march 3 2021")
+    runner = load_runner("toy-gpt-date")
+    trace = runner.run("march 3 2021", None, attribution_options(runner))
+    position = trace.tokens.index("=")  # the prediction of the answer's first digit
+    at.selectbox(key="attribution_position").set_value(position)
+    _run(at)
+    answer = at.text_input(key="attribution_answer").placeholder.split("'")[1]  # the likeliest: the default
+    wrong = at.text_input(key="attribution_wrong").placeholder.split("'")[1]
+    assert answer == "2"  # 2021's first digit
+    expected = attribute(runner, trace, answer, wrong, position)
+    assert _metrics(at)[0] == f"{expected.model_logit:+.3f}" and expected.model_logit > 0
+    bars = chart(at, "Each layer")["data"]
+    assert [bar["name"] for bar in bars] == ["attention heads", "MLP"]
+    np.testing.assert_allclose(plotly_array(bars[1]["y"]), expected.mlp, atol=1e-9)
+
+
+def test_an_encoder_decoders_cross_attention_heads_have_their_own_grid() -> None:
+    at = open_app_page(PAGE, "toy-date", "march 3 2021")
+    at.text_input(key="attribution_answer").set_value("3")
+    at.text_input(key="attribution_wrong").set_value(" ")  # no wrong answer: the logit alone
+    _run(at)
+    expected = _reference("toy-date", "march 3 2021", "3", None)
+    shown = plotly_array(chart(at, "Each cross-attention head")["data"][0]["z"])
+    np.testing.assert_allclose(shown, expected.cross_heads, atol=1e-9)
+    assert "logit of '3'" in chart(at, "Each attention head")["layout"]["title"]["text"]
+
+
+def test_an_encoder_says_why_not_and_bad_answers_get_a_sentence() -> None:
+    at = open_app_page(PAGE, "minilm", "the cat sat on the mat")
+    assert "is an encoder" in at.info[0].value and not at.metric
+    at = open_app_page(PAGE, "toy-gpt-date", "march 3 2021")
+    at.text_input(key="attribution_answer").set_value("20")
+    _run(at)
+    assert "must be one token" in at.error[0].value and r"it is '2' \+ '0'" in at.error[0].value  # markdown escaped
+    at.text_input(key="attribution_answer").set_value("<script>alert(1)</script>")
+    _run(at)
+    assert "must be one token" in at.error[0].value or "characters" in at.error[0].value

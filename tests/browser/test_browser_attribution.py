@@ -1,0 +1,35 @@
+"""The Attribution page in a real browser: SmolLM2 on the names sentence, " Mary" over " John", each head's share
+drawn, and a click on the head that adds most opening it on the Attention page; nothing logs an error."""
+
+from __future__ import annotations
+
+import numpy as np
+from playwright.sync_api import expect
+
+from app_browser.page import choose_model, figure, heatmap_values, open_page, screenshots, set_text, wait_idle
+
+NAMES = "When Mary and John went to the store, John gave a drink to"
+HEADS = "Each attention head's direct share"
+
+
+def test_smollm2_says_which_heads_write_mary_over_john_and_opens_one(page) -> None:
+    choose_model(page, "smollm2")
+    set_text(page, NAMES)
+    open_page(page, "Attribution")
+    main = page.get_by_test_id("stMain")
+    for label, word in (("Answer (one token)", " Mary"), ("Wrong answer (one token)", " John")):
+        main.get_by_label(label, exact=True).fill(word)
+        main.get_by_label(label, exact=True).press("Enter")
+        wait_idle(page)
+    expect(figure(page, "logit(' Mary') − logit(' John')").first).to_be_visible()
+    shares = np.array(heatmap_values(page, HEADS), dtype=float)  # (layers, heads)
+    assert shares.shape == (30, 9)
+    screenshots(page, "attribution-smollm2")
+    layer, head = np.unravel_index(shares.argmax(), shares.shape)
+    figure(page, HEADS).locator(".scatterlayer .point").nth(int(layer * 9 + head)).click(force=True)
+    wait_idle(page)
+    expect(page.get_by_role("heading", name="Attention", exact=True)).to_be_visible()
+    expect(main.get_by_label("Layer", exact=True)).to_have_value(str(layer))
+    expect(main.get_by_label("Head", exact=True)).to_have_value(str(head))
+    expect(page.get_by_test_id("stSidebar").get_by_label("Model", exact=True)).to_have_value("Pretrained · smollm2")
+    assert page.console_errors == []

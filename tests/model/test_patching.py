@@ -1,0 +1,74 @@
+"""Activation patching (model/inspect/patching.py): every kind equal to TransformerLens 3.9's own patching functions
+with the logit-difference metric, on the same random weights (GPT-2 and Llama), patched runs batched; a stop that
+keeps what is done; and the input a person can get wrong, told in a sentence."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+import torch
+from transformer_lens import patching as reference_patching
+
+from attention_atlas.model.core.errors import UserError
+from attention_atlas.model.hf.loading import load_hf_runner
+from attention_atlas.model.inspect.patching import KINDS, patch
+from tests.tiny_hf import build
+from tests.transformer_lens_reference import randomise_norms, reference_of
+
+CLEAN, CORRUPTED = "the quick brown fox", "the quick brown dog"
+REFERENCE = {"resid_pre": reference_patching.get_act_patch_resid_pre,
+             "attn_out": reference_patching.get_act_patch_attn_out,
+             "mlp_out": reference_patching.get_act_patch_mlp_out,
+             "head_out": reference_patching.get_act_patch_attn_head_out_all_pos}
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_every_kind_is_transformer_lens_own(tmp_path, family: str) -> None:
+    runner = load_hf_runner(str(build(family, tmp_path / family)))
+    randomise_norms(runner.model)
+    found = patch(runner, CLEAN, CORRUPTED, " fox", " dog", batch=5)  # batches that cut across layers and kinds
+
+    reference = reference_of(family, runner.model).eval()
+    tokenizer = runner.text.tokenizer
+    clean_ids, corrupted_ids = (torch.tensor([tokenizer(t)["input_ids"]]) for t in (CLEAN, CORRUPTED))
+    a, b = (tokenizer(w, add_special_tokens=False)["input_ids"][0] for w in (" fox", " dog"))
+
+    def logit_difference(logits: torch.Tensor) -> torch.Tensor:
+        return logits[0, -1, a] - logits[0, -1, b]
+
+    _, clean_cache = reference.run_with_cache(clean_ids)
+    with torch.no_grad():
+        assert found.clean == pytest.approx(float(logit_difference(reference(clean_ids))), abs=2e-5)
+        assert found.corrupted == pytest.approx(float(logit_difference(reference(corrupted_ids))), abs=2e-5)
+        for kind in KINDS:
+            expected = REFERENCE[kind](reference, corrupted_ids, clean_cache, logit_difference)
+            np.testing.assert_allclose(found.results[kind], expected.numpy(), atol=5e-5, err_msg=kind)
+    assert found.complete and abs(found.clean - found.corrupted) > 1e-3  # the two texts differ at the answer
+    assert found.normalised("resid_pre")[0, -1] == pytest.approx(1.0, abs=1e-4)  # the last token, patched: clean
+
+
+def test_a_stop_keeps_what_is_done(tmp_path) -> None:
+    runner = load_hf_runner(str(build("gpt2", tmp_path / "gpt2")))
+    stop, seen = threading.Event(), []
+
+    def progress(done: int, total: int) -> None:
+        seen.append((done, total))
+        stop.set()  # after the first batch
+
+    found = patch(runner, CLEAN, CORRUPTED, " fox", " dog", batch=4, progress=progress, stop=stop)
+    assert seen == [(4, 2 * 4 * 3 + 2 * 4)]  # 2 layers x 4 positions x 3 kinds, 2 layers x 4 heads
+    assert not found.complete and np.isfinite(found.results["resid_pre"][0]).all()
+    assert np.isnan(found.results["head_out"]).all()
+
+
+def test_bad_input_gets_a_sentence(tmp_path) -> None:
+    runner = load_hf_runner(str(build("gpt2", tmp_path / "gpt2")))
+    with pytest.raises(UserError, match=r"as many tokens: the clean one has 4 .*, the corrupted one 3"):
+        patch(runner, CLEAN, "the brown dog", " fox", " dog")
+    with pytest.raises(UserError, match="must be one token"):
+        patch(runner, CLEAN, CORRUPTED, " fox dog", " dog")
+    encoder = load_hf_runner(str(build("bert", tmp_path / "bert")))
+    with pytest.raises(UserError, match="is an encoder: activation patching here reads a causal language model"):
+        patch(encoder, CLEAN, CORRUPTED, " fox", " dog")
