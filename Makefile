@@ -65,6 +65,7 @@ bench: $(VENV)/.dev
 	$(PY) -m bench.browser_long
 	$(PY) -m bench.generation
 	$(PY) -m bench.head_scan
+	$(PY) -m bench.patching
 	$(PY) -m bench.train_snapshots
 
 # The README's pictures (docs/images/), taken from the running app in the system Chromium at 1280 x 720.

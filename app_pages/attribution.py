@@ -1,6 +1,7 @@
 """Attribution: which heads made a prediction. Direct logit attribution splits the logit of an answer (minus that of a
 wrong answer) into what each head, each MLP and the embeddings write straight to the output, the norms' scales taken
-from this run (model/inspect/attribution.py); a click on a head opens it on the Attention page."""
+from this run (model/inspect/attribution.py); a click on a head opens it on the Attention page. Below, activation
+patching against a corrupted text (ui/patching_views.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from attention_atlas.model.inspect.attribution import Attribution, attribute, at
 from attention_atlas.ui.downloads import constant, downloads, file_name
 from attention_atlas.ui.messages import show_error
 from attention_atlas.ui.page import PAGES, current_runner, current_trace, trace_with
+from attention_atlas.ui.patching_views import patching_section
 from attention_atlas.ui.pickers import clicked_head
 from attention_atlas.ui.trace_cache import per_trace
 from attention_atlas.viz.attribution import head_shares_heatmap, layer_shares_bars
@@ -134,6 +136,7 @@ def page() -> None:
         show_error(str(error))
         return
     show(trace, found)
+    patching_section(runner, shown.text, found.answer, found.wrong)
 
 
 page()

@@ -1,10 +1,13 @@
-"""Figures of direct logit attribution: each head's share (a layer x head grid, red adds to the answer, blue takes
-away, each cell a click target) and each layer's parts side by side."""
+"""Figures of which heads matter: each head's direct share of a logit (a layer x head grid, red adds to the answer,
+blue takes away, each cell a click target), each layer's parts side by side, and activation patching's layer x
+position grids."""
 
 from __future__ import annotations
 
 import numpy as np
 import plotly.graph_objects as go
+
+from attention_atlas.viz.tokens import plotly_label
 
 
 def head_shares_heatmap(shares: np.ndarray, title: str, measure: str) -> go.Figure:
@@ -46,4 +49,20 @@ def layer_shares_bars(parts: dict[str, np.ndarray], title: str, measure: str) ->
     fig.update_yaxes(title=measure, zeroline=True, zerolinecolor="#888")
     fig.update_layout(title=title, barmode="group", height=340, margin={"l": 60, "r": 20, "t": 50, "b": 50},
                       legend={"orientation": "h", "y": -0.25})
+    return fig
+
+
+def patching_heatmap(values: np.ndarray, tokens: list[str], title: str) -> go.Figure:
+    """values (layers, positions): how much of the clean run's logit difference each patched activation restores
+    (0 = the corrupted run, 1 = the clean run), a column a position labelled by its clean token."""
+    layers = len(values)
+    labels = [f"{i}: {plotly_label(t)}" for i, t in enumerate(tokens)]
+    reach = max(1.0, float(np.nanmax(np.abs(values))) if np.isfinite(values).any() else 1.0)
+    fig = go.Figure(go.Heatmap(
+        z=values.astype(np.float64), x=labels, y=list(range(layers)), colorscale="RdBu", reversescale=True,
+        zmin=-reach, zmax=reach, zmid=0, colorbar={"title": {"text": "restored", "side": "right"}},
+        hovertemplate="layer %{y} · %{x}<br>restored: %{z:.3f}<extra></extra>"))
+    fig.update_xaxes(title="position: the clean token there", tickangle=-45)
+    fig.update_yaxes(title="layer", autorange="reversed", dtick=1 if layers <= 16 else None)
+    fig.update_layout(title=title, height=min(760, 200 + 22 * layers), margin={"l": 60, "r": 20, "t": 50, "b": 90})
     return fig

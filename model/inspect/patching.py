@@ -9,7 +9,7 @@ at every (layer, position), and each head's output at every position; the same n
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -19,12 +19,12 @@ from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.options import RunOptions
 from attention_atlas.model.core.runner import Runner
 from attention_atlas.model.core.trace.trace import Trace
+from attention_atlas.model.inspect.ablation import TOKENS_PER_PASS
 from attention_atlas.model.inspect.attribution import token_id
 
 HOOKS = {"resid_pre": "hook_resid_pre", "attn_out": "hook_attn_out", "mlp_out": "hook_mlp_out",
          "head_out": "attn.hook_z"}  # kind -> the hook patched at each layer
 KINDS = tuple(HOOKS)
-BATCH = 32  # patched runs side by side in one pass
 
 
 @dataclass(frozen=True)
@@ -60,11 +60,27 @@ def patching_options() -> RunOptions:
 
 
 def patch(runner: Runner, clean_text: str, corrupted_text: str, answer: str, wrong: str, kinds: tuple[str, ...] = KINDS,
-          batch: int = BATCH, progress: Callable[[int, int], None] | None = None,
+          tokens_per_pass: int = TOKENS_PER_PASS, progress: Callable[[int, int], None] | None = None,
           stop: threading.Event | None = None) -> Patching:
+    """Activation patching of `corrupted_text` with `clean_text`'s activations (`patching_steps`). `progress(done,
+    total)` after each batch; `stop` set: the patching ends after the batch under way, keeping what is done."""
+    steps = patching_steps(runner, clean_text, corrupted_text, answer, wrong, kinds, tokens_per_pass)
+    _, _, found = next(steps)  # filled in place by the steps that follow
+    for done, total, _ in steps:
+        if progress is not None:
+            progress(done, total)
+        if stop is not None and stop.is_set():
+            break
+    return found
+
+
+def patching_steps(runner: Runner, clean_text: str, corrupted_text: str, answer: str, wrong: str,
+                   kinds: tuple[str, ...] = KINDS, tokens_per_pass: int = TOKENS_PER_PASS
+                   ) -> Iterator[tuple[int, int, Patching]]:
     """Activation patching of `corrupted_text` with `clean_text`'s activations, of equal token counts, read as the
-    logit difference of `answer` over `wrong` (one token each) after the last token. `progress(done, total)` after
-    each batch; `stop` set: the patching ends after the batch under way, keeping what is done."""
+    logit difference of `answer` over `wrong` (one token each) after the last token, in batches of about
+    `tokens_per_pass` tokens (a patched run a row). Yields (patched runs done, of how many, the Patching filled so
+    far) before the first batch and after each: a caller that stops iterating keeps what is done."""
     facts = runner.facts
     if facts.kind != "decoder" or not hasattr(runner, "model"):
         raise UserError(f"{facts.model_id} is {'an' if facts.kind[0] == 'e' else 'a'} {facts.kind}: activation "
@@ -83,20 +99,18 @@ def patch(runner: Runner, clean_text: str, corrupted_text: str, answer: str, wro
     clean_difference = _differences(runner.patched_outcomes(clean, {}, [None]).values, ids)[0]
     layers, length, heads = facts.n_decoder_layers, len(clean.ids), facts.n_heads
     shapes = {kind: (layers, heads if kind == "head_out" else length) for kind in kinds}
-    results = {kind: np.full(shape, np.nan) for kind, shape in shapes.items()}
+    found = Patching(answer, wrong, clean.tokens, corrupted.tokens, float(clean_difference),
+                     float(corrupted_difference), {kind: np.full(shape, np.nan) for kind, shape in shapes.items()})
     cells = [(kind, index) for kind in kinds for index in np.ndindex(shapes[kind])]
+    batch = max(1, tokens_per_pass // length)
+    yield 0, len(cells), found
     for start in range(0, len(cells), batch):
-        if stop is not None and stop.is_set():
-            break
         chunk = cells[start:start + batch]
         rows = [_patch(kind, layer, other) for kind, (layer, other) in chunk]
         values = _differences(runner.patched_outcomes(corrupted, clean.captured, rows).values, ids)
         for (kind, index), value in zip(chunk, values, strict=True):
-            results[kind][index] = value
-        if progress is not None:
-            progress(start + len(chunk), len(cells))
-    return Patching(answer, wrong, clean.tokens, corrupted.tokens, float(clean_difference),
-                    float(corrupted_difference), results)
+            found.results[kind][index] = value  # filled in place: what the caller holds grows
+        yield start + len(chunk), len(cells), found
 
 
 def _patch(kind: str, layer: int, other: int) -> Patch:

@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from attention_atlas.model.hf.loading import load_hf_runner
 from attention_atlas.model.inspect.attribution import attribute, attribution_options
+from attention_atlas.model.inspect.patching import patch
 from attention_atlas.model.registry import load_runner
 from tests.app.app_session import open_app_page
 from tests.plotly_specs import chart, plotly_array
@@ -88,3 +90,37 @@ def test_an_encoder_says_why_not_and_bad_answers_get_a_sentence() -> None:
     at.text_input(key="attribution_answer").set_value("<script>alert(1)</script>")
     _run(at)
     assert "must be one token" in at.error[0].value or "characters" in at.error[0].value
+
+
+def test_patching_a_corruption_the_page_offers(folders) -> None:
+    """A tiny GPT-2: the offered swap of the two answers, every kind patched, the grids drawn normalised, the two runs'
+    logit differences said."""
+    at = open_app_page(PAGE, folder=str(folders["gpt2"]), text="the fox saw the dog")
+    at.text_input(key="attribution_answer").set_value(" fox")
+    at.text_input(key="attribution_wrong").set_value(" dog")
+    _run(at)
+    swap = next(b for b in at.button if b.label == "fox and dog swapped")
+    swap.click()
+    _run(at)
+    assert at.text_input(key="attribution_corrupted").value == "the dog saw the fox"
+    at.button(key="attribution_patch").click()
+    _run(at)
+    expected = patch(load_hf_runner(str(folders["gpt2"])), "the fox saw the dog", "the dog saw the fox", " fox",
+                     " dog")
+    grid = plotly_array(chart(at, "Patching the residual stream")["data"][0]["z"])
+    np.testing.assert_allclose(grid, expected.normalised("resid_pre"), atol=1e-6)
+    heads = plotly_array(chart(at, "Patching each head's output")["data"][0]["z"])
+    np.testing.assert_allclose(heads, expected.normalised("head_out"), atol=1e-6)
+    said = f"clean {expected.clean:+.3f}, corrupted {expected.corrupted:+.3f}"
+    assert any(said in caption.value for caption in at.caption)
+
+
+def test_patching_texts_of_different_lengths_says_so(folders) -> None:
+    at = open_app_page(PAGE, folder=str(folders["gpt2"]), text="the fox saw the dog")
+    at.text_input(key="attribution_answer").set_value(" fox")
+    at.text_input(key="attribution_wrong").set_value(" dog")
+    at.text_input(key="attribution_corrupted").set_value("the dog saw")
+    _run(at)
+    at.button(key="attribution_patch").click()
+    _run(at)
+    assert "as many tokens" in at.error[0].value

@@ -28,7 +28,8 @@ REFERENCE = {"resid_pre": reference_patching.get_act_patch_resid_pre,
 def test_every_kind_is_transformer_lens_own(tmp_path, family: str) -> None:
     runner = load_hf_runner(str(build(family, tmp_path / family)))
     randomise_norms(runner.model)
-    found = patch(runner, CLEAN, CORRUPTED, " fox", " dog", batch=5)  # batches that cut across layers and kinds
+    found = patch(runner, CLEAN, CORRUPTED, " fox", " dog", tokens_per_pass=20)  # 5 rows a batch: batches that cut
+    # across layers and kinds
 
     reference = reference_of(family, runner.model).eval()
     tokenizer = runner.text.tokenizer
@@ -57,7 +58,7 @@ def test_a_stop_keeps_what_is_done(tmp_path) -> None:
         seen.append((done, total))
         stop.set()  # after the first batch
 
-    found = patch(runner, CLEAN, CORRUPTED, " fox", " dog", batch=4, progress=progress, stop=stop)
+    found = patch(runner, CLEAN, CORRUPTED, " fox", " dog", tokens_per_pass=16, progress=progress, stop=stop)
     assert seen == [(4, 2 * 4 * 3 + 2 * 4)]  # 2 layers x 4 positions x 3 kinds, 2 layers x 4 heads
     assert not found.complete and np.isfinite(found.results["resid_pre"][0]).all()
     assert np.isnan(found.results["head_out"]).all()
