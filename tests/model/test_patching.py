@@ -11,6 +11,7 @@ import pytest
 import torch
 from transformer_lens import patching as reference_patching
 
+import attention_atlas as aa
 from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.hf.loading import load_hf_runner
 from attention_atlas.model.inspect.patching import KINDS, patch
@@ -73,3 +74,14 @@ def test_bad_input_gets_a_sentence(tmp_path) -> None:
     encoder = load_hf_runner(str(build("bert", tmp_path / "bert")))
     with pytest.raises(UserError, match="is an encoder: activation patching here reads a causal language model"):
         patch(encoder, CLEAN, CORRUPTED, " fox", " dog")
+
+
+def test_the_api(tmp_path) -> None:
+    folder = build("gpt2", tmp_path / "gpt2")
+    seen = []
+    found = aa.load(str(folder)).patch(CLEAN, CORRUPTED, answer=" fox", wrong=" dog", kinds=["head_out"],
+                                       progress=lambda done, total: seen.append(done))
+    assert list(found.results) == ["head_out"] and found.results["head_out"].shape == (2, 4)
+    assert found.complete and seen[-1] == 8
+    expected = patch(load_hf_runner(str(folder)), CLEAN, CORRUPTED, " fox", " dog", kinds=("head_out",))
+    np.testing.assert_allclose(found.results["head_out"], expected.results["head_out"], atol=1e-6)
