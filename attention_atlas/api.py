@@ -15,7 +15,7 @@ from attention_atlas.model.core.trace.facts import ModelFacts
 from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.hf.placement import Placement, parse_budgets
 from attention_atlas.model.inspect.attribution import Attribution, attribute, attribution_options
-from attention_atlas.model.inspect.patching import KINDS, Patching, patch
+from attention_atlas.model.inspect.patching import KINDS, Patching, attribution_patching, patch
 from attention_atlas.model.registry import list_model_ids, load_runner
 
 PATTERNS = ("*.hook_pattern",)  # what `run` records unless asked: every attention pattern
@@ -78,13 +78,16 @@ class Model:
         return attribute(self._runner, trace, answer, wrong, position)
 
     def patch(self, clean: str, corrupted: str, *, answer: str, wrong: str, kinds: Sequence[str] = KINDS,
-              progress: Callable[[int, int], None] | None = None) -> Patching:
+              estimate: bool = False, progress: Callable[[int, int], None] | None = None) -> Patching:
         """Activation patching: each activation of the run on `clean` put, one at a time, into the run on `corrupted`
         (as many tokens), read as the logit difference of `answer` over `wrong` (one token each) after the last
         token. `.clean` and `.corrupted` are the two runs' differences; `.results` holds, for each of `kinds`,
         `resid_pre`, `attn_out`, `mlp_out` (layers, positions) and `head_out` (layers, heads), each patched run's
         difference; `.normalised(kind)` puts them on 0 = corrupted, 1 = clean. `progress(done, total)` after each
-        batch of patched runs. A causal language model's; UserError for texts of different lengths."""
+        batch of patched runs. `estimate`: attribution patching's first-order estimates instead (one backward pass:
+        seconds). A causal language model's; UserError for texts of different lengths."""
+        if estimate:
+            return attribution_patching(self._runner, clean, corrupted, answer, wrong, tuple(kinds))
         return patch(self._runner, clean, corrupted, answer, wrong, tuple(kinds), progress=progress)
 
     def names(self) -> list[str]:

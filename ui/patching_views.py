@@ -7,12 +7,13 @@ from __future__ import annotations
 import random
 import re
 
+import numpy as np
 import pandas as pd
 import streamlit as st
 
 from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.runner import Runner
-from attention_atlas.model.inspect.patching import KINDS, Patching, patching_steps
+from attention_atlas.model.inspect.patching import KINDS, Patching, attribution_patching, patching_steps
 from attention_atlas.ui.downloads import constant, downloads, file_name
 from attention_atlas.ui.messages import show_error
 from attention_atlas.ui.run_scheduler import run_slots
@@ -22,6 +23,10 @@ from attention_atlas.viz.attribution import head_shares_heatmap, patching_heatma
 KIND_LABELS = {"resid_pre": "the residual stream into each layer", "attn_out": "each attention output",
                "mlp_out": "each MLP output", "head_out": "each head's output (every position)"}
 RESULT = "_attribution_patching"  # session key: (what was patched, Patching so far)
+ESTIMATE = "_attribution_estimate"  # session key: (what was patched, attribution patching's Patching)
+KIND_NAMES = {"resid_pre": "residual stream", "attn_out": "attention outputs", "mlp_out": "MLP outputs",
+              "head_out": "heads"}
+SHOW_LABELS = {"exact": "patched runs", "estimate": "attribution patching's estimate"}
 
 
 def corruptions(text: str, answer: str, wrong: str) -> dict[str, str]:
@@ -71,25 +76,54 @@ def patching_section(runner: Runner, text: str, answer: str, wrong: str | None) 
                            key="attribution_patch_kinds")
     asked = (runner.facts.model_id, text, corrupted, answer, wrong, tuple(kinds))
     left, right = st.columns(2)
-    if left.button("Patch", key="attribution_patch", disabled=not (corrupted and kinds), type="primary"):
+    if left.button("Patch", key="attribution_patch", disabled=not (corrupted and kinds), type="primary",
+                   help="First attribution patching's estimate (seconds: one backward pass), then every activation "
+                        "patched (one run each)."):
         run_patching(runner, asked)
     right.button("Stop", key="attribution_patch_stop", help="Ends the patching after the batch under way and shows "
                  "what is done.")
-    stored = st.session_state.get(RESULT)
-    if stored is not None and stored[0] == asked:
-        show_patching(runner.facts.model_id, stored[1])
+    exact, estimate = (_stored(key, asked) for key in (RESULT, ESTIMATE))
+    if exact is None and estimate is None:
+        return
+    shown = exact or estimate
+    if exact is not None and estimate is not None:
+        shown = exact if st.radio("Show", ["exact", "estimate"], key="attribution_patch_show", horizontal=True,
+                                  format_func=SHOW_LABELS.get) == "exact" else estimate
+        st.caption(agreement(exact, estimate))
+    show_patching(runner.facts.model_id, shown, "patched" if shown is exact else "estimated")
+
+
+def _stored(key: str, asked: tuple) -> Patching | None:
+    stored = st.session_state.get(key)
+    return stored[1] if stored is not None and stored[0] == asked else None
+
+
+def agreement(exact: Patching, estimate: Patching) -> str:
+    """How well the estimate foretold the patched runs, over the cells patched."""
+    parts = []
+    for kind, values in exact.results.items():
+        done = np.isfinite(values)
+        if done.sum() > 2:
+            r = np.corrcoef(values[done], estimate.results[kind][done])[0, 1]
+            parts.append(f"{KIND_NAMES[kind]} r = {r:.2f}")
+    return ("Attribution patching's estimate against the patched runs (correlation over the cells patched): "
+            + ("; ".join(parts) if parts else "too few cells patched yet") + ".")
 
 
 def run_patching(runner: Runner, asked: tuple) -> None:
-    """Patch, keeping the result in the session after every batch: the Stop button's rerun ends this script at its
-    next call, and the page then shows what was done."""
-    _, text, corrupted, answer, wrong, kinds = asked
-    bar = st.progress(0.0, text="Patching…")
+    """The estimate (drawn while the rest runs), then every patched run, each kept in the session as it comes: the
+    Stop button's rerun ends this script at its next call, and the page then shows what was done."""
+    model_id, text, corrupted, answer, wrong, kinds = asked
+    drawn, bar = st.empty(), st.progress(0.0, text="Attribution patching: one backward pass…")
 
     def work() -> None:
+        estimate = attribution_patching(runner, text, corrupted, answer, wrong, kinds)
+        st.session_state[ESTIMATE] = (asked, estimate)
+        with drawn.container():
+            show_patching(model_id, estimate, "first")
         for done, total, found in patching_steps(runner, text, corrupted, answer, wrong, kinds):
             st.session_state[RESULT] = (asked, found)
-            bar.progress(done / total, text=f"{done:,} of {total:,} patched runs")
+            bar.progress(done / total, text=f"Patching: {done:,} of {total:,} patched runs")
 
     try:
         with run_slots():
@@ -97,24 +131,29 @@ def run_patching(runner: Runner, asked: tuple) -> None:
     except UserError as error:
         show_error(str(error))
         return
+    drawn.empty()
     bar.empty()
 
 
-def show_patching(model_id: str, found: Patching) -> None:
+def show_patching(model_id: str, found: Patching, word: str) -> None:
+    """The grids of `found`, their figures' keys made with `word` ("patched", "estimated")."""
+    what = "estimated by attribution patching" if found.estimated else "patched"
     st.caption(f"Logit difference {found.answer!r} − {found.wrong!r}: clean {found.clean:+.3f}, corrupted "
-               f"{found.corrupted:+.3f}." + ("" if found.complete else " Stopped: the empty cells were not patched."))
+               f"{found.corrupted:+.3f}; each cell {what}."
+               + ("" if found.complete else " Stopped: the empty cells were not patched."))
     if abs(found.clean - found.corrupted) < 1e-3:
         st.warning("The two runs give the same logit difference: nothing to restore. Choose a corrupted text that "
                    "changes the answer.", icon=":material/warning:")
         return
     for kind, values in found.results.items():
         normalised = found.normalised(kind)
-        title = f"Patching {KIND_LABELS[kind]}: the share of the clean logit difference restored"
+        prefix = "Attribution patching's estimate for" if found.estimated else "Patching"
+        title = f"{prefix} {KIND_LABELS[kind]}: the share of the clean logit difference restored"
         if kind == "head_out":
             figure = head_shares_heatmap(normalised, title, "restored")
-            st.plotly_chart(figure, key="attribution_patched_heads")
         else:
             figure = patching_heatmap(normalised, found.clean_tokens, title)
-            st.plotly_chart(figure, key=f"attribution_patched_{kind}")
-        downloads(figure, file_name(model_id, "patching", kind), f"attribution_patched_{kind}_files",
+        st.plotly_chart(figure, key=f"attribution_{word}_{kind}")
+        downloads(figure, file_name(model_id, "patching" if not found.estimated else "estimate", kind),
+                  f"attribution_{word}_{kind}_files",
                   constant(pd.DataFrame(normalised, index=pd.Index(range(len(values)), name="layer"))))

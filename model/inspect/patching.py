@@ -19,6 +19,7 @@ from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.options import RunOptions
 from attention_atlas.model.core.runner import Runner
 from attention_atlas.model.core.trace.trace import Trace
+from attention_atlas.model.hf.patching import gradients
 from attention_atlas.model.inspect.ablation import TOKENS_PER_PASS
 from attention_atlas.model.inspect.attribution import token_id
 
@@ -40,6 +41,7 @@ class Patching:
     clean: float
     corrupted: float
     results: dict[str, np.ndarray] = field(default_factory=dict)
+    estimated: bool = False  # attribution patching's first-order estimates, not patched runs
 
     def normalised(self, kind: str) -> np.ndarray:
         """results[kind] on the scale 0 = the corrupted run, 1 = the clean run."""
@@ -81,6 +83,43 @@ def patching_steps(runner: Runner, clean_text: str, corrupted_text: str, answer:
     logit difference of `answer` over `wrong` (one token each) after the last token, in batches of about
     `tokens_per_pass` tokens (a patched run a row). Yields (patched runs done, of how many, the Patching filled so
     far) before the first batch and after each: a caller that stops iterating keeps what is done."""
+    ids, clean, corrupted, found = _prepared(runner, clean_text, corrupted_text, answer, wrong, kinds)
+    cells = [(kind, index) for kind, values in found.results.items() for index in np.ndindex(values.shape)]
+    batch = max(1, tokens_per_pass // len(clean.ids))
+    yield 0, len(cells), found
+    for start in range(0, len(cells), batch):
+        chunk = cells[start:start + batch]
+        rows = [_patch(kind, layer, other) for kind, (layer, other) in chunk]
+        values = _differences(runner.patched_outcomes(corrupted, clean.captured, rows).values, ids)
+        for (kind, index), value in zip(chunk, values, strict=True):
+            found.results[kind][index] = value  # filled in place: what the caller holds grows
+        yield start + len(chunk), len(cells), found
+
+
+def attribution_patching(runner: Runner, clean_text: str, corrupted_text: str, answer: str, wrong: str,
+                         kinds: tuple[str, ...] = KINDS) -> Patching:
+    """Attribution patching (Nanda 2023; Syed et al. 2023): each patched run's logit difference estimated to first
+    order from one run of each text and one backward pass of the corrupted one, the corrupted difference plus
+    (clean activation − corrupted activation) · the gradient of the difference with respect to that activation, summed
+    over its model dimension (a head's: over its positions too). Same shapes and checks as `patching_steps`."""
+    ids, clean, corrupted, exact = _prepared(runner, clean_text, corrupted_text, answer, wrong, kinds)
+    hooks = {kind: [f"decoder.{layer}.{HOOKS[kind]}" for layer in range(runner.facts.n_decoder_layers)]
+             for kind in kinds}
+    grads = gradients(runner.model, runner.taps, corrupted, [hook for names in hooks.values() for hook in names],
+                      lambda logits: logits[ids[0]] - logits[ids[1]])  # type: ignore[attr-defined]
+    results = {}
+    for kind, names in hooks.items():
+        change = [(clean[name].astype(np.float64) - corrupted[name]) * grads[name] for name in names]
+        summed = [c.sum(axis=(1, 2)) if kind == "head_out" else c.sum(axis=-1) for c in change]  # (heads,) or (pos,)
+        results[kind] = exact.corrupted + np.stack(summed)
+    return Patching(answer, wrong, exact.clean_tokens, exact.corrupted_tokens, exact.clean, exact.corrupted, results,
+                    estimated=True)
+
+
+def _prepared(runner: Runner, clean_text: str, corrupted_text: str, answer: str, wrong: str, kinds: tuple[str, ...]
+              ) -> tuple[list[int], Trace, Trace, Patching]:
+    """The two tokens' ids, both runs (every activation a kind patches recorded), and a Patching with their logit
+    differences and empty results; UserError where the model, the kinds, the answers or the texts do not fit."""
     facts = runner.facts
     if facts.kind != "decoder" or not hasattr(runner, "model"):
         raise UserError(f"{facts.model_id} is {'an' if facts.kind[0] == 'e' else 'a'} {facts.kind}: activation "
@@ -90,7 +129,7 @@ def patching_steps(runner: Runner, clean_text: str, corrupted_text: str, answer:
         raise UserError(f"Unknown patching {', '.join(unknown)}: choose among {', '.join(KINDS)}.")
     ids = [token_id(runner, answer, "answer"), token_id(runner, wrong, "wrong answer")]
     clean = runner.run(clean_text, None, patching_options())
-    corrupted = runner.run(corrupted_text, None, RunOptions(hooks=()))
+    corrupted = runner.run(corrupted_text, None, patching_options())
     if len(clean.ids) != len(corrupted.ids):
         raise UserError(f"The clean and the corrupted text must have as many tokens: the clean one has "
                         f"{len(clean.ids)} ({_spelled(clean)}), the corrupted one {len(corrupted.ids)} "
@@ -98,19 +137,9 @@ def patching_steps(runner: Runner, clean_text: str, corrupted_text: str, answer:
     corrupted_difference = _differences(runner.patched_outcomes(corrupted, {}, [None]).values, ids)[0]
     clean_difference = _differences(runner.patched_outcomes(clean, {}, [None]).values, ids)[0]
     layers, length, heads = facts.n_decoder_layers, len(clean.ids), facts.n_heads
-    shapes = {kind: (layers, heads if kind == "head_out" else length) for kind in kinds}
-    found = Patching(answer, wrong, clean.tokens, corrupted.tokens, float(clean_difference),
-                     float(corrupted_difference), {kind: np.full(shape, np.nan) for kind, shape in shapes.items()})
-    cells = [(kind, index) for kind in kinds for index in np.ndindex(shapes[kind])]
-    batch = max(1, tokens_per_pass // length)
-    yield 0, len(cells), found
-    for start in range(0, len(cells), batch):
-        chunk = cells[start:start + batch]
-        rows = [_patch(kind, layer, other) for kind, (layer, other) in chunk]
-        values = _differences(runner.patched_outcomes(corrupted, clean.captured, rows).values, ids)
-        for (kind, index), value in zip(chunk, values, strict=True):
-            found.results[kind][index] = value  # filled in place: what the caller holds grows
-        yield start + len(chunk), len(cells), found
+    empty = {kind: np.full((layers, heads if kind == "head_out" else length), np.nan) for kind in kinds}
+    return ids, clean, corrupted, Patching(answer, wrong, clean.tokens, corrupted.tokens, float(clean_difference),
+                                           float(corrupted_difference), empty)
 
 
 def _patch(kind: str, layer: int, other: int) -> Patch:

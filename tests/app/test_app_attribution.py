@@ -11,7 +11,7 @@ from streamlit.testing.v1 import AppTest
 
 from attention_atlas.model.hf.loading import load_hf_runner
 from attention_atlas.model.inspect.attribution import attribute, attribution_options
-from attention_atlas.model.inspect.patching import patch
+from attention_atlas.model.inspect.patching import attribution_patching, patch
 from attention_atlas.model.registry import load_runner
 from tests.app.app_session import open_app_page
 from tests.plotly_specs import chart, plotly_array
@@ -94,7 +94,7 @@ def test_an_encoder_says_why_not_and_bad_answers_get_a_sentence() -> None:
 
 def test_patching_a_corruption_the_page_offers(folders) -> None:
     """A tiny GPT-2: the offered swap of the two answers, every kind patched, the grids drawn normalised, the two runs'
-    logit differences said."""
+    logit differences said, and attribution patching's estimate beside it with their correlation."""
     at = open_app_page(PAGE, folder=str(folders["gpt2"]), text="the fox saw the dog")
     at.text_input(key="attribution_answer").set_value(" fox")
     at.text_input(key="attribution_wrong").set_value(" dog")
@@ -113,6 +113,14 @@ def test_patching_a_corruption_the_page_offers(folders) -> None:
     np.testing.assert_allclose(heads, expected.normalised("head_out"), atol=1e-6)
     said = f"clean {expected.clean:+.3f}, corrupted {expected.corrupted:+.3f}"
     assert any(said in caption.value for caption in at.caption)
+    assert any("estimate against the patched runs" in caption.value and "heads r = " in caption.value
+               for caption in at.caption)
+    at.radio(key="attribution_patch_show").set_value("estimate")
+    _run(at)
+    estimate = attribution_patching(load_hf_runner(str(folders["gpt2"])), "the fox saw the dog",
+                                    "the dog saw the fox", " fox", " dog")
+    shown = plotly_array(chart(at, "Attribution patching's estimate for each head")["data"][0]["z"])
+    np.testing.assert_allclose(shown, estimate.normalised("head_out"), atol=1e-6)
 
 
 def test_patching_texts_of_different_lengths_says_so(folders) -> None:

@@ -1,6 +1,7 @@
 """Activation patching (model/inspect/patching.py): every kind equal to TransformerLens 3.9's own patching functions
-with the logit-difference metric, on the same random weights (GPT-2 and Llama), patched runs batched; a stop that
-keeps what is done; and the input a person can get wrong, told in a sentence."""
+with the logit-difference metric, on the same random weights (GPT-2 and Llama), patched runs batched; attribution
+patching equal to the estimate TransformerLens's hooks give; a stop that keeps what is done; and the input a person
+can get wrong, told in a sentence."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from transformer_lens import patching as reference_patching
 import attention_atlas as aa
 from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.hf.loading import load_hf_runner
-from attention_atlas.model.inspect.patching import KINDS, patch
+from attention_atlas.model.inspect.patching import KINDS, attribution_patching, patch
 from tests.tiny_hf import build
 from tests.transformer_lens_reference import randomise_norms, reference_of
 
@@ -85,3 +86,41 @@ def test_the_api(tmp_path) -> None:
     assert found.complete and seen[-1] == 8
     expected = patch(load_hf_runner(str(folder)), CLEAN, CORRUPTED, " fox", " dog", kinds=("head_out",))
     np.testing.assert_allclose(found.results["head_out"], expected.results["head_out"], atol=1e-6)
+    estimate = aa.load(str(folder)).patch(CLEAN, CORRUPTED, answer=" fox", wrong=" dog", estimate=True)
+    assert estimate.estimated and set(estimate.results) == set(KINDS)
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_attribution_patching_is_the_first_order_estimate_transformer_lens_hooks_give(tmp_path, family: str) -> None:
+    """The estimate as Nanda's attribution patching computes it with TransformerLens's forward and backward hooks:
+    (clean − corrupted activation) · the gradient of the logit difference in the corrupted run, summed."""
+    runner = load_hf_runner(str(build(family, tmp_path / family)))
+    randomise_norms(runner.model)
+    estimated = attribution_patching(runner, CLEAN, CORRUPTED, " fox", " dog")
+    assert estimated.estimated and estimated.complete
+    assert all(parameter.grad is None for parameter in runner.model.parameters())  # the shared model: untouched
+
+    reference = reference_of(family, runner.model).eval()
+    tokenizer = runner.text.tokenizer
+    clean_ids, corrupted_ids = (torch.tensor([tokenizer(t)["input_ids"]]) for t in (CLEAN, CORRUPTED))
+    a, b = (tokenizer(w, add_special_tokens=False)["input_ids"][0] for w in (" fox", " dog"))
+    _, clean_cache = reference.run_with_cache(clean_ids)
+    names = {"resid_pre": "hook_resid_pre", "attn_out": "hook_attn_out", "mlp_out": "hook_mlp_out",
+             "head_out": "attn.hook_z"}
+    values, grads = {}, {}
+    for layer in range(2):
+        for name in names.values():
+            full = f"blocks.{layer}.{name}"
+            reference.add_hook(full, lambda act, hook: values.__setitem__(hook.name, act.detach()), "fwd")
+            reference.add_hook(full, lambda grad, hook: grads.__setitem__(hook.name, grad.detach()), "bwd")
+    logits = reference(corrupted_ids)
+    (logits[0, -1, a] - logits[0, -1, b]).backward()
+    reference.reset_hooks()
+    for kind, name in names.items():
+        change = [((clean_cache[f"blocks.{layer}.{name}"] - values[f"blocks.{layer}.{name}"])
+                   * grads[f"blocks.{layer}.{name}"])[0] for layer in range(2)]  # (pos, d) or (pos, heads, d_head)
+        summed = [c.sum(dim=(0, 2)) if kind == "head_out" else c.sum(dim=-1) for c in change]
+        expected = estimated.corrupted + torch.stack(summed).numpy()
+        np.testing.assert_allclose(estimated.results[kind], expected, atol=5e-5, err_msg=kind)
+    exact = patch(runner, CLEAN, CORRUPTED, " fox", " dog")
+    assert np.corrcoef(exact.results["head_out"].ravel(), estimated.results["head_out"].ravel())[0, 1] > 0.5

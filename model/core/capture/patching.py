@@ -54,21 +54,31 @@ def _edit(rows: list[tuple[int, Patch]], clean: np.ndarray) -> Edit:
     return edit
 
 
-def patch_edits(taps: Mapping[str, object], rows: Sequence[Patch | None], clean: Mapping[str, np.ndarray]
-                ) -> tuple[dict[str, Edit], dict[object, dict[str, Edit]], list[tuple[ModuleTap, Edit]]]:
+Edits = tuple[dict[str, Edit], dict[object, dict[str, Edit]], list[tuple[ModuleTap, Edit]]]  # by hook point, by
+# reported quantity (module -> {quantity: edit}), and by module tap
+
+
+def patch_edits(taps: Mapping[str, object], rows: Sequence[Patch | None], clean: Mapping[str, np.ndarray]) -> Edits:
     """The edits that patch row b of a batch with `rows[b]` (None: left as it is), each value taken from `clean`
-    (hook name -> the clean run's value, batch removed): by hook point, by reported quantity, and by module tap."""
+    (hook name -> the clean run's value, batch removed)."""
     by_hook: dict[str, list[tuple[int, Patch]]] = defaultdict(list)
     for row, patch in enumerate(rows):
         if patch is not None:
             by_hook[patch.hook].append((row, patch))
+    missing = [name for name in by_hook if name not in clean]
+    if missing:
+        raise UserError(f"The clean run has no {', '.join(missing)} to patch in.")
+    return edits_by_tap(taps, {name: _edit(hook_rows, clean[name]) for name, hook_rows in by_hook.items()})
+
+
+def edits_by_tap(taps: Mapping[str, object], edits: Mapping[str, Edit]) -> Edits:
+    """Edits by hook name, sorted by where each hook's value is taken from: a hook point, a quantity a module reports,
+    or a module's input or output (model/hf/patching.py edits those)."""
     point_edits: dict[str, Edit] = {}
     reported_edits: dict[object, dict[str, Edit]] = {}
     module_edits: list[tuple[ModuleTap, Edit]] = []
-    for name, hook_rows in by_hook.items():
-        if name not in clean:
-            raise UserError(f"The clean run has no {name} to patch in.")
-        tap, edit = taps.get(name), _edit(hook_rows, clean[name])
+    for name, edit in edits.items():
+        tap = taps.get(name)
         if isinstance(tap, HookPoint):
             point_edits[name] = edit
         elif isinstance(tap, ReportedTap):
