@@ -1,7 +1,8 @@
 """Attribution: which heads made a prediction. Direct logit attribution splits the logit of an answer (minus that of a
 wrong answer) into what each head, each MLP and the embeddings write straight to the output, the norms' scales taken
-from this run (model/inspect/attribution.py); a click on a head opens it on the Attention page. Below, activation
-patching against a corrupted text (ui/patching_views.py)."""
+from this run (model/inspect/attribution.py); a click on a head opens it on the Attention page. Below, the
+contribution graph of the prediction (ui/contribution_views.py) and activation patching against a corrupted text
+(ui/patching_views.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.runner import Runner
 from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.inspect.attribution import Attribution, attribute, attribution_options, likeliest
+from attention_atlas.ui.contribution_views import contribution_section
 from attention_atlas.ui.downloads import constant, downloads, file_name
 from attention_atlas.ui.messages import show_error
 from attention_atlas.ui.page import PAGES, current_runner, current_trace, trace_with
@@ -31,12 +33,17 @@ OPEN_CLICKED = "_attribution_open_clicked"  # session key: a head was clicked, o
 
 
 def choose_clicked(chart_key: str, site: str, heads: int) -> None:
-    """The heatmap's callback: the clicked head becomes the app's chosen head (set before the next run, as a
-    callback does, so that the Attention page opens on it) and the page is asked to go there."""
+    """The heatmap's callback: the clicked head opens on the Attention page."""
     clicked = clicked_head(chart_key, heads)
     if clicked is not None:
-        st.session_state["site"], (st.session_state["layer"], st.session_state["head"]) = site, clicked
-        st.session_state[OPEN_CLICKED] = True
+        open_head(site, *clicked)
+
+
+def open_head(site: str, layer: int, head: int) -> None:
+    """In a callback: this head becomes the app's chosen head (set before the next run, so that the Attention page
+    opens on it), and the page is asked to go there."""
+    st.session_state["site"], st.session_state["layer"], st.session_state["head"] = site, layer, head
+    st.session_state[OPEN_CLICKED] = True
 
 
 def choose_position(tokens: list[str]) -> int:
@@ -136,6 +143,7 @@ def page() -> None:
         show_error(str(error))
         return
     show(trace, found)
+    contribution_section(runner, position, open_head)
     patching_section(runner, shown.text, found.answer, found.wrong)
 
 

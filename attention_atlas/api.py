@@ -15,6 +15,12 @@ from attention_atlas.model.core.trace.facts import ModelFacts
 from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.hf.placement import Placement, parse_budgets
 from attention_atlas.model.inspect.attribution import Attribution, attribute, attribution_options
+from attention_atlas.model.inspect.contributions import (
+    THRESHOLD,
+    ContributionGraph,
+    contribution_graph,
+    contribution_options,
+)
 from attention_atlas.model.inspect.patching import KINDS, Patching, attribution_patching, patch
 from attention_atlas.model.registry import list_model_ids, load_runner
 
@@ -89,6 +95,15 @@ class Model:
         if estimate:
             return attribution_patching(self._runner, clean, corrupted, answer, wrong, tuple(kinds))
         return patch(self._runner, clean, corrupted, answer, wrong, tuple(kinds), progress=progress)
+
+    def contributions(self, text: str, *, position: int = -1, threshold: float = THRESHOLD) -> ContributionGraph:
+        """The contribution graph of the prediction after `position` (-1: the last token) of a causal LM's run on
+        `text` (Ferrando and Voita 2024): `.edges`, each an `Edge` (kind "attention", "mlp" or "residual", `level`
+        and `layer`, `source` and `target` tokens, `weight` its share of the sum it joins, and for attention the
+        `head` that brings most), on the routes from the prediction down to the tokens, each share above
+        `threshold`. UserError for models whose stream is not attention's sum, then the MLP's."""
+        trace = self._runner.run(text, None, contribution_options())
+        return contribution_graph(self._runner, trace, position, threshold)
 
     def names(self) -> list[str]:
         """Every hook name this model records (on its first example text; an encoder-decoder's cross-attention

@@ -4,6 +4,8 @@ position grids."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import plotly.graph_objects as go
 
@@ -66,3 +68,50 @@ def patching_heatmap(values: np.ndarray, tokens: list[str], title: str) -> go.Fi
     fig.update_yaxes(title="layer", autorange="reversed", dtick=1 if layers <= 16 else None)
     fig.update_layout(title=title, height=min(760, 200 + 22 * layers), margin={"l": 60, "r": 20, "t": 50, "b": 90})
     return fig
+
+
+SHARE_STEPS = (0.0, 0.1, 0.25, 0.5, 1.0)  # an edge's share, in steps each drawn with one line width
+LINE_WIDTHS = (1.5, 3.0, 5.0, 8.0)  # the residual's drawn at half: it is most of most sums
+EDGE_SHIFTS = {"mlp": 0.2}  # the MLP's edge drawn beside the residual's (both join a token's node to the next)
+EDGE_COLOURS = {"residual": "rgba(150, 150, 150, {a})", "attention": "rgba(31, 119, 180, {a})",
+                "mlp": "rgba(255, 127, 14, {a})"}  # drawn in this order: the residual under the others
+
+
+def contribution_graph_figure(edges: list[tuple[str, int, int, int, float]], tokens: list[str], n_layers: int,
+                              clickable: list[tuple[float, float, str]], title: str) -> go.Figure:
+    """The routes to a prediction: a column per token, a row per level of the residual stream (2 a layer: after its
+    attention, after its MLP), each edge (kind, level, source, target, share) a line wider as its share is larger
+    (SHARE_STEPS). Over each
+    attention edge's middle lies a marker (trace 0, in the order of `clickable`: x, y, its hover text) a click
+    selects."""
+    data: list[dict] = [{"type": "scatter", "x": [c[0] for c in clickable], "y": [c[1] for c in clickable],
+                         "mode": "markers", "showlegend": False, "hovertext": [c[2] for c in clickable],
+                         "hoverinfo": "text", "marker": {"size": 12, "color": "rgba(0,0,0,0)"}}]
+    for kind, colour in EDGE_COLOURS.items():
+        for (low, high), width in zip(itertools.pairwise(SHARE_STEPS), LINE_WIDTHS, strict=True):
+            chosen = [e for e in edges if e[0] == kind and low < e[4] <= high]
+            shift = EDGE_SHIFTS.get(kind, 0.0)
+            xs = [x for e in chosen for x in (e[2] + shift, e[3] + shift, None)]
+            ys = [y for e in chosen for y in (e[1], e[1] + 1, None)]
+            data.append({"type": "scatter", "x": xs, "y": ys, "mode": "lines", "hoverinfo": "skip",
+                         "showlegend": False, "line": {"width": width * (0.5 if kind == "residual" else 1.0),
+                                                       "color": colour.format(a=0.4 + 0.6 * high)}})
+        data.append({"type": "scatter", "x": [None], "y": [None], "mode": "lines", "name": kind,
+                     "line": {"width": 4, "color": colour.format(a=1)}})
+    levels = 2 * n_layers
+    return go.Figure({
+        "data": data,
+        "layout": {
+            "title": {"text": title, "x": 0, "xanchor": "left"},
+            "xaxis": {"tickvals": list(range(len(tokens))), "ticktext": [f"{i}: {plotly_label(t)}"
+                                                                       for i, t in enumerate(tokens)],
+                      "tickangle": -45, "showgrid": False, "zeroline": False, "title": {"text": "token"}},
+            "yaxis": {"tickvals": list(range(0, levels + 1, 2)), "ticktext": [f"into layer {layer}" if layer < n_layers
+                                                                            else "output"
+                                                                            for layer in range(n_layers + 1)],
+                      "showgrid": True, "zeroline": False, "range": [-0.5, levels + 0.5]},
+            "height": min(1400, 220 + 26 * levels), "clickmode": "event+select",
+            "legend": {"orientation": "h", "y": 1.02, "x": 1, "xanchor": "right"},
+            "margin": {"l": 90, "r": 20, "t": 70, "b": 100},
+        },
+    })

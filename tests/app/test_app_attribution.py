@@ -11,6 +11,7 @@ from streamlit.testing.v1 import AppTest
 
 from attention_atlas.model.hf.loading import load_hf_runner
 from attention_atlas.model.inspect.attribution import attribute, attribution_options
+from attention_atlas.model.inspect.contributions import contribution_graph, contribution_options
 from attention_atlas.model.inspect.patching import attribution_patching, patch
 from attention_atlas.model.registry import load_runner
 from tests.app.app_session import open_app_page
@@ -132,3 +133,20 @@ def test_patching_texts_of_different_lengths_says_so(folders) -> None:
     at.button(key="attribution_patch").click()
     _run(at)
     assert "as many tokens" in at.error[0].value
+
+
+def test_the_contribution_graph_is_the_models_and_follows_its_threshold(folders) -> None:
+    at = open_app_page(PAGE, folder=str(folders["llama"]), text="the fox saw the dog")
+    runner = load_hf_runner(str(folders["llama"]))
+    trace = runner.run("the fox saw the dog", options=contribution_options())
+    counts = []
+    for threshold in (0.01, 0.2):
+        at.slider(key="attribution_graph_threshold").set_value(threshold)
+        _run(at)
+        expected = contribution_graph(runner, trace, -1, threshold)
+        spec = chart(at, "The routes to the prediction")
+        attention = [e for e in expected.edges if e.kind == "attention"]
+        assert len(spec["data"][0]["hovertext"]) == len(attention)  # a click target on each attention edge
+        assert [text.split(":")[0] for text in spec["data"][0]["hovertext"]] == [f"layer {e.layer}" for e in attention]
+        counts.append(len(expected.edges))
+    assert counts[0] > counts[1] > 0  # a lower threshold follows more routes

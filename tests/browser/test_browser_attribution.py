@@ -1,5 +1,6 @@
 """The Attribution page in a real browser: SmolLM2 on the names sentence, " Mary" over " John", each head's share
-drawn, and a click on the head that adds most opening it on the Attention page; nothing logs an error."""
+drawn, the contribution graph drawn, and a click on the head that adds most opening it on the Attention page;
+nothing logs an error."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import numpy as np
 from playwright.sync_api import expect
 
 from app_browser.page import choose_model, figure, heatmap_values, open_page, screenshots, set_text, wait_idle
+from app_browser.server import ARTIFACTS
 
 NAMES = "When Mary and John went to the store, John gave a drink to"
 HEADS = "Each attention head's direct share"
@@ -25,6 +27,10 @@ def test_smollm2_says_which_heads_write_mary_over_john_and_opens_one(page) -> No
     shares = np.array(heatmap_values(page, HEADS), dtype=float)  # (layers, heads)
     assert shares.shape == (30, 9)
     screenshots(page, "attribution-smollm2")
+    graph = figure(page, "The routes to the prediction").first
+    graph.scroll_into_view_if_needed()
+    page.screenshot(path=str(ARTIFACTS / "attribution-graph-1280.png"))
+    assert graph.evaluate("gd => gd._fullData[0].hovertext.length") > 0  # attention edges to click
     layer, head = np.unravel_index(shares.argmax(), shares.shape)
     figure(page, HEADS).locator(".scatterlayer .point").nth(int(layer * 9 + head)).click(force=True)
     wait_idle(page)
