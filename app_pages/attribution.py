@@ -17,7 +17,7 @@ from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.inspect.attribution import Attribution, attribute, attribution_options, likeliest
 from attention_atlas.ui.contribution_views import contribution_section
 from attention_atlas.ui.downloads import constant, downloads, file_name
-from attention_atlas.ui.messages import show_error
+from attention_atlas.ui.messages import literal, show_error
 from attention_atlas.ui.page import PAGES, current_runner, current_trace, trace_with
 from attention_atlas.ui.patching_views import patching_section
 from attention_atlas.ui.pickers import clicked_head
@@ -126,9 +126,9 @@ def page() -> None:
     shown = current_trace()
     runner = current_runner()
     if shown.facts.kind == "encoder":
-        st.info(f"{shown.facts.model_id} is an encoder: it reads the whole text at once and predicts no next token, "
-                "so there is no logit to attribute. Choose a causal language model (SmolLM2, toy-gpt-date) or an "
-                "encoder-decoder.", icon=":material/info:")
+        st.info(f"{literal(shown.facts.model_id)} is an encoder: it reads the whole text at once and predicts no next "
+                "token, so there is no logit to attribute. Choose a causal language model (SmolLM2, toy-gpt-date) or "
+                "an encoder-decoder.", icon=":material/info:")
         return
     if st.session_state.pop(OPEN_CLICKED, False):
         st.switch_page(ATTENTION_PAGE)

@@ -13,7 +13,7 @@ from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.runner import Runner
 from attention_atlas.model.inspect.contributions import THRESHOLD, Edge, contribution_graph, contribution_options
 from attention_atlas.ui.downloads import downloads, file_name
-from attention_atlas.ui.messages import show_error
+from attention_atlas.ui.messages import literal
 from attention_atlas.ui.page import trace_with
 from attention_atlas.ui.trace_cache import per_trace
 from attention_atlas.viz.attribution import contribution_graph_figure
@@ -38,8 +38,8 @@ def contribution_section(runner: Runner, position: int, open_head: Callable[[str
     try:
         graph = per_trace(trace, ("contributions", position, threshold),
                           lambda: contribution_graph(runner, trace, position, threshold))
-    except UserError as error:
-        show_error(str(error))
+    except UserError as error:  # a model the graph does not apply to: said, not an error of the person's
+        st.info(literal(str(error)), icon=":material/info:")
         return
     attention = [e for e in graph.edges if e.kind == "attention"]
     tokens = graph.tokens

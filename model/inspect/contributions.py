@@ -149,7 +149,8 @@ class _Splitter:
     def _written(self, layer: int, target: int) -> np.ndarray:
         """(sources, heads, d_model): what each head writes at `target` from each source up to it: its pattern weight
         times the source's value through the head's rows of W_O."""
-        pattern = self.trace.pattern("decoder.attn", layer)[:, target, :target + 1].astype(np.float64)  # (heads, src)
+        row = self.trace.pattern_rows("decoder.attn", layer, [target])[:, 0]  # (heads, k_len): this row alone
+        pattern = row[:, :target + 1].astype(np.float64)  # (heads, sources)
         values = self.trace[f"decoder.{layer}.attn.hook_v"][:, :target + 1].astype(np.float64)  # (kv, src, d_head)
         heads, kv = pattern.shape[0], values.shape[0]
         values = np.repeat(values, heads // kv, axis=0)  # (heads, src, d_head): query head h reads kv head h // group
