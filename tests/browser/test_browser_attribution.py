@@ -1,6 +1,6 @@
 """The Attribution page in a real browser: SmolLM2 on the names sentence, " Mary" over " John", each head's share
-drawn, the contribution graph drawn, and a click on the head that adds most opening it on the Attention page;
-nothing logs an error."""
+drawn, the contribution graph drawn, and a click on the head that adds most, then on an edge of the graph, each
+opening its head on the Attention page; nothing logs an error."""
 
 from __future__ import annotations
 
@@ -38,4 +38,14 @@ def test_smollm2_says_which_heads_write_mary_over_john_and_opens_one(page) -> No
     expect(main.get_by_label("Layer", exact=True)).to_have_value(str(layer))
     expect(main.get_by_label("Head", exact=True)).to_have_value(str(head))
     expect(page.get_by_test_id("stSidebar").get_by_label("Model", exact=True)).to_have_value("Pretrained · smollm2")
+    open_page(page, "Attribution")  # and an edge of the graph opens the head that brings most of it
+    graph = figure(page, "The routes to the prediction").first
+    graph.scroll_into_view_if_needed()
+    described = graph.evaluate("gd => gd._fullData[0].hovertext[0]")  # "layer 23: … <br>head 0 brings …"
+    layer, head = int(described.split(":")[0].split()[-1]), int(described.split("<br>head ")[1].split()[0])
+    graph.locator(".scatterlayer .trace").first.locator(".point").first.click(force=True)
+    wait_idle(page)
+    expect(page.get_by_role("heading", name="Attention", exact=True)).to_be_visible()
+    expect(main.get_by_label("Layer", exact=True)).to_have_value(str(layer))
+    expect(main.get_by_label("Head", exact=True)).to_have_value(str(head))
     assert page.console_errors == []
