@@ -1,6 +1,6 @@
 """The cost of activation patching: `python -m bench.patching`.
 
-SmolLM2 on a 19-token pair of prompts (the names sentence, " Mary" and " John" swapped in the corrupted one), every
+SmolLM2 on a 20-token pair of prompts (the names sentence, " Mary" and " John" swapped in the corrupted one), every
 kind (resid_pre, attn_out and mlp_out at each layer and position, each head's output): batched as the Attribution page
 runs it (about TOKENS_PER_PASS tokens a pass), against one patched run a pass on the heads alone (the rest would take
 minutes), and attribution patching's estimate of every cell (one backward pass), side by side in one run after a
@@ -23,8 +23,8 @@ from attention_atlas.model.inspect.ablation import TOKENS_PER_PASS
 from attention_atlas.model.inspect.patching import attribution_patching, patch
 from attention_atlas.model.registry import load_runner
 
-CLEAN = "When Mary and John went to the store on a sunny morning, John gave a big drink to"
-CORRUPTED = "When Mary and John went to the store on a sunny morning, Mary gave a big drink to"
+CLEAN = "When Mary and John went to the store on a sunny morning, John gave a big cold drink to"  # 20 tokens
+CORRUPTED = "When Mary and John went to the store on a sunny morning, Mary gave a big cold drink to"
 
 
 def seconds(work) -> tuple[float, object]:
