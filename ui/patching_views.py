@@ -29,31 +29,31 @@ KIND_NAMES = {"resid_pre": "residual stream", "attn_out": "attention outputs", "
 SHOW_LABELS = {"exact": "patched runs", "estimate": "attribution patching's estimate"}
 
 
-def corruptions(text: str, answer: str, wrong: str) -> dict[str, str]:
-    """Corrupted texts to offer: the answer's and the wrong answer's words swapped, each number changed, the words
-    shuffled (seeded: the same text every time)."""
+def corruptions(text: str, answer: str, wrong: str) -> dict[str, tuple[str, str]]:
+    """Corrupted texts to offer, by kind: (its label, the text). The answer's and the wrong answer's words swapped,
+    each number changed, the words shuffled (seeded: the same text every time)."""
     a, b = answer.strip(), wrong.strip()
-    offered: dict[str, str] = {}
+    offered: dict[str, tuple[str, str]] = {}
     if a and b and a != b and (a in text or b in text):
-        offered[f"{a} and {b} swapped"] = re.sub(rf"\b({re.escape(a)}|{re.escape(b)})\b",
-                                                lambda m: b if m.group(0) == a else a, text)
+        offered["swap"] = (f"{a} and {b} swapped", re.sub(rf"\b({re.escape(a)}|{re.escape(b)})\b",
+                                                         lambda m: b if m.group(0) == a else a, text))
     if re.search(r"\d", text):
-        offered["another number"] = re.sub(r"\d", lambda m: str((int(m.group(0)) + 1) % 10), text)
+        offered["number"] = ("another number", re.sub(r"\d", lambda m: str((int(m.group(0)) + 1) % 10), text))
     words = text.split()
     if len(words) > 2:
         shuffled = words[:]
         random.Random(0).shuffle(shuffled)
-        offered["the words shuffled"] = " ".join(shuffled)
-    return {label: corrupted for label, corrupted in offered.items() if corrupted != text}
+        offered["shuffle"] = ("the words shuffled", " ".join(shuffled))
+    return {kind: offer for kind, offer in offered.items() if offer[1] != text}
 
 
 def choose_corrupted(text: str, answer: str, wrong: str) -> str:
     """The corrupted text: typed, or one of `corruptions` put in the box by its button."""
     offered = corruptions(text, answer, wrong)
     columns = st.columns(max(len(offered), 1))
-    for column, (label, corrupted) in zip(columns, offered.items(), strict=False):
-        column.button(label, key=f"attribution_offer_{len(label)}_{label[:1]}", on_click=st.session_state.__setitem__,
-                      args=("attribution_corrupted", corrupted), use_container_width=True)
+    for column, (kind, (label, corrupted)) in zip(columns, offered.items(), strict=False):
+        column.button(label, key=f"attribution_offer_{kind}", on_click=st.session_state.__setitem__,
+                      args=("attribution_corrupted", corrupted), width="stretch")
     return st.text_input("Corrupted text (as many tokens as the text)", key="attribution_corrupted",
                          placeholder="A text like the sidebar's, changed where the answer comes from")
 
