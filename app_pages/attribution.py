@@ -15,6 +15,7 @@ from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.runner import Runner
 from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.inspect.attribution import Attribution, attribute, attribution_options, likeliest
+from attention_atlas.model.inspect.contributions import contribution_options
 from attention_atlas.ui.contribution_views import contribution_section
 from attention_atlas.ui.downloads import constant, downloads, file_name
 from attention_atlas.ui.messages import literal, show_error
@@ -132,7 +133,8 @@ def page() -> None:
         return
     if st.session_state.pop(OPEN_CLICKED, False):
         st.switch_page(ATTENTION_PAGE)
-    trace = trace_with(attribution_options(runner).hooks)
+    trace = trace_with(tuple(dict.fromkeys((*attribution_options(runner).hooks, *contribution_options().hooks))))
+    # one run for the attribution and the graph
     tokens = trace.target_tokens if trace.facts.kind == "encoder-decoder" else trace.tokens
     position = choose_position(tokens)
     try:
@@ -143,7 +145,7 @@ def page() -> None:
         show_error(str(error))
         return
     show(trace, found)
-    contribution_section(runner, position, open_head)
+    contribution_section(runner, trace, position, open_head)
     patching_section(runner, shown.text, found.answer, found.wrong)
 
 

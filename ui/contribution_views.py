@@ -11,18 +11,19 @@ import streamlit as st
 
 from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.runner import Runner
-from attention_atlas.model.inspect.contributions import THRESHOLD, Edge, contribution_graph, contribution_options
+from attention_atlas.model.core.trace.trace import Trace
+from attention_atlas.model.inspect.contributions import THRESHOLD, Edge, contribution_graph
 from attention_atlas.ui.downloads import downloads, file_name
 from attention_atlas.ui.messages import literal
-from attention_atlas.ui.page import trace_with
 from attention_atlas.ui.trace_cache import per_trace
 from attention_atlas.viz.attribution import contribution_graph_figure
 from attention_atlas.viz.tokens import visible_token
 
 
-def contribution_section(runner: Runner, position: int, open_head: Callable[[str, int, int], None]) -> None:
-    """The graph of the prediction at `position`; `open_head(site, layer, head)` is called (in the chart's
-    callback) for a clicked attention edge."""
+def contribution_section(runner: Runner, trace: Trace, position: int,
+                         open_head: Callable[[str, int, int], None]) -> None:
+    """The graph of the prediction at `position` of `trace` (recorded with at least `contribution_options`);
+    `open_head(site, layer, head)` is called (in the chart's callback) for a clicked attention edge."""
     st.subheader("The contribution graph")
     st.caption("How the prediction was computed, token by token and layer by layer (Ferrando and Voita 2024, "
                "\"Information flow routes\"): each sum in the residual stream split into its parts (the residual, "
@@ -34,7 +35,6 @@ def contribution_section(runner: Runner, position: int, open_head: Callable[[str
         return
     threshold = st.slider("Threshold: the least share an edge is followed at", 0.01, 0.3, THRESHOLD, 0.01,
                           key="attribution_graph_threshold")
-    trace = trace_with(contribution_options().hooks)
     try:
         graph = per_trace(trace, ("contributions", position, threshold),
                           lambda: contribution_graph(runner, trace, position, threshold))

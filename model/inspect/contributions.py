@@ -14,6 +14,7 @@ attention, 2L the last layer's output.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from functools import cache
 from typing import Literal
@@ -61,7 +62,8 @@ class ContributionGraph:
 
     @property
     def nbytes(self) -> int:
-        return 64 * len(self.edges)
+        """About what the edges hold (a cache counts it): each object, its tuple of heads and their floats."""
+        return sum(sys.getsizeof(e) + sys.getsizeof(e.heads) + 24 * len(e.heads) for e in self.edges)
 
 
 def contribution_options() -> RunOptions:
