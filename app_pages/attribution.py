@@ -146,7 +146,7 @@ def page() -> None:
         return
     show(trace, found)
     contribution_section(runner, trace, position, open_head)
-    patching_section(runner, shown.text, found.answer, found.wrong)
+    patching_section(runner, shown, found.answer, found.wrong, position)
 
 
 page()

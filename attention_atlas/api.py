@@ -21,7 +21,7 @@ from attention_atlas.model.inspect.contributions import (
     contribution_graph,
     contribution_options,
 )
-from attention_atlas.model.inspect.patching import KINDS, Patching, attribution_patching, patch
+from attention_atlas.model.inspect.patching import Patching, attribution_patching, patch
 from attention_atlas.model.registry import list_model_ids, load_runner
 
 PATTERNS = ("*.hook_pattern",)  # what `run` records unless asked: every attention pattern
@@ -83,18 +83,25 @@ class Model:
         trace = self._runner.run(text, target, attribution_options(self._runner))
         return attribute(self._runner, trace, answer, wrong, position)
 
-    def patch(self, clean: str, corrupted: str, *, answer: str, wrong: str, kinds: Sequence[str] = KINDS,
-              estimate: bool = False, progress: Callable[[int, int], None] | None = None) -> Patching:
+    def patch(self, clean: str, corrupted: str, *, answer: str, wrong: str, kinds: Sequence[str] | None = None,
+              target: str | None = None, position: int = -1, estimate: bool = False,
+              progress: Callable[[int, int], None] | None = None) -> Patching:
         """Activation patching: each activation of the run on `clean` put, one at a time, into the run on `corrupted`
-        (as many tokens), read as the logit difference of `answer` over `wrong` (one token each) after the last
-        token. `.clean` and `.corrupted` are the two runs' differences; `.results` holds, for each of `kinds`,
-        `resid_pre`, `attn_out`, `mlp_out` (layers, positions) and `head_out` (layers, heads), each patched run's
-        difference; `.normalised(kind)` puts them on 0 = corrupted, 1 = clean. `progress(done, total)` after each
-        batch of patched runs. `estimate`: attribution patching's first-order estimates instead (one backward pass:
-        seconds). A causal language model's; UserError for texts of different lengths."""
+        (as many tokens), read as the logit difference of `answer` over `wrong` (one token each) after `position` of
+        the decoder's sequence (-1: its last). `.clean` and `.corrupted` are the two runs' differences; `.results`
+        holds, for each of `kinds` (None: every kind of the model), `resid_pre`, `attn_out`, `mlp_out` (layers,
+        positions) and `head_out` (layers, heads), each patched run's difference; `.normalised(kind)` puts them on
+        0 = corrupted, 1 = clean. An encoder-decoder's texts are sources: those kinds patch its encoder, and
+        `cross_head_out` (layers, heads) its decoder's cross-attention heads; both runs read `target` (an
+        encoder-decoder's or a toy's output; None: the clean run's own). `progress(done, total)` after each batch of
+        patched runs. `estimate`: attribution patching's first-order estimates instead (one backward pass: seconds).
+        UserError for an encoder, or texts of different lengths."""
+        chosen = None if kinds is None else tuple(kinds)
         if estimate:
-            return attribution_patching(self._runner, clean, corrupted, answer, wrong, tuple(kinds))
-        return patch(self._runner, clean, corrupted, answer, wrong, tuple(kinds), progress=progress)
+            return attribution_patching(self._runner, clean, corrupted, answer, wrong, chosen, target=target,
+                                        position=position)
+        return patch(self._runner, clean, corrupted, answer, wrong, chosen, target=target, position=position,
+                     progress=progress)
 
     def contributions(self, text: str, *, position: int = -1, threshold: float = THRESHOLD) -> ContributionGraph:
         """The contribution graph of the prediction after `position` (-1: the last token) of a causal LM's run on

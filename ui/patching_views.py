@@ -13,7 +13,15 @@ import streamlit as st
 
 from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.runner import Runner
-from attention_atlas.model.inspect.patching import KINDS, Patching, attribution_patching, patching_steps
+from attention_atlas.model.core.trace.trace import Trace
+from attention_atlas.model.inspect.patching import (
+    HEAD_KINDS,
+    Patching,
+    attribution_patching,
+    kinds_of,
+    patching_steps,
+    read_output,
+)
 from attention_atlas.ui.downloads import constant, downloads, file_name
 from attention_atlas.ui.messages import show_error
 from attention_atlas.ui.run_scheduler import run_slots
@@ -21,11 +29,12 @@ from attention_atlas.ui.runs import readable_failures
 from attention_atlas.viz.attribution import head_shares_heatmap, patching_heatmap
 
 KIND_LABELS = {"resid_pre": "the residual stream into each layer", "attn_out": "each attention output",
-               "mlp_out": "each MLP output", "head_out": "each head's output (every position)"}
+               "mlp_out": "each MLP output", "head_out": "each head's output (every position)",
+               "cross_head_out": "each cross-attention head's output (every position)"}
 RESULT = "_attribution_patching"  # session key: (what was patched, Patching so far)
 ESTIMATE = "_attribution_estimate"  # session key: (what was patched, attribution patching's Patching)
 KIND_NAMES = {"resid_pre": "residual stream", "attn_out": "attention outputs", "mlp_out": "MLP outputs",
-              "head_out": "heads"}
+              "head_out": "heads", "cross_head_out": "cross-attention heads"}
 SHOW_LABELS = {"exact": "patched runs", "estimate": "attribution patching's estimate"}
 
 
@@ -58,23 +67,27 @@ def choose_corrupted(text: str, answer: str, wrong: str) -> str:
                          placeholder="A text like the sidebar's, changed where the answer comes from")
 
 
-def patching_section(runner: Runner, text: str, answer: str, wrong: str | None) -> None:
+def patching_section(runner: Runner, shown: Trace, answer: str, wrong: str | None, position: int) -> None:
+    """Patching of the sidebar's text (`shown`) against a corrupted one, read after `position` of the decoder's
+    sequence, both runs reading `shown`'s output where its run holds one (an encoder-decoder's, a toy GPT's)."""
     st.subheader("Activation patching")
+    encoder_decoder = runner.facts.kind == "encoder-decoder"
     st.caption("Each activation of the run on the text (clean) is put, one at a time, into the run on a corrupted "
-               "text, and the logit difference after the last token is read: 0 = the corrupted run, 1 = the clean "
-               "run. Where it comes back, that activation carries what tells the answer apart. This measures every "
-               "path, not only the direct one; each patched activation is one run of the model.")
-    if runner.facts.kind != "decoder" or not hasattr(runner, "model"):
-        st.info("Activation patching here reads a causal language model's next token: choose SmolLM2 or a Hugging "
-                "Face causal LM.", icon=":material/info:")
-        return
+               "text, and the logit difference after the position chosen above is read: 0 = the corrupted run, 1 = "
+               "the clean run. Where it comes back, that activation carries what tells the answer apart. This "
+               "measures every path, not only the direct one; each patched activation is one run of the model."
+               + (" The texts are sources: the encoder is patched, and each cross-attention head of the decoder; "
+                  "both runs read this output." if encoder_decoder else ""))
     if wrong is None:
         st.info("Patching reads a logit difference: give a wrong answer above.", icon=":material/info:")
         return
-    corrupted = choose_corrupted(text, answer, wrong)
-    kinds = st.multiselect("Patch", KINDS, default=list(KINDS), format_func=KIND_LABELS.get,
+    corrupted = choose_corrupted(shown.text, answer, wrong)
+    offered = kinds_of(runner)
+    if any(kind not in offered for kind in st.session_state.get("attribution_patch_kinds", ())):
+        del st.session_state["attribution_patch_kinds"]  # kept from a model with other kinds
+    kinds = st.multiselect("Patch", offered, default=list(offered), format_func=KIND_LABELS.get,
                            key="attribution_patch_kinds")
-    asked = (runner.facts.model_id, text, corrupted, answer, wrong, tuple(kinds))
+    asked = (runner.facts.model_id, shown.text, corrupted, answer, wrong, tuple(kinds), read_output(shown), position)
     left, right = st.columns(2)
     if left.button("Patch", key="attribution_patch", disabled=not (corrupted and kinds), type="primary",
                    help="First attribution patching's estimate (seconds: one backward pass), then every activation "
@@ -85,12 +98,12 @@ def patching_section(runner: Runner, text: str, answer: str, wrong: str | None) 
     exact, estimate = (_stored(key, asked) for key in (RESULT, ESTIMATE))
     if exact is None and estimate is None:
         return
-    shown = exact or estimate
+    drawn = exact or estimate
     if exact is not None and estimate is not None:
-        shown = exact if st.radio("Show", ["exact", "estimate"], key="attribution_patch_show", horizontal=True,
+        drawn = exact if st.radio("Show", ["exact", "estimate"], key="attribution_patch_show", horizontal=True,
                                   format_func=SHOW_LABELS.get) == "exact" else estimate
         st.caption(agreement(exact, estimate))
-    show_patching(runner.facts.model_id, shown, "patched" if shown is exact else "estimated")
+    show_patching(runner.facts.model_id, drawn, "patched" if drawn is exact else "estimated")
 
 
 def _stored(key: str, asked: tuple) -> Patching | None:
@@ -113,15 +126,17 @@ def agreement(exact: Patching, estimate: Patching) -> str:
 def run_patching(runner: Runner, asked: tuple) -> None:
     """The estimate (drawn while the rest runs), then every patched run, each kept in the session as it comes: the
     Stop button's rerun ends this script at its next call, and the page then shows what was done."""
-    model_id, text, corrupted, answer, wrong, kinds = asked
+    model_id, text, corrupted, answer, wrong, kinds, target, position = asked
     drawn, bar = st.empty(), st.progress(0.0, text="Attribution patching: one backward pass…")
 
     def work() -> None:
-        estimate = attribution_patching(runner, text, corrupted, answer, wrong, kinds)
+        estimate = attribution_patching(runner, text, corrupted, answer, wrong, kinds, target=target,
+                                        position=position)
         st.session_state[ESTIMATE] = (asked, estimate)
         with drawn.container():
             show_patching(model_id, estimate, "first")
-        for done, total, found in patching_steps(runner, text, corrupted, answer, wrong, kinds):
+        for done, total, found in patching_steps(runner, text, corrupted, answer, wrong, kinds, target=target,
+                                                 position=position):
             st.session_state[RESULT] = (asked, found)
             bar.progress(done / total, text=f"Patching: {done:,} of {total:,} patched runs")
 
@@ -140,6 +155,7 @@ def show_patching(model_id: str, found: Patching, word: str) -> None:
     what = "estimated by attribution patching" if found.estimated else "patched"
     st.caption(f"Logit difference {found.answer!r} − {found.wrong!r}: clean {found.clean:+.3f}, corrupted "
                f"{found.corrupted:+.3f}; each cell {what}."
+               + ("" if found.output is None else f" Both runs read the output {found.output!r}.")
                + ("" if found.complete else " Stopped: the empty cells were not patched."))
     if abs(found.clean - found.corrupted) < 1e-3:
         st.warning("The two runs give the same logit difference: nothing to restore. Choose a corrupted text that "
@@ -149,7 +165,7 @@ def show_patching(model_id: str, found: Patching, word: str) -> None:
         normalised = found.normalised(kind)
         prefix = "Attribution patching's estimate for" if found.estimated else "Patching"
         title = f"{prefix} {KIND_LABELS[kind]}: the share of the clean logit difference restored"
-        if kind == "head_out":
+        if kind in HEAD_KINDS:
             figure = head_shares_heatmap(normalised, title, "restored")
         else:
             figure = patching_heatmap(normalised, found.clean_tokens, title)

@@ -51,6 +51,13 @@ class Runner(Protocol):
         activation `rows[b]` of a clean run (`clean`: hook name -> value) into row b (None: nothing)."""
         ...
 
+    def gradients(self, trace: Trace, hooks: Sequence[str], position: int,
+                  metric: Callable[[torch.Tensor], torch.Tensor]) -> dict[str, np.ndarray]:
+        """The gradient of `metric(logits)`, the logits (vocab,) predicted after `position` of the decoder's sequence
+        (one that `patched_outcomes` reads) in a run of `trace`'s input, with respect to each hook's value (batch
+        removed, as the trace holds it). UserError where the runs read no such position."""
+        ...
+
 
 def trace_of_run(
     facts: ModelFacts, ids: list[int], target_ids: list[int], token_strings: Callable[[list[int]], list[str]],

@@ -1,12 +1,12 @@
 """Activation patching in a Hugging Face model: the edits of model/core/capture/patching.py, with those of the
 values read from a module's input or output (a block's `hook_resid_pre`, `hook_attn_out`, `hook_mlp_out`) made by
-hooks registered for the pass, under the model's lock, acting for this thread alone; and the gradient of a metric
-with respect to those values (attribution patching), read through the same edits."""
+hooks registered for the pass, under the model's lock, acting for this thread alone (the gradients of attribution
+patching are read through the same edits: model/hf/ablation.py)."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
@@ -15,12 +15,9 @@ import torch
 from torch import nn
 
 from attention_atlas.model.core.capture.hooks import Edit, ModuleTap, editing
-from attention_atlas.model.core.capture.patching import Edits, Patch, edits_by_tap, patch_edits
+from attention_atlas.model.core.capture.patching import Edits, Patch, patch_edits
 from attention_atlas.model.core.capture.record import model_lock
 from attention_atlas.model.core.errors import UserError
-from attention_atlas.model.core.trace.trace import Trace
-from attention_atlas.model.hf.inputs import masked_inputs
-from attention_atlas.model.hf.placement import input_device
 from attention_atlas.model.hf.taps import first_input, first_output, output
 
 
@@ -68,28 +65,3 @@ def _module_hook(tap: ModuleTap, edit: Edit) -> torch.utils.hooks.RemovableHandl
         return tap.module.register_forward_hook(after, with_kwargs=True)
     raise UserError("This value of this model is computed from its module's values, not read as one of them: it "
                     "cannot be patched here.")
-
-
-def gradients(model: nn.Module, taps: Mapping[str, object], trace: Trace, hooks: Sequence[str],
-              metric: Callable[[torch.Tensor], torch.Tensor]) -> dict[str, np.ndarray]:
-    """The gradient of `metric(logits)` (the next-token logits after `trace`'s last token, (vocab,)) with respect to
-    each hook's value in a run of `trace`'s input (batch removed, as the trace holds the values). The model's
-    parameters get no gradient: nothing of the shared model changes."""
-    kept: dict[str, torch.Tensor] = {}
-
-    def keeper(name: str) -> Edit:
-        def keep(value: torch.Tensor) -> torch.Tensor:
-            if not value.requires_grad:  # parameters that need no gradient: the first value kept starts the graph
-                value = value.detach().requires_grad_()
-            kept[name] = value
-            return value
-
-        return keep
-
-    device = input_device(model)
-    ids = torch.tensor([trace.ids], device=device)
-    allowed = torch.as_tensor(next(iter(trace.masks.values())), device=device)[None, None]  # (1, 1, len, len)
-    with editing_taps(model, edits_by_tap(taps, {name: keeper(name) for name in hooks})), torch.enable_grad():
-        logits = model(**masked_inputs(ids, allowed, model.dtype), logits_to_keep=1).logits[0, -1]  # (vocab,)
-        found = torch.autograd.grad(metric(logits.float()), [kept[name] for name in hooks])
-    return {name: grad[0].float().cpu().numpy() for name, grad in zip(hooks, found, strict=True)}

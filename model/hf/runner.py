@@ -31,7 +31,7 @@ from attention_atlas.model.core.runner import trace_of_run
 from attention_atlas.model.core.text_checks import validate_text
 from attention_atlas.model.core.trace.facts import OutputKind
 from attention_atlas.model.core.trace.trace import Trace
-from attention_atlas.model.hf.ablation import ablation_outcomes, patched_outcomes
+from attention_atlas.model.hf.ablation import ablation_outcomes, gradients, patched_outcomes
 from attention_atlas.model.hf.encoder_decoder import decode_target, encode_source
 from attention_atlas.model.hf.examples import EXAMPLES
 from attention_atlas.model.hf.facts import model_facts
@@ -260,6 +260,12 @@ class HFRunner:
         """What `trace`'s input (the corrupted text) leads to once per row of `rows` (the clean run's activation
         patched in, or None), in one batch (model/hf/ablation.py)."""
         return patched_outcomes(self.model, self.taps, self.family.kind, trace, clean, rows)
+
+    def gradients(self, trace: Trace, hooks: Sequence[str], position: int,
+                  metric: Callable[[torch.Tensor], torch.Tensor]) -> dict[str, np.ndarray]:
+        """The gradient of `metric(the logits after `position` of the decoder's sequence)` with respect to each hook's
+        value in a run of `trace`'s input (model/hf/ablation.py)."""
+        return gradients(self.model, self.taps, self.family.kind, trace, hooks, position, metric)
 
     # -- shared --------------------------------------------------------------------------------
     def _taps(self, model: nn.Module) -> dict[str, ModuleTap | ReportedTap]:

@@ -1,38 +1,43 @@
 """Activation patching: which activations carry what tells a clean prompt's answer from a corrupted one's. Each
 activation of the clean run is put, one at a time, into the corrupted run, and the logit difference (answer − wrong)
-at the last position is read: the residual stream going into each layer, each attention output and each MLP output
-at every (layer, position), and each head's output at every position; the same numbers as TransformerLens's
-`get_act_patch_resid_pre`, `get_act_patch_attn_out`, `get_act_patch_mlp_out` and
-`get_act_patch_attn_head_out_all_pos` with that metric. Patched runs go in batches, each row its own patch
-(model/core/capture/patching.py); a stop keeps what is done."""
+after one position of the decoder's sequence (its last, unless chosen) is read: the residual stream going into each
+layer, each attention output and each MLP output at every (layer, position), and each head's output at every
+position; for a causal LM the same numbers as TransformerLens's `get_act_patch_resid_pre`, `get_act_patch_attn_out`,
+`get_act_patch_mlp_out` and `get_act_patch_attn_head_out_all_pos` with that metric. In an encoder-decoder the two
+texts are sources: those kinds patch the encoder, which reads them, and `cross_head_out` each decoder
+cross-attention head, which brings them to the output; both runs read the same output (given, or the clean run's
+own). Patched runs go in batches, each row its own patch (model/core/capture/patching.py); a stop keeps what is
+done."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
+from attention_atlas.model.core.capture.ablation import Outcome
 from attention_atlas.model.core.capture.patching import Patch
 from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.options import RunOptions
 from attention_atlas.model.core.runner import Runner
 from attention_atlas.model.core.trace.trace import Trace
-from attention_atlas.model.hf.patching import gradients
 from attention_atlas.model.inspect.ablation import TOKENS_PER_PASS
 from attention_atlas.model.inspect.attribution import token_id
 
 HOOKS = {"resid_pre": "hook_resid_pre", "attn_out": "hook_attn_out", "mlp_out": "hook_mlp_out",
-         "head_out": "attn.hook_z"}  # kind -> the hook patched at each layer
-KINDS = tuple(HOOKS)
+         "head_out": "attn.hook_z", "cross_head_out": "cross_attn.hook_z"}  # kind -> the hook patched at each layer
+KINDS = ("resid_pre", "attn_out", "mlp_out", "head_out")  # every model's; an encoder-decoder's also cross_head_out
+HEAD_KINDS = ("head_out", "cross_head_out")  # (layers, heads), each head at every position
 
 
 @dataclass(frozen=True)
 class Patching:
-    """The logit difference (answer − wrong) at the last position in the clean and the corrupted run, and in each
-    patched run: `results[kind]` is (layers, positions) for resid_pre, attn_out and mlp_out, (layers, heads) for
-    head_out; NaN where a stopped patching did not get to."""
+    """The logit difference (answer − wrong) after `position` in the clean and the corrupted run, and in each patched
+    run: `results[kind]` is (layers, positions of the texts) for resid_pre, attn_out and mlp_out, (layers, heads) for
+    head_out and cross_head_out; NaN where a stopped patching did not get to."""
 
     answer: str
     wrong: str
@@ -42,10 +47,21 @@ class Patching:
     corrupted: float
     results: dict[str, np.ndarray] = field(default_factory=dict)
     estimated: bool = False  # attribution patching's first-order estimates, not patched runs
+    position: int = -1  # of the decoder's sequence: the prediction read is the one after it
+    output: str | None = None  # the output both runs read (teacher forcing); None: the texts alone
 
     def normalised(self, kind: str) -> np.ndarray:
         """results[kind] on the scale 0 = the corrupted run, 1 = the clean run."""
         return (self.results[kind] - self.corrupted) / (self.clean - self.corrupted)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every field, and each kind normalised, arrays as nested lists (JSON; NaN where not patched: None)."""
+        def listed(values: np.ndarray) -> list:
+            return np.where(np.isnan(values), None, values).tolist()
+
+        return ({name: value for name, value in vars(self).items() if name != "results"}
+                | {"results": {kind: listed(values) for kind, values in self.results.items()},
+                   "normalised": {kind: listed(self.normalised(kind)) for kind in self.results}})
 
     @property
     def complete(self) -> bool:
@@ -56,17 +72,41 @@ class Patching:
         return sum(values.nbytes for values in self.results.values())
 
 
-def patching_options() -> RunOptions:
+def kinds_of(runner: Runner) -> tuple[str, ...]:
+    """What can be patched in this model: KINDS, and an encoder-decoder's cross-attention heads."""
+    return (*KINDS, "cross_head_out") if runner.facts.kind == "encoder-decoder" else KINDS
+
+
+def read_output(trace: Trace) -> str | None:
+    """The output a patching of `trace`'s text reads after it: the target it was given, or its own where its run holds
+    it (an encoder-decoder's, a toy GPT's); None where the run is the text alone (a Hugging Face causal LM's)."""
+    if trace.target is not None:
+        return trace.target
+    return trace.output_text if trace.target_ids or trace.steps else None
+
+
+def patched_hooks(runner: Runner, kind: str) -> list[str]:
+    """The hook patched at each layer for `kind`: in the stack that reads the texts (an encoder-decoder's encoder),
+    cross_head_out in the decoder."""
+    facts = runner.facts
+    if kind == "cross_head_out" or facts.kind != "encoder-decoder":
+        return [f"decoder.{layer}.{HOOKS[kind]}" for layer in range(facts.n_decoder_layers)]
+    return [f"encoder.{layer}.{HOOKS[kind]}" for layer in range(facts.n_encoder_layers)]
+
+
+def patching_options(runner: Runner, kinds: tuple[str, ...]) -> RunOptions:
     """What the clean run records: every activation a kind patches in."""
-    return RunOptions(hooks=tuple(f"decoder.*.{hook}" for hook in HOOKS.values()))
+    return RunOptions(hooks=tuple(hook for kind in kinds for hook in patched_hooks(runner, kind)))
 
 
-def patch(runner: Runner, clean_text: str, corrupted_text: str, answer: str, wrong: str, kinds: tuple[str, ...] = KINDS,
+def patch(runner: Runner, clean_text: str, corrupted_text: str, answer: str, wrong: str,
+          kinds: tuple[str, ...] | None = None, *, target: str | None = None, position: int = -1,
           tokens_per_pass: int = TOKENS_PER_PASS, progress: Callable[[int, int], None] | None = None,
           stop: threading.Event | None = None) -> Patching:
     """Activation patching of `corrupted_text` with `clean_text`'s activations (`patching_steps`). `progress(done,
     total)` after each batch; `stop` set: the patching ends after the batch under way, keeping what is done."""
-    steps = patching_steps(runner, clean_text, corrupted_text, answer, wrong, kinds, tokens_per_pass)
+    steps = patching_steps(runner, clean_text, corrupted_text, answer, wrong, kinds, target=target, position=position,
+                           tokens_per_pass=tokens_per_pass)
     _, _, found = next(steps)  # filled in place by the steps that follow
     for done, total, _ in steps:
         if progress is not None:
@@ -77,80 +117,100 @@ def patch(runner: Runner, clean_text: str, corrupted_text: str, answer: str, wro
 
 
 def patching_steps(runner: Runner, clean_text: str, corrupted_text: str, answer: str, wrong: str,
-                   kinds: tuple[str, ...] = KINDS, tokens_per_pass: int = TOKENS_PER_PASS
-                   ) -> Iterator[tuple[int, int, Patching]]:
+                   kinds: tuple[str, ...] | None = None, *, target: str | None = None, position: int = -1,
+                   tokens_per_pass: int = TOKENS_PER_PASS) -> Iterator[tuple[int, int, Patching]]:
     """Activation patching of `corrupted_text` with `clean_text`'s activations, of equal token counts, read as the
-    logit difference of `answer` over `wrong` (one token each) after the last token, in batches of about
-    `tokens_per_pass` tokens (a patched run a row). Yields (patched runs done, of how many, the Patching filled so
-    far) before the first batch and after each: a caller that stops iterating keeps what is done."""
-    ids, clean, corrupted, found = _prepared(runner, clean_text, corrupted_text, answer, wrong, kinds)
+    logit difference of `answer` over `wrong` (one token each) after `position` of the decoder's sequence, both runs
+    reading `target` (an encoder-decoder's or a toy's output; None: the clean run's own), of `kinds` (None: every kind
+    of the model), in batches of about `tokens_per_pass` tokens (a patched run a row). Yields (patched runs done, of
+    how many, the Patching filled so far) before the first batch and after each: a caller that stops iterating keeps
+    what is done."""
+    read, clean, corrupted, found = _prepared(runner, clean_text, corrupted_text, answer, wrong, kinds, target,
+                                              position)
     cells = [(kind, index) for kind, values in found.results.items() for index in np.ndindex(values.shape)]
-    batch = max(1, tokens_per_pass // len(clean.ids))
+    batch = max(1, tokens_per_pass // (len(clean.ids) + len(clean.target_ids)))
     yield 0, len(cells), found
     for start in range(0, len(cells), batch):
         chunk = cells[start:start + batch]
-        rows = [_patch(kind, layer, other) for kind, (layer, other) in chunk]
-        values = _differences(runner.patched_outcomes(corrupted, clean.captured, rows).values, ids)
+        rows = [_patch(runner, kind, layer, other) for kind, (layer, other) in chunk]
+        values = read(runner.patched_outcomes(corrupted, clean.captured, rows))
         for (kind, index), value in zip(chunk, values, strict=True):
             found.results[kind][index] = value  # filled in place: what the caller holds grows
         yield start + len(chunk), len(cells), found
 
 
 def attribution_patching(runner: Runner, clean_text: str, corrupted_text: str, answer: str, wrong: str,
-                         kinds: tuple[str, ...] = KINDS) -> Patching:
+                         kinds: tuple[str, ...] | None = None, *, target: str | None = None,
+                         position: int = -1) -> Patching:
     """Attribution patching (Nanda 2023; Syed et al. 2023): each patched run's logit difference estimated to first
     order from one run of each text and one backward pass of the corrupted one, the corrupted difference plus
     (clean activation − corrupted activation) · the gradient of the difference with respect to that activation, summed
-    over its model dimension (a head's: over its positions too). Same shapes and checks as `patching_steps`."""
-    ids, clean, corrupted, exact = _prepared(runner, clean_text, corrupted_text, answer, wrong, kinds)
-    hooks = {kind: [f"decoder.{layer}.{HOOKS[kind]}" for layer in range(runner.facts.n_decoder_layers)]
-             for kind in kinds}
-    grads = gradients(runner.model, runner.taps, corrupted, [hook for names in hooks.values() for hook in names],
-                      lambda logits: logits[ids[0]] - logits[ids[1]])  # type: ignore[attr-defined]
+    over its model dimension (a head's: over its positions too). Same arguments, shapes and checks as
+    `patching_steps`."""
+    _, clean, corrupted, exact = _prepared(runner, clean_text, corrupted_text, answer, wrong, kinds, target, position)
+    hooks = {kind: patched_hooks(runner, kind) for kind in exact.results}
+    a, b = (token_id(runner, word, what) for word, what in ((answer, "answer"), (wrong, "wrong answer")))
+    grads = runner.gradients(corrupted, [hook for names in hooks.values() for hook in names], exact.position,
+                             lambda logits: logits[a] - logits[b])
     results = {}
     for kind, names in hooks.items():
         change = [(clean[name].astype(np.float64) - corrupted[name]) * grads[name] for name in names]
-        summed = [c.sum(axis=(1, 2)) if kind == "head_out" else c.sum(axis=-1) for c in change]  # (heads,) or (pos,)
+        summed = [c.sum(axis=(1, 2)) if kind in HEAD_KINDS else c.sum(axis=-1) for c in change]  # (heads,) or (pos,)
         results[kind] = exact.corrupted + np.stack(summed)
-    return Patching(answer, wrong, exact.clean_tokens, exact.corrupted_tokens, exact.clean, exact.corrupted, results,
-                    estimated=True)
+    return replace(exact, results=results, estimated=True)
 
 
-def _prepared(runner: Runner, clean_text: str, corrupted_text: str, answer: str, wrong: str, kinds: tuple[str, ...]
-              ) -> tuple[list[int], Trace, Trace, Patching]:
-    """The two tokens' ids, both runs (every activation a kind patches recorded), and a Patching with their logit
-    differences and empty results; UserError where the model, the kinds, the answers or the texts do not fit."""
+def _prepared(runner: Runner, clean_text: str, corrupted_text: str, answer: str, wrong: str,
+              kinds: tuple[str, ...] | None, target: str | None, position: int
+              ) -> tuple[Callable[[Outcome], np.ndarray], Trace, Trace, Patching]:
+    """What reads the logit difference from an outcome's rows, both runs (every activation a kind patches recorded),
+    and a Patching with their logit differences and empty results; UserError where the model, the kinds, the
+    answers, the texts or the position do not fit."""
     facts = runner.facts
-    if facts.kind != "decoder" or not hasattr(runner, "model"):
-        raise UserError(f"{facts.model_id} is {'an' if facts.kind[0] == 'e' else 'a'} {facts.kind}: activation "
-                        "patching here reads a causal language model's next token (SmolLM2, or a Hugging Face one).")
-    unknown = [kind for kind in kinds if kind not in HOOKS]
+    if facts.kind == "encoder":
+        raise UserError(f"{facts.model_id} is an encoder: it predicts no next token, so there is no logit "
+                        "difference to patch. Choose a causal language model or an encoder-decoder.")
+    kinds = kinds_of(runner) if kinds is None else kinds
+    unknown = [kind for kind in kinds if kind not in kinds_of(runner)]
     if unknown:
-        raise UserError(f"Unknown patching {', '.join(unknown)}: choose among {', '.join(KINDS)}.")
+        raise UserError(f"{facts.model_id} has no {', '.join(unknown)} to patch: choose among "
+                        f"{', '.join(kinds_of(runner))}.")
     ids = [token_id(runner, answer, "answer"), token_id(runner, wrong, "wrong answer")]
-    clean = runner.run(clean_text, None, patching_options())
-    corrupted = runner.run(corrupted_text, None, patching_options())
+    options = patching_options(runner, kinds)
+    clean = runner.run(clean_text, target, options)
+    if target is None and read_output(clean) is not None:  # its own output is part of its run: the corrupted run
+        target = read_output(clean)  # reads it too
+        clean = runner.run(clean_text, target, options)
+    corrupted = runner.run(corrupted_text, target, options)
     if len(clean.ids) != len(corrupted.ids):
         raise UserError(f"The clean and the corrupted text must have as many tokens: the clean one has "
                         f"{len(clean.ids)} ({_spelled(clean)}), the corrupted one {len(corrupted.ids)} "
                         f"({_spelled(corrupted)}).")
-    corrupted_difference = _differences(runner.patched_outcomes(corrupted, {}, [None]).values, ids)[0]
-    clean_difference = _differences(runner.patched_outcomes(clean, {}, [None]).values, ids)[0]
-    layers, length, heads = facts.n_decoder_layers, len(clean.ids), facts.n_heads
-    empty = {kind: np.full((layers, heads if kind == "head_out" else length), np.nan) for kind in kinds}
-    return ids, clean, corrupted, Patching(answer, wrong, clean.tokens, corrupted.tokens, float(clean_difference),
-                                           float(corrupted_difference), empty)
+    sequence = len(clean.target_ids) if facts.kind == "encoder-decoder" else len(clean.ids)
+    p = position % sequence if -sequence <= position < sequence else position
+    outcome = runner.patched_outcomes(clean, {}, [None])
+    if p not in outcome.positions:
+        first, last = outcome.positions[0], outcome.positions[-1]
+        raise UserError(f"Patching reads the prediction after token {first}" + (f" to {last}" if last != first else "")
+                        + f" of this model's runs, not after token {position}"
+                        + (": end the text where the prediction is." if last == first else "."))
+
+    def read(found: Outcome) -> np.ndarray:
+        """(rows,) the logit difference after p: a difference of log-probabilities is one of logits."""
+        chosen = found.values[:, found.positions.index(p)].astype(np.float64)  # (rows, vocab)
+        return chosen[:, ids[0]] - chosen[:, ids[1]]
+
+    clean_difference, corrupted_difference = read(outcome)[0], read(runner.patched_outcomes(corrupted, {}, [None]))[0]
+    layers = {kind: len(patched_hooks(runner, kind)) for kind in kinds}
+    empty = {kind: np.full((layers[kind], facts.n_heads if kind in HEAD_KINDS else len(clean.ids)), np.nan)
+             for kind in kinds}
+    return read, clean, corrupted, Patching(answer, wrong, clean.tokens, corrupted.tokens, float(clean_difference),
+                                            float(corrupted_difference), empty, position=p, output=target)
 
 
-def _patch(kind: str, layer: int, other: int) -> Patch:
-    hook = f"decoder.{layer}.{HOOKS[kind]}"
-    return Patch(hook, head=other) if kind == "head_out" else Patch(hook, position=other)
-
-
-def _differences(log_probs: np.ndarray, ids: list[int]) -> np.ndarray:
-    """(rows,) the logit difference after the last token: a difference of log-probabilities is one of logits."""
-    last = log_probs[:, -1].astype(np.float64)  # (rows, vocab)
-    return last[:, ids[0]] - last[:, ids[1]]
+def _patch(runner: Runner, kind: str, layer: int, other: int) -> Patch:
+    hook = patched_hooks(runner, kind)[layer]
+    return Patch(hook, head=other) if kind in HEAD_KINDS else Patch(hook, position=other)
 
 
 def _spelled(trace: Trace) -> str:

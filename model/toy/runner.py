@@ -12,8 +12,9 @@ import numpy as np
 import torch
 
 from attention_atlas.model.core.capture.ablation import Outcome, ablating, ablating_rows
-from attention_atlas.model.core.capture.patching import Patch, patching_rows
+from attention_atlas.model.core.capture.patching import Patch, metric_gradients, patching_rows, point_editing
 from attention_atlas.model.core.capture.record import capture
+from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.generation.decoding import Stepper
 from attention_atlas.model.core.generation.forcing import score_target
 from attention_atlas.model.core.masks import padding_mask, self_attention_mask
@@ -96,23 +97,41 @@ class ToyRunner:
         run's activation patched in, or None), in one batch (`_edited_outcomes`)."""
         return self._edited_outcomes(trace, len(rows), patching_rows(self.toy.model.hook_points, rows, clean))
 
+    def gradients(self, trace: Trace, hooks: Sequence[str], position: int,
+                  metric: Callable[[torch.Tensor], torch.Tensor]) -> dict[str, np.ndarray]:
+        """The gradient of `metric(the log-probabilities after `position` of the decoder's sequence)` (a difference of
+        them is one of logits) with respect to each hook's value in a run of `trace`'s input."""
+        def logits() -> torch.Tensor:
+            log_probs, positions = self._log_probs(trace, 1)
+            if position not in positions:
+                raise UserError(f"{self.facts.model_id}'s runs here read the prediction after token {positions[0]} "
+                                f"(the prompt's last) or later, not {position}.")
+            return log_probs[0, positions.index(position)]  # (vocab,)
+
+        return metric_gradients(point_editing, self.toy.model.hook_points, hooks, logits, metric)
+
     def _edited_outcomes(self, trace: Trace, batch: int, edits: AbstractContextManager[None]) -> Outcome:
-        """The log-probabilities in each of `batch` rows under `edits`: an encoder-decoder's at every output position
-        (reading the trace's output), a decoder-only model's from the prompt's last token on (its answer and the
-        end)."""
+        """The log-probabilities in each of `batch` rows under `edits` (`_log_probs`)."""
+        with edits, torch.inference_mode():
+            log_probs, positions = self._log_probs(trace, batch)
+        return Outcome("distributions", log_probs.float().cpu().numpy(), positions)
+
+    def _log_probs(self, trace: Trace, batch: int) -> tuple[torch.Tensor, tuple[int, ...]]:
+        """(batch, positions, vocab) log-probabilities: an encoder-decoder's at every output position (reading the
+        trace's output), a decoder-only model's from the prompt's last token on (its answer and the end); and those
+        positions of the decoder's sequence."""
         model = self.toy.model
         masks = {site: torch.as_tensor(mask, device=model.device)[None, None] for site, mask in trace.masks.items()}
         source = self._tensor(trace.ids).expand(batch, -1)
-        with edits, torch.inference_mode():
-            if isinstance(model, EncoderDecoder):
-                target = self._tensor(trace.target_ids).expand(batch, -1)
-                log_probs = model(source, target, masks["encoder.attn"], masks["decoder.attn"],
-                                  masks["decoder.cross_attn"])  # (batch, tgt_len, vocab)
-                positions = tuple(range(len(trace.target_ids)))
-            else:
-                log_probs = model(source, masks["decoder.attn"])  # (batch, len, vocab)
-                positions = tuple(range(self._prompt_length(trace) - 1, len(trace.ids)))
-        return Outcome("distributions", log_probs[:, list(positions)].float().cpu().numpy(), positions)
+        if isinstance(model, EncoderDecoder):
+            target = self._tensor(trace.target_ids).expand(batch, -1)
+            log_probs = model(source, target, masks["encoder.attn"], masks["decoder.attn"],
+                              masks["decoder.cross_attn"])  # (batch, tgt_len, vocab)
+            positions = tuple(range(len(trace.target_ids)))
+        else:
+            log_probs = model(source, masks["decoder.attn"])  # (batch, len, vocab)
+            positions = tuple(range(self._prompt_length(trace) - 1, len(trace.ids)))
+        return log_probs[:, list(positions)], positions
 
     def _prompt_length(self, trace: Trace) -> int:
         """How many of a decoder-only trace's ids are the prompt: the rest is its answer, then padding."""

@@ -135,6 +135,35 @@ def test_patching_texts_of_different_lengths_says_so(folders) -> None:
     assert "as many tokens" in at.error[0].value
 
 
+@pytest.mark.parametrize("model_id", ["toy-gpt-date", "toy-date"])
+def test_a_toy_patched_after_the_chosen_output_token(model_id: str) -> None:
+    """The day's last digit ("2021-03-0|3"): the offered number changed, both runs reading the clean run's output, and
+    an encoder-decoder's cross-attention heads in a grid of their own."""
+    at = open_app_page(PAGE, model_id, "march 3 2021")
+    trace = load_runner(model_id).run("march 3 2021")
+    sequence = len(trace.target_tokens if model_id == "toy-date" else trace.tokens)
+    assert f"{sequence - 2}: 0" in at.selectbox(key="attribution_position").options
+    at.selectbox(key="attribution_position").set_value(sequence - 2)  # after "2021-03-0"
+    at.text_input(key="attribution_answer").set_value("3")
+    at.text_input(key="attribution_wrong").set_value("4")
+    _run(at)
+    next(b for b in at.button if b.label == "another number").click()
+    _run(at)
+    assert at.text_input(key="attribution_corrupted").value == "march 4 3132"
+    at.text_input(key="attribution_corrupted").set_value("march 4 2021")  # the day alone
+    at.button(key="attribution_patch").click()
+    _run(at)
+    expected = patch(load_runner(model_id), "march 3 2021", "march 4 2021", "3", "4", position=sequence - 2)
+    assert expected.output == "2021-03-03" and expected.clean > 0 > expected.corrupted
+    assert any(f"clean {expected.clean:+.3f}, corrupted {expected.corrupted:+.3f}" in caption.value
+               and "Both runs read the output '2021-03-03'" in caption.value for caption in at.caption)
+    grid = plotly_array(chart(at, "Patching the residual stream")["data"][0]["z"])
+    np.testing.assert_allclose(grid, expected.normalised("resid_pre"), atol=1e-6)
+    if model_id == "toy-date":
+        cross = plotly_array(chart(at, "Patching each cross-attention head")["data"][0]["z"])
+        np.testing.assert_allclose(cross, expected.normalised("cross_head_out"), atol=1e-6)
+
+
 def test_the_contribution_graph_is_the_models_and_follows_its_threshold(folders) -> None:
     at = open_app_page(PAGE, folder=str(folders["llama"]), text="the fox saw the dog")
     runner = load_hf_runner(str(folders["llama"]))

@@ -1,8 +1,10 @@
 """The Attribution page in a real browser: SmolLM2 on the names sentence, " Mary" over " John", each head's share
 drawn, the contribution graph drawn, and a click on the head that adds most, then on an edge of the graph, each
-opening its head on the Attention page; nothing logs an error."""
+opening its head on the Attention page; a patching stopped mid-way keeps what it patched; nothing logs an error."""
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 from playwright.sync_api import expect
@@ -14,7 +16,8 @@ NAMES = "When Mary and John went to the store, John gave a drink to"
 HEADS = "Each attention head's direct share"
 
 
-def test_smollm2_says_which_heads_write_mary_over_john_and_opens_one(page) -> None:
+def _mary_over_john(page):
+    """The Attribution page on SmolLM2, the names sentence, " Mary" over " John"; its main part."""
     choose_model(page, "smollm2")
     set_text(page, NAMES)
     open_page(page, "Attribution")
@@ -23,6 +26,11 @@ def test_smollm2_says_which_heads_write_mary_over_john_and_opens_one(page) -> No
         main.get_by_label(label, exact=True).fill(word)
         main.get_by_label(label, exact=True).press("Enter")
         wait_idle(page)
+    return main
+
+
+def test_smollm2_says_which_heads_write_mary_over_john_and_opens_one(page) -> None:
+    main = _mary_over_john(page)
     expect(figure(page, "logit(' Mary') − logit(' John')").first).to_be_visible()
     shares = np.array(heatmap_values(page, HEADS), dtype=float)  # (layers, heads)
     assert shares.shape == (30, 9)
@@ -48,4 +56,25 @@ def test_smollm2_says_which_heads_write_mary_over_john_and_opens_one(page) -> No
     expect(page.get_by_role("heading", name="Attention", exact=True)).to_be_visible()
     expect(main.get_by_label("Layer", exact=True)).to_have_value(str(layer))
     expect(main.get_by_label("Head", exact=True)).to_have_value(str(head))
+    assert page.console_errors == []
+
+
+def test_a_patching_stopped_midway_keeps_what_it_patched(page) -> None:
+    """SmolLM2, the offered swap of the names: the estimate drawn first, then the patched runs under a progress bar;
+    Stop ends them and the grids keep the cells patched, the rest empty, and say so."""
+    main = _mary_over_john(page)
+    main.get_by_role("button", name="Mary and John swapped").click()
+    wait_idle(page)
+    expect(main.get_by_label("Corrupted text (as many tokens as the text)")).to_have_value(
+        NAMES.replace("Mary", "@").replace("John", "Mary").replace("@", "John"))
+    main.get_by_role("button", name="Patch", exact=True).click()
+    expect(main.get_by_text(re.compile(r"^Patching: [1-9][\d,]* of")).first).to_be_visible(timeout=60_000)
+    expect(figure(page, "Attribution patching's estimate for each head").first).to_be_visible()  # drawn first
+    main.get_by_role("button", name="Stop", exact=True).click()
+    wait_idle(page)
+    expect(main.get_by_text("Stopped: the empty cells were not patched.", exact=False).first).to_be_visible()
+    figure(page, "Patching the residual stream").first.scroll_into_view_if_needed()
+    page.screenshot(path=str(ARTIFACTS / "patching-stopped-1280.png"))
+    cells = np.array(heatmap_values(page, "Patching the residual stream"), dtype=float)  # (layers, positions)
+    assert cells.shape[0] == 30 and 0 < np.isfinite(cells).sum() < cells.size  # some patched, not all
     assert page.console_errors == []

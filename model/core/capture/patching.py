@@ -13,8 +13,8 @@ hooks registered for the pass (model/hf/patching.py).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -95,8 +95,36 @@ def patching_rows(taps: Mapping[str, object], rows: Sequence[Patch | None],
                   clean: Mapping[str, np.ndarray]) -> Iterator[None]:
     """While inside, this thread's batched passes of a from-scratch model (whose hooks are all hook points) patch
     row b with `rows[b]` (`patch_edits`)."""
-    point_edits, reported_edits, module_edits = patch_edits(taps, rows, clean)
-    if module_edits:
-        raise UserError("This model's hooks are read from its modules: patch it with model/hf/patching.py.")
-    with editing(point_edits, reported_edits):
+    with point_editing(patch_edits(taps, rows, clean)):
         yield
+
+
+def point_editing(edits: Edits) -> AbstractContextManager[None]:
+    """`editing` for a from-scratch model, whose hooks are all hook points."""
+    point_edits, reported_edits, module_edits = edits
+    if module_edits:
+        raise UserError("This model's hooks are read from its modules: edit it with model/hf/patching.py.")
+    return editing(point_edits, reported_edits)
+
+
+def metric_gradients(editing_for: Callable[[Edits], AbstractContextManager[None]], taps: Mapping[str, object],
+                     hooks: Sequence[str], logits: Callable[[], torch.Tensor],
+                     metric: Callable[[torch.Tensor], torch.Tensor]) -> dict[str, np.ndarray]:
+    """The gradient of `metric(logits())` with respect to each hook's value in that pass (batch removed, as a trace
+    holds the values), each value kept through the edits `editing_for` applies. `logits()` runs the model once
+    (its parameters need no gradient: nothing of a shared model changes); a difference of log-probabilities has
+    the gradient of the difference of logits."""
+    kept: dict[str, torch.Tensor] = {}
+
+    def keeper(name: str) -> Edit:
+        def keep(value: torch.Tensor) -> torch.Tensor:
+            if not value.requires_grad:  # parameters that need no gradient: the first value kept starts the graph
+                value = value.detach().requires_grad_()
+            kept[name] = value
+            return value
+
+        return keep
+
+    with editing_for(edits_by_tap(taps, {name: keeper(name) for name in hooks})), torch.enable_grad():
+        found = torch.autograd.grad(metric(logits().float()), [kept[name] for name in hooks])
+    return {name: grad[0].float().cpu().numpy() for name, grad in zip(hooks, found, strict=True)}
