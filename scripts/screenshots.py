@@ -25,6 +25,7 @@ from app_browser.server import ROOT, serve_app
 IMAGES = ROOT / "docs" / "images"
 VIEWPORT = {"width": 1280, "height": 720}
 SENTENCE = "The cat sat on the mat because it was tired."
+NAMES = "When Mary and John went to the store, John gave a drink to"
 TOP_OF = "element => element.scrollIntoView({block: 'start'})"
 
 
@@ -55,6 +56,17 @@ def train(page: Page) -> None:
     page.get_by_test_id("stSlider").first.evaluate(TOP_OF)
 
 
+def mary_over_john(page: Page) -> None:
+    """Type the answer and the wrong answer, and scroll each head's share (the first figure) to the top of the
+    window."""
+    main = page.get_by_test_id("stMain")
+    for label, word in (("Answer (one token)", " Mary"), ("Wrong answer (one token)", " John")):
+        main.get_by_label(label, exact=True).fill(word)
+        main.get_by_label(label, exact=True).press("Enter")
+        wait_idle(page)
+    page.get_by_test_id("stPlotlyChart").first.evaluate(TOP_OF)
+
+
 @dataclass(frozen=True)
 class Shot:
     """One picture: the page's path, the link's parameters, and what a person does there before looking."""
@@ -71,6 +83,7 @@ SHOTS = {
                             "layer": "1", "head": "0"}),
     "step-through": Shot("step_through", {"model": "minilm", "text": SENTENCE, "layer": "2", "head": "5"},
                          open_tab("3 · Scores → pattern")),
+    "attribution": Shot("attribution", {"model": "smollm2", "text": NAMES}, mary_over_john),
     "generate": Shot("generate", {"model": "toy-gpt-date", "text": "14 feb 1999", "max_new": "12"}, generate),
     "train": Shot("train", {"model": "toy-induction", "text": "qwertyuiop"}, train),
 }
