@@ -58,13 +58,21 @@ static void softmax_row(float *restrict row, const uint8_t *restrict seen, const
      * torch ops compute it: a hidden key's score is score - FLT_MAX, its 2^x counts in the row's sum (2^floor_bits
      * where any key is seen), and its probability is then 0. */
     float top = -INFINITY; /* the greatest score (hidden keys' included), NaN where any is NaN: torch's amax */
-    int any_seen = first > 0;
-    for (int k = 0; k < first; k++) top = row[k] > top || row[k] != row[k] ? row[k] : top;
+    int any_seen = first > 0, any_nan = 0; /* the max and the NaN test apart: each loop a vector reduction */
+    #pragma omp simd reduction(max:top) reduction(|:any_nan)
+    for (int k = 0; k < first; k++) {
+        float v = row[k];
+        top = v > top ? v : top;
+        any_nan |= v != v;
+    }
+    #pragma omp simd reduction(max:top) reduction(|:any_nan, any_seen)
     for (int k = first; k < width; k++) {
         float v = seen[k] ? row[k] : row[k] - FLT_MAX;
-        top = v > top || v != v ? v : top;
+        top = v > top ? v : top;
+        any_nan |= v != v;
         any_seen |= seen[k];
     }
+    top = any_nan ? NAN : top;
     float total = 0.0f, bits = 0.0f, far = 0.0f; /* sum 2^x, sum 2^x x, sum 2^x |i - k| over the keys seen */
     if (!any_seen && top == -FLT_MAX) { /* no key seen (every score finite): uniform over every key, as in eager */
         for (int k = 0; k < width; k++) {
