@@ -1,4 +1,4 @@
-"""The Attribution page in a real browser: SmolLM2 on the names sentence, " Mary" over " John", each head's share
+"""The Attribution page in a real browser: a toy GPT's heads, MiniLM saying why not, SmolLM2 on the names sentence, " Mary" over " John", each head's share
 drawn, the contribution graph drawn, and a click on the head that adds most, then on an edge of the graph, each
 opening its head on the Attention page; a patching stopped mid-way keeps what it patched; nothing logs an error."""
 
@@ -9,7 +9,7 @@ import re
 import numpy as np
 from playwright.sync_api import expect
 
-from app_browser.page import choose_model, figure, heatmap_values, open_page, screenshots, set_text, wait_idle
+from app_browser.page import choose, choose_model, figure, heatmap_values, open_page, screenshots, set_text, wait_idle
 from app_browser.server import ARTIFACTS
 
 NAMES = "When Mary and John went to the store, John gave a drink to"
@@ -77,4 +77,26 @@ def test_a_patching_stopped_midway_keeps_what_it_patched(page) -> None:
     page.screenshot(path=str(ARTIFACTS / "patching-stopped-1280.png"))
     cells = np.array(heatmap_values(page, "Patching the residual stream"), dtype=float)  # (layers, positions)
     assert cells.shape[0] == 30 and 0 < np.isfinite(cells).sum() < cells.size  # some patched, not all
+    assert page.console_errors == []
+
+
+def test_a_toy_gpt_is_attributed_and_an_encoder_says_why_not(page) -> None:
+    """toy-gpt-date's first output digit ("2" over "1") drawn head by head; MiniLM, an encoder, says why there is no
+    logit to attribute."""
+    choose_model(page, "toy-gpt-date")
+    set_text(page, "march 3 2021")
+    open_page(page, "Attribution")
+    main = page.get_by_test_id("stMain")
+    main.get_by_label("Position: the prediction made after", exact=True).click()
+    page.get_by_role("option", name="13: =").click()  # the prompt's last token: the answer's first digit comes next
+    wait_idle(page)
+    for label, word in (("Answer (one token)", "2"), ("Wrong answer (one token)", "1")):
+        main.get_by_label(label, exact=True).fill(word)
+        main.get_by_label(label, exact=True).press("Enter")
+        wait_idle(page)
+    shares = np.array(heatmap_values(page, "Each attention head's direct share of the logit('2') − logit('1')"),
+                      dtype=float)
+    assert shares.shape == (4, 4) and np.isfinite(shares).all()
+    choose(page, "Model", "Pretrained · minilm", in_sidebar=True)  # staying on this page
+    expect(main.get_by_text("is an encoder: it reads the whole text at once", exact=False)).to_be_visible()
     assert page.console_errors == []
