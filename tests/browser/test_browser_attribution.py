@@ -1,6 +1,7 @@
-"""The Attribution page in a real browser: a toy GPT's heads, MiniLM saying why not, SmolLM2 on the names sentence, " Mary" over " John", each head's share
-drawn, the contribution graph drawn, and a click on the head that adds most, then on an edge of the graph, each
-opening its head on the Attention page; a patching stopped mid-way keeps what it patched; nothing logs an error."""
+"""The Attribution page in a real browser: a toy GPT's heads, MiniLM saying why not, and SmolLM2 on the names
+sentence, " Mary" over " John": each head's share drawn, the contribution graph drawn, a click on the head that adds
+most, then on an edge of the graph, each opening its head on the Attention page, and a patching stopped mid-way
+keeping what it patched; nothing logs an error."""
 
 from __future__ import annotations
 
