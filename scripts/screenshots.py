@@ -78,6 +78,7 @@ class Shot:
 
 SHOTS = {
     "overview": Shot("", {"model": "minilm", "text": SENTENCE}),
+    "tour": Shot("tour", {"model": "toy-date", "text": "march 3 2021", "step": "7", "tour_head": "1"}),
     "attention-model-view": Shot("attention", {"model": "minilm", "text": SENTENCE, "view": "Model view"}),
     "masks": Shot("masks", {"model": "toy-gpt-date", "text": "14 feb 1999", "masks_view": "Scores → probabilities",
                             "layer": "1", "head": "0"}),

@@ -35,7 +35,8 @@ NUMBERS = {"layer": "layer", "head": "head", "row": "attention_window_row", "col
                                       "positions_pair")},
            **{name: name for name in ("activations_layer", "activations_neuron", "activations_topk",
                                       "activations_lens_start")},
-           "top_k": "generate_top_k", "seed": "generate_seed", "max_new": "generate_max_new"}
+           "top_k": "generate_top_k", "seed": "generate_seed", "max_new": "generate_max_new", "step": "tour_step",
+           "tour_head": "tour_head"}
 DECIMALS = {"temperature": "generate_temperature", "top_p": "generate_top_p"}  # finite numbers only
 CHOICES = {"decoding": ("generate_method", ("greedy", "sample"))}  # URL name -> (key, the values allowed)
 TEXTS = {"site": "site", "colorscale": "attention_colorscale", "masks_editor": "masks_editor",

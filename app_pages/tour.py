@@ -1,0 +1,163 @@
+"""Tour: the whole forward pass of the model in use, one step a screen, on the sidebar's text: tokens, embeddings,
+positions, the first block in detail (queries, keys and values, scores, mask, softmax, weighted values, W_O, the
+residual and its norm, the feed-forward network), the other blocks together, and the next token. The steps, their
+words and the value each draws come from model/inspect/tour.py; Back and Next walk them, and the step is in the URL."""
+
+from __future__ import annotations
+
+import numpy as np
+import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
+
+from attention_atlas.model.core.errors import UserError
+from attention_atlas.model.core.trace.trace import Trace
+from attention_atlas.model.inspect.attribution import likeliest
+from attention_atlas.model.inspect.tour import Step, shape_label, tour_options, tour_steps
+from attention_atlas.ui import url_state
+from attention_atlas.ui.messages import literal, show_error
+from attention_atlas.ui.page import current_runner, current_trace, trace_with
+from attention_atlas.ui.pickers import keep_valid
+from attention_atlas.viz.outputs import next_token_bars, token_table
+from attention_atlas.viz.residual import layer_token_heatmap, norms
+from attention_atlas.viz.step_through import dimension_names, step_heatmap, truncation_note
+from attention_atlas.viz.tokens import position_label, visible_token
+
+NEXT_TOKENS = 10  # bars in the last step
+
+
+def walk(steps: list[Step], by: int) -> None:
+    """Back (-1) or Next (+1): a button's callback, before the step picker is drawn."""
+    st.session_state["tour_step"] = min(max(st.session_state.get("tour_step", 0) + by, 0), len(steps) - 1)
+
+
+def choose_step(steps: list[Step]) -> int:
+    """The step shown: picked, or walked to with Back and Next."""
+    indices = list(range(len(steps)))
+    keep_valid("tour_step", indices)
+    picker, back, forward = st.columns([6, 1, 1], vertical_alignment="bottom")
+    index = st.session_state.get("tour_step", 0)
+    back.button("Back", key="tour_back", on_click=walk, args=(steps, -1), disabled=index == 0, width="stretch")
+    forward.button("Next", key="tour_next", on_click=walk, args=(steps, 1), disabled=index == len(steps) - 1,
+                   type="primary", width="stretch")
+    index = picker.selectbox("Step", indices, key="tour_step", format_func=lambda i: f"{i + 1}. {steps[i].title}")
+    url_state.write(step=index)
+    return index
+
+
+def stack_tokens(trace: Trace, step: Step) -> tuple[list[str], list[int]]:
+    """The tokens a step's stack reads: an encoder-decoder's decoder reads its output so far."""
+    if step.key.startswith("decoder.") and trace.facts.kind == "encoder-decoder":
+        return trace.target_tokens, trace.target_ids
+    return trace.tokens, trace.ids
+
+
+def choose_head(trace: Trace, words: DeltaGenerator) -> int:
+    heads = list(range(trace.facts.n_heads))
+    keep_valid("tour_head", heads)
+    head = words.selectbox("Head", heads, key="tour_head", help="The head whose numbers this step shows (of the first "
+                        "block); the others compute the same way with their own weights.")
+    url_state.write(tour_head=head)
+    return head
+
+
+def show_matrix(drawn: DeltaGenerator, value: np.ndarray, rows: list[str], title: str, names: tuple[str, str]) -> None:
+    """A (rows, columns) value drawn cut at the step heatmap's limit, with a note where it is cut."""
+    note = truncation_note(value.shape)
+    drawn.plotly_chart(step_heatmap(value, rows, dimension_names(value.shape[1]), title, axis_titles=names),
+                       key="tour_figure")
+    if note:
+        drawn.caption(note.split(";")[0] + ".")
+
+
+def show_step(trace: Trace, step: Step, words: DeltaGenerator, drawn: DeltaGenerator) -> None:
+    """The step's shape line (and head picker) under its words, its figure beside them."""
+    tokens, ids = stack_tokens(trace, step)
+    labels = [position_label(i, t) for i, t in enumerate(tokens)]
+    if step.kind == "tokens":
+        words.caption(shape_label(("tokens",), (len(tokens),)))
+        special = set(trace.facts.special_ids)
+        drawn.dataframe(token_table(tokens, ids, [i in special for i in ids]))
+        return
+    if step.kind == "matrix":
+        value = trace.captured[step.hook]  # (tokens, width)
+        words.caption(shape_label(step.dims, value.shape))
+        show_matrix(drawn, value, labels, f"{step.hook}", ("token", step.dims[1]))
+        return
+    if step.kind in ("head", "mask", "pattern"):
+        show_head_step(trace, step, choose_head(trace, words), words, drawn)
+        return
+    if step.kind == "layers":
+        show_layers(trace, step, tokens, words, drawn)
+        return
+    if step.kind == "next token":
+        show_next_token(trace, words, drawn)
+
+
+def show_head_step(trace: Trace, step: Step, head: int, words: DeltaGenerator, drawn: DeltaGenerator) -> None:
+    """One head of the first block: its queries or outputs (tokens, d_head), its scores (masked or not), its pattern."""
+    site = step.site
+    queries = [position_label(i, t) for i, t in enumerate(trace.query_tokens(site))]
+    keys = [position_label(i, t) for i, t in enumerate(trace.key_tokens(site))]
+    allowed = trace.masks[site]  # (queries, keys)
+    if step.kind == "pattern":
+        pattern = trace.head_pattern(site, 0, head)  # (queries, keys)
+        words.caption(shape_label(("queries", "keys"), pattern.shape) + " for one head; each row adds up to 1")
+        title = f"{site}.0 · head {head}: the attention pattern"
+        drawn.plotly_chart(step_heatmap(np.where(allowed, pattern, -np.inf), queries, keys, title,
+                                     axis_titles=("query", "key"), zrange=(0.0, 1.0), colorscale="Viridis"),
+                        key="tour_figure")
+        return
+    value = trace.captured[step.hook]
+    words.caption(shape_label(step.dims, value.shape) + f"; head {head} shown")
+    one = value[head]
+    if step.kind == "head" and step.dims[1] == "tokens":
+        show_matrix(drawn, one, queries, f"{step.hook} · head {head}", ("token", "d_head"))
+        return
+    shown = np.where(allowed, one, -np.inf) if step.kind == "mask" else one  # (queries, keys)
+    drawn.plotly_chart(step_heatmap(shown, queries, keys, f"{step.hook} · head {head}" + (" · masked" if step.kind ==
+                                 "mask" else ""), axis_titles=("query", "key")), key="tour_figure")
+
+
+def show_layers(trace: Trace, step: Step, tokens: list[str], words: DeltaGenerator, drawn: DeltaGenerator) -> None:
+    """Each block's output, as the length of each token's vector: (layers, tokens)."""
+    stack = step.key.split(".")[0]
+    layers = trace.n_layers(f"{stack}.attn")
+    post = "hook_normalized_resid_post" if f"{stack}.0.hook_normalized_resid_post" in trace.captured \
+        else "hook_resid_post"
+    stream = np.stack([trace.captured[f"{stack}.{layer}.{post}"] for layer in range(layers)])  # (layers, tokens, d)
+    words.caption(shape_label(("layers", "tokens", "d_model"), stream.shape))
+    figure = layer_token_heatmap(norms(stream), [f"after block {layer}" for layer in range(layers)], tokens,
+                                 f"‖{stack}.*.{post}‖ for each token", "length")
+    drawn.plotly_chart(figure, key="tour_figure")
+
+
+def show_next_token(trace: Trace, words: DeltaGenerator, drawn: DeltaGenerator) -> None:
+    runner = current_runner()
+    try:
+        found = likeliest(runner, trace, -1, NEXT_TOKENS)  # one vector through the unembedding: not worth a cache
+    except UserError as error:
+        show_error(str(error))
+        return
+    decoder = trace.target_tokens if trace.facts.kind == "encoder-decoder" else trace.tokens
+    words.caption(shape_label(("vocabulary",), (trace.facts.vocab_size,)) + f": the {NEXT_TOKENS} likeliest shown")
+    texts, probabilities = zip(*found, strict=True)
+    drawn.plotly_chart(next_token_bars(list(texts), np.array(probabilities), f"After {visible_token(decoder[-1])!r}"),
+                       key="tour_figure")
+    words.markdown(f"The output: **{literal(repr(visible_token(texts[0])))}**, {probabilities[0]:.1%}.")
+
+
+def page() -> None:
+    st.header("Tour")
+    st.caption("The whole forward pass of the model in use, step by step, on the text in the sidebar: every "
+               "figure is this run's own numbers. Back and Next walk it; the step is in the link.")
+    shown = current_trace()
+    trace = trace_with(tour_options(shown.facts).hooks)
+    steps = tour_steps(trace)
+    step = steps[choose_step(steps)]
+    words, drawn = st.columns([2, 3], gap="large")
+    words.subheader(step.title)
+    words.markdown(step.text)
+    show_step(trace, step, words, drawn)
+
+
+page()

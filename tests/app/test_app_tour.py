@@ -1,0 +1,80 @@
+"""The Tour page without a browser: every step walked with Next on the toy encoder-decoder, a toy GPT, MiniLM,
+SmolLM2 and a tiny Hugging Face model of each kind; each step's shape line held to the value its own run captured
+and its dimensions' names to the model's facts; the figure drawn from that value; the step in the link."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from attention_atlas.model.hf.loading import load_hf_runner
+from attention_atlas.model.inspect.tour import shape_label, tour_options, tour_steps
+from attention_atlas.model.registry import load_runner
+from tests.app.app_session import open_app_page
+from tests.plotly_specs import chart, plotly_array
+
+PAGE = "app_pages/tour.py"
+SIZES = {"d_model": "d_model", "d_ff": "d_ff", "heads": "n_heads", "kv_heads": "n_kv_heads"}  # dimension -> fact
+
+
+def _walk(at: AppTest, runner, text: str) -> list[str]:
+    """Every step from the first with Next: its shape line checked; the titles seen."""
+    trace = runner.run(text, None, tour_options(runner.facts))
+    steps = tour_steps(trace)
+    seen = []
+    for index, step in enumerate(steps):
+        assert at.selectbox(key="tour_step").value == index and at.query_params["step"] == str(index)
+        assert at.subheader[0].value == step.title
+        if step.hook is not None:
+            value = trace.captured[step.hook]
+            assert any(caption.value.startswith(shape_label(step.dims, value.shape)) for caption in at.caption)
+            for name, size in zip(step.dims, value.shape, strict=True):
+                assert name not in SIZES or size == getattr(runner.facts, SIZES[name]), (step.key, name)
+                assert name != "tokens" or size in (len(trace.tokens), len(trace.target_tokens)), step.key
+            if step.kind == "matrix":
+                drawn = plotly_array(chart(at, step.hook)["data"][0]["z"])
+                np.testing.assert_allclose(drawn, value[:48, :48], rtol=1e-6, err_msg=step.key)
+        seen.append(step.title)
+        if index < len(steps) - 1:
+            at.button(key="tour_next").click().run()
+            assert not at.exception, at.exception[0].message if at.exception else ""
+    assert at.button(key="tour_next").disabled  # the last step
+    return seen
+
+
+@pytest.mark.parametrize("model_id", ["toy-date", "toy-gpt-date", "minilm", "smollm2"])
+def test_every_step_of_a_shipped_model(model_id: str) -> None:
+    text = {"minilm": "the cat sat on the mat", "smollm2": "The capital of France is"}.get(model_id, "march 3 2021")
+    at = open_app_page(PAGE, model_id, text)
+    seen = _walk(at, load_runner(model_id), text)
+    if model_id == "toy-date":
+        assert "Cross-attention over the encoder's output" in seen and seen[0] == "The encoder: tokens"
+    if model_id == "smollm2":
+        assert "Queries and keys rotated" in seen and "The final RMSNorm" in seen
+    assert ("The output: a vector per token" in seen) == (model_id == "minilm")
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama", "t5", "bart", "bert"])
+def test_every_step_of_a_tiny_hugging_face_model(folders, family: str) -> None:
+    at = open_app_page(PAGE, folder=str(folders[family]), text="the quick brown fox")
+    _walk(at, load_hf_runner(str(folders[family])), "the quick brown fox")
+
+
+def test_the_next_token_is_the_models_and_the_link_opens_a_step() -> None:
+    at = open_app_page(PAGE, "toy-gpt-date", "march 3 2021", params={"step": "3", "tour_head": "2"})
+    assert at.selectbox(key="tour_step").value == 3 and at.subheader[0].value == "The residual stream"
+    runner = load_runner("toy-gpt-date")
+    trace = runner.run("march 3 2021", None, tour_options(runner.facts))
+    keys = [step.key for step in tour_steps(trace)]
+    at.selectbox(key="tour_step").set_value(keys.index("decoder.softmax")).run()  # one head's pattern
+    assert at.selectbox(key="tour_head").value == 2
+    pattern = plotly_array(chart(at, "the attention pattern")["data"][0]["z"])
+    expected = trace.head_pattern("decoder.attn", 0, 2)[:48, :48]
+    np.testing.assert_allclose(pattern, np.where(trace.masks["decoder.attn"][:48, :48], expected, np.nan), rtol=1e-6)
+    at.selectbox(key="tour_step").set_value(len(keys) - 1).run()
+    bars = chart(at, "After")["data"][0]
+    assert any("The output: " in m.value for m in at.markdown)
+    assert plotly_array(bars["x"])[0] == pytest.approx(max(plotly_array(bars["x"])))
+    at.button(key="tour_back").click().run()
+    assert at.query_params["step"] == str(len(keys) - 2)
