@@ -6,6 +6,7 @@ words and the value each draws come from model/inspect/tour.py; Back and Next wa
 from __future__ import annotations
 
 import numpy as np
+import plotly.graph_objects as go
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
@@ -23,6 +24,19 @@ from attention_atlas.viz.step_through import dimension_names, step_heatmap, trun
 from attention_atlas.viz.tokens import position_label, visible_token
 
 NEXT_TOKENS = 10  # bars in the last step
+PRESENTER_STYLE = ("<style>[data-testid='stSidebar'], [data-testid='stSidebarCollapsedControl'] { display: none; } "
+                   "[data-testid='stMain'] p, [data-testid='stMain'] li { font-size: 1.3rem; } "
+                   "[data-testid='stMain'] h3 { font-size: 2.1rem; }</style>")  # constant: no user text
+PRESENTER_FONT = 17  # px, the figures' text in presenter mode (plotly's default: 12)
+PRESENTER_HEIGHT = 480  # px at least: a figure fills the screen's lower part at 1280 x 720
+
+
+def draw(drawn: DeltaGenerator, figure: go.Figure) -> None:
+    """The step's figure, its text larger in presenter mode."""
+    if st.session_state.get("tour_present"):
+        figure.update_layout(font={"size": PRESENTER_FONT}, title_font_size=PRESENTER_FONT + 3,
+                             height=max(figure.layout.height or 0, PRESENTER_HEIGHT))
+    drawn.plotly_chart(figure, key="tour_figure")
 
 
 def walk(steps: list[Step], by: int) -> None:
@@ -34,11 +48,17 @@ def choose_step(steps: list[Step]) -> int:
     """The step shown: picked, or walked to with Back and Next."""
     indices = list(range(len(steps)))
     keep_valid("tour_step", indices)
-    picker, back, forward = st.columns([6, 1, 1], vertical_alignment="bottom")
+    picker, back, forward, present = st.columns([5, 1, 1, 2], vertical_alignment="bottom")
     index = st.session_state.get("tour_step", 0)
-    back.button("Back", key="tour_back", on_click=walk, args=(steps, -1), disabled=index == 0, width="stretch")
+    back.button("Back", key="tour_back", on_click=walk, args=(steps, -1), disabled=index == 0, width="stretch",
+                shortcut="Left", help="Or the left arrow key.")
     forward.button("Next", key="tour_next", on_click=walk, args=(steps, 1), disabled=index == len(steps) - 1,
-                   type="primary", width="stretch")
+                   type="primary", width="stretch", shortcut="Right", help="Or the right arrow key.")
+    presenting = present.toggle("Presenter mode", key="tour_present", help="For a projector: the sidebar hidden, "
+                                "larger text and figures. Turn it off to change the model or the text.")
+    url_state.write(present=presenting or None)
+    if presenting:
+        st.html(PRESENTER_STYLE)
     index = picker.selectbox("Step", indices, key="tour_step", format_func=lambda i: f"{i + 1}. {steps[i].title}")
     url_state.write(step=index)
     return index
@@ -63,8 +83,7 @@ def choose_head(trace: Trace, words: DeltaGenerator) -> int:
 def show_matrix(drawn: DeltaGenerator, value: np.ndarray, rows: list[str], title: str, names: tuple[str, str]) -> None:
     """A (rows, columns) value drawn cut at the step heatmap's limit, with a note where it is cut."""
     note = truncation_note(value.shape)
-    drawn.plotly_chart(step_heatmap(value, rows, dimension_names(value.shape[1]), title, axis_titles=names),
-                       key="tour_figure")
+    draw(drawn, step_heatmap(value, rows, dimension_names(value.shape[1]), title, axis_titles=names))
     if note:
         drawn.caption(note.split(";")[0] + ".")
 
@@ -103,9 +122,8 @@ def show_head_step(trace: Trace, step: Step, head: int, words: DeltaGenerator, d
         pattern = trace.head_pattern(site, 0, head)  # (queries, keys)
         words.caption(shape_label(("queries", "keys"), pattern.shape) + " for one head; each row adds up to 1")
         title = f"{site}.0 · head {head}: the attention pattern"
-        drawn.plotly_chart(step_heatmap(np.where(allowed, pattern, -np.inf), queries, keys, title,
-                                     axis_titles=("query", "key"), zrange=(0.0, 1.0), colorscale="Viridis"),
-                        key="tour_figure")
+        draw(drawn, step_heatmap(np.where(allowed, pattern, -np.inf), queries, keys, title,
+                                 axis_titles=("query", "key"), zrange=(0.0, 1.0), colorscale="Viridis"))
         return
     value = trace.captured[step.hook]
     words.caption(shape_label(step.dims, value.shape) + f"; head {head} shown")
@@ -114,8 +132,8 @@ def show_head_step(trace: Trace, step: Step, head: int, words: DeltaGenerator, d
         show_matrix(drawn, one, queries, f"{step.hook} · head {head}", ("token", "d_head"))
         return
     shown = np.where(allowed, one, -np.inf) if step.kind == "mask" else one  # (queries, keys)
-    drawn.plotly_chart(step_heatmap(shown, queries, keys, f"{step.hook} · head {head}" + (" · masked" if step.kind ==
-                                 "mask" else ""), axis_titles=("query", "key")), key="tour_figure")
+    draw(drawn, step_heatmap(shown, queries, keys, f"{step.hook} · head {head}" + (" · masked" if step.kind == "mask"
+                                                                               else ""), axis_titles=("query", "key")))
 
 
 def show_layers(trace: Trace, step: Step, tokens: list[str], words: DeltaGenerator, drawn: DeltaGenerator) -> None:
@@ -128,7 +146,7 @@ def show_layers(trace: Trace, step: Step, tokens: list[str], words: DeltaGenerat
     words.caption(shape_label(("layers", "tokens", "d_model"), stream.shape))
     figure = layer_token_heatmap(norms(stream), [f"after block {layer}" for layer in range(layers)], tokens,
                                  f"‖{stack}.*.{post}‖ for each token", "length")
-    drawn.plotly_chart(figure, key="tour_figure")
+    draw(drawn, figure)
 
 
 def show_next_token(trace: Trace, words: DeltaGenerator, drawn: DeltaGenerator) -> None:
@@ -141,8 +159,7 @@ def show_next_token(trace: Trace, words: DeltaGenerator, drawn: DeltaGenerator) 
     decoder = trace.target_tokens if trace.facts.kind == "encoder-decoder" else trace.tokens
     words.caption(shape_label(("vocabulary",), (trace.facts.vocab_size,)) + f": the {NEXT_TOKENS} likeliest shown")
     texts, probabilities = zip(*found, strict=True)
-    drawn.plotly_chart(next_token_bars(list(texts), np.array(probabilities), f"After {visible_token(decoder[-1])!r}"),
-                       key="tour_figure")
+    draw(drawn, next_token_bars(list(texts), np.array(probabilities), f"After {visible_token(decoder[-1])!r}"))
     words.markdown(f"The output: **{literal(repr(visible_token(texts[0])))}**, {probabilities[0]:.1%}.")
 
 

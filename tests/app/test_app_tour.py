@@ -78,3 +78,14 @@ def test_the_next_token_is_the_models_and_the_link_opens_a_step() -> None:
     assert plotly_array(bars["x"])[0] == pytest.approx(max(plotly_array(bars["x"])))
     at.button(key="tour_back").click().run()
     assert at.query_params["step"] == str(len(keys) - 2)
+
+
+def test_presenter_mode_hides_the_sidebar_and_enlarges_the_figures() -> None:
+    at = open_app_page(PAGE, "toy-date", "march 3 2021", params={"step": "7"})
+    assert chart(at, "the attention pattern")["layout"].get("font") is None and not at.get("html")[1:]
+    at.toggle(key="tour_present").set_value(True).run()
+    styles = [element.proto.body for element in at.get("html")]
+    assert any("stSidebar" in style and "display: none" in style for style in styles)
+    layout = chart(at, "the attention pattern")["layout"]
+    assert layout["font"]["size"] == 17 and layout["height"] == 480
+    assert at.query_params["present"] == "1" and at.query_params["step"] == "7"

@@ -1,23 +1,25 @@
-"""The Tour in a real browser: the paper's encoder-decoder walked from its first step to its last with Next, each
-step's title shown and its figure (or table) drawn, the step in the address bar, a link reopening a step; nothing
-logs an error."""
+"""The Tour in a real browser: the paper's encoder-decoder and SmolLM2 walked from the first step to the last with the
+right arrow key (and back with the left), each step's title shown and its figure (or table) drawn, the step in the
+address bar, a link reopening a step, presenter mode at a projector's two sizes; nothing logs an error."""
 
 from __future__ import annotations
 
 from playwright.sync_api import expect
 
-from app_browser.page import choose_model, open_page, screenshots, set_text, wait_idle
+from app_browser.page import choose_model, open_page, set_text, wait_idle
+from app_browser.server import ARTIFACTS
 from attention_atlas.model.inspect.tour import tour_options, tour_steps
 from attention_atlas.model.registry import load_runner
 
 TEXT = "march 3 2021"
 
 
-def test_the_paper_model_walked_step_by_step(page) -> None:
-    runner = load_runner("toy-date")
-    steps = tour_steps(runner.run(TEXT, None, tour_options(runner.facts)))
-    choose_model(page, "toy-date")
-    set_text(page, TEXT)
+def _walk(page, model_id: str, text: str) -> list:
+    """Open the Tour on the model and text, and walk every step with the right arrow key; the steps."""
+    runner = load_runner(model_id)
+    steps = tour_steps(runner.run(text, None, tour_options(runner.facts)))
+    choose_model(page, model_id)
+    set_text(page, text)
     open_page(page, "Tour")
     main = page.get_by_test_id("stMain")
     for index, step in enumerate(steps):
@@ -26,14 +28,33 @@ def test_the_paper_model_walked_step_by_step(page) -> None:
         if step.kind != "text":
             expect(drawn.first).to_be_visible()
         assert f"step={index}" in page.url
-        if step.key == "encoder.softmax":
-            screenshots(page, "tour-toy-date")
         if index < len(steps) - 1:
-            main.get_by_role("button", name="Next", exact=True).click()
+            main.get_by_role("heading", name=step.title, exact=True).click()  # the page, not a text box, has the keys
+            page.keyboard.press("ArrowRight")
             wait_idle(page)
-    expect(main.get_by_role("button", name="Next", exact=True)).to_be_disabled()
-    expect(main.get_by_text("The output: ", exact=False)).to_be_visible()
-    page.goto(page.url.replace(f"step={len(steps) - 1}", "step=4"))  # a shared link: step 5
+    expect(main.get_by_role("button", name="Next Shortcut →", exact=True)).to_be_disabled()
+    page.keyboard.press("ArrowLeft")
     wait_idle(page)
-    expect(main.get_by_role("heading", name=steps[4].title, exact=True)).to_be_visible()
+    expect(main.get_by_role("heading", name=steps[-2].title, exact=True)).to_be_visible()
+    return steps
+
+
+def test_the_paper_model_walked_with_the_arrow_keys_and_presented(page) -> None:
+    steps = _walk(page, "toy-date", TEXT)
+    main = page.get_by_test_id("stMain")
+    expect(page.get_by_test_id("stSidebar")).to_be_visible()
+    page.goto(page.url.replace(f"step={len(steps) - 2}", "step=7") + "&present=1")  # a shared link, presenting
+    wait_idle(page)
+    expect(main.get_by_role("heading", name=steps[7].title, exact=True)).to_be_visible()
+    expect(page.get_by_test_id("stSidebar")).to_be_hidden()
+    for width, height in ((1280, 720), (1920, 1080)):
+        page.set_viewport_size({"width": width, "height": height})
+        page.wait_for_timeout(500)
+        page.screenshot(path=str(ARTIFACTS / f"tour-presenter-{width}.png"))
+    assert page.console_errors == []
+
+
+def test_smollm2_walked_with_the_arrow_keys(page) -> None:
+    steps = _walk(page, "smollm2", "The capital of France is")
+    assert "Queries and keys rotated" in [step.title for step in steps]
     assert page.console_errors == []

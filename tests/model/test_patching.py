@@ -73,7 +73,7 @@ def test_bad_input_gets_a_sentence(tmp_path) -> None:
     with pytest.raises(UserError, match="must be one token"):
         patch(runner, CLEAN, CORRUPTED, " fox dog", " dog")
     encoder = load_hf_runner(str(build("bert", tmp_path / "bert")))
-    with pytest.raises(UserError, match="is an encoder: it predicts no next token, so there is no logit difference to patch"):
+    with pytest.raises(UserError, match="is an encoder: it predicts no next token, so there is no logit difference"):
         patch(encoder, CLEAN, CORRUPTED, " fox", " dog")
 
 
