@@ -58,6 +58,7 @@ bench: $(VENV)/.dev
 	$(PY) -m bench.long_capture
 	$(PY) -m bench.smollm2_load
 	$(PY) -m bench.app_rerun
+	$(PY) -m bench.tour_steps
 	$(PY) -m bench.activations_rerun
 	$(PY) -m bench.server_memory
 	$(PY) -m bench.sessions

@@ -5,6 +5,8 @@ words and the value each draws come from model/inspect/tour.py; Back and Next wa
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import plotly.graph_objects as go
 import streamlit as st
@@ -13,7 +15,7 @@ from streamlit.delta_generator import DeltaGenerator
 from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.inspect.attribution import likeliest
-from attention_atlas.model.inspect.tour import Step, shape_label, tour_options, tour_steps
+from attention_atlas.model.inspect.tour import Step, shape_label, step_shape, tour_options, tour_steps
 from attention_atlas.ui import url_state
 from attention_atlas.ui.messages import literal, show_error
 from attention_atlas.ui.page import current_runner, current_trace, trace_with
@@ -22,6 +24,7 @@ from attention_atlas.viz.outputs import next_token_bars, token_table
 from attention_atlas.viz.residual import layer_token_heatmap, norms
 from attention_atlas.viz.step_through import dimension_names, step_heatmap, truncation_note
 from attention_atlas.viz.tokens import position_label, visible_token
+from attention_atlas.viz.tour import tour_diagram
 
 NEXT_TOKENS = 10  # bars in the last step
 PRESENTER_STYLE = ("<style>[data-testid='stSidebar'], [data-testid='stSidebarCollapsedControl'] { display: none; } "
@@ -42,6 +45,29 @@ def draw(drawn: DeltaGenerator, figure: go.Figure) -> None:
 def walk(steps: list[Step], by: int) -> None:
     """Back (-1) or Next (+1): a button's callback, before the step picker is drawn."""
     st.session_state["tour_step"] = min(max(st.session_state.get("tour_step", 0) + by, 0), len(steps) - 1)
+
+
+def jump(markers: int) -> None:
+    """The diagram's callback: the clicked step becomes the one shown."""
+    event = st.session_state.get("tour_diagram")
+    points = [point for point in event.selection.points if point.get("curve_number") == markers] if event else []
+    if points:
+        st.session_state["tour_step"] = points[0]["point_index"]
+
+
+def show_diagram(trace: Trace, steps: list[Step], index: int, where: DeltaGenerator) -> None:
+    """Every step of this model's pass as a diagram (viz/tour.py): each step's live shape, the current step lit, an
+    encoder-decoder's encoder output drawn into its cross-attention; a click on a step jumps there."""
+    pair = trace.facts.kind == "encoder-decoder"
+    labels = [f"{step.stack} · {step.label}" if pair and (i == 0 or step.stack != steps[i - 1].stack) and step.stack
+              else step.label for i, step in enumerate(steps)]
+    shapes = [" × ".join(f"{size:,}" for size in step_shape(trace, step)[1]) for step in steps]
+    keys = [step.key for step in steps]
+    joins = [(max(i for i, step in enumerate(steps) if step.stack == "encoder"), keys.index("decoder.cross"))] \
+        if pair else []
+    figure = tour_diagram(labels, shapes, index, joins)
+    where.plotly_chart(figure, key="tour_diagram", on_select=partial(jump, len(figure.data) - 1),
+                       selection_mode="points", config={"displayModeBar": False})
 
 
 def choose_step(steps: list[Step]) -> int:
@@ -170,8 +196,10 @@ def page() -> None:
     shown = current_trace()
     trace = trace_with(tour_options(shown.facts).hooks)
     steps = tour_steps(trace)
-    step = steps[choose_step(steps)]
-    words, drawn = st.columns([2, 3], gap="large")
+    index = choose_step(steps)
+    step = steps[index]
+    diagram, words, drawn = st.columns([1.5, 2, 3], gap="medium")
+    show_diagram(trace, steps, index, diagram)
     words.subheader(step.title)
     words.markdown(step.text)
     show_step(trace, step, words, drawn)

@@ -16,7 +16,7 @@ def chart_specs(at: AppTest) -> list[dict]:
 
 def chart(at: AppTest, title_part: str) -> dict:
     """The first figure whose title contains `title_part`."""
-    return next(spec for spec in chart_specs(at) if title_part in spec["layout"]["title"]["text"])
+    return next(spec for spec in chart_specs(at) if title_part in spec["layout"].get("title", {}).get("text", ""))
 
 
 def plotly_array(value: dict | list) -> np.ndarray:

@@ -18,6 +18,12 @@ from attention_atlas.model.core.trace.trace import Trace
 
 Kind = Literal["tokens", "matrix", "head", "mask", "pattern", "layers", "next token", "text"]
 MODEL = ("tokens", "d_model")  # a (tokens, d_model) value: the residual stream and what adds to it
+LABELS = {"tokens": "tokens", "embedding": "embedding", "positions": "+ positions", "input": "stream x",
+          "norm1": "norm", "queries": "Q, K, V", "rotation": "rotate Q, K", "scores": "QKᵀ, scaled", "mask": "+ mask",
+          "softmax": "softmax", "values": "A V", "heads_out": "concat · W_O", "sum1": "x + attention",
+          "cross": "cross-attention", "sumcross": "x + cross", "norm2": "norm", "ffn": "FFN", "ffn_out": "FFN out",
+          "sum2": "x + FFN", "blocks": "the other blocks", "final_norm": "final norm", "next token": "next token",
+          "output": "output"}  # a step key's last part -> its name in the diagram
 DIMS = {"hook_q": ("heads", "tokens", "d_head"), "hook_rot_q": ("heads", "tokens", "d_head"),
         "hook_k": ("kv_heads", "tokens", "d_head"), "hook_v": ("kv_heads", "tokens", "d_head"),
         "hook_z": ("heads", "tokens", "d_head"), "hook_attn_scores": ("heads", "queries", "keys"),
@@ -36,11 +42,42 @@ class Step:
     site: str | None = None  # the attention site of a head's step ("decoder.cross_attn")
 
     @property
+    def label(self) -> str:
+        """The step's short name (the diagram's): a post-norm sum says its norm."""
+        base = LABELS[self.key.rsplit(".", 1)[-1]]
+        return f"norm({base})" if self.key.rsplit(".", 1)[-1].startswith("sum") and ".ln" in (self.hook or "") \
+            else base
+
+    @property
+    def stack(self) -> str:
+        """"encoder" or "decoder" (the next token and an encoder's output: the last stack's)."""
+        return self.key.split(".")[0] if "." in self.key else ""
+
+    @property
     def dims(self) -> tuple[str, ...]:
         """The names of the drawn value's dimensions, in order."""
         if self.hook is None:
             return ()
         return DIMS.get(self.hook.rsplit(".", 1)[-1], MODEL)
+
+
+def step_shape(trace: Trace, step: Step) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """The names and sizes of what `step` shows in `trace`: a captured value's, or what its kind draws."""
+    facts = trace.facts
+    if step.hook is not None:
+        return step.dims, trace.captured[step.hook].shape
+    if step.kind == "tokens":
+        reads_target = step.stack == "decoder" and facts.kind == "encoder-decoder"
+        return ("tokens",), (len(trace.target_tokens if reads_target else trace.tokens),)
+    if step.kind == "pattern":
+        return ("queries", "keys"), (len(trace.query_tokens(step.site)), len(trace.key_tokens(step.site)))
+    if step.kind == "layers":
+        layers = trace.n_layers(f"{step.stack}.attn")
+        tokens = trace.captured[f"{step.stack}.0.hook_resid_post"].shape[0]
+        return ("layers", "tokens", "d_model"), (layers, tokens, facts.d_model)
+    if step.kind == "next token":
+        return ("vocabulary",), (facts.vocab_size,)
+    return (), ()
 
 
 def shape_label(dims: tuple[str, ...], shape: tuple[int, ...]) -> str:

@@ -9,10 +9,10 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from attention_atlas.model.hf.loading import load_hf_runner
-from attention_atlas.model.inspect.tour import shape_label, tour_options, tour_steps
+from attention_atlas.model.inspect.tour import shape_label, step_shape, tour_options, tour_steps
 from attention_atlas.model.registry import load_runner
 from tests.app.app_session import open_app_page
-from tests.plotly_specs import chart, plotly_array
+from tests.plotly_specs import chart, chart_specs, plotly_array
 
 PAGE = "app_pages/tour.py"
 SIZES = {"d_model": "d_model", "d_ff": "d_ff", "heads": "n_heads", "kv_heads": "n_kv_heads"}  # dimension -> fact
@@ -89,3 +89,22 @@ def test_presenter_mode_hides_the_sidebar_and_enlarges_the_figures() -> None:
     layout = chart(at, "the attention pattern")["layout"]
     assert layout["font"]["size"] == 17 and layout["height"] == 480
     assert at.query_params["present"] == "1" and at.query_params["step"] == "7"
+
+
+def test_the_diagram_is_the_models_pass_with_its_live_shapes() -> None:
+    """toy-date's diagram: a marker a step, each labelled with its step and the shape it computes, the encoder's
+    output joined to the decoder's cross-attention, the current step lit."""
+    at = open_app_page(PAGE, "toy-date", "march 3 2021", params={"step": "5"})
+    runner = load_runner("toy-date")
+    trace = runner.run("march 3 2021", None, tour_options(runner.facts))
+    steps = tour_steps(trace)
+    spec = next(s for s in chart_specs(at) if len(s["data"]) == 3)  # the line, the join, the markers
+    markers = spec["data"][-1]
+    assert len(markers["text"]) == len(steps) == len(markers["marker"]["size"])
+    for text, step in zip(markers["text"], steps, strict=True):
+        sizes = step_shape(trace, step)[1]
+        assert step.label in text and (not sizes or " × ".join(f"{n:,}" for n in sizes) in text), text
+    assert markers["marker"]["size"].index(max(markers["marker"]["size"])) == 5
+    join = spec["data"][1]["y"]
+    assert (-join[0], -join[-1]) == (max(i for i, s in enumerate(steps) if s.stack == "encoder"),
+                                     [s.key for s in steps].index("decoder.cross"))
