@@ -20,9 +20,10 @@ from attention_atlas.ui import url_state
 from attention_atlas.ui.messages import literal, show_error
 from attention_atlas.ui.page import current_runner, current_trace, trace_with
 from attention_atlas.ui.pickers import keep_valid
+from attention_atlas.ui.tour_questions import ask, mark_bar, mark_cell, predicting, verdict
 from attention_atlas.viz.outputs import next_token_bars, token_table
 from attention_atlas.viz.residual import layer_token_heatmap, norms
-from attention_atlas.viz.step_through import dimension_names, step_heatmap, truncation_note
+from attention_atlas.viz.step_through import LIMIT, dimension_names, step_heatmap, truncation_note
 from attention_atlas.viz.tokens import position_label, visible_token
 from attention_atlas.viz.tour import tour_diagram
 
@@ -74,7 +75,7 @@ def choose_step(steps: list[Step]) -> int:
     """The step shown: picked, or walked to with Back and Next."""
     indices = list(range(len(steps)))
     keep_valid("tour_step", indices)
-    picker, back, forward, present = st.columns([5, 1, 1, 2], vertical_alignment="bottom")
+    picker, back, forward, present, predict = st.columns([4, 1, 1, 1.7, 1.6], vertical_alignment="bottom")
     index = st.session_state.get("tour_step", 0)
     back.button("Back", key="tour_back", on_click=walk, args=(steps, -1), disabled=index == 0, width="stretch",
                 shortcut="Left", help="Or the left arrow key.")
@@ -82,7 +83,9 @@ def choose_step(steps: list[Step]) -> int:
                    type="primary", width="stretch", shortcut="Right", help="Or the right arrow key.")
     presenting = present.toggle("Presenter mode", key="tour_present", help="For a projector: the sidebar hidden, "
                                 "larger text and figures. Turn it off to change the model or the text.")
-    url_state.write(present=presenting or None)
+    asking = predict.toggle("Predict first", key="tour_predict", help="Before a step's figure, a question it answers: "
+                            "guess, then reveal.")
+    url_state.write(present=presenting or None, predict=asking or None)
     if presenting:
         st.html(PRESENTER_STYLE)
     index = picker.selectbox("Step", indices, key="tour_step", format_func=lambda i: f"{i + 1}. {steps[i].title}")
@@ -148,8 +151,20 @@ def show_head_step(trace: Trace, step: Step, head: int, words: DeltaGenerator, d
         pattern = trace.head_pattern(site, 0, head)  # (queries, keys)
         words.caption(shape_label(("queries", "keys"), pattern.shape) + " for one head; each row adds up to 1")
         title = f"{site}.0 · head {head}: the attention pattern"
-        draw(drawn, step_heatmap(np.where(allowed, pattern, -np.inf), queries, keys, title,
-                                 axis_titles=("query", "key"), zrange=(0.0, 1.0), colorscale="Viridis"))
+        figure = step_heatmap(np.where(allowed, pattern, -np.inf), queries, keys, title, axis_titles=("query", "key"),
+                              zrange=(0.0, 1.0), colorscale="Viridis")
+        if predicting():
+            row = min(len(queries), LIMIT) - 1  # the last row drawn
+            seen = np.flatnonzero(allowed[row])
+            choices, right = [keys[j] for j in seen], int(np.argmax(pattern[row, seen]))
+            revealed, guess = ask(words, f"In head {head}, which token will {queries[row]} attend to most?", choices,
+                                  (trace.facts.model_id, trace.text, step.key, head))
+            if not revealed:
+                drawn.info("Guess, then reveal: the pattern shows where it looks.", icon=":material/help:")
+                return
+            words.markdown(literal(verdict(guess, right, choices)) + f" ({pattern[row, seen[right]]:.0%})")
+            figure = mark_cell(figure, row, int(seen[right]))
+        draw(drawn, figure)
         return
     value = trace.captured[step.hook]
     words.caption(shape_label(step.dims, value.shape) + f"; head {head} shown")
@@ -185,7 +200,18 @@ def show_next_token(trace: Trace, words: DeltaGenerator, drawn: DeltaGenerator) 
     decoder = trace.target_tokens if trace.facts.kind == "encoder-decoder" else trace.tokens
     words.caption(shape_label(("vocabulary",), (trace.facts.vocab_size,)) + f": the {NEXT_TOKENS} likeliest shown")
     texts, probabilities = zip(*found, strict=True)
-    draw(drawn, next_token_bars(list(texts), np.array(probabilities), f"After {visible_token(decoder[-1])!r}"))
+    figure = next_token_bars(list(texts), np.array(probabilities), f"After {visible_token(decoder[-1])!r}")
+    if predicting():
+        order = sorted(range(len(texts)), key=texts.__getitem__)  # alphabetical: the order gives nothing away
+        choices = [repr(visible_token(texts[i])) for i in order]
+        revealed, guess = ask(words, f"Which token comes next, after {visible_token(decoder[-1])!r}?", choices,
+                              (trace.facts.model_id, trace.text, "next token"))
+        if not revealed:
+            drawn.info("Guess, then reveal: the model's probabilities for the next token.", icon=":material/help:")
+            return
+        words.markdown(literal(verdict(guess, order.index(0), choices)))
+        figure = mark_bar(figure, 0)
+    draw(drawn, figure)
     words.markdown(f"The output: **{literal(repr(visible_token(texts[0])))}**, {probabilities[0]:.1%}.")
 
 

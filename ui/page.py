@@ -43,7 +43,7 @@ class Page:
 HEAD_KEYS = ("site", "layer", "head")  # the head picker's (ui/pickers.py): one choice for every page that draws it
 PAGES = (  # the navigation, in order; the first is where the app opens
     Page("app_pages/overview.py", "Overview", ":material/summarize:", HEAD_KEYS),
-    Page("app_pages/tour.py", "Tour", ":material/route:", ("tour_step", "tour_head", "tour_present")),
+    Page("app_pages/tour.py", "Tour", ":material/route:", ("tour_step", "tour_head", "tour_present", "tour_predict")),
     Page("app_pages/attention.py", "Attention", ":material/grid_on:", (
         *HEAD_KEYS, "attention_hide_special", "attention_colorscale", "attention_show_values", "attention_window_row",
         "attention_window_col", "attention_window_diagonal", "attention_stats_measure",

@@ -28,7 +28,8 @@ MAX_TEXT_CHARS = 60_000  # the text box's limit (8,192 tokens of English prose a
 # SmolLM2's tokenizer): a longer text from a link is left out, and the person told
 FLAGS = {"hide_special": "attention_hide_special", "values": "attention_show_values",
          "diagonal": "attention_window_diagonal", "step_values": "step_show_values",
-         "activations_norm_log": "activations_norm_log", "present": "tour_present"}  # URL name -> key, "1"/"0"
+         "activations_norm_log": "activations_norm_log", "present": "tour_present",
+         "predict": "tour_predict"}  # URL name -> key, "1"/"0"
 NUMBERS = {"layer": "layer", "head": "head", "row": "attention_window_row", "col": "attention_window_col",
            "masks_window": "masks_window", "masks_pad_to": "masks_pad_to", "step_query": "step_query",
            **{name: name for name in ("positions_length", "positions_d_model", "positions_offset", "positions_pos",

@@ -9,6 +9,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from attention_atlas.model.hf.loading import load_hf_runner
+from attention_atlas.model.inspect.attribution import likeliest
 from attention_atlas.model.inspect.tour import shape_label, step_shape, tour_options, tour_steps
 from attention_atlas.model.registry import load_runner
 from tests.app.app_session import open_app_page
@@ -108,3 +109,33 @@ def test_the_diagram_is_the_models_pass_with_its_live_shapes() -> None:
     join = spec["data"][1]["y"]
     assert (-join[0], -join[-1]) == (max(i for i, s in enumerate(steps) if s.stack == "encoder"),
                                      [s.key for s in steps].index("decoder.cross"))
+
+
+def test_predict_then_reveal_asks_before_it_shows() -> None:
+    """The softmax step with "Predict first": the pattern hidden until Reveal, then drawn with the right key outlined
+    and the guess told; the next-token step likewise, its answer the model's likeliest."""
+    runner = load_runner("toy-gpt-date")
+    trace = runner.run("march 3 2021", None, tour_options(runner.facts))
+    keys = [step.key for step in tour_steps(trace)]
+    at = open_app_page(PAGE, "toy-gpt-date", "march 3 2021",
+                       params={"step": str(keys.index("decoder.softmax")), "predict": "1", "tour_head": "1"})
+    assert not [s for s in chart_specs(at) if "attention pattern" in s["layout"].get("title", {}).get("text", "")]
+    assert at.button(key="tour_reveal").disabled  # a guess first
+    pattern = trace.head_pattern("decoder.attn", 0, 1)[23]  # the last row: every key seen (causal, the last token)
+    right = int(pattern.argmax())
+    at.selectbox(key="tour_guess").set_value(right).run()
+    at.button(key="tour_reveal").click().run()
+    figure = chart(at, "attention pattern")
+    outline = figure["layout"]["shapes"][-1]
+    assert (outline["x0"] + 0.5, outline["y0"] + 0.5) == (right, 23)
+    assert any("You had it." in m.value.replace("\\", "") for m in at.markdown)
+    at.selectbox(key="tour_step").set_value(len(keys) - 1).run()  # the next token: asked anew
+    assert not [s for s in chart_specs(at) if s["layout"].get("title", {}).get("text", "").startswith("After")]
+    choices = at.selectbox(key="tour_guess").options
+    best = likeliest(runner, trace, -1, 1)[0][0]
+    wrong = next(i for i, choice in enumerate(choices) if choice != repr(best))
+    at.selectbox(key="tour_guess").set_value(wrong).run()
+    at.button(key="tour_reveal").click().run()
+    assert any(f"The answer: {best!r}. You chose" in m.value.replace("\\", "") for m in at.markdown)
+    colours = chart(at, "After")["data"][0]["marker"]["color"]
+    assert colours[0] == "#d62728" and set(colours[1:]) == {"#9aa5b1"}

@@ -1,7 +1,7 @@
 """The Tour in a real browser: the paper's encoder-decoder and SmolLM2 walked from the first step to the last with the
 right arrow key (and back with the left), each step's title shown and its figure (or table) drawn, the step in the
 address bar, a click on the diagram jumping to its step, a link reopening a step, presenter mode at a projector's two
-sizes; nothing logs an error."""
+sizes, a guess revealed; nothing logs an error."""
 
 from __future__ import annotations
 
@@ -59,6 +59,17 @@ def test_the_paper_model_walked_with_the_arrow_keys_and_presented(page) -> None:
         page.set_viewport_size({"width": width, "height": height})
         page.wait_for_timeout(500)
         page.screenshot(path=str(ARTIFACTS / f"tour-presenter-{width}.png"))
+    main.get_by_text("Predict first", exact=True).click()  # the question before the pattern
+    wait_idle(page)
+    expect(main.get_by_test_id("stPlotlyChart")).to_have_count(1)  # the diagram alone
+    main.get_by_label("Your answer", exact=True).click()
+    page.get_by_role("option").first.click()
+    wait_idle(page)
+    main.get_by_role("button", name="Reveal", exact=True).click()
+    wait_idle(page)
+    expect(main.get_by_text("The answer: ", exact=False)).to_be_visible()
+    expect(main.get_by_test_id("stPlotlyChart")).to_have_count(2)
+    page.screenshot(path=str(ARTIFACTS / "tour-predicted-1920.png"))
     assert page.console_errors == []
 
 

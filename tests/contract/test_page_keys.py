@@ -30,6 +30,7 @@ NOT_KEPT = {  # value widgets' keys deliberately not kept (a glob where the key 
     "attribution_*_heads": "a click on a head's share: it opens that head on the Attention page, once",
     "attribution_graph_edges": "a click on an edge of the graph: it opens its head on the Attention page, once",
     "tour_diagram": "a click on a step of the diagram: it opens that step, once",
+    "tour_guess": "a guess at this step's question: the next question asks anew",
     "attention_lines_heads": "the heads of this model's layer: another model has others",
     "attention_lines_focus": "a token of this text",
     "activations_traj_tokens": "tokens of this text",
