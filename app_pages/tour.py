@@ -8,6 +8,7 @@ from __future__ import annotations
 from functools import partial
 
 import numpy as np
+import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
@@ -17,6 +18,7 @@ from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.inspect.attribution import likeliest
 from attention_atlas.model.inspect.tour import Step, shape_label, step_shape, tour_options, tour_steps
 from attention_atlas.ui import url_state
+from attention_atlas.ui.downloads import constant, csv_fits, downloads, file_name
 from attention_atlas.ui.messages import literal, show_error
 from attention_atlas.ui.page import current_runner, current_trace, trace_with
 from attention_atlas.ui.pickers import keep_valid
@@ -35,12 +37,22 @@ PRESENTER_FONT = 17  # px, the figures' text in presenter mode (plotly's default
 PRESENTER_HEIGHT = 480  # px at least: a figure fills the screen's lower part at 1280 x 720
 
 
-def draw(drawn: DeltaGenerator, figure: go.Figure) -> None:
-    """The step's figure, its text larger in presenter mode."""
+def draw(drawn: DeltaGenerator, figure: go.Figure, name: str, table: pd.DataFrame) -> None:
+    """The step's figure, its text larger in presenter mode, and its downloads (`table`: the values drawn, whole
+    where a CSV holds them)."""
     if st.session_state.get("tour_present"):
         figure.update_layout(font={"size": PRESENTER_FONT}, title_font_size=PRESENTER_FONT + 3,
                              height=max(figure.layout.height or 0, PRESENTER_HEIGHT))
     drawn.plotly_chart(figure, key="tour_figure")
+    with drawn:
+        downloads(figure, name, "tour_figure_files", constant(table))
+
+
+def table_of(value: np.ndarray, rows: list[str], columns: list[str]) -> pd.DataFrame:
+    """A (rows, columns) matrix as a table: whole where a CSV holds it, else its first LIMIT rows and columns."""
+    if not csv_fits(*value.shape):
+        value, rows, columns = value[:LIMIT, :LIMIT], rows[:LIMIT], columns[:LIMIT]
+    return pd.DataFrame(value, index=rows, columns=columns)
 
 
 def walk(steps: list[Step], by: int) -> None:
@@ -69,6 +81,8 @@ def show_diagram(trace: Trace, steps: list[Step], index: int, where: DeltaGenera
     figure = tour_diagram(labels, shapes, index, joins)
     where.plotly_chart(figure, key="tour_diagram", on_select=partial(jump, len(figure.data) - 1),
                        selection_mode="points", config={"displayModeBar": False})
+    with where:
+        downloads(figure, file_name(trace.facts.model_id, "tour", "diagram"), "tour_diagram_files")
 
 
 def choose_step(steps: list[Step]) -> int:
@@ -109,12 +123,16 @@ def choose_head(trace: Trace, words: DeltaGenerator) -> int:
     return head
 
 
-def show_matrix(drawn: DeltaGenerator, value: np.ndarray, rows: list[str], title: str, names: tuple[str, str]) -> None:
+def show_matrix(drawn: DeltaGenerator, value: np.ndarray, rows: list[str], title: str, names: tuple[str, str],
+                name: str) -> None:
     """A (rows, columns) value drawn cut at the step heatmap's limit, with a note where it is cut."""
     note = truncation_note(value.shape)
-    draw(drawn, step_heatmap(value, rows, dimension_names(value.shape[1]), title, axis_titles=names))
-    if note:
+    columns = dimension_names(value.shape[1])
+    draw(drawn, step_heatmap(value, rows, columns, title, axis_titles=names), name, table_of(value, rows, columns))
+    if note and not csv_fits(*value.shape):
         drawn.caption(note.split(";")[0] + ".")
+    elif note:
+        drawn.caption(note)
 
 
 def show_step(trace: Trace, step: Step, words: DeltaGenerator, drawn: DeltaGenerator) -> None:
@@ -129,7 +147,8 @@ def show_step(trace: Trace, step: Step, words: DeltaGenerator, drawn: DeltaGener
     if step.kind == "matrix":
         value = trace.captured[step.hook]  # (tokens, width)
         words.caption(shape_label(step.dims, value.shape))
-        show_matrix(drawn, value, labels, f"{step.hook}", ("token", step.dims[1]))
+        show_matrix(drawn, value, labels, f"{step.hook}", ("token", step.dims[1]),
+                    file_name(trace.facts.model_id, "tour", step.key))
         return
     if step.kind in ("head", "mask", "pattern"):
         show_head_step(trace, step, choose_head(trace, words), words, drawn)
@@ -164,17 +183,19 @@ def show_head_step(trace: Trace, step: Step, head: int, words: DeltaGenerator, d
                 return
             words.markdown(literal(verdict(guess, right, choices)) + f" ({pattern[row, seen[right]]:.0%})")
             figure = mark_cell(figure, row, int(seen[right]))
-        draw(drawn, figure)
+        draw(drawn, figure, file_name(trace.facts.model_id, "tour", step.key, head), table_of(pattern, queries, keys))
         return
     value = trace.captured[step.hook]
+    name = file_name(trace.facts.model_id, "tour", step.key, head)
     words.caption(shape_label(step.dims, value.shape) + f"; head {head} shown")
     one = value[head]
     if step.kind == "head" and step.dims[1] == "tokens":
-        show_matrix(drawn, one, queries, f"{step.hook} · head {head}", ("token", "d_head"))
+        show_matrix(drawn, one, queries, f"{step.hook} · head {head}", ("token", "d_head"), name)
         return
     shown = np.where(allowed, one, -np.inf) if step.kind == "mask" else one  # (queries, keys)
-    draw(drawn, step_heatmap(shown, queries, keys, f"{step.hook} · head {head}" + (" · masked" if step.kind == "mask"
-                                                                               else ""), axis_titles=("query", "key")))
+    title = f"{step.hook} · head {head}" + (" · masked" if step.kind == "mask" else "")
+    draw(drawn, step_heatmap(shown, queries, keys, title, axis_titles=("query", "key")), name,
+         table_of(shown, queries, keys))
 
 
 def show_layers(trace: Trace, step: Step, tokens: list[str], words: DeltaGenerator, drawn: DeltaGenerator) -> None:
@@ -185,9 +206,10 @@ def show_layers(trace: Trace, step: Step, tokens: list[str], words: DeltaGenerat
         else "hook_resid_post"
     stream = np.stack([trace.captured[f"{stack}.{layer}.{post}"] for layer in range(layers)])  # (layers, tokens, d)
     words.caption(shape_label(("layers", "tokens", "d_model"), stream.shape))
-    figure = layer_token_heatmap(norms(stream), [f"after block {layer}" for layer in range(layers)], tokens,
-                                 f"‖{stack}.*.{post}‖ for each token", "length")
-    draw(drawn, figure)
+    lengths, blocks = norms(stream), [f"after block {layer}" for layer in range(layers)]  # (layers, tokens)
+    figure = layer_token_heatmap(lengths, blocks, tokens, f"‖{stack}.*.{post}‖ for each token", "length")
+    draw(drawn, figure, file_name(trace.facts.model_id, "tour", step.key),
+         table_of(lengths, blocks, [position_label(i, t) for i, t in enumerate(tokens)]))
 
 
 def show_next_token(trace: Trace, words: DeltaGenerator, drawn: DeltaGenerator) -> None:
@@ -211,7 +233,8 @@ def show_next_token(trace: Trace, words: DeltaGenerator, drawn: DeltaGenerator) 
             return
         words.markdown(literal(verdict(guess, order.index(0), choices)))
         figure = mark_bar(figure, 0)
-    draw(drawn, figure)
+    draw(drawn, figure, file_name(trace.facts.model_id, "tour", "next token"),
+         pd.DataFrame({"token": texts, "probability": probabilities}))
     words.markdown(f"The output: **{literal(repr(visible_token(texts[0])))}**, {probabilities[0]:.1%}.")
 
 

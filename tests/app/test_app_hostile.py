@@ -12,7 +12,7 @@ from attention_atlas.ui.page import PAGES
 from tests.hostile import CORPUS, assert_safe, make_folders, shown_text, value
 
 CUSTOM = "custom"
-NUMERIC = ("layer", "head", "row", "col")
+NUMERIC = ("layer", "head", "row", "col", "step", "tour_head")
 
 
 def _app(**params: str) -> AppTest:
@@ -80,7 +80,7 @@ def _hostile_values(parameter: str) -> list[str]:
 # the pages read of a run that succeeds (a valid model and text, so that every page draws and reads them).
 URL_GROUPS = {"model": ("model",), "run": ("text", "tz", "target", "causal"),
               "views": ("site", "layer", "head", "colorscale", "hide_special", "values", "row", "col", "diagonal",
-                        "view")}
+                        "view", "step", "tour_head", "present", "predict")}
 
 
 def test_the_groups_hold_every_url_parameter_once() -> None:
