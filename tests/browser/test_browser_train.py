@@ -65,6 +65,7 @@ def test_train_watch_scrub_stop_download_upload_and_open(page, tmp_path) -> None
     expect(page.get_by_role("button", name="Open the trained model")).to_be_visible(timeout=60_000)
     wait_idle(page)
     heatmap_title = page.locator(".gtitle").filter(has_text="layer")
+    expect(heatmap_title.first).not_to_contain_text("at step 0 ")  # the newest snapshot, once the page has drawn it
     last_title = heatmap_title.first.text_content()
     slider = page.get_by_role("slider")
     slider.first.focus()
