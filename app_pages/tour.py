@@ -95,9 +95,9 @@ def choose_step(steps: list[Step]) -> int:
                 shortcut="Left", help="Or the left arrow key.")
     forward.button("Next", key="tour_next", on_click=walk, args=(steps, 1), disabled=index == len(steps) - 1,
                    type="primary", width="stretch", shortcut="Right", help="Or the right arrow key.")
-    presenting = present.toggle("Presenter mode", key="tour_present", help="For a projector: the sidebar hidden, "
+    presenting = present.toggle("Present", key="tour_present", help="For a projector: the sidebar hidden, "
                                 "larger text and figures. Turn it off to change the model or the text.")
-    asking = predict.toggle("Predict first", key="tour_predict", help="Before a step's figure, a question it answers: "
+    asking = predict.toggle("Predict", key="tour_predict", help="Before a step's figure, a question it answers: "
                             "guess, then reveal.")
     url_state.write(present=presenting or None, predict=asking or None)
     if presenting:

@@ -112,7 +112,7 @@ def test_the_diagram_is_the_models_pass_with_its_live_shapes() -> None:
 
 
 def test_predict_then_reveal_asks_before_it_shows() -> None:
-    """The softmax step with "Predict first": the pattern hidden until Reveal, then drawn with the right key outlined
+    """The softmax step with "Predict" on: the pattern hidden until Reveal, then drawn with the right key outlined
     and the guess told; the next-token step likewise, its answer the model's likeliest."""
     runner = load_runner("toy-gpt-date")
     trace = runner.run("march 3 2021", None, tour_options(runner.facts))

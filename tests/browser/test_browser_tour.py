@@ -59,7 +59,7 @@ def test_the_paper_model_walked_with_the_arrow_keys_and_presented(page) -> None:
         page.set_viewport_size({"width": width, "height": height})
         page.wait_for_timeout(500)
         page.screenshot(path=str(ARTIFACTS / f"tour-presenter-{width}.png"))
-    main.get_by_text("Predict first", exact=True).click()  # the question before the pattern
+    main.get_by_text("Predict", exact=True).click()  # the question before the pattern
     wait_idle(page)
     expect(main.get_by_test_id("stPlotlyChart")).to_have_count(1)  # the diagram alone
     main.get_by_label("Your answer", exact=True).click()
