@@ -87,9 +87,7 @@ def shape_label(dims: tuple[str, ...], shape: tuple[int, ...]) -> str:
 
 def tour_options(facts: ModelFacts) -> RunOptions:
     """What a tour's run records: each stack's input and output, its first block whole, every block's output."""
-    stacks = [stack for stack, layers in (("encoder", facts.n_encoder_layers), ("decoder", facts.n_decoder_layers))
-              if layers]
-    return RunOptions(hooks=tuple(pattern for stack in stacks for pattern in (
+    return RunOptions(hooks=tuple(pattern for stack in _stacks(facts) for pattern in (
         f"{stack}.hook_*", f"{stack}.ln_final.hook_normalized", f"{stack}.0.*", f"{stack}.*.hook_resid_post",
         f"{stack}.*.hook_normalized_resid_post")))
 
@@ -98,9 +96,7 @@ def tour_steps(trace: Trace) -> list[Step]:
     """Every step of `trace`'s forward pass that its model has, in order: an encoder-decoder's encoder, then its
     decoder; a stack's first block in detail, the others together; the next token where the model predicts one."""
     facts = trace.facts
-    stacks = [stack for stack, layers in (("encoder", facts.n_encoder_layers), ("decoder", facts.n_decoder_layers))
-              if layers]
-    steps = [step for stack in stacks for step in _stack_steps(trace, stack)]
+    steps = [step for stack in _stacks(facts) for step in _stack_steps(trace, stack)]
     if facts.kind == "encoder":
         steps.append(Step("output", "The output: a vector per token", (
             f"An encoder's output is the last block's vectors, one of {facts.d_model} numbers per token: a classifier "
@@ -113,15 +109,26 @@ def tour_steps(trace: Trace) -> list[Step]:
     return steps
 
 
+def _stacks(facts: ModelFacts) -> list[str]:
+    """The model's stacks in the order they run."""
+    return [stack for stack, layers in (("encoder", facts.n_encoder_layers), ("decoder", facts.n_decoder_layers))
+            if layers]
+
+
+def _capitalised(title: str) -> str:
+    return title[:1].upper() + title[1:]
+
+
 def _stack_steps(trace: Trace, stack: str) -> list[Step]:
     facts, held = trace.facts, set(trace.captured)
     decoder_of_pair = stack == "decoder" and facts.kind == "encoder-decoder"
     first, norm_first = f"{stack}.0", facts.norm.startswith("pre")
     tokens = trace.target_tokens if decoder_of_pair else trace.tokens
-    name = f"The {stack}: t" if facts.kind == "encoder-decoder" else "T"  # its first steps name the stack
-    steps = [Step(f"{stack}.tokens", f"{name}okens", _tokens_text(facts, stack, len(tokens)), "tokens")]
-    steps.append(Step(f"{stack}.embedding", f"{name}oken embeddings", _embedding_text(facts), "matrix",
-                      f"{stack}.hook_embed"))
+    named = f"The {stack}: {{}}" if facts.kind == "encoder-decoder" else "{}"  # its first steps name the stack
+    steps = [Step(f"{stack}.tokens", _capitalised(named.format("tokens")), _tokens_text(facts, stack, len(tokens)),
+                  "tokens"),
+             Step(f"{stack}.embedding", _capitalised(named.format("token embeddings")), _embedding_text(facts),
+                  "matrix", f"{stack}.hook_embed")]
     positions = Step(f"{stack}.positions", "Positions", _positions_text(facts), "text")
     if f"{stack}.hook_pos_embed" in held:
         positions = Step(f"{stack}.positions", "Positions", _positions_text(facts), "matrix", f"{stack}.hook_pos_embed")
