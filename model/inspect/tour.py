@@ -19,7 +19,7 @@ from attention_atlas.model.core.trace.trace import Trace
 Kind = Literal["tokens", "matrix", "head", "mask", "pattern", "layers", "next token", "text"]
 MODEL = ("tokens", "d_model")  # a (tokens, d_model) value: the residual stream and what adds to it
 LABELS = {"tokens": "tokens", "embedding": "embedding", "positions": "+ positions", "input": "stream x",
-          "norm1": "norm", "queries": "Q, K, V", "rotation": "rotate Q, K", "scores": "QKᵀ, scaled", "mask": "+ mask",
+          "norm1": "norm", "queries": "Q, K, V", "rotation": "rotate Q, K", "scores": "scores", "mask": "+ mask",
           "softmax": "softmax", "values": "A V", "heads_out": "concat · W_O", "sum1": "x + attention",
           "cross": "cross-attention", "sumcross": "x + cross", "norm2": "norm", "ffn": "FFN", "ffn_out": "FFN out",
           "sum2": "x + FFN", "blocks": "the other blocks", "final_norm": "final norm", "next token": "next token",
@@ -176,11 +176,10 @@ def _stack_steps(trace: Trace, stack: str) -> list[Step]:
 
 def _attention_steps(trace: Trace, stack: str, attention: str, site: str, held: set[str]) -> list[Step]:
     facts = trace.facts
-    d_head = facts.d_model // facts.n_heads
+    z = trace.captured.get(f"{attention}.hook_z")  # (heads, tokens, d_head)
+    d_head = facts.d_model // facts.n_heads if z is None else z.shape[-1]
     shared = (f" Here {facts.n_heads} query heads share {facts.n_kv_heads} key and value heads."
               if facts.n_kv_heads != facts.n_heads else "")
-    scale = (f" divided by √d_head = √{d_head} ({math.sqrt(d_head):.2f}) so that the softmax does not saturate"
-             if facts.family.startswith("from-scratch") else " scaled (the paper divides by √d_head)")
     mask = trace.masks.get(site)  # (queries, keys), True where a key may be seen
     masked = 0 if mask is None else int((~mask).sum())
     causal = mask is not None and np.array_equal(mask, np.tril(np.ones_like(mask)))
@@ -193,9 +192,9 @@ def _attention_steps(trace: Trace, stack: str, attention: str, site: str, held: 
             "Rotary position embeddings: each query and key is turned by angles that grow with its position, so a "
             "score depends on how far apart two tokens are. Shown: the rotated queries."), "head",
             f"{attention}.hook_rot_q", site),
-        Step(f"{stack}.scores", "Scores: QKᵀ, scaled", (
-            f"Every query meets every key: a dot product for each pair (QKᵀ),{scale}. One row of scores for each "
-            "token."), "head", f"{attention}.hook_attn_scores", site),
+        Step(f"{stack}.scores", "Scores from QKᵀ", (
+            f"Every query meets every key: a dot product for each pair (QKᵀ){_scores_text(trace, attention, d_head)} "
+            "One row of scores for each token."), "head", f"{attention}.hook_attn_scores", site),
         Step(f"{stack}.mask", "The mask", (
             f"{masked:,} of the scores are hidden from this head: set to −∞ (hatched), they get no weight. "
             + ("The causal mask hides each token's future: it may look only at itself and the tokens before it."
@@ -214,6 +213,28 @@ def _attention_steps(trace: Trace, stack: str, attention: str, site: str, held: 
             f"{stack}.0.hook_attn_out"),
     ]
     return [step for step in steps if step.hook is None or step.hook in held]
+
+
+def _scores_text(trace: Trace, attention: str, d_head: int) -> str:
+    """What this run's scores are, read from it: head 0's QKᵀ (its queries and keys as attention read them) against its
+    scores, one number apart (the scale), or more than that (a position bias, or a cap)."""
+    captured = trace.captured
+    query = captured.get(f"{attention}.hook_rot_q", captured.get(f"{attention}.hook_q"))  # (heads, q_len, d_head)
+    key = captured.get(f"{attention}.hook_rot_k", captured.get(f"{attention}.hook_k"))  # (kv_heads, k_len, d_head)
+    scores = captured.get(f"{attention}.hook_attn_scores")  # (heads, q_len, k_len), before the mask
+    if query is None or key is None or scores is None:
+        return ", then scaled as this model does (the paper divides by √d_head)."
+    product = query[0].astype(np.float64) @ key[0].astype(np.float64).T  # (q_len, k_len): head 0 reads key head 0
+    score = scores[0].astype(np.float64)
+    usable = np.isfinite(score) & (np.abs(product) > 1e-6 * max(float(np.abs(product).max()), 1e-30))
+    scale = float(np.median(score[usable] / product[usable])) if usable.any() else math.nan
+    if not math.isfinite(scale) or not np.allclose(score, product * scale, rtol=1e-3,
+                                                   atol=1e-4 * max(float(np.abs(score).max()), 1e-30)):
+        return (f". This model's scores are not QKᵀ times one number: it adds a bias by position, or caps them "
+                f"(its positions: {trace.facts.positional}).")
+    if math.isclose(scale, 1 / math.sqrt(d_head), rel_tol=1e-3):
+        return f", divided by √d_head = √{d_head} ({math.sqrt(d_head):.2f}) so that the softmax does not saturate."
+    return f", times {scale:.4g} (this model's scale; the paper's is 1/√d_head = {1 / math.sqrt(d_head):.4g})."
 
 
 def _sum_steps(facts: ModelFacts, stack: str, which: str, residual: str, norm: str, held: set[str],
