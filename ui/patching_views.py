@@ -166,7 +166,8 @@ def show_patching(model_id: str, found: Patching, word: str) -> None:
         prefix = "Attribution patching's estimate for" if found.estimated else "Patching"
         title = f"{prefix} {KIND_LABELS[kind]}: the share of the clean logit difference restored"
         if kind in HEAD_KINDS:
-            figure = head_shares_heatmap(normalised, title, "restored")
+            figure = head_shares_heatmap(normalised, title, "restored", clickable=False, least=1.0)  # as the
+            # position grids: 1 = the clean run, whatever the largest cell
         else:
             figure = patching_heatmap(normalised, found.clean_tokens, title)
         st.plotly_chart(figure, key=f"attribution_{word}_{kind}")

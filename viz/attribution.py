@@ -12,11 +12,13 @@ import plotly.graph_objects as go
 from attention_atlas.viz.tokens import plotly_label
 
 
-def head_shares_heatmap(shares: np.ndarray, title: str, measure: str) -> go.Figure:
-    """shares (layers, heads): each head's direct share, on a scale centred at 0. Over each cell lies an invisible
-    marker (trace 1, point index = layer * heads + head) that a click selects (`ui.pickers.clicked_head`)."""
+def head_shares_heatmap(shares: np.ndarray, title: str, measure: str, *, clickable: bool = True,
+                        least: float = 0.0) -> go.Figure:
+    """shares (layers, heads): each head's value (NaN: none yet), on a scale centred at 0 reaching at least `least`.
+    Over each cell lies an invisible marker (trace 1, point index = layer * heads + head) that a click selects
+    (`ui.pickers.clicked_head`), its hover saying so where the page opens the head (`clickable`)."""
     layers, heads = shares.shape
-    reach = float(np.abs(shares).max()) or 1.0
+    reach = max(least, float(np.nanmax(np.abs(shares))) if np.isfinite(shares).any() else 0.0) or 1.0
     layer_of, head_of = np.divmod(np.arange(layers * heads), heads)
     hover = "layer %{y} · head %{x}<br>" + measure + ": %{z:+.4g}<extra></extra>"
     return go.Figure({  # one dict, validated once
@@ -27,8 +29,8 @@ def head_shares_heatmap(shares: np.ndarray, title: str, measure: str) -> go.Figu
             {"type": "scatter", "x": head_of, "y": layer_of, "mode": "markers", "showlegend": False,
              "marker": {"symbol": "square", "size": 14, "color": "rgba(0,0,0,0)"},
              "customdata": shares.reshape(-1, 1).astype(np.float64),
-             "hovertemplate": "layer %{y} · head %{x}<br>" + measure + ": %{customdata[0]:+.4g}<br>click to open"
-                              "<extra></extra>"},
+             "hovertemplate": "layer %{y} · head %{x}<br>" + measure + ": %{customdata[0]:+.4g}"
+                              + ("<br>click to open" if clickable else "") + "<extra></extra>"},
         ],
         "layout": {
             "title": {"text": title, "x": 0, "xanchor": "left"},
