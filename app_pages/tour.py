@@ -5,6 +5,7 @@ words and the value each draws come from model/inspect/tour.py; Back and Next wa
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 
 import numpy as np
@@ -37,15 +38,15 @@ PRESENTER_FONT = 17  # px, the figures' text in presenter mode (plotly's default
 PRESENTER_HEIGHT = 480  # px at least: a figure fills the screen's lower part at 1280 x 720
 
 
-def draw(drawn: DeltaGenerator, figure: go.Figure, name: str, table: pd.DataFrame) -> None:
-    """The step's figure, its text larger in presenter mode, and its downloads (`table`: the values drawn, whole
-    where a CSV holds them)."""
+def draw(drawn: DeltaGenerator, figure: go.Figure, name: str, table: Callable[[], pd.DataFrame]) -> None:
+    """The step's figure, its text larger in presenter mode, and its downloads (`table` makes the values drawn, whole
+    where a CSV holds them, when the CSV button is pressed)."""
     if st.session_state.get("tour_present"):
         figure.update_layout(font={"size": PRESENTER_FONT}, title_font_size=PRESENTER_FONT + 3,
                              height=max(figure.layout.height or 0, PRESENTER_HEIGHT))
     drawn.plotly_chart(figure, key="tour_figure")
     with drawn:
-        downloads(figure, name, "tour_figure_files", constant(table))
+        downloads(figure, name, "tour_figure_files", table)
 
 
 def table_of(value: np.ndarray, rows: list[str], columns: list[str]) -> pd.DataFrame:
@@ -128,7 +129,8 @@ def show_matrix(drawn: DeltaGenerator, value: np.ndarray, rows: list[str], title
     """A (rows, columns) value drawn cut at the step heatmap's limit, with a note where it is cut."""
     note = truncation_note(value.shape)
     columns = dimension_names(value.shape[1])
-    draw(drawn, step_heatmap(value, rows, columns, title, axis_titles=names), name, table_of(value, rows, columns))
+    draw(drawn, step_heatmap(value, rows, columns, title, axis_titles=names), name,
+         partial(table_of, value, rows, columns))
     if note and not csv_fits(*value.shape):
         drawn.caption(note.split(";")[0] + ".")
     elif note:
@@ -183,7 +185,8 @@ def show_head_step(trace: Trace, step: Step, head: int, words: DeltaGenerator, d
                 return
             words.markdown(literal(verdict(guess, right, choices)) + f" ({pattern[row, seen[right]]:.0%})")
             figure = mark_cell(figure, row, int(seen[right]))
-        draw(drawn, figure, file_name(trace.facts.model_id, "tour", step.key, head), table_of(pattern, queries, keys))
+        draw(drawn, figure, file_name(trace.facts.model_id, "tour", step.key, head),
+             partial(table_of, pattern, queries, keys))
         return
     value = trace.captured[step.hook]
     name = file_name(trace.facts.model_id, "tour", step.key, head)
@@ -195,7 +198,7 @@ def show_head_step(trace: Trace, step: Step, head: int, words: DeltaGenerator, d
     shown = np.where(allowed, one, -np.inf) if step.kind == "mask" else one  # (queries, keys)
     title = f"{step.hook} · head {head}" + (" · masked" if step.kind == "mask" else "")
     draw(drawn, step_heatmap(shown, queries, keys, title, axis_titles=("query", "key")), name,
-         table_of(shown, queries, keys))
+         partial(table_of, shown, queries, keys))
 
 
 def show_layers(trace: Trace, step: Step, tokens: list[str], words: DeltaGenerator, drawn: DeltaGenerator) -> None:
@@ -209,7 +212,7 @@ def show_layers(trace: Trace, step: Step, tokens: list[str], words: DeltaGenerat
     lengths, blocks = norms(stream), [f"after block {layer}" for layer in range(layers)]  # (layers, tokens)
     figure = layer_token_heatmap(lengths, blocks, tokens, f"‖{stack}.*.{post}‖ for each token", "length")
     draw(drawn, figure, file_name(trace.facts.model_id, "tour", step.key),
-         table_of(lengths, blocks, [position_label(i, t) for i, t in enumerate(tokens)]))
+         partial(table_of, lengths, blocks, [position_label(i, t) for i, t in enumerate(tokens)]))
 
 
 def show_next_token(trace: Trace, words: DeltaGenerator, drawn: DeltaGenerator) -> None:
@@ -234,7 +237,7 @@ def show_next_token(trace: Trace, words: DeltaGenerator, drawn: DeltaGenerator) 
         words.markdown(literal(verdict(guess, order.index(0), choices)))
         figure = mark_bar(figure, 0)
     draw(drawn, figure, file_name(trace.facts.model_id, "tour", "next token"),
-         pd.DataFrame({"token": texts, "probability": probabilities}))
+         constant(pd.DataFrame({"token": texts, "probability": probabilities})))
     words.markdown(f"The output: **{literal(repr(visible_token(texts[0])))}**, {probabilities[0]:.1%}.")
 
 
