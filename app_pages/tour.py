@@ -207,9 +207,10 @@ def show_layers(trace: Trace, step: Step, tokens: list[str], words: DeltaGenerat
     layers = trace.n_layers(f"{stack}.attn")
     post = "hook_normalized_resid_post" if f"{stack}.0.hook_normalized_resid_post" in trace.captured \
         else "hook_resid_post"
-    stream = np.stack([trace.captured[f"{stack}.{layer}.{post}"] for layer in range(layers)])  # (layers, tokens, d)
-    words.caption(shape_label(("layers", "tokens", "d_model"), stream.shape))
-    lengths, blocks = norms(stream), [f"after block {layer}" for layer in range(layers)]  # (layers, tokens)
+    outputs = [trace.captured[f"{stack}.{layer}.{post}"] for layer in range(layers)]  # each (tokens, d_model)
+    words.caption(shape_label(("layers", "tokens", "d_model"), (layers, *outputs[0].shape)))
+    lengths = np.stack([norms(output) for output in outputs])  # (layers, tokens): no copy of every layer's vectors
+    blocks = [f"after block {layer}" for layer in range(layers)]
     figure = layer_token_heatmap(lengths, blocks, tokens, f"‖{stack}.*.{post}‖ for each token", "length")
     draw(drawn, figure, file_name(trace.facts.model_id, "tour", step.key),
          partial(table_of, lengths, blocks, [position_label(i, t) for i, t in enumerate(tokens)]))
