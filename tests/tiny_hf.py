@@ -109,7 +109,13 @@ DECODER_TYPES: dict[str, dict[str, object]] = {
     "starcoder2": {"sliding_window": 3},
     "cohere": {},  # parallel, LayerNorm without bias
     "smollm3": {},
+    # computing attention in their own code (model/hf/own_attention.py)
+    "gpt_neo": {"attention_types": [[["global", "local"], 1]], "window_size": 3,  # unscaled, every other layer local
+                "intermediate_size": None},  # 4 d_model, as TransformerLens reads it
+    "bloom": {},  # ALiBi; attention and MLP modules that add the residual themselves
+    "falcon": {"new_decoder_architecture": True, "num_kv_heads": 2, "ffn_hidden_size": 64},  # grouped, parallel
 }
+DISTINCT_NORMS = {"falcon"}  # two norms read the block's input (ln_attn, ln_mlp): made unlike, as trained ones are
 ENCODER_TYPES: dict[str, tuple[str, dict[str, object]]] = {  # type -> (its model class in transformers, settings)
     "roberta": ("RobertaModel", {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
                                  "intermediate_size": 64, "max_position_embeddings": 70, "pad_token_id": 0}),
@@ -139,6 +145,11 @@ def build_type(model_type: str, folder: Path) -> Path:
     if model_type in DECODER_TYPES:
         config = transformers.AutoConfig.for_model(model_type, vocab_size=vocab, **(SHARED | DECODER_TYPES[model_type]))
         model, specials, template = transformers.AutoModelForCausalLM.from_config(config), LM_SPECIALS, "<s> $A"
+        if model_type in DISTINCT_NORMS:
+            with torch.no_grad():
+                for name, parameter in model.named_parameters():
+                    if ".ln_" in name:
+                        parameter.uniform_(0.5, 1.5)
     elif model_type in ENCODER_TYPES:
         model_class, settings = ENCODER_TYPES[model_type]
         vocab = len(dict.fromkeys(BERT_SPECIALS.values())) + len(WORDS)

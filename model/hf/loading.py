@@ -1,5 +1,6 @@
 """Loading a Hugging Face model safely from a local folder or a hub id, with eager attention
-(model/hf/heads.py's ATTENTION: eager that can also report the per-head values).
+(model/hf/heads.py's ATTENTION: eager that can also report the per-head values); a family that computes attention in
+its own code is loaded with transformers' eager attention and routed through the same (model/hf/own_attention.py).
 
 Safety: weights must be safetensors (pickle checkpoints can run code when loaded, so folders that
 only have .bin/.pt files are refused), and `trust_remote_code` is never set. A hub id that is not
@@ -20,7 +21,7 @@ import torch
 from torch import nn
 
 from attention_atlas.model.core.errors import UserError
-from attention_atlas.model.hf.families import Kind, family_of, kind_of
+from attention_atlas.model.hf.families import Kind, adapter_of, family_of, kind_of
 from attention_atlas.model.hf.heads import ATTENTION, register_attention
 from attention_atlas.model.hf.placement import Placement, budgets_text, is_spread, placement_words, serialise
 from attention_atlas.model.hf.runner import HFRunner
@@ -147,11 +148,15 @@ def load_hf_runner(
         config = transformers.AutoConfig.from_pretrained(where, **common)
         kind = kind_of(config.model_type)
 
+        adapter = adapter_of(config.model_type)
+        implementation = "eager" if adapter.own_attention else ATTENTION  # own code: routed once loaded
+
         def load_model(on: torch.device | str | Placement, dtype: torch.dtype = torch.float32) -> nn.Module:
             spread = on.load_kwargs() if isinstance(on, Placement) else {}
             model = _model_class(kind).from_pretrained(
-                where, attn_implementation=ATTENTION, use_safetensors=True, dtype=dtype, **common, **spread
+                where, attn_implementation=implementation, use_safetensors=True, dtype=dtype, **common, **spread
             )
+            adapter.route_attention(model)
             return model.eval() if spread else model.to(on).eval()
 
         try:

@@ -24,7 +24,8 @@ class Call:
 
     order: int
     input: torch.Tensor | None
-    output: torch.Tensor | None
+    output: torch.Tensor | None  # as returned (a copy)
+    changed_later: bool = False  # the model changed the output in place after it was returned (Falcon's MLP's)
 
 
 @dataclass
@@ -40,37 +41,42 @@ class Probe:
 
 @contextmanager
 def _watching(modules: list[nn.Module], probe: Probe) -> Iterator[None]:
-    """Record each module's first call into `probe` while inside."""
+    """Record each module's first call into `probe` while inside; on leaving, whether each output was changed since."""
     counter = itertools.count()
+    returned: dict[nn.Module, torch.Tensor] = {}
 
     def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
         if module not in probe.calls:
             inputs = args[0] if args else kwargs.get("hidden_states", kwargs.get("input"))
             result = out if isinstance(out, torch.Tensor) else out[0] if isinstance(out, tuple) and out else None
             probe.calls[module] = Call(next(counter), _tensor(inputs), _tensor(result))
+            if isinstance(result, torch.Tensor):
+                returned[module] = result
 
     handles = [m.register_forward_hook(hook, with_kwargs=True) for m in modules]
     try:
         yield
+        for module, result in returned.items():
+            call = probe.calls[module]
+            call.changed_later = not torch.equal(call.output, result.float())
     finally:
         for handle in handles:
             handle.remove()
 
 
 def _tensor(value: Any) -> torch.Tensor | None:
-    return value.detach().float() if isinstance(value, torch.Tensor) else None
+    """A float32 copy (the model may change the tensor in place later: Falcon adds attention's output to the MLP's)."""
+    return value.detach().to(torch.float32, copy=True) if isinstance(value, torch.Tensor) else None
 
 
 def probe_run(model: nn.Module, base: nn.Module, layers: nn.ModuleList, kind: str) -> Probe:
-    """Run the model once on PROBE_TOKENS tokens, recording the calls of the blocks, their parts and the parts'
-    parts, of every module outside the blocks, and the queries, keys and sliding window each attention module's
+    """Run the model once on PROBE_TOKENS tokens, recording the calls of every module (the blocks, their parts at any
+    depth, and every module outside the blocks), and the queries, keys and sliding window each attention module's
     attention function received."""
     inside = {m for block in layers for m in block.modules()}
     watched = [m for m in base.modules() if m not in inside]
     for block in layers:
-        watched.append(block)
-        for child in block.children():
-            watched += [child, *child.children()]
+        watched += block.modules()  # the block, its parts, and theirs at any depth (GPT-Neo's attention is nested)
     probe = Probe()
     reports = {m: {quantity: f"{quantity} {id(m)}" for quantity in ("query", "key", "window")} for m in inside}
     by_id = {str(id(m)): m for m in inside}

@@ -109,7 +109,8 @@ class FusedHeads:
     """The queries (part 0) or keys (part 1) of a fused query/key/value projection, the child `projection` of the
     attention module, split into heads: (batch, len, width) -> (batch, heads, len, d_head). Layout "blocks": every
     query head, then every key head, then every value head (Phi-3); "per head": each head's query, key and value side
-    by side (GPT-NeoX)."""
+    by side (GPT-NeoX); "per group": each key/value head's group of query heads, then its key and its value (Falcon's
+    new decoder architecture)."""
 
     projection: str
     part: int
@@ -119,6 +120,9 @@ class FusedHeads:
     d_head: int
 
     def split(self, out: torch.Tensor) -> torch.Tensor:
+        if self.layout == "per group":  # (batch, len, kv_heads, group + 2, d_head)
+            grouped = out.unflatten(-1, (self.kv_heads, -1, self.d_head))
+            return (grouped[..., :-2, :].flatten(-3, -2) if self.part == 0 else grouped[..., -2, :]).transpose(1, 2)
         if self.layout == "per head":
             return out.unflatten(-1, (self.heads, 3, self.d_head))[..., self.part, :].transpose(1, 2)
         start = 0 if self.part == 0 else self.heads * self.d_head
@@ -129,7 +133,19 @@ class FusedHeads:
         return ModuleTap(module.get_submodule(self.projection), lambda args, kwargs, out: self.split(out))
 
 
-TapMaker = NormValue | Reported | ProjectionHeads | OneRun | UpHalf | FusedHeads  # makes the tap from the module
+@dataclass(frozen=True)
+class Copied:
+    """A value read as a copy: the model changes it in place after the module returns it (Falcon adds attention's
+    output into the MLP's), and a capture on the CPU keeps what it reads without copying."""
+
+    read: Reader | NormValue | UpHalf | FusedHeads
+
+    def tap(self, module: nn.Module) -> ModuleTap:
+        inner = _tap(module, self.read)
+        return ModuleTap(module, lambda args, kwargs, out: inner.read(args, kwargs, out).clone())
+
+
+TapMaker = NormValue | Reported | ProjectionHeads | OneRun | UpHalf | FusedHeads | Copied  # makes the tap
 TapTable = dict[str, tuple[str, Reader | TapMaker]]  # hook name -> (module path, reader); "{i}": the layer
 
 

@@ -2,7 +2,8 @@
 random models from tests/tiny_hf.py): norms around each sublayer with soft-capping and sliding windows (Gemma 2),
 attention and MLP in parallel with fused projections and partial rotary (GPT-NeoX), norms after each sublayer with
 query and key norms (OLMo 2), a mixture of experts (Mixtral), flattened positions and learned positions (OPT), a
-DistilBERT encoder, a ModernBERT encoder (a bidirectional sliding window) and a pre-norm encoder-decoder (mBART)."""
+DistilBERT encoder, a ModernBERT encoder (a bidirectional sliding window), a pre-norm encoder-decoder (mBART), and the
+types that compute attention in their own code: GPT-Neo (unscaled, local layers), BLOOM (ALiBi) and Falcon."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from streamlit.testing.v1 import AppTest
 from tests.app.app_session import TABBED, open_app_page
 from tests.tiny_hf import build, build_type
 
-LAYOUTS = ("gemma2", "gpt_neox", "olmo2", "mixtral", "opt", "distilbert", "mbart", "gemma3_text", "modernbert")
+LAYOUTS = ("gemma2", "gpt_neox", "olmo2", "mixtral", "opt", "distilbert", "mbart", "gemma3_text", "modernbert",
+           "gpt_neo", "bloom", "falcon")
 PLAIN = ("app_pages/overview.py", "app_pages/step_through.py", "app_pages/generate.py", "app_pages/ablation.py")
 
 

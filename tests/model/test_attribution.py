@@ -53,8 +53,9 @@ def test_every_heads_and_mlps_share_is_transformer_lens_own(tmp_path, family: st
     assert np.abs(ours.heads).max() > 1e-3  # the heads do write in that direction: a comparison of zeros proves nothing
 
 
-ADDS_UP = ["gpt_neox", "phi", "olmo", "cohere", "opt", "qwen3", "mixtral", "gemma"]  # parallel blocks, norms
-# without weights or bias, learned positions, query/key norms, experts, embeddings scaled
+ADDS_UP = ["gpt_neox", "phi", "olmo", "cohere", "opt", "qwen3", "mixtral", "gemma", "bloom", "falcon"]  # parallel
+# blocks, norms without weights or bias, learned positions, query/key norms, experts, embeddings scaled, ALiBi and
+# sublayers that add the residual themselves, a grouped fused projection
 
 
 @pytest.mark.parametrize("model_type", ADDS_UP)

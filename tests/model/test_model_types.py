@@ -16,6 +16,7 @@ from attention_atlas.model.core.options import RunOptions
 from attention_atlas.model.core.trace.hook_names import in_vocabulary
 from attention_atlas.model.hf.families import description
 from attention_atlas.model.hf.loading import load_hf_runner
+from attention_atlas.model.inspect.head_weights import head_weights
 from tests.tiny_hf import DECODER_TYPES, FAMILIES, SEQ2SEQ_TYPES, TYPES, bert_tokenizer, build_type
 
 TEXT, TARGET = "the quick brown fox jumps over the lazy dog", "the cat sat on the mat"
@@ -126,10 +127,41 @@ def test_encoder_decoders_write_an_output(type_runners, model_type: str) -> None
     assert trace.output_kind == "generated" and trace.target_ids
 
 
+@pytest.mark.parametrize("layout", [{"multi_query": True}, {"multi_query": False}])
+def test_falcons_older_layouts_are_its_eager_attention_and_add_up(tmp_path, layout: dict) -> None:
+    """Falcon-7B's layout (every query head, then one key and one value head; attention and MLP in parallel after one
+    norm) and the one with each head's query, key and value side by side, besides the new decoder architecture of
+    DECODER_TYPES: the patterns are eager's, the hooks add up, the heads' weights give the model's queries."""
+    config = transformers.FalconConfig(vocab_size=40, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                       ffn_hidden_size=64, bias=True, **layout)
+    torch.manual_seed(0)
+    transformers.FalconForCausalLM(config).save_pretrained(tmp_path)
+    bert_tokenizer().save_pretrained(tmp_path)
+    runner = load_hf_runner(str(tmp_path))
+    assert runner.facts.n_kv_heads == (1 if layout["multi_query"] else 4)
+    assert runner.family.unplaced == ("ln2.hook_scale", "ln2.hook_normalized")  # one norm before both
+    trace = runner.run(TEXT, options=RunOptions(hooks=("*",)))
+    eager = transformers.FalconForCausalLM.from_pretrained(tmp_path, attn_implementation="eager").eval()
+    with torch.inference_mode():
+        reference = eager(input_ids=torch.tensor([trace.ids]), output_attentions=True).attentions
+    c = {k: torch.from_numpy(np.asarray(v)) for k, v in trace.captured.items()}
+    for layer in range(2):
+        np.testing.assert_allclose(trace.pattern_source("decoder.attn", layer).pattern(dtype=np.float32),
+                                   reference[layer][0].numpy(), atol=1e-5)
+        hook = lambda name: c[f"decoder.{layer}.{name}"]  # noqa: B023, E731
+        torch.testing.assert_close(hook("hook_resid_post"),
+                                   hook("hook_resid_pre") + hook("hook_attn_out") + hook("hook_mlp_out"))
+    weights = head_weights(runner, "decoder.attn", 0, 3, len(trace.ids), len(trace.ids))
+    norm = runner.model.transformer.h[0].input_layernorm
+    normalized = c["decoder.0.ln1.hook_normalized"].numpy() * norm.weight.detach().numpy() + norm.bias.detach().numpy()
+    for projection, hook, head in ((weights.w_q, "hook_q", 3), (weights.w_v, "hook_v", weights.kv_head)):
+        bias = weights.b_q if hook == "hook_q" else weights.b_v
+        np.testing.assert_allclose(normalized @ projection + bias, c[f"decoder.0.attn.{hook}"][head], atol=1e-5)
+
+
 @pytest.mark.parametrize(("config", "reason"), [
-    (transformers.BloomConfig(hidden_size=32, n_layer=2, n_head=4), "computes attention in its own code"),
-    (transformers.FalconConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4),
-     "computes attention in its own code"),
+    (transformers.FalconConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, alibi=True),
+     "ALiBi"),  # Falcon-RW
     (transformers.DebertaV2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64),
      "computes attention in its own code"),  # an encoder: disentangled relative attention
     (transformers.LEDConfig(d_model=32, encoder_layers=1, decoder_layers=1), "is not supported"),  # no table

@@ -1,9 +1,10 @@
 """Every hook name means what it means in TransformerLens 3.9: the same weights loaded into its HookedTransformer,
-HookedEncoder or HookedEncoderDecoder (its own weight conversions) and run on the same tokens give the same value under
-the same name, for every hook both offer. GPT-2 (LayerNorm, a plain MLP, learned positions), Llama (RMSNorm, a gated
-MLP, rotary positions, grouped key/value heads) and BERT (post-norm, an encoder); GPT-NeoX, OPT, Phi-3, Qwen2, Qwen3,
-Mistral and Mixtral, and T5 (an encoder-decoder), as TransformerLens loads them from a folder. Tiny and random, their
-norms' weights made unlike 1 and 0 (where the meanings of `hook_normalized` before and after the weights agree)."""
+HookedEncoder or HookedEncoderDecoder (its own weight conversions) and run on the same tokens give the same value
+under the same name, for every hook both offer. GPT-2 (LayerNorm, a plain MLP, learned positions), Llama (RMSNorm, a
+gated MLP, rotary positions, grouped key/value heads) and BERT (post-norm, an encoder); GPT-NeoX, OPT, Phi-3, Qwen2,
+Qwen3, Mistral, Mixtral, GPT-Neo and BLOOM (attention in their own code), and T5 (an encoder-decoder), as
+TransformerLens loads them from a folder. Tiny and random, their norms' weights made unlike 1 and 0 (where the
+meanings of `hook_normalized` before and after the weights agree)."""
 
 from __future__ import annotations
 
@@ -67,6 +68,8 @@ OTHER_FAMILIES = {  # model type -> hook kinds beyond EVERY_BLOCK it must match
     "qwen3": {"hook_resid_mid", "hook_rot_q", "hook_pre_linear"},  # query and key norms
     "mistral": {"hook_resid_mid", "hook_rot_q", "hook_pre_linear"},  # a sliding window
     "mixtral": {"hook_resid_mid", "hook_rot_q"},  # a mixture of experts (no one hidden layer: no hook_pre/post)
+    "gpt_neo": {"hook_resid_mid", "hook_pos_embed"},  # attention in its own code: unscaled, local layers
+    "bloom": {"hook_resid_mid"},  # attention in its own code: ALiBi; normalised embeddings
 }
 
 

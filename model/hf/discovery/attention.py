@@ -33,14 +33,15 @@ def attention_table(attention: tuple[str, nn.Module], probe: Probe, rotary: bool
 
 def _fused_heads(module: nn.Module, probe: Probe) -> tuple[FusedHeads, FusedHeads] | None:
     """The readers of the queries and keys from a fused projection, whichever layout it has (Phi-3: every query, then
-    every key, then every value; GPT-NeoX: each head's query, key and value side by side): the one whose parts equal
+    every key, then every value; GPT-NeoX: each head's query, key and value side by side; Falcon: per key/value head,
+    its queries, key and value): the one whose parts equal
     at position 0, which the rotation leaves as it is, what attention read."""
     query, key = probe.queries[module], probe.keys.get(module)  # (heads or kv_heads, len, d_head)
     for name, child in module.named_children():
         call = probe.calls.get(child)
         if key is None or call is None or not is_projection(child) or call.output is None:
             continue
-        for layout in ("blocks", "per head"):
+        for layout in ("blocks", "per head", "per group"):
             readers = tuple(FusedHeads(name, part, layout, len(query), len(key), query.shape[-1]) for part in (0, 1))
             try:
                 made: list[torch.Tensor] = [reader.split(call.output)[0, :, 0] for reader in readers]  # (heads, d_head)

@@ -13,7 +13,7 @@ from attention_atlas.model.hf.discovery.mlp import find_mlp, mlp_table
 from attention_atlas.model.hf.discovery.norms import is_norm, norm_value
 from attention_atlas.model.hf.discovery.values import adds_up, same
 from attention_atlas.model.hf.probe import Call, Probe
-from attention_atlas.model.hf.taps import OneRun, TapTable, first_input, first_output, norm_hooks, output
+from attention_atlas.model.hf.taps import Copied, OneRun, TapTable, first_input, first_output, norm_hooks, output
 
 Part = tuple[str, nn.Module]  # (name in the block, module)
 SUMS = ("hook_attn_out", "hook_resid_mid", "hook_mlp_out", "hook_resid_post")  # the hooks the residual sums tie
@@ -77,7 +77,15 @@ def block_table(block: nn.Module, probe: Probe, rotary: bool) -> TapTable:
                      for name, (path, read) in table.items()}
     if not adds_up(parts.call.output, *sums):  # the block adds something else (a scaled output, a post-norm)
         table = _without(table, *SUMS)
-    return table
+    return _copied_where_changed(table, block, probe)
+
+
+def _copied_where_changed(table: TapTable, block: nn.Module, probe: Probe) -> TapTable:
+    """The table with the outputs that the model changes in place after their module returns them read as copies."""
+    changed = {name for name, module in block.named_modules() if module in probe.calls
+               and probe.calls[module].changed_later}
+    return {name: (path, Copied(read) if path in changed and read in (output, first_output) else read)
+            for name, (path, read) in table.items()}
 
 
 def _parts(block: nn.Module, probe: Probe) -> Parts | None:

@@ -85,12 +85,27 @@ def split_columns(whole: Affine, widths: tuple[int, ...]) -> list[Affine]:
     return [(w[:, lo:hi], None if b is None else b[lo:hi]) for lo, hi in pairwise(bounds)]
 
 
+def interleaved(whole: Affine, d_head: int) -> list[Affine]:
+    """A fused projection whose columns hold each head's query, key and value side by side ((heads, 3, d_head):
+    GPT-NeoX, BLOOM) as the q, k and v affines, each (d_model, heads x d_head)."""
+
+    def part(a: np.ndarray | None, i: int) -> np.ndarray | None:
+        return None if a is None else a.reshape(*a.shape[:-1], -1, 3, d_head)[..., i, :].reshape(*a.shape[:-1], -1)
+
+    return [(part(whole[0], i), part(whole[1], i)) for i in range(3)]
+
+
 class Adapter:
     """The default family: every model type that no family module lists (see the module's docstring)."""
 
     name: ClassVar[str] = "discovered"
     model_types: ClassVar[tuple[str, ...]] = ()  # the `model_type`s of the configs this adapter describes
     kind: ClassVar[str | None] = None  # "encoder", "decoder", "encoder-decoder"; None: from transformers' tables
+    own_attention: ClassVar[bool] = False  # computes attention in its own code: loaded eager, then `route_attention`
+
+    def route_attention(self, model: nn.Module) -> None:
+        """Where the family computes attention in its own code: its attention modules made to compute it through the
+        app's attention function (model/hf/own_attention.py). UserError for a layout of it that cannot be."""
 
     def family(self, model: nn.Module, config: Any, kind: str) -> Family:
         """Where the hooks of a loaded model are."""

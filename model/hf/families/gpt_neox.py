@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-import numpy as np
 from torch import nn
 
-from attention_atlas.model.hf.families.adapter import Adapter, LayerWeights, affine
+from attention_atlas.model.hf.families.adapter import Adapter, LayerWeights, affine, interleaved
 
 
 class GptNeoXAdapter(Adapter):
@@ -16,15 +15,8 @@ class GptNeoXAdapter(Adapter):
     model_types: ClassVar[tuple[str, ...]] = ("gpt_neox",)
 
     def layer_weights(self, attention: nn.Module, attn_out: nn.Module, layer: int) -> LayerWeights:
-        w, b = affine(attention.query_key_value)  # (d_model, heads x 3 x d_head)
         d_head = attention.head_size
-        heads = w.shape[1] // (3 * d_head)
-
-        def part(a: np.ndarray | None, i: int) -> np.ndarray | None:
-            """Columns (..., heads x 3 x d_head) -> part i (0 q, 1 k, 2 v) of every head, (..., heads x d_head)."""
-            return None if a is None else a.reshape(*a.shape[:-1], heads, 3, d_head)[..., i, :].reshape(
-                *a.shape[:-1], -1)
-
-        affines = {name: (part(w, i), part(b, i)) for i, name in enumerate("qkv")} | {"o": affine(attention.dense)}
+        q, k, v = interleaved(affine(attention.query_key_value), d_head)  # from (d_model, heads x 3 x d_head)
         scale, text = self.scale(attention, d_head, layer)
-        return LayerWeights(affines, heads, heads, d_head, scale, text)
+        heads = q[0].shape[1] // d_head
+        return LayerWeights({"q": q, "k": k, "v": v, "o": affine(attention.dense)}, heads, heads, d_head, scale, text)
