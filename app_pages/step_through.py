@@ -191,9 +191,10 @@ def show_qkv(h: Head, values: bool) -> None:
                     show_values=values, stem=h.stem)
 
 
-def scores_latex(w: HeadWeights) -> str:
-    """S as this model computes it: ÷√d_k, T5's unscaled scores plus its relative position bias, or another scale."""
-    bias = r" + B_{\text{relative position}}" if w.position_bias is not None else ""
+def scores_latex(w: HeadWeights, positional: str) -> str:
+    """S as this model computes it: ÷√d_k, T5's unscaled scores + its relative position bias (BLOOM's ALiBi) ..."""
+    name = "ALiBi" if positional == "ALiBi" else "relative position"
+    bias = rf" + B_{{\text{{{name}}}}}" if w.position_bias is not None else ""
     if w.softcap is not None:
         return rf"S = c \tanh\Big(\frac{{Q K^\top \times {w.scale:.4g}}}{{c}}\Big),\quad c = {w.softcap:g}"
     if w.scale == 1.0:
@@ -207,7 +208,7 @@ def show_scores(h: Head, values: bool) -> None:
     s, w = h.steps, h.weights
     axes = ("query tokens", "key tokens")
     show_matrix(s.qk, h.rows, h.cols, "Q Kᵀ", axes, "step_qk", show_values=values, stem=h.stem)
-    st.latex(scores_latex(w))
+    st.latex(scores_latex(w, h.trace.facts.positional))
     st.caption(f"Scale: {w.scale_text}.")
     show_matrix(s.scores, h.rows, h.cols, "S, the scaled scores", axes, "step_scores", show_values=values, stem=h.stem)
     st.latex(r"S_{\text{masked}} = S + M,\quad M_{ij} = \begin{cases}0 & \text{key } j \text{ visible to } i\\"
@@ -279,6 +280,8 @@ def page() -> None:
     site, layer, head = choose_head(trace)
     chosen = load_head(trace, site, layer, head)
     show_check(chosen)
+    if "shared layers" in trace.facts.notes:  # ALBERT: every block's weights are the same tensors
+        st.caption(f"Weights: {trace.facts.notes['shared layers']}; the block's input is its own.")
     show_gqa(chosen.weights)
     show_values = st.toggle("Write the numbers in the cells (up to 16 × 16)", key="step_show_values")
     url_state.write(step_values=show_values)

@@ -117,6 +117,9 @@ DECODER_TYPES: dict[str, dict[str, object]] = {
 }
 DISTINCT_NORMS = {"falcon"}  # two norms read the block's input (ln_attn, ln_mlp): made unlike, as trained ones are
 ENCODER_TYPES: dict[str, tuple[str, dict[str, object]]] = {  # type -> (its model class in transformers, settings)
+    "albert": ("AlbertModel", {"hidden_size": 32, "embedding_size": 16, "num_hidden_layers": 3,
+                               "num_attention_heads": 4, "intermediate_size": 64, "max_position_embeddings": 64,
+                               "pad_token_id": 0}),  # one layer's weights in every block, E = 16 < H = 32
     "roberta": ("RobertaModel", {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
                                  "intermediate_size": 64, "max_position_embeddings": 70, "pad_token_id": 0}),
     "distilbert": ("DistilBertModel", {"dim": 32, "n_layers": 2, "n_heads": 4, "hidden_dim": 64,

@@ -91,7 +91,7 @@ def model_facts(model_id: str, model: nn.Module, family: Family, notes: dict[str
     sizes = adapter_of(c.model_type).sizes(c, "encoder" if family.kind != "decoder" else "decoder")
     n_heads, n_kv, d_model = sizes.n_heads, sizes.n_kv_heads, sizes.d_model
     layers = {stack: count(c) for stack, count in family.layer_counts.items()}
-    notes = {**notes, **_layout_notes(c, family)}
+    notes = {**notes, **_layout_notes(c, family), **adapter_of(c.model_type).notes(c)}
     if n_kv != n_heads:
         notes = {**notes, "grouped-query attention": f"query head h reads key/value head h // {n_heads // n_kv}"}
     return ModelFacts(

@@ -156,7 +156,7 @@ def load_hf_runner(
             model = _model_class(kind).from_pretrained(
                 where, attn_implementation=implementation, use_safetensors=True, dtype=dtype, **common, **spread
             )
-            adapter.route_attention(model)
+            adapter.prepare(model)
             return model.eval() if spread else model.to(on).eval()
 
         try:

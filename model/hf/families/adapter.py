@@ -101,11 +101,17 @@ class Adapter:
     name: ClassVar[str] = "discovered"
     model_types: ClassVar[tuple[str, ...]] = ()  # the `model_type`s of the configs this adapter describes
     kind: ClassVar[str | None] = None  # "encoder", "decoder", "encoder-decoder"; None: from transformers' tables
-    own_attention: ClassVar[bool] = False  # computes attention in its own code: loaded eager, then `route_attention`
+    own_attention: ClassVar[bool] = False  # computes attention in its own code: loaded eager, routed by `prepare`
 
-    def route_attention(self, model: nn.Module) -> None:
-        """Where the family computes attention in its own code: its attention modules made to compute it through the
-        app's attention function (model/hf/own_attention.py). UserError for a layout of it that cannot be."""
+    def prepare(self, model: nn.Module) -> None:
+        """What the family changes in a model once, as it loads (never per run): where it computes attention in its
+        own code, its attention modules made to compute it through the app's attention function
+        (model/hf/own_attention.py); where its blocks share one layer, a module for each. UserError for a layout of
+        the family that cannot be read."""
+
+    def notes(self, config: Any) -> dict[str, str]:
+        """What the model card says of the family's layout beyond the facts' fields."""
+        return {}
 
     def family(self, model: nn.Module, config: Any, kind: str) -> Family:
         """Where the hooks of a loaded model are."""

@@ -62,7 +62,7 @@ class BloomAdapter(Adapter):
     model_types: ClassVar[tuple[str, ...]] = ("bloom",)
     own_attention = True
 
-    def route_attention(self, model: nn.Module) -> None:
+    def prepare(self, model: nn.Module) -> None:
         if model.config.apply_residual_connection_post_layernorm:
             raise UserError("this BLOOM adds the normalised stream back (apply_residual_connection_post_layernorm), "
                             "which the app cannot read yet.")

@@ -30,7 +30,7 @@ class FalconAdapter(Adapter):
     model_types: ClassVar[tuple[str, ...]] = ("falcon",)
     own_attention = True
 
-    def route_attention(self, model: nn.Module) -> None:
+    def prepare(self, model: nn.Module) -> None:
         if model.config.alibi:
             raise UserError("this Falcon places its tokens with ALiBi (as Falcon-RW does), which the app reads in "
                             "BLOOM but not yet in Falcon; Falcon models with rotary positions open.")

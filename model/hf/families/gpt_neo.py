@@ -19,7 +19,7 @@ class GptNeoAdapter(Adapter):
     model_types: ClassVar[tuple[str, ...]] = ("gpt_neo",)
     own_attention = True
 
-    def route_attention(self, model: nn.Module) -> None:
+    def prepare(self, model: nn.Module) -> None:
         route_modules(model, "GPTNeoSelfAttention", _self_attention)
 
     def scale(self, attention: nn.Module, d_head: int, layer: int) -> tuple[float, str]:
