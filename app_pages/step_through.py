@@ -192,8 +192,8 @@ def show_qkv(h: Head, values: bool) -> None:
 
 
 def scores_latex(w: HeadWeights, positional: str) -> str:
-    """S as this model computes it: ÷√d_k, T5's unscaled scores + its relative position bias (BLOOM's ALiBi) ..."""
-    name = "ALiBi" if positional == "ALiBi" else "relative position"
+    """S as this model computes it: ÷√d_k, T5's unscaled scores + its position bias (ALiBi, DeBERTa's c2p + p2c)..."""
+    name = "ALiBi" if positional == "ALiBi" else "c2p + p2c" if "disentangled" in positional else "relative position"
     bias = rf" + B_{{\text{{{name}}}}}" if w.position_bias is not None else ""
     if w.softcap is not None:
         return rf"S = c \tanh\Big(\frac{{Q K^\top \times {w.scale:.4g}}}{{c}}\Big),\quad c = {w.softcap:g}"

@@ -117,6 +117,12 @@ DECODER_TYPES: dict[str, dict[str, object]] = {
 }
 DISTINCT_NORMS = {"falcon"}  # two norms read the block's input (ln_attn, ln_mlp): made unlike, as trained ones are
 ENCODER_TYPES: dict[str, tuple[str, dict[str, object]]] = {  # type -> (its model class in transformers, settings)
+    "deberta-v2": ("DebertaV2Model", {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+                                      "intermediate_size": 64, "max_position_embeddings": 64, "pad_token_id": 0,
+                                      "relative_attention": True, "pos_att_type": ["p2c", "c2p"],
+                                      "position_biased_input": False, "position_buckets": 4,
+                                      "max_relative_positions": 16, "norm_rel_ebd": "layer_norm",
+                                      "share_att_key": True}),  # v3's settings; buckets beyond a distance of 2
     "albert": ("AlbertModel", {"hidden_size": 32, "embedding_size": 16, "num_hidden_layers": 3,
                                "num_attention_heads": 4, "intermediate_size": 64, "max_position_embeddings": 64,
                                "pad_token_id": 0}),  # one layer's weights in every block, E = 16 < H = 32

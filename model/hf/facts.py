@@ -28,14 +28,16 @@ def source_bytes(config: Any, family: Family, length: int, number_bytes: int = 4
     2: a model running in bfloat16 or float16, whose queries and keys are kept in it):
       query (heads, L, d_head) and key (kv_heads, L, d_head): O(L x d), the part that grows with the model;
     per site, shared by its layers:
-      the mask (L, L) bool, and in T5 the position bias (heads, L, L) float32 (cross-attention's is zeros): O(L²).
+      the mask (L, L) bool, and in T5 the position bias (heads, L, L) float32 (cross-attention's is zeros): O(L²);
+      in DeBERTa each layer's own position bias.
     """
     per_token = per_pair = 0  # bytes that grow with L, and with L²
     for stack, count in family.layer_counts.items():
         sizes = adapter_of(config.model_type).sizes(config, stack)  # kv heads: fewer in grouped-query attention
         sites = 2 if stack == "decoder" and family.kind == "encoder-decoder" else 1  # self, and cross
         per_token += sites * count(config) * (sizes.n_heads + sizes.n_kv_heads) * sizes.d_head * number_bytes
-        per_pair += sites * (1 + (sizes.n_heads * 4 if family.position_bias else 0))
+        biases = (count(config) if family.bias_per_layer else 1) if family.position_bias else 0
+        per_pair += sites * (1 + sizes.n_heads * 4 * biases)
     return length * per_token + length**2 * per_pair
 
 

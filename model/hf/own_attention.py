@@ -1,5 +1,5 @@
-"""The second capture path: attention that a family computes in its own code (BLOOM, Falcon, GPT-Neo), not through
-transformers' attention interface, made to go through the app's attention function (model/hf/heads.py).
+"""The second capture path: attention that a family computes in its own code (BLOOM, Falcon, GPT-Neo, DeBERTa-v2),
+not through transformers' attention interface, made to go through the app's attention function (model/hf/heads.py).
 
 Such a model is loaded with transformers' eager attention (its modules' own code has no other way in). Its family's
 adapter (model/hf/families/) then gives each of its attention modules a forward of the adapter's: the module's own
@@ -19,14 +19,14 @@ from typing import Any
 from torch import nn
 
 
-def route(module: nn.Module, forward: Callable[..., Any]) -> None:
-    """Make `forward(module, ...)` the forward of `module` (this instance only). Where accelerate spread the model
+def route(module: nn.Module, method: Callable[..., Any], name: str = "forward") -> None:
+    """Make `method(module, ...)` the method `name` of `module` (this instance only). Where accelerate spread the model
     (model/hf/placement.py) its hook wraps the forward it found as `_old_forward`: that one is replaced."""
-    bound = types.MethodType(forward, module)
-    if hasattr(module, "_old_forward"):
+    bound = types.MethodType(method, module)
+    if name == "forward" and hasattr(module, "_old_forward"):
         module._old_forward = bound
     else:
-        module.forward = bound
+        setattr(module, name, bound)
 
 
 def route_modules(model: nn.Module, class_name: str, forward: Callable[..., Any]) -> int:

@@ -182,6 +182,7 @@ class Family:
     layer_taps: dict[str, TapTable]  # stack -> taps once per layer ("{i}" in paths and names)
     layer_counts: dict[str, Callable[[Any], int]]  # stack -> config -> number of layers
     position_bias: bool = False  # attention adds a (heads, q_len, k_len) bias to the scores (T5's relative positions)
+    bias_per_layer: bool = False  # that bias is each layer's own (DeBERTa's position terms), not one a site shares
     final_norm: str | None = None  # path of the last stack's final norm (what the logit lens reads through)
     unplaced: tuple[str, ...] = ()  # hooks a model of this layout has that could not be placed (model/hf/discovery.py)
     windows: tuple[int, ...] = ()  # per layer: the sliding window its attention reads (0: none); () if none slides

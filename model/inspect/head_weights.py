@@ -67,7 +67,8 @@ class HeadWeights:
     scale: float  # what Q K^T is multiplied by
     scale_text: str  # how a person reads it: "1/√8", "1 (T5 does not scale)"
     rotary: Rotary | None = None  # rotary models only
-    position_bias: np.ndarray | None = None  # (q_len, k_len) added to the scores (T5's relative buckets), else None
+    position_bias: np.ndarray | None = None  # (q_len, k_len) added to the scores (T5's relative buckets, ALiBi,
+    # DeBERTa's position terms), else None
     q_norm: QueryKeyNorm | None = None
     k_norm: QueryKeyNorm | None = None
     softcap: float | None = None  # scores capped to c tanh(score / c) before the mask (Gemma 2)
@@ -96,9 +97,11 @@ def head_weights(runner: Runner, site: str, layer: int, head: int, q_len: int, k
         scale, scale_text = source.scale, f"{source.scale:.4g} (the model's own scale)"
     kinds = getattr(model.config, "layer_types", None)  # each layer's kind, where a model rotates kinds differently
     rotary = _rotary(model, k_len, kinds[layer] if kinds else None) if runner.facts.positional == "rotary" else None
+    bias = adapter.score_bias(model, site, head, q_len, k_len)
+    if bias is None and source is not None and source.bias is not None:  # computed from the run (DeBERTa's terms)
+        bias = np.asarray(source.bias[head], np.float32)
     weights = _slice(layer_weights.affines, head, layer_weights.n_heads, layer_weights.n_kv_heads,
-                     layer_weights.d_head, scale, scale_text, rotary,
-                     adapter.score_bias(model, site, head, q_len, k_len))
+                     layer_weights.d_head, scale, scale_text, rotary, bias)
     d_head, affines = layer_weights.d_head, layer_weights.affines
     return replace(weights, q_norm=_query_key_norm(module, ("q_norm", "q_layernorm"), affines["q"], head, d_head),
                    k_norm=_query_key_norm(module, ("k_norm", "k_layernorm"), affines["k"], weights.kv_head, d_head),

@@ -4,7 +4,7 @@ attention and MLP in parallel with fused projections and partial rotary (GPT-Neo
 query and key norms (OLMo 2), a mixture of experts (Mixtral), flattened positions and learned positions (OPT), a
 DistilBERT encoder, a ModernBERT encoder (a bidirectional sliding window), a pre-norm encoder-decoder (mBART), and the
 types that compute attention in their own code: GPT-Neo (unscaled, local layers), BLOOM (ALiBi) and Falcon; and
-ALBERT (one layer's weights in every block, a factorised embedding)."""
+ALBERT (one layer's weights in every block, a factorised embedding) and DeBERTa-v3 (disentangled attention)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from tests.app.app_session import TABBED, open_app_page
 from tests.tiny_hf import build, build_type
 
 LAYOUTS = ("gemma2", "gpt_neox", "olmo2", "mixtral", "opt", "distilbert", "mbart", "gemma3_text", "modernbert",
-           "gpt_neo", "bloom", "falcon", "albert")
+           "gpt_neo", "bloom", "falcon", "albert", "deberta-v2")
 PLAIN = ("app_pages/overview.py", "app_pages/step_through.py", "app_pages/generate.py", "app_pages/ablation.py")
 
 
@@ -73,14 +73,20 @@ def test_the_masks_page_draws_a_sliding_window_as_what_it_is(type_folders) -> No
     assert f"{(n - 3) * (n - 2) // 2} window" in counts[-1] and f"{n * (n - 1) // 2} causal" in counts[-1]
 
 
-def test_step_through_adds_bloom_s_alibi_and_says_albert_s_weights_are_shared(type_folders) -> None:
-    """BLOOM's scores carry ALiBi, named in the formula, and the head recomputed with it matches the model's; on
-    ALBERT the page says the weights it reads are the ones every block applies."""
+def test_step_through_adds_alibi_and_debertas_position_terms_and_says_albert_s_weights_are_shared(type_folders) -> None:
+    """BLOOM's scores carry ALiBi and DeBERTa's its content-to-position and position-to-content terms, named in the
+    formula, and the head recomputed with them matches the model's; on ALBERT the page says the weights it reads are
+    the ones every block applies."""
     at = open_app_page("app_pages/step_through.py", folder=str(type_folders["bloom"]), text="the cat sat on the mat")
     _ok(at, "BLOOM")
     assert any(r"B_{\text{ALiBi}}" in formula.value for formula in at.latex)
     head_output = float(at.success[0].value.split("the head's output to ")[1].split(" ")[0])
     assert head_output < 1e-5
+    at = open_app_page("app_pages/step_through.py", folder=str(type_folders["deberta-v2"]),
+                       text="the cat sat on the mat")
+    _ok(at, "DeBERTa")
+    assert any(r"B_{\text{c2p + p2c}}" in formula.value for formula in at.latex)
+    assert float(at.success[0].value.split("the head's output to ")[1].split(" ")[0]) < 1e-5
     at = open_app_page("app_pages/step_through.py", folder=str(type_folders["albert"]), text="the cat sat on the mat")
     _ok(at, "ALBERT")
     assert "Weights: one layer's weights, applied by every one of its 3 blocks" in " ".join(c.value for c in at.caption)

@@ -1,0 +1,102 @@
+"""DeBERTa-v2 and v3: a BERT-style post-norm encoder with disentangled attention, computed in its own code (routed
+through the app's attention, model/hf/own_attention.py). Its scores add, to the content-to-content term Q K^T, a
+content-to-position term (each query against the embedding of its distance to the key, `c2p`) and a
+position-to-content term (each key against the embedding of the query's distance to it, `p2c`), all divided by
+√(d_head x the number of terms). The two position terms reach the app's attention as one bias per layer, (heads,
+q_len, k_len), computed by the model's own code from its relative position embeddings (in log buckets beyond a
+distance, in v3). v3 adds no absolute positions to its embeddings; v2 may (`position_biased_input`)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from attention_atlas.model.core.masks import additive_mask
+from attention_atlas.model.hf.families.adapter import Adapter, LayerWeights, affine
+from attention_atlas.model.hf.families.bert import post_norm_encoder
+from attention_atlas.model.hf.heads import attention
+from attention_atlas.model.hf.own_attention import route, route_modules
+from attention_atlas.model.hf.taps import Family, output
+
+LAYER = "encoder.layer.{i}"
+DEBERTA = replace(post_norm_encoder(
+    "DeBERTa-v2", LAYER, "attention.self", ("attention.output.dense", output), "attention.output.LayerNorm",
+    ("intermediate.dense", output), ("intermediate", output), "output.dense", "output.LayerNorm",
+    lambda c: c.num_hidden_layers), position_bias=True, bias_per_layer=True)
+
+
+class DebertaV2Adapter(Adapter):
+    name = "DeBERTa-v2"
+    model_types: ClassVar[tuple[str, ...]] = ("deberta-v2",)
+    kind = "encoder"
+    own_attention = True
+
+    def prepare(self, model: nn.Module) -> None:
+        route_modules(model, "DisentangledSelfAttention", _attention)
+        base = model.base_model
+        route(base.embeddings, _embeddings)
+        route(base.encoder, _additive_attention_mask, "get_attention_mask")
+
+    def family(self, model: nn.Module, config: Any, kind: str) -> Family:
+        positions = "disentangled relative positions"
+        if config.position_biased_input:  # v2: learned absolute positions added to the embeddings as well
+            return replace(DEBERTA, positional=f"learned absolute and {positions}")
+        stack = {k: v for k, v in DEBERTA.stack_taps["encoder"].items() if k != "hook_pos_embed"}
+        return replace(DEBERTA, positional=positions, stack_taps={"encoder": stack})
+
+    def layer_weights(self, attention: nn.Module, attn_out: nn.Module, layer: int) -> LayerWeights:
+        """`query_proj`, `key_proj`, `value_proj`; W_O is `attention.output.dense`; the scale 1/√(d_head x terms)."""
+        affines = {"q": affine(attention.query_proj), "k": affine(attention.key_proj),
+                   "v": affine(attention.value_proj), "o": affine(attn_out)}
+        heads, d_head = attention.num_attention_heads, attention.attention_head_size
+        terms = _terms(attention)
+        return LayerWeights(affines, heads, heads, d_head, 1 / math.sqrt(d_head * terms),
+                            f"1/√({d_head} × {terms}) (DeBERTa divides by √d_head for each of its {terms} terms)")
+
+
+def _terms(attention: nn.Module) -> int:
+    """How many terms the scores add: content-to-content, and c2p and p2c where the model has them."""
+    return 1 + sum(kind in attention.pos_att_type for kind in ("c2p", "p2c"))
+
+
+def _attention(self: nn.Module, hidden_states: torch.Tensor, attention_mask: torch.Tensor,
+               output_attentions: bool = False, query_states: torch.Tensor | None = None,
+               relative_pos: torch.Tensor | None = None,
+               rel_embeddings: torch.Tensor | None = None) -> tuple[torch.Tensor, None]:
+    """DisentangledSelfAttention's forward: softmax(Q K^T / √(d_head x terms) + c2p + p2c + M) V by the app's
+    attention, the position terms from the module's own `disentangled_attention_bias`."""
+    batch, heads = hidden_states.size(0), self.num_attention_heads
+    query_states = hidden_states if query_states is None else query_states
+    query, key, value = (self.transpose_for_scores(projection(x), heads) for projection, x in (
+        (self.query_proj, query_states), (self.key_proj, hidden_states), (self.value_proj, hidden_states)))
+    terms = _terms(self)  # query, key, value: (batch x heads, len, d_head)
+    bias = None
+    if self.relative_attention:
+        bias = self.disentangled_attention_bias(query, key, relative_pos, self.pos_dropout(rel_embeddings), terms)
+        bias = bias.view(batch, heads, *bias.shape[-2:])  # (batch, heads, q_len, k_len)
+    query, key, value = (x.view(batch, heads, *x.shape[-2:]) for x in (query, key, value))
+    out, _ = attention(self, query, key, value, attention_mask, scaling=1 / math.sqrt(query.size(-1) * terms),
+                       position_bias=bias)
+    return out.flatten(2), None  # out: (batch, len, heads, d_head)
+
+
+def _embeddings(self: nn.Module, input_ids: torch.Tensor | None = None, token_type_ids: torch.Tensor | None = None,
+                position_ids: torch.Tensor | None = None, mask: torch.Tensor | None = None,
+                inputs_embeds: torch.Tensor | None = None) -> torch.Tensor:
+    """The embeddings' forward, not multiplied by a 4D mask of the app's (which is no token mask; the app's padding
+    is hidden from every real token by that mask instead)."""
+    token_mask = None if mask is not None and mask.dim() == 4 else mask
+    return type(self).forward(self, input_ids, token_type_ids, position_ids, token_mask, inputs_embeds)
+
+
+def _additive_attention_mask(self: nn.Module, attention_mask: torch.Tensor) -> torch.Tensor:
+    """The encoder's mask as the app's attention reads it, additive (batch, 1, q_len, k_len): the app's own (4D)
+    as it is, a token mask (1 = a token, 0 = padding) made into one."""
+    if attention_mask.dim() == 4:
+        return attention_mask
+    allowed = type(self).get_attention_mask(self, attention_mask).bool()  # (batch, 1, len, len)
+    return additive_mask(allowed, next(self.parameters()).dtype)
