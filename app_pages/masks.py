@@ -13,6 +13,7 @@ from attention_atlas.model.core.masks import check_every_query_sees_a_key
 from attention_atlas.model.core.trace.sites import Site
 from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.hf.facts import window_words
+from attention_atlas.model.inspect.positions import bias_name
 from attention_atlas.plot.common import site_label
 from attention_atlas.plot.masking import first_self_site, layer_mask
 from attention_atlas.ui import url_state
@@ -62,10 +63,24 @@ def head_run(site: str, layer: int) -> tuple[Trace, str, str]:
     return trace_with((scores, pattern)), scores, pattern
 
 
+def scaled(scale: float | None, d_head: int) -> tuple[str, str]:
+    """How the model scales Q Kᵀ (T5 and GPT-Neo do not), as a title reads it and in LaTeX; None: by 1/√d_k (the
+    from-scratch models, whose runs keep their patterns, not what they are computed from)."""
+    if scale == 1.0:
+        return "QKᵀ", r"QK^\top"
+    if scale is None or np.isclose(scale, d_head ** -0.5):
+        return "QKᵀ/√d_k", r"\frac{QK^\top}{\sqrt{d_k}}"
+    return f"QKᵀ × {scale:.3g}", rf"QK^\top\times {scale:.3g}"
+
+
 def scores_view(trace: Trace, site: str, layer: int, head: int) -> None:
-    st.latex(r"S=\frac{QK^\top}{\sqrt{d_k}}\quad\longrightarrow\quad S+M\quad\longrightarrow\quad"
-             r"\ A=\mathrm{softmax}(S+M)")
     run, scores_hook, pattern_hook = head_run(site, layer)
+    source = run.pattern_source(site, layer)
+    qk, qk_latex = scaled(None, 0) if source is None else scaled(source.scale, source.query.shape[-1])
+    bias = None if source is None or source.bias is None else np.asarray(source.bias[head], np.float32)
+    plus_bias = "" if bias is None else rf"+B_{{\text{{{bias_name(run.facts.positional)}}}}}"
+    st.latex(rf"S={qk_latex}{plus_bias}\quad\longrightarrow\quad S+M\quad\longrightarrow\quad"
+             r"\ A=\mathrm{softmax}(S+M)")
     scores = run.captured[scores_hook][head]  # (q_len, k_len)
     window, visible = layer_mask(run, site, layer)  # (q_len, k_len), a sliding window's too
     low, high = visible_range(scores, visible)
@@ -75,7 +90,7 @@ def scores_view(trace: Trace, site: str, layer: int, head: int) -> None:
     where = f"{site_label(run, site)} · layer {layer} · head {head}"
     raw_col, masked_col, prob_col = st.columns(3)
     with raw_col:
-        heatmap(scores, run, site, "scores QKᵀ/√d_k", "masks_scores", name(run, site, layer, head, "scores"),
+        heatmap(scores, run, site, f"scores {qk}", "masks_scores", name(run, site, layer, head, "scores"),
                 zrange=(low, high), value_name="score")
     with masked_col:
         heatmap(after_mask(scores, visible), run, site, "scores + M", "masks_scores_masked",
@@ -86,6 +101,29 @@ def scores_view(trace: Trace, site: str, layer: int, head: int) -> None:
                 name(run, site, layer, head, "pattern"), masked=~visible)
     st.caption(f"All three: {where}." + (f" This layer slides: a query sees no key {window} or more positions away."
                                          if window else ""))
+    if bias is not None:  # (q_len, k_len)
+        bias_view(run, site, layer, head, (scores - bias, qk), bias, visible)
+
+
+def bias_view(run: Trace, site: str, layer: int, head: int, content: tuple[np.ndarray, str], bias: np.ndarray,
+              visible: np.ndarray) -> None:
+    """The position bias the model added to the head's scores before the mask (T5's, ALiBi, DeBERTa's position
+    terms), drawn apart: the scores without it (`content`: them and how they are scaled), and it."""
+    named, (without, qk) = bias_name(run.facts.positional), content
+    st.markdown(f"**Before the mask, a position bias.** This model adds {named} to every score: the scores above are "
+                f"{qk} + B. Without it, and B itself:")
+    low, high = float(bias.min()), float(bias.max())
+    content_col, bias_col = st.columns(2)
+    with content_col:
+        heatmap(without, run, site, f"{qk} (without the bias)", "masks_scores_content",
+                name(run, site, layer, head, "scores-without-bias"), zrange=visible_range(without, visible),
+                value_name="score")
+    with bias_col:
+        heatmap(bias, run, site, f"B ({named})", "masks_bias", name(run, site, layer, head, "position-bias"),
+                zrange=(low, high) if high > low else (low - 1, low + 1), value_name="bias")
+    st.caption(f"B for {site_label(run, site)} · layer {layer} · head {head}: from {low:.3g} to {high:.3g}."
+               + (" ALiBi's is this head's slope × (key − query): keys further back lose more." if named == "ALiBi"
+                  else ""))
 
 
 def on_off_view(trace: Trace, site: str, layer: int, head: int) -> None:

@@ -15,6 +15,7 @@ from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.inspect.head_math import HeadSteps, compute_head, concat_heads, output_projection
 from attention_atlas.model.inspect.head_weights import HeadWeights, head_weights
 from attention_atlas.model.inspect.norm_output import block_input
+from attention_atlas.model.inspect.positions import bias_name
 from attention_atlas.model.inspect.step_hooks import StepNames, step_names
 from attention_atlas.ui import url_state
 from attention_atlas.ui.downloads import file_name
@@ -193,8 +194,7 @@ def show_qkv(h: Head, values: bool) -> None:
 
 def scores_latex(w: HeadWeights, positional: str) -> str:
     """S as this model computes it: ÷√d_k, T5's unscaled scores + its position bias (ALiBi, DeBERTa's c2p + p2c)..."""
-    name = "ALiBi" if positional == "ALiBi" else "c2p + p2c" if "disentangled" in positional else "relative position"
-    bias = rf" + B_{{\text{{{name}}}}}" if w.position_bias is not None else ""
+    bias = rf" + B_{{\text{{{bias_name(positional)}}}}}" if w.position_bias is not None else ""
     if w.softcap is not None:
         return rf"S = c \tanh\Big(\frac{{Q K^\top \times {w.scale:.4g}}}{{c}}\Big),\quad c = {w.softcap:g}"
     if w.scale == 1.0:

@@ -27,7 +27,7 @@ def model_view(scheme: PositionScheme, length: int, measure: str, name: str) -> 
         absolute_view(scheme, length, measure, name)
     elif scheme.inv_freq is not None:
         rotary_view(scheme, name)
-    elif scheme.bias is not None:
+    elif scheme.kind == "relative":
         relative_view(scheme, name)
 
 
@@ -99,13 +99,25 @@ def rotary_view(scheme: PositionScheme, name: str) -> None:
 
 
 def relative_view(scheme: PositionScheme, name: str) -> None:
-    st.latex(r"\mathrm{score}_{ij}=q_i\cdot k_j+b_h\big(\mathrm{bucket}(j-i)\big)")
-    figure = viz.bias_heatmap(scheme.bias, "relative position bias per head")
-    st.plotly_chart(figure, key="positions_bias")
-    side = (scheme.bias.shape[1] - 1) // 2
-    downloads(figure, f"{name}.relative-bias", "positions_bias", lambda: pd.DataFrame(
-        scheme.bias, index=[f"head {h}" for h in range(len(scheme.bias))],
-        columns=[f"key−query {d}" for d in range(-side, side + 1)]))
+    """The score's formula, then the bias per head and distance (T5, ALiBi) or the embedding each distance reads
+    (DeBERTa)."""
+    st.latex(scheme.formula)
+    if scheme.bias is not None:
+        figure = viz.bias_heatmap(scheme.bias, "relative position bias per head")
+        st.plotly_chart(figure, key="positions_bias")
+        side = (scheme.bias.shape[1] - 1) // 2
+        downloads(figure, f"{name}.relative-bias", "positions_bias", lambda: pd.DataFrame(
+            scheme.bias, index=[f"head {h}" for h in range(len(scheme.bias))],
+            columns=[f"key−query {d}" for d in range(-side, side + 1)]))
+    if scheme.buckets is not None:
+        side = (len(scheme.buckets) - 1) // 2
+        frame = pd.DataFrame({"key − query": np.arange(-side, side + 1), "embedding row": scheme.buckets,
+                              "series": "relative position"})
+        chart = viz.line_chart(frame, "key − query", "embedding row", "the relative position embedding each "
+                               "distance reads")
+        st.altair_chart(chart, key="positions_buckets")
+        downloads(chart, f"{name}.relative-buckets", "positions_buckets",
+                  lambda: frame.drop(columns="series").set_index("key − query"))
 
 
 def tokens_view(stack: str, name: str) -> None:

@@ -2,8 +2,9 @@
 
 From-scratch models add a fixed sinusoidal table (their `pos_table` buffer); BERT, GPT-2, BART and OPT add a learned
 table; Marian and Pegasus add a fixed sinusoid laid out differently; Llama-style models rotate queries and keys
-(rotary, on all of a head's dimensions or a part); T5 adds a learned bias per relative distance to the scores (its
-family's adapter, model/hf/families/t5.py, reads it).
+(rotary, on all of a head's dimensions or a part); T5 adds a learned bias per relative distance to the scores, BLOOM a
+fixed slope per head (ALiBi), DeBERTa terms of its queries and keys with an embedding per relative distance (each
+family's adapter, model/hf/families/, reads them).
 """
 
 from __future__ import annotations
@@ -36,12 +37,21 @@ class PositionScheme:
     rotary_profile: np.ndarray | None = None  # rotary: (len,) q·k of q = k = (1, …, 1) at distance 0 .. len-1
     rotary_spread: float = 0.0  # rotary: how much q·k varies among pairs at the same distance (0: only distance counts)
     bias: np.ndarray | None = None  # relative: (heads, 2 len - 1) bias for key - query = -(len-1) .. len-1
+    buckets: np.ndarray | None = None  # relative: (2 len - 1,) the relative position embedding each distance reads
+    formula: str = ""  # relative: the score of query i and key j, in LaTeX
 
     @property
     def nbytes(self) -> int:
         """Bytes of its arrays (for the server's byte-bounded cache)."""
-        arrays = (self.table, self.inv_freq, self.rotary_profile, self.bias)
+        arrays = (self.table, self.inv_freq, self.rotary_profile, self.bias, self.buckets)
         return sum(a.nbytes for a in arrays if a is not None)
+
+
+def bias_name(positional: str) -> str:
+    """What the bias a model adds to its scores for positions is called, from its facts' `positional`."""
+    if positional == "ALiBi":
+        return "ALiBi"
+    return "c2p + p2c" if positional.endswith("disentangled relative positions") else "relative position"
 
 
 def position_scheme(runner: Any, stack: str, length: int) -> PositionScheme:
@@ -58,7 +68,8 @@ def position_scheme(runner: Any, stack: str, length: int) -> PositionScheme:
         return _rotary(runner.model, length)
     relative = adapter_of(runner.model.config.model_type).relative_positions(runner.model, stack, length)
     if relative is not None:
-        return PositionScheme("relative", relative.source, relative.about, bias=relative.bias)
+        return PositionScheme("relative", relative.source, relative.about, bias=relative.bias,
+                              buckets=relative.buckets, formula=relative.formula)
     place = family.stack_taps.get(stack, {}).get("hook_pos_embed")
     if place is None:
         return PositionScheme("none", "—", "No position table and no rotation were found in this model: it may tell "

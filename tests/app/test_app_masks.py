@@ -171,9 +171,14 @@ def test_a_link_reopens_the_custom_mask() -> None:
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_every_tab_on_a_tiny_hugging_face_model(folders, family) -> None:
+    """Every tab; T5's unscaled scores are titled so, and its relative position bias drawn apart."""
     at = _masks_page(folder=str(folders[family]), text="the cat sat on the mat")
     titles = _every_tab(at)
-    assert titles[1] == ["scores QKᵀ/√d_k", "scores + M", "softmax(scores + M)"]
+    if family == "t5":
+        assert titles[1] == ["scores QKᵀ", "scores + M", "softmax(scores + M)", "QKᵀ (without the bias)",
+                             "B (relative position)"]
+    else:
+        assert titles[1] == ["scores QKᵀ/√d_k", "scores + M", "softmax(scores + M)"]
     assert titles[4][0].startswith("mask · ")
     at = _view(at, "Custom mask")
     at.radio(key="masks_editor").set_value("window").run()

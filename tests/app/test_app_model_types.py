@@ -8,10 +8,14 @@ ALBERT (one layer's weights in every block, a factorised embedding) and DeBERTa-
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
+import transformers
 from streamlit.testing.v1 import AppTest
 
 from tests.app.app_session import TABBED, open_app_page
@@ -90,3 +94,31 @@ def test_step_through_adds_alibi_and_debertas_position_terms_and_says_albert_s_w
     at = open_app_page("app_pages/step_through.py", folder=str(type_folders["albert"]), text="the cat sat on the mat")
     _ok(at, "ALBERT")
     assert "Weights: one layer's weights, applied by every one of its 3 blocks" in " ".join(c.value for c in at.caption)
+
+
+def test_the_masks_page_draws_bloom_s_alibi_apart_from_the_content_scores(type_folders) -> None:
+    """Scores → probabilities on BLOOM: the bias drawn is head 1's ALiBi, its slope x (key - query) (the slopes of
+    transformers' BLOOM), and the scores without it plus it are the scores the model computed."""
+    at = open_app_page("app_pages/masks.py", folder=str(type_folders["bloom"]), text="the cat sat on the mat")
+    at.selectbox(key="head").set_value(1).run()
+    at.session_state["masks_view"] = "Scores → probabilities"
+    at.run()
+    _ok(at, "BLOOM masks")
+    figures = {json.loads(c.proto.spec)["layout"]["title"]["text"]: json.loads(c.proto.spec)
+               for c in at.get("plotly_chart")}
+    bias, content, scores = (_z(figures[title]) for title in ("B (ALiBi)", "QKᵀ/√d_k (without the bias)",
+                                                               "scores QKᵀ/√d_k"))
+    n = len(bias)
+    slope = float(transformers.models.bloom.modeling_bloom._get_alibi_slopes(4, torch.device("cpu"))[1])
+    np.testing.assert_allclose(bias, slope * np.subtract.outer(np.arange(n), np.arange(n)).T, atol=1e-6)
+    np.testing.assert_allclose(content + bias, scores, atol=1e-5)
+    assert "ALiBi's is this head's slope × (key − query)" in " ".join(c.value for c in at.caption)
+
+
+def _z(spec: dict) -> np.ndarray:
+    """A heatmap's z as plotly receives it (base64 typed array, or nested lists)."""
+    z = spec["data"][0]["z"]
+    if isinstance(z, dict):
+        return np.frombuffer(base64.b64decode(z["bdata"]), dtype=z["dtype"]).reshape(
+            [int(n) for n in z["shape"].split(",")]).astype(np.float64)
+    return np.array(z, dtype=np.float64)

@@ -98,3 +98,39 @@ def test_t5_bias_is_bucketed_by_relative_distance(runners) -> None:
     np.testing.assert_array_equal(scheme.bias[:, 5], weight[0].detach().numpy())  # distance 0 is bucket 0
     decoder = position_scheme(runners["t5"], "decoder", 6)
     assert not np.array_equal(decoder.bias, scheme.bias)  # its own table, one-directional buckets
+
+
+def test_bloom_s_alibi_is_each_heads_slope_times_the_distance(tmp_path) -> None:
+    """The bias drawn per head and distance is what BLOOM adds: transformers' slopes x (key - query)."""
+    import torch
+    from transformers.models.bloom.modeling_bloom import _get_alibi_slopes
+
+    from attention_atlas.model.hf.loading import load_hf_runner
+    from tests.tiny_hf import build_type
+
+    scheme = position_scheme(load_hf_runner(str(build_type("bloom", tmp_path / "bloom"))), "decoder", 6)
+    slopes = _get_alibi_slopes(4, torch.device("cpu")).numpy()
+    assert scheme.kind == "relative" and "ALiBi" in scheme.about
+    np.testing.assert_allclose(scheme.bias, slopes[:, None] * np.arange(-5, 6)[None], rtol=1e-6)
+
+
+def test_deberta_reads_one_embedding_row_per_distance_exact_near_and_shared_far(tmp_path) -> None:
+    """DeBERTa-v3's buckets (4 here, with 16 positions): distances within 2 read rows of their own, farther ones
+    share rows, and the row each reads is the one its content-to-position term gathers."""
+    import torch
+    from transformers.models.deberta_v2.modeling_deberta_v2 import build_relative_position
+
+    from attention_atlas.model.hf.loading import load_hf_runner
+    from tests.tiny_hf import build_type
+
+    runner = load_hf_runner(str(build_type("deberta-v2", tmp_path / "deberta")))
+    scheme = position_scheme(runner, "encoder", 12)
+    assert scheme.kind == "relative" and scheme.bias is None and "c2p" in scheme.about
+    attention = runner.model.encoder.layer[0].attention.self
+    queries = torch.zeros(1, 12, 8)
+    relative = build_relative_position(queries, queries, attention.position_buckets, attention.max_relative_positions)
+    span = attention.pos_ebd_size
+    gathered = torch.clamp(relative[0] + span, 0, 2 * span - 1).numpy()  # (q, k): the row query q reads for key k
+    np.testing.assert_array_equal(scheme.buckets[11 - np.arange(12)], gathered[:, 0])  # key 0: key - query = -q
+    rows = scheme.buckets
+    assert len(set(rows[9:14])) == 5 and len(set(rows)) < len(rows)  # exact within 2, shared beyond

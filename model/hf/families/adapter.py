@@ -54,11 +54,15 @@ class Sizes:
 
 @dataclass(frozen=True)
 class RelativePositions:
-    """A learned bias added to the scores per distance key - query (T5), as the Positional encoding page shows it."""
+    """What a family adds to the scores per distance key - query, as the Positional encoding page shows it: a learned
+    bias (T5), a fixed slope per head (ALiBi), or, where the terms depend on the tokens too (DeBERTa), which relative
+    position embedding each distance reads."""
 
-    bias: np.ndarray  # (heads, 2 len - 1) float32: distances -(len-1) .. len-1
     source: str  # where it is read
     about: str  # what it is, in a sentence or two
+    formula: str  # the score of query i and key j, in LaTeX
+    bias: np.ndarray | None = None  # (heads, 2 len - 1) float32: distances -(len-1) .. len-1
+    buckets: np.ndarray | None = None  # (2 len - 1,) int: the relative position embedding each distance reads
 
 
 def affine(layer: nn.Module) -> Affine:

@@ -15,7 +15,14 @@ import torch
 from torch import nn
 
 from attention_atlas.model.core.errors import UserError
-from attention_atlas.model.hf.families.adapter import Adapter, LayerWeights, Sizes, affine, interleaved
+from attention_atlas.model.hf.families.adapter import (
+    Adapter,
+    LayerWeights,
+    RelativePositions,
+    Sizes,
+    affine,
+    interleaved,
+)
 from attention_atlas.model.hf.heads import attention
 from attention_atlas.model.hf.own_attention import route_modules
 from attention_atlas.model.hf.taps import (
@@ -82,6 +89,19 @@ class BloomAdapter(Adapter):
     def sizes(self, config: Any, stack: str) -> Sizes:
         d_model = config.hidden_size
         return Sizes(config.n_head, config.n_head, d_model, d_model // config.n_head, 4 * d_model)
+
+    def relative_positions(self, model: nn.Module, stack: str, length: int) -> RelativePositions:
+        """ALiBi over `length` positions: each head's slope x (key - query), as its scores add it."""
+        slopes = alibi_slopes(model.config.n_head).numpy()  # (heads,)
+        distance = np.arange(-(length - 1), length)  # key - query
+        shown = ", ".join(f"{s:.3g}" for s in slopes[:8]) + (" …" if len(slopes) > 8 else "")
+        return RelativePositions(
+            "ALiBi slopes, fixed by the number of heads (transformers' BLOOM), not learned",
+            "Nothing is added to the embeddings, and nothing here is learned. Each head adds its slope × (key − query) "
+            f"to every score (ALiBi): a key d tokens back costs d × slope. The slopes ({shown}) shrink geometrically "
+            "from head to head, so the first heads look near and the last ones far. Keys ahead would gain as much; "
+            "the causal mask hides them.", r"\mathrm{score}_{ij}=\frac{q_i\cdot k_j}{\sqrt{d_k}}+m_h\,(j-i)",
+            bias=(slopes[:, None] * distance[None]).astype(np.float32))
 
     def score_bias(self, model: nn.Module, site: str, head: int, q_len: int, k_len: int) -> np.ndarray | None:
         """(q_len, k_len): ALiBi, the head's slope x (key position - query position), the queries being the last

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from attention_atlas.model.core.masks import additive_mask
-from attention_atlas.model.hf.families.adapter import Adapter, LayerWeights, affine
+from attention_atlas.model.hf.families.adapter import Adapter, LayerWeights, RelativePositions, affine
 from attention_atlas.model.hf.families.bert import post_norm_encoder
 from attention_atlas.model.hf.heads import attention
 from attention_atlas.model.hf.own_attention import route, route_modules
@@ -47,6 +47,32 @@ class DebertaV2Adapter(Adapter):
             return replace(DEBERTA, positional=f"learned absolute and {positions}")
         stack = {k: v for k, v in DEBERTA.stack_taps["encoder"].items() if k != "hook_pos_embed"}
         return replace(DEBERTA, positional=positions, stack_taps={"encoder": stack})
+
+    def relative_positions(self, model: nn.Module, stack: str, length: int) -> RelativePositions | None:
+        """Which row of the relative position embeddings each distance key - query reads, for `length` positions."""
+        from transformers.models.deberta_v2.modeling_deberta_v2 import make_log_bucket_position
+
+        attention = next(m for m in model.modules() if type(m).__name__ == "DisentangledSelfAttention")
+        if not attention.relative_attention:
+            return None
+        relative = -torch.arange(-(length - 1), length)  # query - key, as DeBERTa counts, for key - query ascending
+        buckets = attention.position_buckets
+        if buckets > 0:
+            relative = make_log_bucket_position(relative, buckets, attention.max_relative_positions)
+        span = attention.pos_ebd_size
+        rows = torch.clamp(relative + span, 0, 2 * span - 1).long().numpy()  # as its content-to-position term reads
+        normalised = ", normalised" if "layer_norm" in model.config.norm_rel_ebd else ""
+        table = " beyond a learned table" if model.config.position_biased_input else ""
+        exact = f"exact up to {buckets // 2} tokens and logarithmic beyond, so far keys share rows" if buckets > 0 \
+            else f"clipped at {span} tokens"
+        return RelativePositions(
+            f"encoder.rel_embeddings ({2 * span} rows{normalised})",
+            f"Nothing is added to the embeddings{table}. Every layer adds to each score two terms of the query and key "
+            "with an embedding of their distance: the query against the distance's key-side projection (content → "
+            "position, c2p) and the key against its query-side projection (position → content, p2c), all divided by "
+            f"√({_terms(attention)} d_head). The distance is {exact}.",
+            r"\mathrm{score}_{ij}=\frac{q_i\cdot k_j+q_i\cdot k^{r}_{\delta(i,j)}+k_j\cdot q^{r}_{\delta(j,i)}}"
+            rf"{{\sqrt{{{_terms(attention)}\,d_k}}}}", buckets=rows)
 
     def layer_weights(self, attention: nn.Module, attn_out: nn.Module, layer: int) -> LayerWeights:
         """`query_proj`, `key_proj`, `value_proj`; W_O is `attention.output.dense`; the scale 1/√(d_head x terms)."""

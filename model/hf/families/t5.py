@@ -110,9 +110,10 @@ class T5Adapter(Adapter):
         with torch.inference_mode(), exclusive(attention.relative_attention_bias):
             bias = attention.relative_attention_bias(buckets.to(computing_device(attention))).T  # (heads, 2 len - 1)
         return RelativePositions(
-            bias.float().cpu().numpy(), "block 0's relative_attention_bias", "Nothing is added to the embeddings. "
-            "Each head adds a learned number to the score of a query–key pair, chosen by their distance (bucketed: "
-            "exact up close, logarithmic far away); every layer reuses layer 0's.")
+            "block 0's relative_attention_bias", "Nothing is added to the embeddings. Each head adds a learned number "
+            "to the score of a query–key pair, chosen by their distance (bucketed: exact up close, logarithmic far "
+            "away); every layer reuses layer 0's.",
+            r"\mathrm{score}_{ij}=q_i\cdot k_j+b_h\big(\mathrm{bucket}(j-i)\big)", bias=bias.float().cpu().numpy())
 
     def score_bias(self, model: nn.Module, site: str, head: int, q_len: int, k_len: int) -> np.ndarray:
         """The head's relative position bias (none in cross-attention: zeros)."""
