@@ -1,6 +1,6 @@
 """Activations: what the forward hooks capture beyond attention. The residual stream, the FFN neurons of a layer,
-the norms, the logit lens, token trajectories by PCA, and the shape of every module's input and output. Each view
-asks for its own hooks (ui/activations.py); only the open tab is computed."""
+the norms, the logit lens, token trajectories by PCA, the shape of every module's input and output, and a mixture's
+experts. Each view asks for its own hooks (ui/activations.py); only the open tab is computed."""
 
 from __future__ import annotations
 
@@ -41,6 +41,7 @@ from attention_atlas.ui.activations import (
 )
 from attention_atlas.ui.colour_scale import choose_scale, colour_scale
 from attention_atlas.ui.downloads import constant, downloads, file_name, matrix_table
+from attention_atlas.ui.expert_views import experts_view
 from attention_atlas.ui.norm_views import norms_view
 from attention_atlas.ui.page import current_runner, current_trace, show_open_tab, trace_with
 from attention_atlas.viz.colour_range import WHOLE
@@ -51,7 +52,7 @@ from attention_atlas.viz.shapes import layer_diagram
 from attention_atlas.viz.tokens import position_label
 from attention_atlas.viz.trajectories import trajectory_figure
 
-VIEWS = ["Residual stream", "FFN neurons", "Norms", "Logit lens", "Trajectories", "Shapes"]
+VIEWS = ["Residual stream", "FFN neurons", "Norms", "Logit lens", "Trajectories", "Shapes", "Experts"]
 
 
 def choose_stack(trace: Trace) -> str:
@@ -266,7 +267,7 @@ def page() -> None:
     st.header("Activations")
     trace = current_trace()
     stack = choose_stack(trace)
-    shows = [residual, neurons, norms_view, lens, trajectories, shapes]  # in the order of VIEWS
+    shows = [residual, neurons, norms_view, lens, trajectories, shapes, experts_view]  # in the order of VIEWS
     show_open_tab(VIEWS, shows, "activations_view", trace, stack)
 
 

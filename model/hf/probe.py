@@ -26,6 +26,7 @@ class Call:
     input: torch.Tensor | None
     output: torch.Tensor | None  # as returned (a copy)
     changed_later: bool = False  # the model changed the output in place after it was returned (Falcon's MLP's)
+    returned_indices: bool = False  # it returned a tuple ending in integers (a mixture's router: the experts chosen)
 
 
 @dataclass
@@ -49,7 +50,8 @@ def _watching(modules: list[nn.Module], probe: Probe) -> Iterator[None]:
         if module not in probe.calls:
             inputs = args[0] if args else kwargs.get("hidden_states", kwargs.get("input"))
             result = out if isinstance(out, torch.Tensor) else out[0] if isinstance(out, tuple) and out else None
-            probe.calls[module] = Call(next(counter), _tensor(inputs), _tensor(result))
+            indices = isinstance(out, tuple) and isinstance(out[-1], torch.Tensor) and not out[-1].is_floating_point()
+            probe.calls[module] = Call(next(counter), _tensor(inputs), _tensor(result), returned_indices=indices)
             if isinstance(result, torch.Tensor):
                 returned[module] = result
 

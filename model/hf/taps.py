@@ -133,6 +133,19 @@ class FusedHeads:
         return ModuleTap(module.get_submodule(self.projection), lambda args, kwargs, out: self.split(out))
 
 
+def router_weights(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> torch.Tensor:
+    """A mixture's router's softmax over every expert, (tokens, experts) float32, from its logits (its output, or
+    the first of what it returns)."""
+    logits = out[0] if isinstance(out, tuple) else out
+    return logits.float().softmax(-1)
+
+
+def router_indices(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> torch.Tensor:
+    """The experts a mixture's router chose for each token, (tokens, k), as it returns them (logits, weights,
+    indices): its own choice, whatever it adds to the logits before choosing."""
+    return out[-1]
+
+
 @dataclass(frozen=True)
 class Copied:
     """A value read as a copy: the model changes it in place after the module returns it (Falcon adds attention's

@@ -21,7 +21,7 @@ from tests.app.app_session import open_app_page
 from tests.tiny_hf import FAMILIES
 
 PAGE = "app_pages/activations.py"
-VIEWS = ["Residual stream", "FFN neurons", "Norms", "Logit lens", "Trajectories", "Shapes"]
+VIEWS = ["Residual stream", "FFN neurons", "Norms", "Logit lens", "Trajectories", "Shapes"]  # and Experts: below
 MEASURES = ["‖residual‖ at each boundary", "‖attn_out‖: what attention writes", "‖mlp_out‖: what the MLP writes",
             "attention's share of resid_mid", "the MLP's share of resid_post", "cosine between consecutive layers"]
 
@@ -258,3 +258,28 @@ def test_the_norms_input_means_are_the_means_of_what_each_norm_reads() -> None:
     drawn = _data(at, "encoder: the mean μ of each norm's input")
     assert drawn["y"] == ["0.ln1", "0.ln2", "1.ln1", "1.ln2"]
     np.testing.assert_allclose(_array(drawn["z"]), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_the_experts_of_a_mixture_are_the_routers_own_choice(tmp_path) -> None:
+    """Mixtral (4 experts, 2 a token): each layer's heatmap is the router's probabilities, the ranks written in it
+    the experts the model chose, and the load per expert counts those choices; a model without experts says so."""
+    from tests.tiny_hf import build_type
+
+    folder = build_type("mixtral", tmp_path / "mixtral")
+    at = _view(_page(folder=str(folder), text="the quick brown fox jumps over the lazy dog"), "Experts")
+    at.selectbox(key="activations_layer").set_value(1).run()
+    runner = load_runner(str(folder))
+    captured = runner.run("the quick brown fox jumps over the lazy dog",
+                          options=RunOptions(hooks=("*.mlp.hook_expert_*",))).captured
+    probabilities, chosen = captured["decoder.1.mlp.hook_expert_weights"], captured["decoder.1.mlp.hook_expert_indices"]
+    routing = _data(at, "layer 1: each token's experts")
+    np.testing.assert_allclose(_array(routing["z"]), probabilities.T, atol=1e-6)
+    ranks = np.array(routing["text"])  # (experts, pos): "1", "2" where chosen
+    for position, experts in enumerate(chosen):
+        assert [ranks[e, position] for e in experts] == ["1", "2"]
+        assert (ranks[:, position] != "").sum() == 2
+    load = _array(_data(at, "decoder: tokens each expert received")["z"])  # (layers, experts)
+    np.testing.assert_array_equal(load[1], np.bincount(chosen.ravel(), minlength=4))
+    assert load.sum(1).tolist() == [2 * len(chosen)] * 2
+    plain = _view(_page("toy-gpt-date", "2021-03-0"), "Experts")
+    assert "has no mixture of experts" in plain.info[0].value

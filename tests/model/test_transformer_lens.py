@@ -20,6 +20,7 @@ from tests.tiny_hf import build, build_type
 from tests.transformer_lens_reference import randomise_norms, reference_of
 
 PER_HEAD = ("hook_q", "hook_k", "hook_v", "hook_z", "hook_rot_q", "hook_rot_k")  # ours (heads, pos, d_head)
+FLATTENED = ("hook_expert_weights", "hook_expert_indices")  # its MoE records them (batch x pos, ...): one text's
 OURS_ONLY = {"hook_resid_final"}  # the stack's output after its final norm: TransformerLens names no such hook
 TEXT = "the quick brown fox"
 
@@ -37,7 +38,7 @@ def _compare(runner, reference: HookedTransformer | HookedEncoder, encoder: bool
             continue
         stack_hook = f"embed.{'.'.join(rest)}" if encoder else ".".join(rest)  # HookedEncoder's embed
         theirs = f"blocks.{'.'.join(rest)}" if rest[0].isdigit() else stack_hook
-        expected = cache[theirs][0].numpy()  # batch removed
+        expected = cache[theirs].numpy() if rest[-1] in FLATTENED else cache[theirs][0].numpy()  # batch removed
         if rest[-1] in PER_HEAD:
             expected = expected.transpose(1, 0, 2)  # (pos, heads, d_head) -> ours (heads, pos, d_head)
         seen = np.isfinite(expected)  # its hook_attn_scores hold -inf where the causal mask hides a key (ours: before)
@@ -67,7 +68,8 @@ OTHER_FAMILIES = {  # model type -> hook kinds beyond EVERY_BLOCK it must match
     "qwen2": {"hook_resid_mid", "hook_rot_q", "hook_pre_linear"},
     "qwen3": {"hook_resid_mid", "hook_rot_q", "hook_pre_linear"},  # query and key norms
     "mistral": {"hook_resid_mid", "hook_rot_q", "hook_pre_linear"},  # a sliding window
-    "mixtral": {"hook_resid_mid", "hook_rot_q"},  # a mixture of experts (no one hidden layer: no hook_pre/post)
+    "mixtral": {"hook_resid_mid", "hook_rot_q", "hook_expert_weights", "hook_expert_indices"},  # a mixture of
+    # experts: the router's choice (no one hidden layer: no hook_pre/post)
     "gpt_neo": {"hook_resid_mid", "hook_pos_embed"},  # attention in its own code: unscaled, local layers
     "bloom": {"hook_resid_mid"},  # attention in its own code: ALiBi; normalised embeddings
 }

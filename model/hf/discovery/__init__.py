@@ -18,7 +18,9 @@ received and returned, and places a hook only where the values show its meaning:
   scaled output or normalises the sum (a BERT-style layout no table describes) offers no hook that means another
   thing (its output, normalised, is still the next block's hook_resid_pre);
 - inside the MLP: mlp.hook_post is what its last projection reads, mlp.hook_pre what its activation reads, and
-  mlp.hook_pre_linear the other projection of a gated MLP (the up projection);
+  mlp.hook_pre_linear the other projection of a gated MLP (the up projection); in a mixture of experts,
+  mlp.hook_expert_weights and hook_expert_indices from its router (a part with a score per expert that returns the
+  experts it chose);
 - inside attention: the per-head values its attention function reports (model/hf/heads.py); where the queries
   it reports are not its `q_proj`'s output (rotated, or normalised), hook_q/hook_k are the projections' outputs
   and hook_rot_q/hook_rot_k what attention read; a fused projection is split in the layout that gives back, at
@@ -51,7 +53,8 @@ LAYER_ORDER = (  # what a decoder block may offer, in the order of its computati
     "hook_resid_pre", "ln1.hook_scale", "ln1.hook_normalized", "attn.hook_q", "attn.hook_k", "attn.hook_v",
     "attn.hook_rot_q", "attn.hook_rot_k", "attn.hook_attn_scores", "attn.hook_pattern", "attn.hook_z",
     "hook_attn_out", "hook_resid_mid", "ln2.hook_scale", "ln2.hook_normalized", "mlp.hook_pre",
-    "mlp.hook_pre_linear", "mlp.hook_post", "hook_mlp_out", "hook_resid_post",
+    "mlp.hook_pre_linear", "mlp.hook_post", "mlp.hook_expert_weights", "mlp.hook_expert_indices", "hook_mlp_out",
+    "hook_resid_post",
 )
 STACK_ORDER = ("hook_embed", "hook_pos_embed", "ln_final.hook_scale", "ln_final.hook_normalized", "hook_resid_final")
 
@@ -107,7 +110,7 @@ def _count(n: int) -> Callable[[Any], int]:
 def _expected(name: str, rotary: bool, parallel: bool) -> bool:
     """Whether a decoder block of this kind has the hook `name` (a gated MLP's up projection is not expected)."""
     return not ((name.startswith("attn.hook_rot_") and not rotary) or (name == "hook_resid_mid" and parallel)
-                or name == "mlp.hook_pre_linear")
+                or name in ("mlp.hook_pre_linear", "mlp.hook_expert_weights", "mlp.hook_expert_indices"))
 
 
 def _has_rotary(base: nn.Module) -> bool:

@@ -9,7 +9,17 @@ from torch import nn
 
 from attention_atlas.model.hf.discovery.values import same
 from attention_atlas.model.hf.probe import Probe
-from attention_atlas.model.hf.taps import Reader, TapTable, UpHalf, first_input, first_output, output
+from attention_atlas.model.hf.taps import (
+    OneRun,
+    Reader,
+    TapTable,
+    UpHalf,
+    first_input,
+    first_output,
+    output,
+    router_indices,
+    router_weights,
+)
 
 
 @dataclass
@@ -58,7 +68,7 @@ def mlp_table(mlp: MLP, probe: Probe) -> TapTable:
                    and not isinstance(m, nn.Dropout)]
     table: TapTable = {}
     if len(linears) < 2:
-        return table  # a mixture of experts, or a layout not seen before
+        return _router_table(mlp, prefix, probe)  # a mixture of experts, or a layout not seen before
     table["mlp.hook_post"] = (f"{prefix}{linears[-1][0]}", first_input)
     if len(activations) == 1:
         act_name, act = activations[0]
@@ -73,3 +83,18 @@ def mlp_table(mlp: MLP, probe: Probe) -> TapTable:
     elif len(linears) == 2:
         table["mlp.hook_pre"] = (f"{prefix}{linears[0][0]}", output)
     return table
+
+
+def _router_table(mlp: MLP, prefix: str, probe: Probe) -> TapTable:
+    """A mixture of experts' mlp.hook_expert_weights and hook_expert_indices, read from its router: the part called
+    first whose output has a score per expert (the experts: a list of modules, or weights stacked per expert) and
+    that returns the experts it chose after its scores (logits, weights, indices)."""
+    experts = {len(m) for _, m in mlp.parts if isinstance(m, nn.ModuleList)} | \
+        {p.shape[0] for _, m in mlp.parts for p in m.parameters(recurse=False) if p.dim() == 3}
+    for name, module in mlp.parts:
+        call = probe.calls[module]
+        if call.output is not None and call.output.dim() == 2 and call.output.shape[-1] in experts \
+                and call.returned_indices:
+            return {"mlp.hook_expert_weights": (f"{prefix}{name}", OneRun(router_weights)),
+                    "mlp.hook_expert_indices": (f"{prefix}{name}", OneRun(router_indices))}
+    return {}

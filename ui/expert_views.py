@@ -1,0 +1,57 @@
+"""The Activations page's Experts view: in a mixture of experts, which experts the router sends each token to in a
+layer, with its probabilities, and how many tokens each expert receives in every layer (mlp.hook_expert_weights and
+mlp.hook_expert_indices)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from attention_atlas.model.core.trace.trace import Trace
+from attention_atlas.plot.common import layer_count, stack_tokens
+from attention_atlas.ui import url_state
+from attention_atlas.ui.activations import fall_back
+from attention_atlas.ui.downloads import downloads, file_name, matrix_table
+from attention_atlas.ui.page import trace_with
+from attention_atlas.viz.experts import expert_load_heatmap, routing_heatmap, tokens_per_expert
+from attention_atlas.viz.tokens import position_label
+
+
+def experts_view(trace: Trace, stack: str) -> None:
+    """Each token's experts in one layer, and every layer's load per expert; a model without experts says so."""
+    st.latex(r"p=\mathrm{softmax}(x\,W_{\mathrm{router}}),\qquad \mathrm{MoE}(x)=\sum_{e\,\in\,\mathrm{top}_k(p)}"
+             r"w_e\,\mathrm{Expert}_e(x)")
+    routed = trace_with((f"{stack}.*.mlp.hook_expert_weights", f"{stack}.*.mlp.hook_expert_indices"))
+    layers = layer_count(trace, stack)
+    chosen = [routed.captured.get(f"{stack}.{i}.mlp.hook_expert_indices") for i in range(layers)]
+    if any(c is None for c in chosen):
+        st.info(f"{trace.facts.model_id} has no mixture of experts here: every token goes through the same MLP in "
+                "each block.", icon=":material/info:")
+        return
+    fall_back("activations_layer", layers, "layer")
+    layer = st.selectbox("Layer", list(range(layers)), key="activations_layer")
+    url_state.write(activations_layer=layer)
+    probabilities = np.asarray(routed.captured[f"{stack}.{layer}.mlp.hook_expert_weights"], np.float32)
+    indices = np.asarray(chosen[layer])  # (pos, k)
+    experts, k = probabilities.shape[1], indices.shape[1]
+    tokens = stack_tokens(trace, stack)
+    st.caption(f"The MLP of each block is {experts} experts; the router scores them for every token and sends it to "
+               f"the {k} it scores highest (the numbers in the cells: its first choice 1, its second 2 …), mixing "
+               "their outputs by its weights.")
+    name = file_name(trace.facts.model_id, stack, layer)
+    figure = routing_heatmap(probabilities, indices, tokens, f"layer {layer}: each token's experts")
+    st.plotly_chart(figure, key="activations_experts")
+    rows = [f"expert {e}" for e in range(experts)]
+    downloads(figure, f"{name}.experts", "activations_experts", lambda: pd.concat(
+        [matrix_table(probabilities.T, rows, tokens).set_axis(rows, axis=0),
+         pd.DataFrame(indices.T, index=[f"choice {c + 1}" for c in range(k)],
+                      columns=[position_label(p, t) for p, t in enumerate(tokens)])]))
+    counts = tokens_per_expert(chosen, experts)  # (layers, experts)
+    load = expert_load_heatmap(counts, f"{stack}: tokens each expert received, by layer")
+    st.plotly_chart(load, key="activations_expert_load")
+    downloads(load, f"{file_name(trace.facts.model_id, stack)}.expert-load", "activations_expert_load",
+              lambda: pd.DataFrame(counts, index=[f"layer {i}" for i in range(layers)], columns=rows))
+    idle = [f"{e}" for e in range(experts) if counts[layer, e] == 0]
+    st.caption(f"Layer {layer}: {len(tokens)} tokens × {k} choices = {int(counts[layer].sum())} routings"
+               + (f"; expert{'s' if len(idle) > 1 else ''} {', '.join(idle)} received none." if idle else "."))
