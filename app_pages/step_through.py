@@ -16,17 +16,17 @@ from attention_atlas.model.inspect.head_math import HeadSteps, compute_head, con
 from attention_atlas.model.inspect.head_weights import HeadWeights, head_weights
 from attention_atlas.model.inspect.norm_output import block_input
 from attention_atlas.model.inspect.positions import bias_name
-from attention_atlas.model.inspect.step_hooks import StepNames, step_names
+from attention_atlas.model.inspect.step_hooks import StepNames, hooks_to_capture, step_names
 from attention_atlas.ui import url_state
 from attention_atlas.ui.downloads import file_name
 from attention_atlas.ui.matrix_view import show_matrix
 from attention_atlas.ui.page import current_runner, current_trace, trace_with
 from attention_atlas.ui.pickers import choose_head, keep_valid
+from attention_atlas.ui.score_terms import score_terms_view
 from attention_atlas.ui.trace_cache import per_trace
 from attention_atlas.viz.step_through import dimension_names
 from attention_atlas.viz.tokens import position_label
 
-ALL_LAYERS_UP_TO = 64 * 2**20  # bytes: see hooks_to_capture
 FLOAT16_NOTE = ("this app keeps Hugging Face attention patterns in float16 (half the memory), so they differ from "
                 "the float32 recomputation by up to about 5·10⁻⁴ of each weight; the head output, computed from the "
                 "model's float32 pattern, is the exact check")
@@ -64,17 +64,6 @@ class Head:
         return [position_label(i, t) for i, t in enumerate(self.trace.key_tokens(self.site))]
 
 
-def hooks_to_capture(trace: Trace, site: str, layer: int) -> tuple[str, ...]:
-    """Every layer's hooks of `site` when their scores and patterns (float32) fit in ALL_LAYERS_UP_TO bytes, so
-    that a change of layer reads the same run; else this layer's only (a 2,048-token SmolLM2 run's scores of
-    every layer would be 4.5 GB)."""
-    n_layers = trace.n_layers(site)
-    queries, keys = len(trace.query_tokens(site)), len(trace.key_tokens(site))
-    every_layer = n_layers * trace.facts.n_heads * queries * keys * 2 * 4 <= ALL_LAYERS_UP_TO
-    layers = range(n_layers) if every_layer else (layer,)
-    return tuple(dict.fromkeys(hook for each in layers for hook in step_names(trace.facts, site, each).hooks()))
-
-
 def load_head(trace: Trace, site: str, layer: int, head: int) -> Head:
     """Trace the layer's hooks (cached), read the head's weights and recompute it (kept with that trace)."""
     names = step_names(trace.facts, site, layer)
@@ -90,7 +79,6 @@ def load_head(trace: Trace, site: str, layer: int, head: int) -> Head:
     before = block_input(runner, names.before, full.captured[names.before])
     normed = None if names.norm is None else block_input(runner, names.norm, full.captured[names.norm])
     return Head(full, site, layer, names, weights, steps, x, x_kv, before, normed)
-
 
 
 def checks(h: Head) -> pd.DataFrame:
@@ -211,6 +199,8 @@ def show_scores(h: Head, values: bool) -> None:
     st.latex(scores_latex(w, h.trace.facts.positional))
     st.caption(f"Scale: {w.scale_text}.")
     show_matrix(s.scores, h.rows, h.cols, "S, the scaled scores", axes, "step_scores", show_values=values, stem=h.stem)
+    score_terms_view(current_runner(), h.layer, w.head, h.captured("hook_q"), h.captured("hook_k"), s.qk * w.scale,
+                     h.captured("hook_attn_scores")[w.head], (h.rows, h.cols), values, h.stem)
     st.latex(r"S_{\text{masked}} = S + M,\quad M_{ij} = \begin{cases}0 & \text{key } j \text{ visible to } i\\"
              r"-\infty & \text{hidden}\end{cases}")
     show_matrix(s.masked, h.rows, h.cols, "S + M (hatched: −∞)", axes, "step_masked", show_values=values, stem=h.stem)

@@ -16,6 +16,9 @@ from dataclasses import dataclass
 
 from attention_atlas.model.core.trace.facts import ModelFacts
 from attention_atlas.model.core.trace.sites import Site
+from attention_atlas.model.core.trace.trace import Trace
+
+ALL_LAYERS_UP_TO = 64 * 2**20  # bytes: see hooks_to_capture
 
 ATTENTION_HOOKS = ("hook_q", "hook_k", "hook_v", "hook_rot_q", "hook_rot_k", "hook_attn_scores", "hook_pattern",
                    "hook_z")
@@ -69,3 +72,14 @@ def step_names(facts: ModelFacts, site: str, layer: int) -> StepNames:
                          "(ln_cross)", None: ""}[norm]
     return StepNames(f"{prefix}.{where.kind}", x, memory, before, out, after,
                      None if norm is None else f"{prefix}.{norm}.hook_normalized", label, not normed_out)
+
+
+def hooks_to_capture(trace: Trace, site: str, layer: int) -> tuple[str, ...]:
+    """Every layer's hooks of `site` when their scores and patterns (float32) fit in ALL_LAYERS_UP_TO bytes, so
+    that a change of layer reads the same run; else this layer's only (a 2,048-token SmolLM2 run's scores of
+    every layer would be 4.5 GB)."""
+    n_layers = trace.n_layers(site)
+    queries, keys = len(trace.query_tokens(site)), len(trace.key_tokens(site))
+    every_layer = n_layers * trace.facts.n_heads * queries * keys * 2 * 4 <= ALL_LAYERS_UP_TO
+    layers = range(n_layers) if every_layer else (layer,)
+    return tuple(dict.fromkeys(hook for each in layers for hook in step_names(trace.facts, site, each).hooks()))

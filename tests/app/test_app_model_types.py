@@ -91,6 +91,10 @@ def test_step_through_adds_alibi_and_debertas_position_terms_and_says_albert_s_w
     _ok(at, "DeBERTa")
     assert any(r"B_{\text{c2p + p2c}}" in formula.value for formula in at.latex)
     assert float(at.success[0].value.split("the head's output to ")[1].split(" ")[0]) < 1e-5
+    titles = " ".join(json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart"))
+    assert "content → content" in titles and "content → position" in titles and "position → content" in titles
+    terms_sum = next(c.value for c in at.caption if c.value.startswith("Their sum against the model's scores"))
+    assert float(terms_sum.rsplit(" ", 1)[1].rstrip(".")) < 1e-5  # c2c + c2p + p2c, each by its code, is S
     at = open_app_page("app_pages/step_through.py", folder=str(type_folders["albert"]), text="the cat sat on the mat")
     _ok(at, "ALBERT")
     assert "Weights: one layer's weights, applied by every one of its 3 blocks" in " ".join(c.value for c in at.caption)

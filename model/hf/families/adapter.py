@@ -156,3 +156,9 @@ class Adapter:
     def score_bias(self, model: nn.Module, site: str, head: int, q_len: int, k_len: int) -> np.ndarray | None:
         """(q_len, k_len): what `head` at `site` adds to its scores for positions (None: nothing)."""
         return None
+
+    def score_terms(self, model: nn.Module, layer: int, query: np.ndarray, key: np.ndarray) -> dict[str, np.ndarray]:
+        """The terms a layer's scores add to Q K^T that depend on the tokens as well as on positions (DeBERTa's
+        content-to-position and position-to-content), each (heads, q_len, k_len) as added (scaled), computed from the
+        layer's queries and keys (heads, len, d_head); none for most families."""
+        return {}

@@ -8,10 +8,12 @@ distance, in v3). v3 adds no absolute positions to its embeddings; v2 may (`posi
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import replace
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -20,6 +22,7 @@ from attention_atlas.model.hf.families.adapter import Adapter, LayerWeights, Rel
 from attention_atlas.model.hf.families.bert import post_norm_encoder
 from attention_atlas.model.hf.heads import attention
 from attention_atlas.model.hf.own_attention import route, route_modules
+from attention_atlas.model.hf.placement import weights_at_hand
 from attention_atlas.model.hf.taps import Family, output
 
 LAYER = "encoder.layer.{i}"
@@ -73,6 +76,25 @@ class DebertaV2Adapter(Adapter):
             f"√({_terms(attention)} d_head). The distance is {exact}.",
             r"\mathrm{score}_{ij}=\frac{q_i\cdot k_j+q_i\cdot k^{r}_{\delta(i,j)}+k_j\cdot q^{r}_{\delta(j,i)}}"
             rf"{{\sqrt{{{_terms(attention)}\,d_k}}}}", buckets=rows)
+
+    def score_terms(self, model: nn.Module, layer: int, query: np.ndarray, key: np.ndarray) -> dict[str, np.ndarray]:
+        """Its content-to-position ("c2p") and position-to-content ("p2c") terms apart, each computed by the layer's
+        own code (a shallow copy of the module that keeps one term: the model itself is never changed)."""
+        attention = model.base_model.encoder.layer[layer].attention.self
+        if not attention.relative_attention:
+            return {}
+        encoder = model.base_model.encoder
+        terms = {}
+        with torch.inference_mode(), weights_at_hand(encoder):
+            relative = encoder.get_rel_embedding()  # (2 buckets, d_model), normalised where the model does
+            q, k = (torch.from_numpy(np.asarray(x, np.float32)).to(relative.device, relative.dtype)
+                    for x in (query, key))  # (heads, len, d_head): the batch of one text's heads
+            for kind in attention.pos_att_type:
+                one = copy.copy(attention)
+                one.pos_att_type = [kind]
+                terms[kind] = one.disentangled_attention_bias(q, k, None, relative, _terms(attention)).float().cpu() \
+                    .numpy()  # (heads, q_len, k_len)
+        return terms
 
     def layer_weights(self, attention: nn.Module, attn_out: nn.Module, layer: int) -> LayerWeights:
         """`query_proj`, `key_proj`, `value_proj`; W_O is `attention.output.dense`; the scale 1/√(d_head x terms)."""
