@@ -112,7 +112,7 @@ def bias_view(run: Trace, site: str, layer: int, head: int, content: tuple[np.nd
     named, (without, qk) = bias_name(run.facts.positional), content
     st.markdown(f"**Before the mask, a position bias.** This model adds {named} to every score: the scores above are "
                 f"{qk} + B. Without it, and B itself:")
-    low, high = float(bias.min()), float(bias.max())
+    low, high = visible_range(bias, visible)
     content_col, bias_col = st.columns(2)
     with content_col:
         heatmap(without, run, site, f"{qk} (without the bias)", "masks_scores_content",
@@ -120,10 +120,10 @@ def bias_view(run: Trace, site: str, layer: int, head: int, content: tuple[np.nd
                 value_name="score")
     with bias_col:
         heatmap(bias, run, site, f"B ({named})", "masks_bias", name(run, site, layer, head, "position-bias"),
-                zrange=(low, high) if high > low else (low - 1, low + 1), value_name="bias")
-    st.caption(f"B for {site_label(run, site)} · layer {layer} · head {head}: from {low:.3g} to {high:.3g}."
-               + (" ALiBi's is this head's slope × (key − query): keys further back lose more." if named == "ALiBi"
-                  else ""))
+                zrange=(low, high), value_name="bias", masked=~visible)
+    st.caption(f"B for {site_label(run, site)} · layer {layer} · head {head}: from {low:.3g} to {high:.3g}, hatched "
+               "where the mask then hides the key." + (" ALiBi's is this head's slope × (key − query): keys further "
+                                                       "back lose more." if named == "ALiBi" else ""))
 
 
 def on_off_view(trace: Trace, site: str, layer: int, head: int) -> None:

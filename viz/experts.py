@@ -30,7 +30,7 @@ def tokens_per_expert(indices: Sequence[np.ndarray], experts: int) -> np.ndarray
 def routing_heatmap(probabilities: np.ndarray, indices: np.ndarray, tokens: Sequence[str], title: str) -> go.Figure:
     """probabilities: (pos, experts), the router's softmax; indices: (pos, k), the experts chosen. One row per expert,
     one column per token, coloured by probability; each chosen cell carries its rank (1 = the token's first
-    choice), written in it when the text is short."""
+    choice), written in it in white when the text is short (the chosen are a token's likeliest: dark cells)."""
     experts = probabilities.shape[1]
     ranks = choice_ranks(indices, experts)  # (experts, pos)
     figure = layer_token_heatmap(probabilities.T, [f"expert {e}" for e in range(experts)], tokens, title,
@@ -39,7 +39,7 @@ def routing_heatmap(probabilities: np.ndarray, indices: np.ndarray, tokens: Sequ
     figure.update_traces(customdata=ranks, hovertemplate="%{y} · %{x}<br>probability %{z:.4g}<br>chosen: "
                          "%{customdata} (0: not chosen)<extra></extra>")
     if len(tokens) <= RANKS_WRITTEN_UP_TO:
-        figure.update_traces(text=marks, texttemplate="%{text}", textfont={"size": 14, "color": "#d62728"})
+        figure.update_traces(text=marks, texttemplate="<b>%{text}</b>", textfont={"size": 15, "color": "white"})
     return figure
 
 

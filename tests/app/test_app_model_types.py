@@ -102,7 +102,8 @@ def test_step_through_adds_alibi_and_debertas_position_terms_and_says_albert_s_w
 
 def test_the_masks_page_draws_bloom_s_alibi_apart_from_the_content_scores(type_folders) -> None:
     """Scores → probabilities on BLOOM: the bias drawn is head 1's ALiBi, its slope x (key - query) (the slopes of
-    transformers' BLOOM), and the scores without it plus it are the scores the model computed."""
+    transformers' BLOOM), hatched where the causal mask hides the key, and the scores without it plus it are the
+    scores the model computed."""
     at = open_app_page("app_pages/masks.py", folder=str(type_folders["bloom"]), text="the cat sat on the mat")
     at.selectbox(key="head").set_value(1).run()
     at.session_state["masks_view"] = "Scores → probabilities"
@@ -114,8 +115,11 @@ def test_the_masks_page_draws_bloom_s_alibi_apart_from_the_content_scores(type_f
                                                                "scores QKᵀ/√d_k"))
     n = len(bias)
     slope = float(transformers.models.bloom.modeling_bloom._get_alibi_slopes(4, torch.device("cpu"))[1])
-    np.testing.assert_allclose(bias, slope * np.subtract.outer(np.arange(n), np.arange(n)).T, atol=1e-6)
-    np.testing.assert_allclose(content + bias, scores, atol=1e-5)
+    visible = np.tril(np.ones((n, n), dtype=bool))  # the causal mask: keys ahead are hatched, not coloured
+    assert (np.isnan(bias) == ~visible).all()
+    expected = slope * np.subtract.outer(np.arange(n), np.arange(n)).T  # slope x (key - query)
+    np.testing.assert_allclose(bias[visible], expected[visible], atol=1e-6)
+    np.testing.assert_allclose((content + bias)[visible], scores[visible], atol=1e-5)
     assert "ALiBi's is this head's slope × (key − query)" in " ".join(c.value for c in at.caption)
 
 
