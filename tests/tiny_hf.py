@@ -106,6 +106,9 @@ DECODER_TYPES: dict[str, dict[str, object]] = {
     "gptj": {"n_embd": 32, "n_layer": 2, "n_head": 4, "rotary_dim": 4, "n_positions": 64, "n_inner": 64,
              "num_key_value_heads": 4},
     "mixtral": {"num_local_experts": 4, "num_experts_per_tok": 2, "head_dim": 8, "sliding_window": 3},
+    "olmoe": {"num_experts": 4, "num_experts_per_tok": 2},  # experts, query and key norms
+    "qwen2_moe": {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+                  "shared_expert_intermediate_size": 32},  # experts beside a shared expert
     "starcoder2": {"sliding_window": 3},
     "cohere": {},  # parallel, LayerNorm without bias
     "smollm3": {},

@@ -2,7 +2,7 @@
 HookedEncoder or HookedEncoderDecoder (its own weight conversions) and run on the same tokens give the same value
 under the same name, for every hook both offer. GPT-2 (LayerNorm, a plain MLP, learned positions), Llama (RMSNorm, a
 gated MLP, rotary positions, grouped key/value heads) and BERT (post-norm, an encoder); GPT-NeoX, OPT, Phi-3, Qwen2,
-Qwen3, Mistral, Mixtral, GPT-Neo and BLOOM (attention in their own code), and T5 (an encoder-decoder), as
+Qwen3, Mistral, Mixtral, OLMoE, GPT-Neo and BLOOM (attention in their own code), and T5 (an encoder-decoder), as
 TransformerLens loads them from a folder. Tiny and random, their norms' weights made unlike 1 and 0 (where the
 meanings of `hook_normalized` before and after the weights agree)."""
 
@@ -69,7 +69,8 @@ OTHER_FAMILIES = {  # model type -> hook kinds beyond EVERY_BLOCK it must match
     "qwen3": {"hook_resid_mid", "hook_rot_q", "hook_pre_linear"},  # query and key norms
     "mistral": {"hook_resid_mid", "hook_rot_q", "hook_pre_linear"},  # a sliding window
     "mixtral": {"hook_resid_mid", "hook_rot_q", "hook_expert_weights", "hook_expert_indices"},  # a mixture of
-    # experts: the router's choice (no one hidden layer: no hook_pre/post)
+    # experts: the router's choice
+    "olmoe": {"hook_resid_mid", "hook_rot_q", "hook_expert_weights", "hook_expert_indices"},
     "gpt_neo": {"hook_resid_mid", "hook_pos_embed"},  # attention in its own code: unscaled, local layers
     "bloom": {"hook_resid_mid"},  # attention in its own code: ALiBi; normalised embeddings
 }
@@ -87,7 +88,8 @@ def test_the_other_families_hooks_are_transformer_lens_own(tmp_path, model_type:
     config = get_pretrained_model_config(str(folder), fold_ln=False, device="cpu", default_prepend_bos=False)
     reference = HookedTransformer(config)
     reference.load_state_dict(get_pretrained_state_dict(str(folder), config, hf_model=runner.model), strict=False)
-    expected = EVERY_BLOCK - ({"hook_pre", "hook_post"} if model_type == "mixtral" else set())
+    expected = EVERY_BLOCK - ({"hook_pre", "hook_post"} if "hook_expert_indices" in OTHER_FAMILIES[model_type] else
+                              set())  # a mixture of experts has no one hidden layer
     assert expected | OTHER_FAMILIES[model_type] <= _compare(runner, reference)
 
 

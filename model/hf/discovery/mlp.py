@@ -66,9 +66,10 @@ def mlp_table(mlp: MLP, probe: Probe) -> TapTable:
     linears = [(n, m) for n, m in mlp.parts if is_projection(m)]
     activations = [(n, m) for n, m in mlp.parts if not any(True for _ in m.parameters())
                    and not isinstance(m, nn.Dropout)]
+    router = _router_table(mlp, prefix, probe)
+    if router or len(linears) < 2:  # a mixture of experts (a router is a projection too), or a layout not seen before
+        return router
     table: TapTable = {}
-    if len(linears) < 2:
-        return _router_table(mlp, prefix, probe)  # a mixture of experts, or a layout not seen before
     table["mlp.hook_post"] = (f"{prefix}{linears[-1][0]}", first_input)
     if len(activations) == 1:
         act_name, act = activations[0]
