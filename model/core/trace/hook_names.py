@@ -22,7 +22,8 @@ _ATTENTION = {  # under `attn.` (self-attention) or `cross_attn.` (the decoder's
     "hook_rot_q": "(heads, pos, d_head): queries after the rotary embedding (rotary models)",
     "hook_rot_k": "(kv_heads, key_pos, d_head): keys after the rotary embedding (rotary models)",
     "hook_attn_scores": "(heads, pos, key_pos): Q K^T x the model's scale (1/sqrt(d_head); T5: 1), soft-capped where "
-                        "the model caps it (Gemma 2), + any position bias (T5), before the mask",
+                        "the model caps it (Gemma 2), + any position bias (T5, ALiBi, DeBERTa's position terms), "
+                        "before the mask",
     "hook_pattern": "(heads, pos, key_pos): the attention probabilities, softmax over keys after the mask",
     "hook_z": "(heads, pos, d_head): each head's output, pattern x V, before W_O",
 }
