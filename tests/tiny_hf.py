@@ -105,6 +105,8 @@ DECODER_TYPES: dict[str, dict[str, object]] = {
     "opt": {"ffn_dim": 64, "word_embed_proj_dim": 32, "num_key_value_heads": 4},  # learned positions
     "gptj": {"n_embd": 32, "n_layer": 2, "n_head": 4, "rotary_dim": 4, "n_positions": 64, "n_inner": 64,
              "num_key_value_heads": 4},
+    "codegen": {"n_embd": 32, "n_layer": 2, "n_head": 4, "rotary_dim": 4, "n_positions": 64, "n_inner": 64,
+                "num_key_value_heads": 4},  # a fused projection that no fused layout fits: its hook_q, hook_k apart
     "mixtral": {"num_local_experts": 4, "num_experts_per_tok": 2, "head_dim": 8, "sliding_window": 3},
     "olmoe": {"num_experts": 4, "num_experts_per_tok": 2},  # experts, query and key norms
     "qwen2_moe": {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,

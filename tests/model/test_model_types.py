@@ -26,6 +26,7 @@ NOT_FOUND = {  # model type -> the hooks its layout has that the app cannot plac
     "gptj": ("ln2.hook_scale", "ln2.hook_normalized"),
     "cohere": ("ln2.hook_scale", "ln2.hook_normalized"),
     "olmo2": ("ln1.hook_scale", "ln1.hook_normalized", "ln2.hook_scale", "ln2.hook_normalized"),  # norms after
+    "codegen": ("attn.hook_q", "attn.hook_k", "ln2.hook_scale", "ln2.hook_normalized"),  # sharded projection
     "mixtral": ("mlp.hook_pre", "mlp.hook_post"),  # experts: no one hidden layer
     "olmoe": ("mlp.hook_pre", "mlp.hook_post"),
     "qwen2_moe": ("mlp.hook_pre", "mlp.hook_post"),

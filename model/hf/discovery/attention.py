@@ -45,7 +45,7 @@ def _fused_heads(module: nn.Module, probe: Probe) -> tuple[FusedHeads, FusedHead
             readers = tuple(FusedHeads(name, part, layout, len(query), len(key), query.shape[-1]) for part in (0, 1))
             try:
                 made: list[torch.Tensor] = [reader.split(call.output)[0, :, 0] for reader in readers]  # (heads, d_head)
-            except RuntimeError:  # the layout does not fit the projection's width
+            except (RuntimeError, IndexError):  # the layout does not fit the projection's width
                 continue
             if same(made[0], query[:, 0]) and same(made[1], key[:, 0]):
                 return readers
