@@ -15,8 +15,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from attention_atlas.model.hf.families.adapter import Adapter, LayerWeights, affine
-from attention_atlas.model.hf.families.bert import post_norm_encoder
+from attention_atlas.model.hf.families.bert import BertAdapter, post_norm_encoder
 from attention_atlas.model.hf.own_attention import route
 from attention_atlas.model.hf.taps import Family, first_input, output
 
@@ -27,7 +26,9 @@ ALBERT = post_norm_encoder(
     lambda c: c.num_hidden_layers * c.inner_group_num)
 
 
-class AlbertAdapter(Adapter):
+class AlbertAdapter(BertAdapter):
+    """BERT's weights layout (`query`, `key`, `value`; W_O `attention.dense`, each block's copy of the shared one)."""
+
     name = "ALBERT"
     model_types: ClassVar[tuple[str, ...]] = ("albert",)
     kind = "encoder"
@@ -43,14 +44,6 @@ class AlbertAdapter(Adapter):
 
     def family(self, model: nn.Module, config: Any, kind: str) -> Family:
         return ALBERT
-
-    def layer_weights(self, attention: nn.Module, attn_out: nn.Module, layer: int) -> LayerWeights:
-        """`query`, `key`, `value`; W_O is `attention.dense` (the block's own copy: the shared weights)."""
-        affines = {"q": affine(attention.query), "k": affine(attention.key), "v": affine(attention.value),
-                   "o": affine(attn_out)}
-        heads, d_head = attention.num_attention_heads, attention.attention_head_size
-        scale, text = self.scale(attention, d_head, layer)
-        return LayerWeights(affines, heads, heads, d_head, scale, text)
 
     def notes(self, config: Any) -> dict[str, str]:
         blocks, groups = config.num_hidden_layers * config.inner_group_num, config.num_hidden_groups
