@@ -1,13 +1,16 @@
 """A Hugging Face model spread from the sidebar in a real browser: a custom folder typed keeps the text, Device →
 spread and a CPU budget put most of a tiny Llama on the disk; the model card says so in full, the heatmap draws, Step
-through reads an offloaded head's weights, and nothing logs an error."""
+through reads an offloaded head's weights, and nothing logs an error; the same with BLOOM, whose attention is routed
+through the app's."""
 
 from __future__ import annotations
 
+import math
+
 from playwright.sync_api import expect
 
-from app_browser.page import choose, open_page, screenshots, wait_idle
-from tests.tiny_hf import build
+from app_browser.page import choose, figure, heatmap_values, open_page, screenshots, wait_idle
+from tests.tiny_hf import build, build_type
 
 
 def test_spread_a_custom_model_over_the_cpu_and_the_disk(page, tmp_path) -> None:
@@ -37,5 +40,34 @@ def test_spread_a_custom_model_over_the_cpu_and_the_disk(page, tmp_path) -> None
     page.get_by_role("option", name="3", exact=True).click()  # a layer on the disk
     wait_idle(page)
     expect(page.locator(".js-plotly-plot").first).to_be_visible()
+    expect(page.get_by_test_id("stException")).to_have_count(0)
+    assert page.console_errors == [] and page.dialogs == []
+
+
+def test_bloom_spread_over_the_disk_draws_its_alibi_and_steps_through_an_offloaded_head(page, tmp_path) -> None:
+    """BLOOM computes attention in its own code (routed through the app's attention when it loads), and a spread
+    model's modules are wrapped by accelerate: spread over the CPU and the disk, its Masks page draws a head's ALiBi
+    bias apart from its scores, and Step through reads a head on the disk and recomputes it with that bias."""
+    folder = build_type("bloom", tmp_path / "bloom")
+    sidebar = page.get_by_test_id("stSidebar")
+    choose(page, "Model", "Custom · a Hugging Face folder or id…", in_sidebar=True)
+    box = sidebar.get_by_label("Folder or hub id", exact=True)
+    box.fill(str(folder))
+    box.press("Enter")
+    wait_idle(page)
+    choose(page, "Device", "spread", in_sidebar=True)
+    budgets = sidebar.get_by_label("Memory per device", exact=True)
+    budgets.fill("cpu=60000")
+    budgets.press("Enter")
+    wait_idle(page)
+    expect(page.get_by_test_id("stTable")).to_contain_text("disk: transformer.ln_f, transformer.h")  # every block
+    open_page(page, "Masks")
+    page.get_by_role("tab", name="Scores → probabilities").click()
+    wait_idle(page)
+    expect(figure(page, "B (ALiBi)")).to_be_visible()
+    bias = heatmap_values(page, "B (ALiBi)")  # head 0, the keys the causal mask hides hatched (NaN)
+    assert bias[2][0] < bias[2][1] < bias[2][2] == 0 and math.isnan(bias[0][1])  # keys further back lose more
+    open_page(page, "Step through")
+    expect(page.get_by_test_id("stAlert").filter(has_text="Recomputed here")).to_contain_text("the head's output to")
     expect(page.get_by_test_id("stException")).to_have_count(0)
     assert page.console_errors == [] and page.dialogs == []
