@@ -78,6 +78,7 @@ def scores_view(trace: Trace, site: str, layer: int, head: int) -> None:
     source = run.pattern_source(site, layer)
     qk, qk_latex = scaled(None, 0) if source is None else scaled(source.scale, source.query.shape[-1])
     bias = None if source is None or source.bias is None else np.asarray(source.bias[head], np.float32)
+    bias = None if bias is None or not bias.any() else bias  # T5's cross-attention: zeros
     plus_bias = "" if bias is None else rf"+B_{{\text{{{bias_name(run.facts.positional)}}}}}"
     st.latex(rf"S={qk_latex}{plus_bias}\quad\longrightarrow\quad S+M\quad\longrightarrow\quad"
              r"\ A=\mathrm{softmax}(S+M)")

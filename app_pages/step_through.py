@@ -199,8 +199,8 @@ def show_scores(h: Head, values: bool) -> None:
     st.latex(scores_latex(w, h.trace.facts.positional))
     st.caption(f"Scale: {w.scale_text}.")
     show_matrix(s.scores, h.rows, h.cols, "S, the scaled scores", axes, "step_scores", show_values=values, stem=h.stem)
-    score_terms_view(current_runner(), h.layer, w.head, h.captured("hook_q"), h.captured("hook_k"), s.qk * w.scale,
-                     h.captured("hook_attn_scores")[w.head], (h.rows, h.cols), values, h.stem)
+    score_terms_view(current_runner(), h.trace, h.layer, w.head, h.captured, s.qk * w.scale, (h.rows, h.cols),
+                     values, h.stem)
     st.latex(r"S_{\text{masked}} = S + M,\quad M_{ij} = \begin{cases}0 & \text{key } j \text{ visible to } i\\"
              r"-\infty & \text{hidden}\end{cases}")
     show_matrix(s.masked, h.rows, h.cols, "S + M (hatched: −∞)", axes, "step_masked", show_values=values, stem=h.stem)

@@ -11,7 +11,6 @@ import streamlit as st
 from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.plot.common import layer_count, stack_tokens
 from attention_atlas.ui import url_state
-from attention_atlas.ui.activations import fall_back
 from attention_atlas.ui.downloads import downloads, file_name, matrix_table
 from attention_atlas.ui.page import trace_with
 from attention_atlas.viz.experts import expert_load_heatmap, routing_heatmap, tokens_per_expert
@@ -23,22 +22,26 @@ def experts_view(trace: Trace, stack: str) -> None:
     st.latex(r"p=\mathrm{softmax}(x\,W_{\mathrm{router}}),\qquad \mathrm{MoE}(x)=\sum_{e\,\in\,\mathrm{top}_k(p)}"
              r"w_e\,\mathrm{Expert}_e(x)")
     routed = trace_with((f"{stack}.*.mlp.hook_expert_weights", f"{stack}.*.mlp.hook_expert_indices"))
-    layers = layer_count(trace, stack)
-    chosen = [routed.captured.get(f"{stack}.{i}.mlp.hook_expert_indices") for i in range(layers)]
-    if any(c is None for c in chosen):
+    chosen = {i: np.asarray(routed.captured[name]) for i in range(layer_count(trace, stack))
+              if (name := f"{stack}.{i}.mlp.hook_expert_indices") in routed.captured}  # layer -> (pos, k)
+    if not chosen:
         st.info(f"{trace.facts.model_id} has no mixture of experts here: every token goes through the same MLP in "
                 "each block.", icon=":material/info:")
         return
-    fall_back("activations_layer", layers, "layer")
-    layer = st.selectbox("Layer", list(range(layers)), key="activations_layer")
+    routed_layers = list(chosen)  # a model may keep some blocks' MLP whole (Qwen-MoE's mlp_only_layers)
+    if st.session_state.get("activations_layer") not in routed_layers:
+        st.session_state["activations_layer"] = routed_layers[0]
+    layer = st.selectbox("Layer", routed_layers, key="activations_layer")
     url_state.write(activations_layer=layer)
     probabilities = np.asarray(routed.captured[f"{stack}.{layer}.mlp.hook_expert_weights"], np.float32)
-    indices = np.asarray(chosen[layer])  # (pos, k)
+    indices = chosen[layer]
     experts, k = probabilities.shape[1], indices.shape[1]
     tokens = stack_tokens(trace, stack)
-    st.caption(f"The MLP of each block is {experts} experts; the router scores them for every token and sends it to "
-               f"the {k} it scores highest (the numbers in the cells: its first choice 1, its second 2 …), mixing "
-               "their outputs by its weights.")
+    st.caption(f"The router of layer {layer}'s MLP scores its {experts} experts for every token and sends it to the "
+               f"{k} it scores highest (marked: the first choice 1, the second 2 …), mixing their outputs by its "
+               "weights (an expert every token goes through, as Qwen-MoE's shared one, is not drawn here)."
+               + ("" if len(routed_layers) == len(range(layer_count(trace, stack))) else
+                  f" Only layers {', '.join(map(str, routed_layers))} route their tokens."))
     name = file_name(trace.facts.model_id, stack, layer)
     figure = routing_heatmap(probabilities, indices, tokens, f"layer {layer}: each token's experts")
     st.plotly_chart(figure, key="activations_experts")
@@ -47,11 +50,13 @@ def experts_view(trace: Trace, stack: str) -> None:
         [matrix_table(probabilities.T, rows, tokens).set_axis(rows, axis=0),
          pd.DataFrame(indices.T, index=[f"choice {c + 1}" for c in range(k)],
                       columns=[position_label(p, t) for p, t in enumerate(tokens)])]))
-    counts = tokens_per_expert(chosen, experts)  # (layers, experts)
-    load = expert_load_heatmap(counts, f"{stack}: tokens each expert received, by layer")
+    counts = tokens_per_expert(list(chosen.values()), experts)  # (routed layers, experts)
+    names = [f"layer {i}" for i in routed_layers]
+    load = expert_load_heatmap(counts, names, f"{stack}: tokens each expert received, by layer")
     st.plotly_chart(load, key="activations_expert_load")
     downloads(load, f"{file_name(trace.facts.model_id, stack)}.expert-load", "activations_expert_load",
-              lambda: pd.DataFrame(counts, index=[f"layer {i}" for i in range(layers)], columns=rows))
-    idle = [f"{e}" for e in range(experts) if counts[layer, e] == 0]
-    st.caption(f"Layer {layer}: {len(tokens)} tokens × {k} choices = {int(counts[layer].sum())} routings"
+              lambda: pd.DataFrame(counts, index=names, columns=rows))
+    row = routed_layers.index(layer)
+    idle = [f"{e}" for e in range(experts) if counts[row, e] == 0]
+    st.caption(f"Layer {layer}: {len(tokens)} tokens × {k} choices = {int(counts[row].sum())} routings"
                + (f"; expert{'s' if len(idle) > 1 else ''} {', '.join(idle)} received none." if idle else "."))

@@ -30,28 +30,34 @@ def tokens_per_expert(indices: Sequence[np.ndarray], experts: int) -> np.ndarray
 def routing_heatmap(probabilities: np.ndarray, indices: np.ndarray, tokens: Sequence[str], title: str) -> go.Figure:
     """probabilities: (pos, experts), the router's softmax; indices: (pos, k), the experts chosen. One row per expert,
     one column per token, coloured by probability; each chosen cell carries its rank (1 = the token's first
-    choice), written in it in white when the text is short (the chosen are a token's likeliest: dark cells)."""
+    choice): in the hover, and marked on the cell when the text is short."""
     experts = probabilities.shape[1]
     ranks = choice_ranks(indices, experts)  # (experts, pos)
-    figure = layer_token_heatmap(probabilities.T, [f"expert {e}" for e in range(experts)], tokens, title,
-                                 "probability", "Blues", (0.0, float(max(probabilities.max(), 1e-6))))
-    marks = np.where(ranks > 0, ranks.astype(str), "")
+    rows = [f"expert {e}" for e in range(experts)]
+    figure = layer_token_heatmap(probabilities.T, rows, tokens, title, "probability", "Blues",
+                                 (0.0, float(max(probabilities.max(), 1e-6))))
     figure.update_traces(customdata=ranks, hovertemplate="%{y} · %{x}<br>probability %{z:.4g}<br>chosen: "
                          "%{customdata} (0: not chosen)<extra></extra>")
-    if len(tokens) <= RANKS_WRITTEN_UP_TO:
-        figure.update_traces(text=marks, texttemplate="<b>%{text}</b>", textfont={"size": 15, "color": "white"})
+    if len(tokens) <= RANKS_WRITTEN_UP_TO:  # each choice a white disc with its rank: legible on any cell
+        expert, position = np.nonzero(ranks)
+        columns = list(figure.data[0].x)
+        figure.add_trace(go.Scatter(
+            x=[columns[p] for p in position], y=[rows[e] for e in expert], mode="markers+text",
+            text=[str(ranks[e, p]) for e, p in zip(expert, position, strict=True)], textfont={"size": 12},
+            marker={"size": 18, "color": "white", "line": {"width": 1, "color": "#333"}}, hoverinfo="skip",
+            showlegend=False))
     return figure
 
 
-def expert_load_heatmap(counts: np.ndarray, title: str) -> go.Figure:
-    """counts: (layers, experts), the tokens each expert received in each layer."""
-    layers, experts = counts.shape
+def expert_load_heatmap(counts: np.ndarray, layers: Sequence[str], title: str) -> go.Figure:
+    """counts: (layers, experts), the tokens each expert received in each of `layers` (their names)."""
+    experts = counts.shape[1]
     return go.Figure({"data": [{
         "type": "heatmap", "z": counts, "x": [f"expert {e}" for e in range(experts)],
-        "y": [f"layer {i}" for i in range(layers)], "colorscale": "Oranges", "zmin": 0,
+        "y": list(layers), "colorscale": "Oranges", "zmin": 0,
         "colorbar": {"title": {"text": "tokens"}}, "text": counts, "texttemplate": "%{text}",
         "hovertemplate": "%{y} · %{x}<br>%{z} tokens<extra></extra>"}], "layout": {
         "title": {"text": title, "x": 0, "xanchor": "left"},
         "xaxis": {"type": "category", "title": {"text": "expert"}},
         "yaxis": {"type": "category", "autorange": "reversed", "automargin": True},
-        "height": max(260, min(900, 110 + 28 * layers)), "margin": {"l": 60, "r": 20, "t": 50, "b": 40}}})
+        "height": max(260, min(900, 110 + 28 * len(layers))), "margin": {"l": 60, "r": 20, "t": 50, "b": 40}}})

@@ -50,7 +50,8 @@ def _watching(modules: list[nn.Module], probe: Probe) -> Iterator[None]:
         if module not in probe.calls:
             inputs = args[0] if args else kwargs.get("hidden_states", kwargs.get("input"))
             result = out if isinstance(out, torch.Tensor) else out[0] if isinstance(out, tuple) and out else None
-            indices = isinstance(out, tuple) and isinstance(out[-1], torch.Tensor) and not out[-1].is_floating_point()
+            indices = isinstance(out, tuple) and bool(out) and isinstance(out[-1], torch.Tensor) \
+                and not out[-1].is_floating_point()
             probe.calls[module] = Call(next(counter), _tensor(inputs), _tensor(result), returned_indices=indices)
             if isinstance(result, torch.Tensor):
                 returned[module] = result

@@ -48,10 +48,13 @@ class PositionScheme:
 
 
 def bias_name(positional: str) -> str:
-    """What the bias a model adds to its scores for positions is called, from its facts' `positional`."""
+    """What the bias a model adds to its scores for positions is called, from its facts' `positional`: "ALiBi",
+    DeBERTa's terms ("c2p + p2c", from "disentangled relative positions (c2p + p2c)"), or "relative position"."""
     if positional == "ALiBi":
         return "ALiBi"
-    return "c2p + p2c" if positional.endswith("disentangled relative positions") else "relative position"
+    if "disentangled relative positions (" in positional:
+        return positional.rsplit("(", 1)[1].rstrip(")")
+    return "relative position"
 
 
 def position_scheme(runner: Any, stack: str, length: int) -> PositionScheme:

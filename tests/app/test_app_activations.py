@@ -274,10 +274,13 @@ def test_the_experts_of_a_mixture_are_the_routers_own_choice(tmp_path) -> None:
     probabilities, chosen = captured["decoder.1.mlp.hook_expert_weights"], captured["decoder.1.mlp.hook_expert_indices"]
     routing = _data(at, "layer 1: each token's experts")
     np.testing.assert_allclose(_array(routing["z"]), probabilities.T, atol=1e-6)
-    ranks = np.array(routing["text"])  # (experts, pos): "1", "2" where chosen
+    ranks = _array(routing["customdata"]).astype(int)  # (experts, pos): 1, 2 where chosen, else 0
     for position, experts in enumerate(chosen):
-        assert [ranks[e, position] for e in experts] == ["1", "2"]
-        assert (ranks[:, position] != "").sum() == 2
+        assert [ranks[e, position] for e in experts] == [1, 2]
+        assert (ranks[:, position] > 0).sum() == 2
+    marks = next(json.loads(c.proto.spec) for c in at.get("plotly_chart") if json.loads(c.proto.spec)["layout"][
+        "title"]["text"].startswith("layer 1:"))["data"][1]  # the marks drawn on the chosen cells
+    assert sorted(marks["text"]) == sorted(["1", "2"] * len(chosen))
     load = _array(_data(at, "decoder: tokens each expert received")["z"])  # (layers, experts)
     np.testing.assert_array_equal(load[1], np.bincount(chosen.ravel(), minlength=4))
     assert load.sum(1).tolist() == [2 * len(chosen)] * 2

@@ -4,7 +4,8 @@ attention and MLP in parallel with fused projections and partial rotary (GPT-Neo
 query and key norms (OLMo 2), a mixture of experts (Mixtral), flattened positions and learned positions (OPT), a
 DistilBERT encoder, a ModernBERT encoder (a bidirectional sliding window), a pre-norm encoder-decoder (mBART), and the
 types that compute attention in their own code: GPT-Neo (unscaled, local layers), BLOOM (ALiBi) and Falcon; and
-ALBERT (one layer's weights in every block, a factorised embedding) and DeBERTa-v3 (disentangled attention)."""
+ALBERT (one layer's weights in every block, a factorised embedding), DeBERTa-v3 (disentangled attention) and CodeGen
+(a sharded fused projection, whose queries and keys before rotation are not hooked)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from tests.app.app_session import TABBED, open_app_page
 from tests.tiny_hf import build, build_type
 
 LAYOUTS = ("gemma2", "gpt_neox", "olmo2", "mixtral", "opt", "distilbert", "mbart", "gemma3_text", "modernbert",
-           "gpt_neo", "bloom", "falcon", "albert", "deberta-v2")
+           "gpt_neo", "bloom", "falcon", "albert", "deberta-v2", "codegen")
 PLAIN = ("app_pages/overview.py", "app_pages/step_through.py", "app_pages/generate.py", "app_pages/ablation.py")
 
 

@@ -66,3 +66,15 @@ def test_source_bytes_counts_what_a_run_keeps(runners, family: str) -> None:
     else:
         assert kept == source_bytes(runner.model.config, runner.family, longest)
     assert runner.facts.max_len == longest_input(runner.model.config, runner.family)
+
+
+@pytest.mark.parametrize("model_type", ["bloom", "deberta-v2"])
+def test_source_bytes_counts_a_position_bias_once_or_per_layer(tmp_path, model_type: str) -> None:
+    """BLOOM's ALiBi: one bias every layer shares; DeBERTa's position terms: one a layer. What a run keeps is what
+    the longest input counts."""
+    from attention_atlas.model.hf.loading import load_hf_runner
+
+    runner = load_hf_runner(str(tiny_hf.build_type(model_type, tmp_path / model_type)))
+    trace = runner.run("the quick brown fox jumps over the lazy dog " * 3)
+    kept = distinct_nbytes([array for source in trace.pattern_sources.values() for array in source.arrays()])
+    assert kept == source_bytes(runner.model.config, runner.family, len(trace.tokens))

@@ -166,6 +166,9 @@ def test_falcons_older_layouts_are_its_eager_attention_and_add_up(tmp_path, layo
     (transformers.FalconConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, alibi=True),
      "ALiBi"),  # Falcon-RW
     (transformers.MptConfig(d_model=32, n_heads=4, n_layers=2), "computes attention in its own code"),  # no adapter
+    (transformers.DebertaV2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                                  relative_attention=True, pos_att_type=["c2p", "p2c"], conv_kernel_size=3),
+     "a convolution"),  # DeBERTa-v2 xlarge's layout
     (transformers.LEDConfig(d_model=32, encoder_layers=1, decoder_layers=1), "is not supported"),  # no table
 ])
 def test_a_type_whose_attention_cannot_be_read_says_why(tmp_path, config, reason: str) -> None:
@@ -173,7 +176,8 @@ def test_a_type_whose_attention_cannot_be_read_says_why(tmp_path, config, reason
     if config.model_type == "led":  # refused from its config alone
         config.save_pretrained(tmp_path)
     else:
-        transformers.AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path)
+        model_class = transformers.AutoModel if config.model_type == "deberta-v2" else transformers.AutoModelForCausalLM
+        model_class.from_config(config).save_pretrained(tmp_path)
     with pytest.raises(ValueError, match=reason):
         load_hf_runner(str(tmp_path))
 

@@ -74,7 +74,8 @@ class PatternSource:
     key: Array  # (kv_heads, k_len, d_head); query head h reads key head h // (heads / kv_heads)
     scale: float  # the scores' factor (1/sqrt(d_head) in most models; T5: 1)
     allowed: Array  # (q_len, k_len) bool: True where the mask let the query see the key
-    bias: Array | None = None  # (heads, q_len, k_len) added to the scores (T5), shared by the layers
+    bias: Array | None = None  # (heads, q_len, k_len) added to the scores: T5's and ALiBi (one tensor every layer
+    # shares), DeBERTa's position terms (each layer's own)
     softcap: float | None = None  # scores capped to c tanh(score / c) before the mask (Gemma 2's logit soft-capping)
     device: str = "cpu"  # where the probabilities are computed: the model's device
 

@@ -88,10 +88,9 @@ def mlp_table(mlp: MLP, probe: Probe) -> TapTable:
 
 def _router_table(mlp: MLP, prefix: str, probe: Probe) -> TapTable:
     """A mixture of experts' mlp.hook_expert_weights and hook_expert_indices, read from its router: the part called
-    first whose output has a score per expert (the experts: a list of modules, or weights stacked per expert) and
-    that returns the experts it chose after its scores (logits, weights, indices)."""
-    experts = {len(m) for _, m in mlp.parts if isinstance(m, nn.ModuleList)} | \
-        {p.shape[0] for _, m in mlp.parts for p in m.parameters(recurse=False) if p.dim() == 3}
+    first whose output has a score per expert (the experts: weights stacked per expert, as transformers keeps them)
+    and that returns the experts it chose after its scores (logits, weights, indices)."""
+    experts = {p.shape[0] for _, m in mlp.parts for p in m.parameters(recurse=False) if p.dim() == 3}
     for name, module in mlp.parts:
         call = probe.calls[module]
         if call.output is not None and call.output.dim() == 2 and call.output.shape[-1] in experts \

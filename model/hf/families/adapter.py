@@ -106,6 +106,7 @@ class Adapter:
     model_types: ClassVar[tuple[str, ...]] = ()  # the `model_type`s of the configs this adapter describes
     kind: ClassVar[str | None] = None  # "encoder", "decoder", "encoder-decoder"; None: from transformers' tables
     own_attention: ClassVar[bool] = False  # computes attention in its own code: loaded eager, routed by `prepare`
+    adds_score_terms: ClassVar[bool] = False  # its scores add terms of the tokens beyond Q K^T (`score_terms`)
 
     def prepare(self, model: nn.Module) -> None:
         """What the family changes in a model once, as it loads (never per run): where it computes attention in its

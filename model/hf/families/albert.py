@@ -46,9 +46,10 @@ class AlbertAdapter(BertAdapter):
         return ALBERT
 
     def notes(self, config: Any) -> dict[str, str]:
-        blocks, groups = config.num_hidden_layers * config.inner_group_num, config.num_hidden_groups
-        shared = ("one layer's weights, applied by every one of its" if groups == 1 else
-                  f"{groups} layers' weights, each applied by {blocks // groups} of its")
+        blocks, kept = config.num_hidden_layers * config.inner_group_num, config.num_hidden_groups * \
+            config.inner_group_num  # blocks applied, and layers whose weights it keeps
+        shared = "one layer's weights, applied by every one of its" if kept == 1 else \
+            f"{kept} layers' weights, applied in turn by its"
         return {"shared layers": f"{shared} {blocks} blocks (ALBERT shares its layers' weights)",
                 "factorised embedding": f"tokens are embedded in {config.embedding_size} dimensions, then mapped to "
                                         f"the blocks' {config.hidden_size}"}

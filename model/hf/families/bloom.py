@@ -8,6 +8,8 @@ embeddings are normalised before the first block; hook_embed is that norm's outp
 
 from __future__ import annotations
 
+import threading
+import weakref
 from typing import Any, ClassVar
 
 import numpy as np
@@ -120,15 +122,32 @@ def alibi_slopes(heads: int, device: torch.device | str = "cpu") -> torch.Tensor
 
 def _key_positions(attention_mask: torch.Tensor, heads: int, dtype: torch.dtype) -> torch.Tensor:
     """BloomModel's alibi, slope x key position (batch x heads, 1, k_len), from its 2D mask (positions counted along
-    it, as BLOOM does) or from a 4D one of the app's ((batch, 1, q_len, k_len): positions 0 .. k_len - 1)."""
+    it, as BLOOM does) or from a 4D one of the app's ((batch, 1, q_len, k_len): positions 0 .. k_len - 1); in float32
+    whatever the model's `dtype` (only the routed attention reads it, and its differences must stay exact)."""
     from transformers.models.bloom.modeling_bloom import build_alibi_tensor
 
     if attention_mask.dim() == 2:
-        return build_alibi_tensor(attention_mask, heads, dtype)
+        return build_alibi_tensor(attention_mask, heads, torch.float32)
     batch, k_len = attention_mask.size(0), attention_mask.size(-1)
     positions = torch.arange(k_len, device=attention_mask.device, dtype=torch.float32)
     slopes = alibi_slopes(heads, attention_mask.device)
-    return (slopes[:, None] * positions).repeat(batch, 1)[:, None].to(dtype)
+    return (slopes[:, None] * positions).repeat(batch, 1)[:, None]
+
+
+def _relative(alibi: torch.Tensor, batch: int, heads: int, q_len: int) -> torch.Tensor:
+    """(batch, heads, q_len, k_len) float32: slope x (key position - query position) from BloomModel's alibi (slope x
+    key position, (batch x heads, 1, k_len)), the queries being the last q_len positions. Made once per forward pass
+    and q_len on a thread (every layer reads the same alibi, so a trace keeps one bias, as the longest input counts)."""
+    cache = _relatives.__dict__.setdefault("cache", {})
+    key = (id(alibi), q_len)
+    if key not in cache:
+        by_key = alibi.float().view(batch, heads, 1, -1)
+        cache[key] = by_key - by_key[..., -q_len:].transpose(-1, -2)
+        weakref.finalize(alibi, cache.pop, key, None)
+    return cache[key]
+
+
+_relatives = threading.local()  # .cache: (id of an alibi tensor, q_len) -> its relative bias
 
 
 def _attention(self: nn.Module, hidden_states: torch.Tensor, residual: torch.Tensor, alibi: torch.Tensor,
@@ -139,8 +158,7 @@ def _attention(self: nn.Module, hidden_states: torch.Tensor, residual: torch.Ten
     query, key, value = self._reshape(self.query_key_value(hidden_states))  # (batch, heads, len, d_head) each
     if layer_past is not None:
         key, value = layer_past.update(key, value, self.layer_idx)
-    by_key = alibi.view(query.size(0), self.num_heads, 1, -1)  # (batch, heads, 1, k_len): slope x key position
-    bias = by_key - by_key[..., -query.size(-2):].transpose(-1, -2)  # (batch, heads, q_len, k_len)
+    bias = _relative(alibi, query.size(0), self.num_heads, query.size(-2)).to(query.dtype)
     out, _ = attention(self, query, key, value, attention_mask, scaling=self.inv_norm_factor, position_bias=bias)
     out = nn.functional.dropout(self.dense(out.flatten(2)), self.hidden_dropout, self.training)
     return out + residual, None

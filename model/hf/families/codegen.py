@@ -8,7 +8,7 @@ from typing import ClassVar
 
 from torch import nn
 
-from attention_atlas.model.hf.families.adapter import Adapter, LayerWeights, affine
+from attention_atlas.model.hf.families.adapter import Adapter, Affine, LayerWeights, affine
 
 
 class CodeGenAdapter(Adapter):
@@ -20,7 +20,7 @@ class CodeGenAdapter(Adapter):
         shards, d_head = attention.mp_num, attention.head_dim
         parts = w.reshape(w.shape[0], shards, 3, -1)  # (d_model, shards, q v k, d_model / shards)
 
-        def part(i: int) -> tuple:
+        def part(i: int) -> Affine:
             bias = None if b is None else b.reshape(shards, 3, -1)[:, i].reshape(-1)
             return parts[:, :, i].reshape(w.shape[0], -1), bias
 

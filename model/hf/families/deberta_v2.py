@@ -17,12 +17,13 @@ import numpy as np
 import torch
 from torch import nn
 
+from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.masks import additive_mask
 from attention_atlas.model.hf.families.adapter import Adapter, LayerWeights, RelativePositions, affine
 from attention_atlas.model.hf.families.bert import post_norm_encoder
 from attention_atlas.model.hf.heads import attention
 from attention_atlas.model.hf.own_attention import route, route_modules
-from attention_atlas.model.hf.placement import weights_at_hand
+from attention_atlas.model.hf.placement import computing_device, exclusive, weights_at_hand
 from attention_atlas.model.hf.taps import Family, output
 
 LAYER = "encoder.layer.{i}"
@@ -37,15 +38,21 @@ class DebertaV2Adapter(Adapter):
     model_types: ClassVar[tuple[str, ...]] = ("deberta-v2",)
     kind = "encoder"
     own_attention = True
+    adds_score_terms = True
 
     def prepare(self, model: nn.Module) -> None:
+        if getattr(model.config, "conv_kernel_size", 0) > 0:
+            raise UserError("this DeBERTa-v2 mixes neighbouring tokens with a convolution after its first layer (as "
+                            "its xlarge and xxlarge sizes do), which the app cannot read yet; DeBERTa-v3 and the v2 "
+                            "models without it open.")
         route_modules(model, "DisentangledSelfAttention", _attention)
         base = model.base_model
         route(base.embeddings, _embeddings)
         route(base.encoder, _additive_attention_mask, "get_attention_mask")
 
     def family(self, model: nn.Module, config: Any, kind: str) -> Family:
-        positions = "disentangled relative positions"
+        terms = [t for t in ("c2p", "p2c") if t in (config.pos_att_type or ())]
+        positions = f"disentangled relative positions ({' + '.join(terms)})"
         if config.position_biased_input:  # v2: learned absolute positions added to the embeddings as well
             return replace(DEBERTA, positional=f"learned absolute and {positions}")
         stack = {k: v for k, v in DEBERTA.stack_taps["encoder"].items() if k != "hook_pos_embed"}
@@ -68,14 +75,19 @@ class DebertaV2Adapter(Adapter):
         table = " beyond a learned table" if model.config.position_biased_input else ""
         exact = f"exact up to {buckets // 2} tokens and logarithmic beyond, so far keys share rows" if buckets > 0 \
             else f"clipped at {span} tokens"
+        said = {"c2p": ("the query against the distance's key-side projection (content → position, c2p)",
+                        r"q_i\cdot k^{r}_{\delta(i,j)}"),
+                "p2c": ("the key against its query-side projection (position → content, p2c)",
+                        r"k_j\cdot q^{r}_{\delta(j,i)}")}
+        terms = [said[t] for t in ("c2p", "p2c") if t in attention.pos_att_type]
         return RelativePositions(
             f"encoder.rel_embeddings ({2 * span} rows{normalised})",
-            f"Nothing is added to the embeddings{table}. Every layer adds to each score two terms of the query and key "
-            "with an embedding of their distance: the query against the distance's key-side projection (content → "
-            "position, c2p) and the key against its query-side projection (position → content, p2c), all divided by "
-            f"√({_terms(attention)} d_head). The distance is {exact}.",
-            r"\mathrm{score}_{ij}=\frac{q_i\cdot k_j+q_i\cdot k^{r}_{\delta(i,j)}+k_j\cdot q^{r}_{\delta(j,i)}}"
-            rf"{{\sqrt{{{_terms(attention)}\,d_k}}}}", buckets=rows)
+            f"Nothing is added to the embeddings{table}. Every layer adds to each score {len(terms)} term"
+            f"{'s' if len(terms) > 1 else ''} of the query and key with an embedding of their distance: "
+            f"{' and '.join(words for words, _ in terms)}, all divided by √({_terms(attention)} d_head). The distance "
+            f"is {exact}.",
+            r"\mathrm{score}_{ij}=\frac{q_i\cdot k_j" + "".join(f"+{latex}" for _, latex in terms) +
+            rf"}}{{\sqrt{{{_terms(attention)}\,d_k}}}}", buckets=rows)
 
     def score_terms(self, model: nn.Module, layer: int, query: np.ndarray, key: np.ndarray) -> dict[str, np.ndarray]:
         """Its content-to-position ("c2p") and position-to-content ("p2c") terms apart, each computed by the layer's
@@ -84,10 +96,10 @@ class DebertaV2Adapter(Adapter):
         if not attention.relative_attention:
             return {}
         encoder = model.base_model.encoder
-        terms = {}
-        with torch.inference_mode(), weights_at_hand(encoder):
-            relative = encoder.get_rel_embedding()  # (2 buckets, d_model), normalised where the model does
-            q, k = (torch.from_numpy(np.asarray(x, np.float32)).to(relative.device, relative.dtype)
+        device, terms = computing_device(attention), {}
+        with torch.inference_mode(), exclusive(attention), weights_at_hand(encoder.rel_embeddings):
+            relative = encoder.get_rel_embedding().to(device)  # (2 buckets, d_model), normalised where the model does
+            q, k = (torch.from_numpy(np.asarray(x, np.float32)).to(device, relative.dtype)
                     for x in (query, key))  # (heads, len, d_head): the batch of one text's heads
             for kind in attention.pos_att_type:
                 one = copy.copy(attention)

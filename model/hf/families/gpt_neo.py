@@ -41,5 +41,9 @@ def _self_attention(self: nn.Module, hidden_states: torch.Tensor, attention_mask
     if layer_past is not None:
         key, value = layer_past.update(key, value, self.layer_id)
     window = self.config.window_size if self.attention_type == "local" else None
+    dtype = query.dtype
+    if dtype == torch.float16:  # unscaled scores overflow float16: transformers computes them in float32 too
+        query, key, value = query.float(), key.float(), value.float()
+        attention_mask = None if attention_mask is None else attention_mask.float()
     out, _ = attention(self, query, key, value, attention_mask, scaling=1.0, sliding_window=window)
-    return self.resid_dropout(self.out_proj(out.flatten(2))), None  # out: (batch, len, heads, d_head)
+    return self.resid_dropout(self.out_proj(out.to(dtype).flatten(2))), None  # out: (batch, len, heads, d_head)
