@@ -6,6 +6,7 @@ through the app's."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from playwright.sync_api import expect
 
@@ -13,8 +14,8 @@ from app_browser.page import choose, figure, heatmap_values, open_page, screensh
 from tests.tiny_hf import build, build_type
 
 
-def test_spread_a_custom_model_over_the_cpu_and_the_disk(page, tmp_path) -> None:
-    folder = build("llama", tmp_path / "llama", num_hidden_layers=4)
+def _spread(page, folder: Path, budget: str) -> None:
+    """Open the custom `folder` from the sidebar, then spread it with a CPU `budget` ("cpu=80000")."""
     sidebar = page.get_by_test_id("stSidebar")
     choose(page, "Model", "Custom · a Hugging Face folder or id…", in_sidebar=True)
     box = sidebar.get_by_label("Folder or hub id", exact=True)
@@ -26,9 +27,13 @@ def test_spread_a_custom_model_over_the_cpu_and_the_disk(page, tmp_path) -> None
     expect(sidebar.get_by_label("Text", exact=True)).to_have_value("The cat sat on the mat because it was tired.")
     choose(page, "Device", "spread", in_sidebar=True)
     budgets = sidebar.get_by_label("Memory per device", exact=True)
-    budgets.fill("cpu=80000")
+    budgets.fill(budget)
     budgets.press("Enter")
     wait_idle(page)
+
+
+def test_spread_a_custom_model_over_the_cpu_and_the_disk(page, tmp_path) -> None:
+    _spread(page, build("llama", tmp_path / "llama", num_hidden_layers=4), "cpu=80000")
     card = page.get_by_test_id("stTable")
     expect(card).to_contain_text("cpu: model.embed_tokens, model.layers.0 · disk: model.layers.1–3")
     expect(card).to_contain_text("cpu + disk")
@@ -48,18 +53,7 @@ def test_bloom_spread_over_the_disk_draws_its_alibi_and_steps_through_an_offload
     """BLOOM computes attention in its own code (routed through the app's attention when it loads), and a spread
     model's modules are wrapped by accelerate: spread over the CPU and the disk, its Masks page draws a head's ALiBi
     bias apart from its scores, and Step through reads a head on the disk and recomputes it with that bias."""
-    folder = build_type("bloom", tmp_path / "bloom")
-    sidebar = page.get_by_test_id("stSidebar")
-    choose(page, "Model", "Custom · a Hugging Face folder or id…", in_sidebar=True)
-    box = sidebar.get_by_label("Folder or hub id", exact=True)
-    box.fill(str(folder))
-    box.press("Enter")
-    wait_idle(page)
-    choose(page, "Device", "spread", in_sidebar=True)
-    budgets = sidebar.get_by_label("Memory per device", exact=True)
-    budgets.fill("cpu=60000")
-    budgets.press("Enter")
-    wait_idle(page)
+    _spread(page, build_type("bloom", tmp_path / "bloom"), "cpu=60000")
     expect(page.get_by_test_id("stTable")).to_contain_text("disk: transformer.ln_f, transformer.h")  # every block
     open_page(page, "Masks")
     page.get_by_role("tab", name="Scores → probabilities").click()
