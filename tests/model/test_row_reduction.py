@@ -220,6 +220,37 @@ def test_nan_and_infinite_scores_give_the_same_numbers_both_ways(mask) -> None:
     assert np.isnan(p[1, 20]).all()  # as eager attention's softmax of nothing but -inf
 
 
+@pytest.mark.parametrize("keys", [160, 2048])
+def test_a_build_for_any_x86_processor_gives_the_machines_numbers(monkeypatch, tmp_path, keys) -> None:
+    """The kernel built for a processor without AVX-512 (its column sums one block at a time) makes what this machine's
+    build makes (on an AVX-512 machine: short column blocks summed by gathers) for thumbnail and rollout blocks of a
+    few keys and of many, the last blocks past a causal block's keys."""
+    import platform
+
+    kernel = native.attention_rows()
+    if kernel is None or platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("the native kernel is not built here, or this is no x86 processor")
+    monkeypatch.setenv("ATTENTION_ATLAS_CACHE", str(tmp_path))
+    flags = tuple("-march=x86-64-v2" if flag == "-march=native" else flag for flag in native.FLAGS)
+    portable = native.loaded(native._built(openmp=False, flags=flags))
+    rng = np.random.default_rng(5)
+    heads, rows, start = 3, 40, keys - 100  # a causal block: keys up to its last row computed, 60 after them
+    width = start + rows
+    scores = torch.from_numpy(rng.normal(size=(heads, rows, width)).astype(np.float32) * 4)
+    allowed = np.tril(np.ones((rows, width), dtype=bool), start)
+    for thumbnail, rollout in ((64, 512), (keys // 8, keys // 3), (keys, keys)):
+        layout = [block_starts(keys, thumbnail).astype(np.int32), block_starts(keys, rollout).astype(np.int32)]
+        made = []
+        for way in (kernel, portable):
+            p, thumb = scores.clone(), torch.empty(heads, rows, len(layout[0]) - 1)
+            roll, stats = torch.empty(rows, len(layout[1]) - 1), torch.empty(heads, rows, 5)
+            native.run_kernel(way, p, allowed, start, start, True, -112.0, layout[0], thumb, layout[1], roll, stats)
+            made.append((p, thumb, roll, stats))
+        for ours, theirs in zip(*made, strict=True):
+            np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-5, atol=1e-7)
+        assert float(made[0][1][..., -1].abs().max()) == 0.0  # a thumbnail block after the block's keys: 0
+
+
 def test_the_kernel_never_brings_a_second_openmp_runtime(monkeypatch) -> None:
     """Where the process holds another OpenMP runtime than the one the kernel was linked with (a Homebrew libomp
     beside torch's: "OMP: Error #15" aborts the process), or where the loaded libraries cannot be listed, the build

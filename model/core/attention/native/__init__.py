@@ -60,30 +60,36 @@ def attention_rows() -> ctypes._CFuncPtr | None:
     if library is None:
         return None
     try:
-        function = ctypes.CDLL(str(library)).attention_rows
+        return loaded(library)
     except (OSError, AttributeError) as error:  # a library this process cannot load (its OpenMP, say)
         _log.warning("The CPU kernel %s did not load; attention summaries use torch ops (slower): %s", library, error)
         return None
+
+
+def loaded(library: Path) -> ctypes._CFuncPtr:
+    """The `attention_rows` of a built library, ready to call (`run_kernel`)."""
+    function = ctypes.CDLL(str(library)).attention_rows
     function.argtypes, function.restype = _ARGUMENTS, None
     return function
 
 
-def _built(openmp: bool) -> Path | None:
-    """The library for this source, compiler and processor, with OpenMP or without, built into the user cache unless
-    it is there (None: no compiler, or the build failed; Apple's clang has no OpenMP)."""
+def _built(openmp: bool, source: Path = SOURCE, flags: tuple[str, ...] = FLAGS) -> Path | None:
+    """The library for `source` (the kernel's), the compiler and processor, with OpenMP or without, built into the
+    user cache unless it is there (None: no compiler, or the build failed; Apple's clang has no OpenMP). `source` and
+    `flags`: another version of the kernel, or other flags, side by side with this one (bench/kernel_ab.py, tests)."""
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if compiler is None:
         _log.warning("No C compiler found: attention summaries use torch ops on the CPU (slower).")
         return None
-    flags = [*FLAGS, *(["-fopenmp"] if openmp else [])]
-    key = hashlib.sha256(SOURCE.read_bytes() + repr((flags, compiler, platform.machine(), _cpu_flags())).encode())
+    flags = [*flags, *(["-fopenmp"] if openmp else [])]
+    key = hashlib.sha256(source.read_bytes() + repr((flags, compiler, platform.machine(), _cpu_flags())).encode())
     target = cache_dir() / "native" / f"attention_rows-{key.hexdigest()[:16]}.so"
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
         built, obj = Path(scratch) / target.name, Path(scratch) / "attention_rows.o"
-        compile_and_link = ([compiler, *flags, "-c", str(SOURCE), "-o", str(obj)],
+        compile_and_link = ([compiler, *flags, "-c", str(source), "-o", str(obj)],
                             [compiler, "-shared", *flags[-1:] * openmp, str(obj), "-o", str(built), "-lm"])
         try:
             for command in compile_and_link:

@@ -11,7 +11,10 @@
  * - stats[h, r, :] = (entropy in bits, sum_k p |i - k|, p[0], p[i - 1], p[i]), the last two 0 where that key is not
  *   computed, and with positional = 0 (queries and keys not one sequence) the distance, previous and self 0;
  * - thumb[h, r, b] = the row's sum over the key columns thumb_starts[b] .. thumb_starts[b + 1] - 1;
- * - if roll is given, roll[r, b] = the heads' sums of the same over roll_starts.
+ * - if roll is given, roll[r, b] = the heads' sums of the same over roll_starts (the heads' rows added first, then
+ *   summed over the blocks once: a long text's rollout blocks hold a few keys each).
+ * Column blocks of a few keys (a long text's rollout, a short one's thumbnail) are summed sixteen blocks at once by
+ * AVX-512 gathers where the processor has them (one loop a block cost its set-up for a handful of adds).
  * A score that is NaN, or +inf, makes its row's every number NaN, as the torch ops and eager attention do (a hidden
  * key's score counts as score - FLT_MAX, as the torch ops add the mask); -inf is floored like any low score. So the
  * kernel is compiled without the finite-math assumption of -ffast-math.
@@ -20,8 +23,13 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 typedef union { float f; int32_t i; } Bits;
+
+enum { SHORT_BLOCK = 16 }; /* column blocks of at most this many keys are summed sixteen blocks at once */
 
 static inline float exp2_normal(float x) { /* 2^x for x in [-126, 0]: relative error under 1e-7; NaN for NaN */
     float n = rintf(x), f = x - n; /* f in [-0.5, 0.5]; 2^f by a degree-5 polynomial fitted to it */
@@ -36,19 +44,56 @@ static inline float exp2_normal(float x) { /* 2^x for x in [-126, 0]: relative e
     return poly * scale.f;
 }
 
+static int longest_block(const int32_t *restrict starts, int blocks) {
+    int longest = 0;
+    for (int b = 0; b < blocks; b++) {
+        int length = starts[b + 1] - starts[b];
+        longest = length > longest ? length : longest;
+    }
+    return longest;
+}
+
+#if defined(__AVX512F__)
+static void short_column_sums(const float *restrict row, int width, const int32_t *restrict starts, int blocks,
+                              int longest, float *restrict out) {
+    /* column_sums for blocks of a few keys: sixteen blocks at once, their j-th keys gathered into one vector (a
+     * loop along each block would cost its set-up for a handful of adds) */
+    for (int b0 = 0; b0 < blocks; b0 += 16) {
+        __mmask16 lanes = (__mmask16)(blocks - b0 >= 16 ? 0xFFFF : (1u << (blocks - b0)) - 1);
+        __m512i lo = _mm512_maskz_loadu_epi32(lanes, starts + b0);
+        __m512i hi = _mm512_min_epi32(_mm512_maskz_loadu_epi32(lanes, starts + b0 + 1), _mm512_set1_epi32(width));
+        __m512 sum = _mm512_setzero_ps();
+        for (int j = 0; j < longest; j++) {
+            __m512i k = _mm512_add_epi32(lo, _mm512_set1_epi32(j));
+            __mmask16 inside = _mm512_mask_cmplt_epi32_mask(lanes, k, hi);
+            if (!inside) break;
+            sum = _mm512_add_ps(sum, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), inside, k, row, 4));
+        }
+        _mm512_mask_storeu_ps(out + b0, lanes, sum);
+    }
+}
+#endif
+
 static void column_sums(const float *restrict row, int width, const int32_t *restrict starts, int blocks,
-                        float *restrict out, int add) {
-    /* out[b] (+)= the sum of row[starts[b] .. starts[b + 1] - 1], columns from `width` on being 0 */
+                        int longest, float *restrict out) {
+    /* out[b] = the sum of row[starts[b] .. starts[b + 1] - 1], columns from `width` on being 0; no block longer
+     * than `longest` */
     if (starts[blocks] == blocks) { /* a block a column */
-        if (!add) memset(out, 0, sizeof(float) * blocks);
-        for (int k = 0; k < width; k++) out[k] += row[k];
+        memcpy(out, row, sizeof(float) * width);
+        memset(out + width, 0, sizeof(float) * (blocks - width));
         return;
     }
+#if defined(__AVX512F__)
+    if (longest <= SHORT_BLOCK) {
+        short_column_sums(row, width, starts, blocks, longest, out);
+        return;
+    }
+#endif
     for (int b = 0; b < blocks; b++) {
         int lo = starts[b] < width ? starts[b] : width, hi = starts[b + 1] < width ? starts[b + 1] : width;
         float sum = 0.0f;
         for (int k = lo; k < hi; k++) sum += row[k];
-        out[b] = add ? out[b] + sum : sum;
+        out[b] = sum;
     }
 }
 
@@ -111,11 +156,14 @@ void attention_rows(float *scores, const uint8_t *allowed, int64_t stride, int h
                     int width, int first, int64_t query0, int positional, float floor_bits,
                     const int32_t *thumb_starts, int thumb_blocks, float *thumb, const int32_t *roll_starts,
                     int roll_blocks, float *roll, float *stats, int threads) {
+    int thumb_longest = longest_block(thumb_starts, thumb_blocks);
+    int roll_longest = roll ? longest_block(roll_starts, roll_blocks) : 0;
     #pragma omp parallel for schedule(static) num_threads(threads)
     for (int r = 0; r < rows; r++) {
         int64_t i = query0 + r;
         float distance[width]; /* |i - k|, for every head's row r */
         for (int k = 0; k < width; k++) distance[k] = fabsf((float)(i - k));
+        float heads_sum[roll ? width : 1]; /* the heads' probabilities: the rollout's sums are taken once a row */
         for (int h = 0; h < heads; h++) {
             int64_t row = (int64_t)h * rows + r;
             float *p = scores + row * width, *st = stats + row * 5;
@@ -124,8 +172,11 @@ void attention_rows(float *scores, const uint8_t *allowed, int64_t stride, int h
             st[3] = positional && i >= 1 && i - 1 < width ? p[i - 1] : 0.0f;
             st[4] = positional && i < width ? p[i] : 0.0f;
             if (!positional) st[1] = 0.0f;
-            column_sums(p, width, thumb_starts, thumb_blocks, thumb + row * thumb_blocks, 0);
-            if (roll) column_sums(p, width, roll_starts, roll_blocks, roll + (int64_t)r * roll_blocks, h > 0);
+            column_sums(p, width, thumb_starts, thumb_blocks, thumb_longest, thumb + row * thumb_blocks);
+            if (roll)
+                for (int k = 0; k < width; k++) heads_sum[k] = h > 0 ? heads_sum[k] + p[k] : p[k];
         }
+        if (roll)
+            column_sums(heads_sum, width, roll_starts, roll_blocks, roll_longest, roll + (int64_t)r * roll_blocks);
     }
 }
