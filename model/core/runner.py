@@ -67,7 +67,7 @@ def trace_of_run(
     as numpy, each captured value without its batch dimension (patterns kept as sources and site summaries
     apart); `fields` are the Trace's other fields."""
     site_masks = {site: np.ascontiguousarray(mask.cpu().numpy()) for site, mask in masks.items()}
-    equal: dict[tuple[int, int], bool] = {}  # compared once: every layer of a site holds the same mask array
+    equal: dict[tuple[tuple, tuple], bool] = {}  # compared once: every layer of a site views the same mask memory
     return Trace(
         facts=facts, tokens=token_strings(ids), ids=ids, target_tokens=token_strings(target_ids),
         target_ids=target_ids, masks=site_masks,
@@ -80,12 +80,18 @@ def trace_of_run(
 
 
 def _sharing_its_mask(source: PatternSource, mask: np.ndarray | None,
-                      equal: dict[tuple[int, int], bool]) -> PatternSource:
+                      equal: dict[tuple[tuple, tuple], bool]) -> PatternSource:
     """The source holding its site's mask array instead of its own copy, where the two are equal (the (L, L)
-    bool mask: 64 MiB at 8,192 tokens); `equal` remembers the comparisons made, by the two arrays' ids."""
+    bool mask: 64 MiB at 8,192 tokens); `equal` remembers the comparisons made, by the memory the two arrays view
+    (each layer's source is a view of its own of one mask: compared once, not once a layer, 1 s at 8,192 tokens)."""
     if mask is None or mask is source.allowed:
         return source
-    pair = (id(source.allowed), id(mask))
+    pair = (_memory(source.allowed), _memory(mask))
     if pair not in equal:
         equal[pair] = np.array_equal(mask, source.allowed)
     return replace(source, allowed=mask) if equal[pair] else source
+
+
+def _memory(array: np.ndarray) -> tuple:
+    """What an array views: its first byte's address, its shape, strides and type."""
+    return array.__array_interface__["data"][0], array.shape, array.strides, array.dtype.str
