@@ -20,13 +20,15 @@ from attention_atlas.model.inspect.step_hooks import StepNames, hooks_to_capture
 from attention_atlas.ui import url_state
 from attention_atlas.ui.downloads import file_name
 from attention_atlas.ui.matrix_view import show_matrix
-from attention_atlas.ui.page import current_runner, current_trace, trace_with
+from attention_atlas.ui.page import current_runner, current_trace, show_open_tab, trace_with
 from attention_atlas.ui.pickers import choose_head, keep_valid
 from attention_atlas.ui.score_terms import score_terms_view
 from attention_atlas.ui.trace_cache import per_trace
 from attention_atlas.viz.step_through import dimension_names
 from attention_atlas.viz.tokens import position_label
 
+STEPS = ["1 · X and the weights", "2 · Q, K, V", "3 · Scores → pattern", "4 · × V, W_O, residual, norm"]  # the
+# page's tabs (the URL's `step_view`): only the open one is drawn
 FLOAT16_NOTE = ("this app keeps Hugging Face attention patterns in float16 (half the memory), so they differ from "
                 "the float32 recomputation by up to about 5·10⁻⁴ of each weight; the head output, computed from the "
                 "model's float32 pattern, is the exact check")
@@ -275,16 +277,7 @@ def page() -> None:
     show_gqa(chosen.weights)
     show_values = st.toggle("Write the numbers in the cells (up to 16 × 16)", key="step_show_values")
     url_state.write(step_values=show_values)
-    inputs, qkv, scores, output = st.tabs(["1 · X and the weights", "2 · Q, K, V", "3 · Scores → pattern",
-                                           "4 · × V, W_O, residual, norm"])
-    with inputs:
-        show_inputs(chosen, show_values)
-    with qkv:
-        show_qkv(chosen, show_values)
-    with scores:
-        show_scores(chosen, show_values)
-    with output:
-        show_output(chosen, show_values)
+    show_open_tab(STEPS, (show_inputs, show_qkv, show_scores, show_output), "step_view", chosen, show_values)
 
 
 page()

@@ -6,7 +6,8 @@ from streamlit.testing.v1 import AppTest
 
 CUSTOM = "custom"
 TABBED = {"app_pages/attention.py": "view", "app_pages/masks.py": "masks_view",  # page -> the key of its tabs
-          "app_pages/positions.py": "positions_view", "app_pages/activations.py": "activations_view"}
+          "app_pages/positions.py": "positions_view", "app_pages/activations.py": "activations_view",
+          "app_pages/step_through.py": "step_view"}
 
 
 def open_app_page(page: str, model_id: str = "toy-date", text: str | None = None, folder: str | None = None,

@@ -13,7 +13,7 @@ from streamlit.testing.v1 import AppTest
 from tests.app.app_session import TABBED, open_app_page
 from tests.tiny_hf import build
 
-PLAIN = ("app_pages/step_through.py", "app_pages/generate.py", "app_pages/ablation.py")
+PLAIN = ("app_pages/generate.py", "app_pages/ablation.py")
 
 
 @pytest.fixture(scope="module")

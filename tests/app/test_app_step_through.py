@@ -8,11 +8,20 @@ from streamlit.testing.v1 import AppTest
 from tests.app.app_session import open_app_page
 
 PAGE = "app_pages/step_through.py"
+STEPS = ["1 · X and the weights", "2 · Q, K, V", "3 · Scores → pattern", "4 · × V, W_O, residual, norm"]
 
 
 def _page(model_id: str = "toy-date", text: str | None = None, folder: str | None = None,
           params: dict[str, str] | None = None) -> AppTest:
     return open_app_page(PAGE, model_id, text, folder, params)
+
+
+def _step(at: AppTest, number: int) -> AppTest:
+    """Open the page's tab `number` (1-4): only the open one is drawn."""
+    at.session_state["step_view"] = STEPS[number - 1]
+    at.run()
+    assert not at.exception, at.exception[0].message
+    return at
 
 
 def _specs(at: AppTest) -> list[dict]:
@@ -58,6 +67,7 @@ def test_every_site_layer_and_head_of_an_encoder_decoder() -> None:
 def test_the_numbers_toggle_and_the_followed_query() -> None:
     at = _page("toy-date", "may 1 2000")
     at.radio(key="site").set_value("decoder.attn").run()
+    _step(at, 3)
     pattern = next(s for s in _specs(at) if s["layout"]["title"]["text"].startswith("A, the attention pattern"))
     assert "texttemplate" not in pattern["data"][0]
     masked = next(s for s in _specs(at) if s["layout"]["title"]["text"].startswith("S + M"))
@@ -75,7 +85,9 @@ def test_the_numbers_toggle_and_the_followed_query() -> None:
     assert abs(row.loc["softmax"].sum() - 1) < 1e-6 and (row.loc["softmax"] > 0).all()
     assert at.query_params["step_query"] == str(length - 1)
     keys = {b.key for b in at.get("download_button")}
-    assert {"step_x_csv", "step_pattern_csv", "step_w_o_csv", "step_norm_csv"} <= keys
+    assert "step_pattern_csv" in keys and not {"step_x_csv", "step_w_o_csv"} & keys  # the open tab's alone
+    assert {"step_w_o_csv", "step_norm_csv"} <= {b.key for b in _step(at, 4).get("download_button")}
+    assert "step_x_csv" in {b.key for b in _step(at, 1).get("download_button")}
 
 
 def test_a_decoder_only_toy_model_every_layer() -> None:
@@ -86,21 +98,23 @@ def test_a_decoder_only_toy_model_every_layer() -> None:
         at.selectbox(key="head").set_value(layer % 4).run()
         assert not at.exception
         _assert_checks_pass(at)
-        titles = _titles(at)
-        assert titles[0].startswith(f"X (decoder.{layer}.hook_resid_pre)")
+        assert _titles(at)[0].startswith(f"X (decoder.{layer}.hook_resid_pre)")
+        titles = _titles(_step(at, 3))
         tokens = len(at.selectbox(key="step_query").options)  # the whole sequence: prompt, separator, answer
         assert f"A, the attention pattern · (query tokens, key tokens) = ({tokens}, {tokens})" in titles
+        assert "step_masked_html" in {b.key for b in at.get("download_button")}
+        _step(at, 1)
     assert at.success[0].value.startswith("Recomputed here from the weights and X")
-    keys = {b.key for b in at.get("download_button")}
-    assert "step_masked_html" in keys
 
 
 def test_a_link_reopens_the_page_state() -> None:
     at = _page(params={"model": "toy-date", "text": "march 3 2021", "site": "decoder.attn", "layer": "1",
-                       "head": "2", "step_values": "1", "step_query": "3"})
+                       "head": "2", "step_values": "1", "step_query": "3", "step_view": STEPS[2]})
     assert at.toggle(key="step_show_values").value is True
-    assert at.selectbox(key="step_query").value == 3
-    assert "W_Q, the slice of head 2 · (d_model, d_head) = (64, 16)" in _titles(at)
+    assert at.selectbox(key="step_query").value == 3  # the tab the link names is open
+    assert any(title.startswith("A, the attention pattern") for title in _titles(at))
+    assert at.radio(key="site").value == "decoder.attn" and (at.selectbox(key="layer").value,
+                                                             at.selectbox(key="head").value) == (1, 2)
 
 
 def test_minilm_and_smollm2() -> None:
@@ -112,11 +126,11 @@ def test_minilm_and_smollm2() -> None:
     at.selectbox(key="head").set_value(4).run()
     _assert_checks_pass(at)
     assert "Query head 4 reads key/value head 1 (as do query heads 3–5)" in at.info[0].value
-    titles = _titles(at)
+    assert _titles(at)[0] == "X (decoder.2.ln1.hook_normalized × weight + bias) · (tokens, d_model) = (5, 576)"
+    assert any("first 48 of 576 columns" in c.value for c in at.caption)  # large ones are cut, and said so
+    titles = _titles(_step(at, 2))
     assert {"Q · (tokens, d_head) = (5, 64)", "Q after the rotation · (tokens, d_head) = (5, 64)",
             "K after the rotation · (key tokens, d_head) = (5, 64)"} <= set(titles)  # 5 tokens, before and after
-    assert titles[0] == "X (decoder.2.ln1.hook_normalized × weight + bias) · (tokens, d_model) = (5, 576)"
-    assert any("first 48 of 576 columns" in c.value for c in at.caption)  # large ones are cut, and said so
 
 
 @pytest.mark.parametrize("family", ["bert", "gpt2", "llama", "t5", "bart", "marian"])
@@ -128,7 +142,8 @@ def test_tiny_hugging_face_models(folders, family: str) -> None:
         at.selectbox(key="head").set_value(3).run()
         assert not at.exception
         _assert_checks_pass(at)
-    assert ("no division by" in " ".join(el.value for el in at.get("latex"))) == (family == "t5")
+    latex = " ".join(el.value for el in _step(at, 3).get("latex"))
+    assert ("no division by" in latex) == (family == "t5")
 
 
 def test_a_change_of_layer_reads_the_same_run_for_a_short_text(monkeypatch) -> None:

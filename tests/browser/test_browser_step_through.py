@@ -35,6 +35,8 @@ def test_step_through_page_changes_with_the_head(page) -> None:
     figure(page, "A, the attention pattern").screenshot(path=str(ARTIFACTS / "step-through-pattern.png"))
     page.get_by_test_id("stMain").get_by_text("decoder self-attention (masked)", exact=True).click()
     wait_idle(page)
+    expect(page.get_by_role("tab", name="3 · Scores → pattern")).to_have_attribute("aria-selected", "true")
+    assert "step_view=3" in page.url  # the open tab is in the link (and kept when the site changes)
     masked = figure(page, "S + M")
     expect(masked.get_by_text(MASKED_LABEL)).to_be_visible()
     scores = np.array(heatmap_values(page, "S + M"), dtype=float)

@@ -24,6 +24,7 @@ NOT_KEPT = {  # value widgets' keys deliberately not kept (a glob where the key 
     "masks_view": "the Masks page's tab: the URL holds it",
     "positions_view": "the Positional encoding page's tab: the URL holds it",
     "activations_view": "the Activations page's tab: the URL holds it",
+    "step_view": "the Step through page's tab: the URL holds it",
     "attention_model_view": "a click on a thumbnail: it opens that head, once",
     "attention_layer_heads": "a click on a thumbnail: it opens that head, once",
     "train_grid": "a click on a thumbnail: it opens that head, once",
