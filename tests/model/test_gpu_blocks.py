@@ -30,6 +30,8 @@ def test_the_cpu_keeps_its_blocks_and_cuda_sizes_them_from_its_free_memory() -> 
         assert block_rows(device, 9, 2048) == 128  # 9 x 128 x 2,048 float32: 9 MiB, under 32
         assert block_rows(device, 9, 8192, 80 * GiB) == (32 << 20) // (4 * 9 * 8192) == 113
         assert block_rows(device, 32, 65536) == 16  # never fewer
+        assert block_rows(device, 12, 512, every_key_seen=True) == 512  # no hidden keys to skip: fewer, larger blocks
+        assert block_rows(device, 9, 8192, every_key_seen=True) == 113  # as many bytes at most
     # 80 GiB free: a quarter is over the 1 GiB cap; 1 GiB of working memory is 4 float32 blocks of 256 MiB
     assert block_rows("cuda", 9, 8192, 80 * GiB) == (GiB // 4) // (4 * 9 * 8192) == 910
     assert block_rows("cuda", 9, 2048, 80 * GiB) == 3640  # more rows than a 2,048-token text: one block a layer
@@ -171,7 +173,7 @@ def test_a_gpus_blocks_keep_their_scratch_within_its_budget(monkeypatch, torch_o
     the blocks are computed in stays within the working memory."""
     monkeypatch.setattr(patterns, "DEVICE_BLOCK_BYTES", 1 << 20)
 
-    def as_on_cuda(_: str, heads: int, k_len: int, free: int | None) -> int:
+    def as_on_cuda(_: str, heads: int, k_len: int, free: int | None, every_key_seen: bool = False) -> int:
         return block_rows("cuda", heads, k_len, 80 * GiB)
 
     monkeypatch.setattr(patterns, "block_rows", as_on_cuda)

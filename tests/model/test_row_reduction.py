@@ -72,6 +72,7 @@ def test_both_ways_reduce_a_block_as_the_whole_softmax_does(reduction, monkeypat
     """160 queries in blocks of 64 rows (the last shorter), 3 query heads sharing one key head, some scores far
     apart (the floor reached); thumbnails and rollouts of equal, unequal and one-key column blocks."""
     monkeypatch.setattr("attention_atlas.model.core.attention.source.ROW_BLOCK", 64)
+    monkeypatch.setattr("attention_atlas.model.core.attention.source.SEEN_ROW_BLOCK", 64)  # the full mask's
     rng = np.random.default_rng(3)
     n, d_head = 160, 8
     allowed = masks(n, n, rng)[mask]
@@ -96,6 +97,21 @@ def test_both_ways_reduce_a_block_as_the_whole_softmax_does(reduction, monkeypat
     for b in blocks:  # whether a row of the block has attention after the block's last row
         rows = p[:, b.start : b.start + 64]
         assert b.beyond_last == bool((rows[..., b.start + 64 :] > 0).any())
+
+
+def test_a_mask_that_hides_nothing_is_reduced_in_larger_blocks(reduction) -> None:
+    """Where every row sees every key there is nothing for fewer rows to skip: blocks of SEEN_ROW_BLOCK rows, else of
+    ROW_BLOCK (the same numbers either way: the test above)."""
+    rng = np.random.default_rng(6)
+    n = 600
+    layout = RowLayout(block_starts(n, 64).astype(np.int32), None, positional=True)
+    starts = {}
+    for mask in ("full", "causal"):
+        allowed = masks(n, n, rng)[mask]
+        source = PatternSource(query=rng.normal(size=(2, n, 4)).astype(np.float32),
+                               key=rng.normal(size=(2, n, 4)).astype(np.float32), scale=0.5, allowed=allowed)
+        starts[mask] = [block.start for block in source.reduced_rows(layout)]
+    assert starts == {"full": [0, 512], "causal": list(range(0, n, 128))}
 
 
 def test_cross_attention_measures_no_positions(reduction) -> None:

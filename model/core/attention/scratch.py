@@ -20,6 +20,7 @@ class Scratch:
         self._memory: list[torch.Tensor | None] = [None, None, None]  # scores, probabilities, products: (n,) each
         self._spans: dict[tuple, tuple[torch.Tensor, list[tuple[int, int, bool]]]] = {}  # by mask: (mask, spans)
         self._free: dict[torch.device, int] = {}  # bytes free on a GPU when this scratch first computed there
+        self._every_key: dict[tuple, tuple[torch.Tensor, bool]] = {}  # by mask: (mask, every row sees every key)
 
     def scores(self, shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
         """A contiguous float32 tensor of `shape` on `device` for a block's scores, overwritten by the next call."""
@@ -54,10 +55,22 @@ class Scratch:
         """`mask_spans(allowed, step)`, remembered while this scratch lives. The mask is known by its memory, which
         the remembered entry keeps alive (so no other tensor can take its place), as every layer of a model reads
         the same mask through views of its own."""
-        key = (allowed.data_ptr(), allowed.device, tuple(allowed.shape), allowed.stride(), step)
+        key = (*_memory(allowed), step)
         if key not in self._spans:
             self._spans[key] = (allowed, mask_spans(allowed, step))
         return self._spans[key][1]
+
+    def every_key_seen(self, allowed: torch.Tensor) -> bool:
+        """Whether every row of a (rows, k_len) bool mask sees every key, remembered as `spans` are (once a pass)."""
+        key = _memory(allowed)
+        if key not in self._every_key:
+            self._every_key[key] = (allowed, bool(allowed.all()))
+        return self._every_key[key][1]
+
+
+def _memory(tensor: torch.Tensor) -> tuple:
+    """What a tensor views: its first element's address, its device, shape and strides."""
+    return tensor.data_ptr(), tensor.device, tuple(tensor.shape), tensor.stride()
 
 
 def mask_spans(allowed: torch.Tensor, step: int) -> list[tuple[int, int, bool]]:
