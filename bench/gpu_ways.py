@@ -37,11 +37,12 @@ def with_blocks(rows: int, mib: int, work: Callable[[], object]) -> Callable[[],
     """`work` with the blocked attention's blocks at most `rows` query rows and `mib` MiB."""
     from attention_atlas.model.core.attention import source as patterns
 
-    names = ("ROW_BLOCK", "BLOCK_BYTES", "DEVICE_ROW_BLOCK", "DEVICE_BLOCK_BYTES")  # the CPU's, then CUDA's
+    names = ("ROW_BLOCK", "SEEN_ROW_BLOCK", "BLOCK_BYTES",  # the CPU's
+             "DEVICE_ROW_BLOCK", "DEVICE_BLOCK_BYTES")  # CUDA's
 
     def run() -> object:
         saved = [getattr(patterns, name) for name in names]
-        for name, size in zip(names, (rows, mib << 20) * 2, strict=True):
+        for name, size in zip(names, (rows, rows, mib << 20, rows, mib << 20), strict=True):
             setattr(patterns, name, size)
         try:
             return work()

@@ -28,7 +28,7 @@ from attention_atlas.model.core.attention.block_means import block_starts
 from attention_atlas.model.core.attention.source import EXP_FLOOR
 
 CASES = {  # name: (heads, rows, the block's first row, keys in all (the layouts'), keys computed, causal)
-    "MiniLM, 512 tokens": (12, 128, 0, 512, 512, False),
+    "MiniLM, 512 tokens": (12, 512, 0, 512, 512, False),  # every key seen: one block of every row
     "SmolLM2, 2,048 tokens, the last block": (9, 128, 1920, 2048, 2048, True),
     "SmolLM2, 8,192 tokens, a middle block": (9, 113, 3983, 8192, 4096, True),
     "SmolLM2, 8,192 tokens, the last block": (9, 113, 8079, 8192, 8192, True),

@@ -55,7 +55,7 @@ def test_every_page_and_view_opens(type_folders, model_type: str) -> None:
     for page, key in TABBED.items():
         at.switch_page(page).run()
         views = [tab.label for tab in at.tabs]
-        assert len(views) >= 4, page
+        assert len(views) >= (4 if page == "app_pages/step_through.py" else 6), page
         for view in views:
             at.session_state[key] = view
             at.run()

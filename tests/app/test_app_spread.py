@@ -49,6 +49,8 @@ def test_a_spread_model_opens_on_every_page_and_says_where_its_layers_are(folder
     _ok(at, "a generated step")
     for page, key in TABBED.items():
         at.switch_page(page).run()
+        _ok(at, page)
+        assert at.tabs, page
         for view in [tab.label for tab in at.tabs]:
             at.session_state[key] = view
             at.run()

@@ -44,6 +44,7 @@ def _walk_every_page(at: AppTest) -> dict[str, list[str]]:
         shown[page] = [error.value for error in at.error]
     for page, key in TABBED.items():
         at.switch_page(page).run()
+        assert not at.exception, (page, at.exception[0].message if at.exception else "")
         shown[page] = [error.value for error in at.error]  # a page that needs the model says so before its tabs
         for view in [tab.label for tab in at.tabs]:
             at.session_state[key] = view

@@ -186,6 +186,7 @@ def test_the_kernel_refuses_arrays_it_would_read_or_write_outside_of() -> None:
     np.testing.assert_allclose(thumb.numpy(), 0.2)  # every key alike: two keys a column block
     for bad in ({"allowed": np.ones((4, 9), dtype=bool)}, {"thumb": torch.empty(2, 4, 4)},
                 {"stats": torch.empty(2, 3, 5)}, {"scores": torch.zeros(2, 4, 10, dtype=torch.float64)},
+                {"thumb_starts": block_starts(8, 5).astype(np.int32)},  # ends before the scores' keys
                 {"floor_bits": -200.0}):
         arguments = {"scores": scores, "allowed": np.ones((4, 10), dtype=bool), "first": 0, "query0": 0,
                      "positional": True, "floor_bits": -112.0, "thumb_starts": starts, "thumb": thumb,
@@ -248,7 +249,10 @@ def test_a_build_for_any_x86_processor_gives_the_machines_numbers(monkeypatch, t
         pytest.skip("the native kernel is not built here, or this is no x86 processor")
     monkeypatch.setenv("ATTENTION_ATLAS_CACHE", str(tmp_path))
     flags = tuple("-march=x86-64-v2" if flag == "-march=native" else flag for flag in native.FLAGS)
-    portable = native.loaded(native._built(openmp=False, flags=flags))
+    library = native._built(openmp=False, flags=flags)
+    if library is None:
+        pytest.skip("this compiler does not build for -march=x86-64-v2")
+    portable = native.loaded(library)
     rng = np.random.default_rng(5)
     heads, rows, start = 3, 40, keys - 100  # a causal block: keys up to its last row computed, 60 after them
     width = start + rows
@@ -265,6 +269,28 @@ def test_a_build_for_any_x86_processor_gives_the_machines_numbers(monkeypatch, t
         for ours, theirs in zip(*made, strict=True):
             np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-5, atol=1e-7)
         assert float(made[0][1][..., -1].abs().max()) == 0.0  # a thumbnail block after the block's keys: 0
+
+
+@pytest.mark.parametrize("thumbnail", [8, 7])  # column blocks of 3 keys, and of 3 or 4
+def test_a_nan_rows_column_blocks_after_its_blocks_keys_are_0_both_ways(monkeypatch, thumbnail) -> None:
+    """A causal block of 8 rows computes its first keys only; the column blocks after them are 0 in every row, a NaN
+    row's too, whether the blocks are of one length or not."""
+    kernel = native.attention_rows()
+    if kernel is None:
+        pytest.skip("no C compiler here: the native kernel is not built")
+    monkeypatch.setattr("attention_atlas.model.core.attention.source.ROW_BLOCK", 8)
+    n, rng = 24, np.random.default_rng(1)
+    bias = np.zeros((2, n, n), dtype=np.float32)
+    bias[0, 3, 1] = np.nan  # row 3 is NaN, in the block of rows 0-7 (keys 0-7 computed)
+    source = PatternSource(query=rng.normal(size=(2, n, 4)).astype(np.float32),
+                           key=rng.normal(size=(1, n, 4)).astype(np.float32), scale=0.5,
+                           allowed=np.tril(np.ones((n, n), dtype=bool)), bias=bias)
+    layout = RowLayout(block_starts(n, thumbnail).astype(np.int32), block_starts(n, 12).astype(np.int32), True)
+    for way in (source._native_blocks(kernel, layout, Scratch()), source._torch_blocks(layout, Scratch())):
+        _, first = next(way)
+        assert np.isnan(first.thumbnail[0, 3, :2].numpy()).all()  # the blocks holding keys 0-7 (blocks of 3 or 4 keys)
+        np.testing.assert_array_equal(first.thumbnail[0, 3, 3:].numpy(), 0.0)  # keys 9 on: never computed
+        np.testing.assert_array_equal(first.rollout[3, 5:].numpy(), 0.0)
 
 
 def test_the_kernel_never_brings_a_second_openmp_runtime(monkeypatch) -> None:

@@ -96,7 +96,8 @@ def column_block_sums(rows: torch.Tensor, starts: np.ndarray) -> torch.Tensor:
     exact = torch.float32 if rows.device.type == "mps" else torch.float64  # differences stay exact (MPS has no
     running = torch.nn.functional.pad(rows.to(exact).cumsum(-1), (1, 0))  # float64)
     at = _on_device(starts, rows.device).clamp(max=width)  # blocks after `width` are empty: their sums 0
-    return (running[..., at[1:]] - running[..., at[:-1]]).float()
+    sums = (running[..., at[1:]] - running[..., at[:-1]]).float()
+    return sums.masked_fill(at[:-1] == width, 0.0)  # 0 in a NaN row too (its running sums are NaN)
 
 
 def _on_device(starts: np.ndarray, device: torch.device) -> torch.Tensor:

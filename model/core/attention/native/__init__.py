@@ -148,8 +148,8 @@ def run_kernel(kernel: ctypes._CFuncPtr, scores: torch.Tensor, allowed: torch.Te
                roll_starts: np.ndarray | None, roll: torch.Tensor | None, stats: torch.Tensor) -> None:
     """Call the kernel on one block: scores (heads, rows, width), the probabilities once it returns, allowed
     (rows, >= width) bool, thumb (heads, rows, len(thumb_starts) - 1), roll (rows, len(roll_starts) - 1) or None,
-    stats (heads, rows, 5); every tensor float32, contiguous, on the CPU; starts int32; floor_bits in [-126, 0] (2^x
-    of those is a normal float)."""
+    stats (heads, rows, 5); every tensor float32, contiguous, on the CPU; starts int32, ending at width or after;
+    floor_bits in [-126, 0] (2^x of those is a normal float)."""
     heads, rows, width = scores.shape
     allowed = np.ascontiguousarray(allowed) if isinstance(allowed, np.ndarray) else allowed.contiguous()
     outputs = (thumb, stats) if roll is None else (thumb, stats, roll)
@@ -158,7 +158,7 @@ def run_kernel(kernel: ctypes._CFuncPtr, scores: torch.Tensor, allowed: torch.Te
             or thumb.shape != (heads, rows, len(thumb_starts) - 1)
             or stats.shape != (heads, rows, 5) or (roll is None) != (roll_starts is None)
             or (roll is not None and roll.shape != (rows, len(roll_starts) - 1))
-            or any(starts.dtype != np.int32 or not starts.flags.c_contiguous
+            or any(starts.dtype != np.int32 or not starts.flags.c_contiguous or starts[-1] < width
                    for starts in (thumb_starts, roll_starts) if starts is not None)
             or (isinstance(allowed, torch.Tensor) and allowed.device.type != "cpu")
             or any(t.dtype != torch.float32 or not t.is_contiguous() or t.device.type != "cpu"
