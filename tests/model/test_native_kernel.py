@@ -1,0 +1,116 @@
+"""The native CPU kernel (model/core/attention/native) as a build: compiled once into the user cache, guarded against
+arrays it would reach past, the same numbers from a build for any x86 processor, and never a second OpenMP runtime.
+What it computes is held to the whole softmax in tests/model/test_row_reduction.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from attention_atlas.model.core.attention import native
+from attention_atlas.model.core.attention.block_means import block_starts
+
+
+def test_the_kernel_is_compiled_once_into_the_user_cache(monkeypatch, tmp_path) -> None:
+    """A machine with a C compiler (every CI run) gets the kernel, built into the user cache and found there next
+    time; a compiler that fails, or none, leaves the torch ops to do the work, as does ATTENTION_ATLAS_NO_NATIVE."""
+    import shutil
+
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        pytest.skip("no C compiler on this machine")
+    kernel = native.attention_rows()  # this process's
+    assert kernel is not None
+    monkeypatch.setenv("ATTENTION_ATLAS_CACHE", str(tmp_path))
+    built = native._built(openmp=True)
+    assert built is not None and built.parent == tmp_path / "native" and list(built.parent.iterdir()) == [built]
+    modified = built.stat().st_mtime_ns
+    assert native._built(openmp=True) == built and built.stat().st_mtime_ns == modified  # found, not built again
+    monkeypatch.setenv("ATTENTION_ATLAS_CACHE", str(tmp_path / "other"))
+    monkeypatch.setenv("CC", "false")  # a compiler that fails
+    assert native._built(openmp=True) is None and native._built(openmp=False) is None
+    monkeypatch.setenv("ATTENTION_ATLAS_NO_NATIVE", "1")
+    assert native.attention_rows.__wrapped__() is None
+    assert native.attention_rows() is kernel  # loaded once a process
+
+
+
+
+def test_the_kernel_refuses_arrays_it_would_read_or_write_outside_of() -> None:
+    """A mask shorter than the scores' keys, or outputs of another shape, raise instead of reaching past them."""
+    kernel = native.attention_rows()
+    if kernel is None:
+        pytest.skip("no C compiler here: the native kernel is not built")
+    scores, starts = torch.zeros(2, 4, 10), block_starts(10, 5).astype(np.int32)
+    thumb, stats = torch.empty(2, 4, 5), torch.empty(2, 4, 5)
+    native.run_kernel(kernel, scores, np.ones((4, 10), dtype=bool), 0, 0, True, -112.0, starts, thumb, None, None,
+                      stats)
+    np.testing.assert_allclose(thumb.numpy(), 0.2)  # every key alike: two keys a column block
+    for bad in ({"allowed": np.ones((4, 9), dtype=bool)}, {"thumb": torch.empty(2, 4, 4)},
+                {"stats": torch.empty(2, 3, 5)}, {"scores": torch.zeros(2, 4, 10, dtype=torch.float64)},
+                {"thumb_starts": block_starts(8, 5).astype(np.int32)},  # ends before the scores' keys
+                {"floor_bits": -200.0}):
+        arguments = {"scores": scores, "allowed": np.ones((4, 10), dtype=bool), "first": 0, "query0": 0,
+                     "positional": True, "floor_bits": -112.0, "thumb_starts": starts, "thumb": thumb,
+                     "roll_starts": None, "roll": None, "stats": stats} | bad
+        with pytest.raises(ValueError, match="attention_rows"):
+            native.run_kernel(kernel, **arguments)
+
+
+@pytest.mark.parametrize("keys", [160, 2048])
+def test_a_build_for_any_x86_processor_gives_the_machines_numbers(monkeypatch, tmp_path, keys) -> None:
+    """The kernel built for a processor without AVX-512 (its column sums one block at a time) makes what this machine's
+    build makes (on an AVX-512 machine: short column blocks summed by gathers) for thumbnail and rollout blocks of a
+    few keys and of many, the last blocks past a causal block's keys."""
+    import platform
+
+    kernel = native.attention_rows()
+    if kernel is None or platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("the native kernel is not built here, or this is no x86 processor")
+    monkeypatch.setenv("ATTENTION_ATLAS_CACHE", str(tmp_path))
+    flags = tuple("-march=x86-64-v2" if flag == "-march=native" else flag for flag in native.FLAGS)
+    library = native._built(openmp=False, flags=flags)
+    if library is None:
+        pytest.skip("this compiler does not build for -march=x86-64-v2")
+    portable = native.loaded(library)
+    rng = np.random.default_rng(5)
+    heads, rows, start = 3, 40, keys - 100  # a causal block: keys up to its last row computed, 60 after them
+    width = start + rows
+    scores = torch.from_numpy(rng.normal(size=(heads, rows, width)).astype(np.float32) * 4)
+    allowed = np.tril(np.ones((rows, width), dtype=bool), start)
+    for thumbnail, rollout in ((64, 512), (keys // 8, keys // 3), (keys, keys)):
+        layout = [block_starts(keys, thumbnail).astype(np.int32), block_starts(keys, rollout).astype(np.int32)]
+        made = []
+        for way in (kernel, portable):
+            p, thumb = scores.clone(), torch.empty(heads, rows, len(layout[0]) - 1)
+            roll, stats = torch.empty(rows, len(layout[1]) - 1), torch.empty(heads, rows, 5)
+            native.run_kernel(way, p, allowed, start, start, True, -112.0, layout[0], thumb, layout[1], roll, stats)
+            made.append((p, thumb, roll, stats))
+        for ours, theirs in zip(*made, strict=True):
+            np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-5, atol=1e-7)
+        assert float(made[0][1][..., -1].abs().max()) == 0.0  # a thumbnail block after the block's keys: 0
+
+
+def test_the_kernel_never_brings_a_second_openmp_runtime(monkeypatch) -> None:
+    """Where the process holds another OpenMP runtime than the one the kernel was linked with (a Homebrew libomp
+    beside torch's: "OMP: Error #15" aborts the process), or where the loaded libraries cannot be listed, the build
+    without OpenMP is loaded; with the runtime torch loaded, the OpenMP build."""
+    if native.attention_rows() is None:
+        pytest.skip("no C compiler here: the native kernel is not built")
+    with_openmp = native._built(openmp=True)
+    needed = set(native.OPENMP_RUNTIME.findall(with_openmp.read_bytes()))
+    if not needed:
+        pytest.skip("this compiler builds no OpenMP")
+    assert native.loaded_openmp_runtimes() >= {name.decode() for name in needed}  # torch's, under the same name
+    assert native._joins_the_process(with_openmp) == with_openmp
+    serial = native._built(openmp=False)
+    assert not native.OPENMP_RUNTIME.findall(serial.read_bytes())
+    for other in ({"libomp.dylib"}, None):
+        monkeypatch.setattr(native, "loaded_openmp_runtimes", lambda other=other: other)
+        assert native._joins_the_process(with_openmp) is None
+        assert native._joins_the_process(serial) == serial
+        kernel = native.attention_rows.__wrapped__()  # the serial build, and it computes
+        scores, thumb, stats = torch.zeros(1, 2, 4), torch.empty(1, 2, 2), torch.empty(1, 2, 5)
+        native.run_kernel(kernel, scores, np.ones((2, 4), dtype=bool), 0, 0, True, -112.0,
+                          block_starts(4, 2).astype(np.int32), thumb, None, None, stats)
+        np.testing.assert_allclose(thumb.numpy(), 0.5)
