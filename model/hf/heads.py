@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -120,23 +120,31 @@ def windowed(mask: torch.Tensor | None, window: int | None, q_len: int, k_len: i
     window itself; a mask transformers made is windowed already, and stays what it is. Kept while `mask` lives."""
     if not window or window >= k_len:
         return mask
-    cache = _windows.__dict__.setdefault("cache", {})
-    kept = cache.get((id(mask), window, q_len, k_len))
-    if kept is not None:
-        return kept
-    rows = torch.arange(k_len - q_len, k_len, device=device)[:, None]  # (q_len, 1): each query's position
-    too_far = (rows - torch.arange(k_len, device=device)[None]).abs() >= window  # (q_len, k_len)
-    dtype = torch.float32 if mask is None else mask.dtype
-    base = torch.zeros(1, 1, q_len, k_len, dtype=dtype, device=device) if mask is None else mask[..., :k_len]
-    result = base.masked_fill(too_far, torch.finfo(dtype).min)
-    if mask is not None:  # every layer of this window reads it, while the forward pass holds the mask
-        key = (id(mask), window, q_len, k_len)
-        cache[key] = result
-        weakref.finalize(mask, cache.pop, key, None)
-    return result
+
+    def hide_too_far() -> torch.Tensor:
+        rows = torch.arange(k_len - q_len, k_len, device=device)[:, None]  # (q_len, 1): each query's position
+        too_far = (rows - torch.arange(k_len, device=device)[None]).abs() >= window  # (q_len, k_len)
+        dtype = torch.float32 if mask is None else mask.dtype
+        base = torch.zeros(1, 1, q_len, k_len, dtype=dtype, device=device) if mask is None else mask[..., :k_len]
+        return base.masked_fill(too_far, torch.finfo(dtype).min)
+
+    if mask is None:
+        return hide_too_far()
+    return made_once(mask, ("window", window, q_len, k_len), hide_too_far)  # every layer of this window reads it
 
 
-_windows = threading.local()  # .cache: (id of a mask, window, q_len, k_len) -> the windowed mask
+def made_once(tensor: torch.Tensor, key: tuple, make: Callable[[], torch.Tensor]) -> torch.Tensor:
+    """`make()`, made once per `tensor` and `key` on this thread and kept while `tensor` lives: what every layer of a
+    forward pass makes alike from a tensor they all read (a windowed mask, BLOOM's relative ALiBi)."""
+    cache = _made.__dict__.setdefault("cache", {})
+    entry = (id(tensor), *key)
+    if entry not in cache:
+        cache[entry] = make()
+        weakref.finalize(tensor, cache.pop, entry, None)
+    return cache[entry]
+
+
+_made = threading.local()  # .cache: (id of a tensor, *key) -> what was made from it
 
 
 def _capped(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None, scale: float,

@@ -8,8 +8,6 @@ embeddings are normalised before the first block; hook_embed is that norm's outp
 
 from __future__ import annotations
 
-import threading
-import weakref
 from typing import Any, ClassVar
 
 import numpy as np
@@ -25,7 +23,7 @@ from attention_atlas.model.hf.families.adapter import (
     affine,
     interleaved,
 )
-from attention_atlas.model.hf.heads import attention
+from attention_atlas.model.hf.heads import attention, made_once
 from attention_atlas.model.hf.own_attention import route_modules
 from attention_atlas.model.hf.taps import (
     LAYER_NORM,
@@ -138,16 +136,11 @@ def _relative(alibi: torch.Tensor, batch: int, heads: int, q_len: int) -> torch.
     """(batch, heads, q_len, k_len) float32: slope x (key position - query position) from BloomModel's alibi (slope x
     key position, (batch x heads, 1, k_len)), the queries being the last q_len positions. Made once per forward pass
     and q_len on a thread (every layer reads the same alibi, so a trace keeps one bias, as the longest input counts)."""
-    cache = _relatives.__dict__.setdefault("cache", {})
-    key = (id(alibi), q_len)
-    if key not in cache:
+    def relative() -> torch.Tensor:
         by_key = alibi.float().view(batch, heads, 1, -1)
-        cache[key] = by_key - by_key[..., -q_len:].transpose(-1, -2)
-        weakref.finalize(alibi, cache.pop, key, None)
-    return cache[key]
+        return by_key - by_key[..., -q_len:].transpose(-1, -2)
 
-
-_relatives = threading.local()  # .cache: (id of an alibi tensor, q_len) -> its relative bias
+    return made_once(alibi, ("relative", q_len), relative)
 
 
 def _attention(self: nn.Module, hidden_states: torch.Tensor, residual: torch.Tensor, alibi: torch.Tensor,
