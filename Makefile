@@ -54,6 +54,7 @@ bench: $(VENV)/.dev
 	$(PY) -m bench.frame_run
 	$(PY) -m bench.kernel_choice
 	$(PY) -m bench.gpu_capture
+	$(PY) -m bench.gpu_profile
 	$(PY) -m bench.spread_capture
 	$(PY) -m bench.long_capture
 	$(PY) -m bench.smollm2_load

@@ -191,7 +191,20 @@ def block_sizes(config, length: int, device: torch.device) -> str:
 
 def count_synchronisations(work: Callable[[], object]) -> Counter[str]:
     """The host synchronisations `work` causes on CUDA, counted by the file and line of Python that caused each (torch's
-    sync debug mode: one warning each)."""
+    sync debug mode: one warning each). The first count in a process runs `work` once before, uncounted: on an H100
+    with torch 2.11 the first run under the debug mode waited once more, in torch itself (torch/__init__.py), whatever
+    the model."""
+    global _debug_mode_used
+    if not _debug_mode_used:
+        _debug_mode_used = True
+        _count(work)
+    return _count(work)
+
+
+_debug_mode_used = False  # whether count_synchronisations has run in this process
+
+
+def _count(work: Callable[[], object]) -> Counter[str]:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         torch.cuda.set_sync_debug_mode("warn")

@@ -35,6 +35,14 @@ def as_tensor(array: Array, device: torch.device) -> torch.Tensor:
     return (tensor.view(torch.bfloat16) if array.dtype == BFLOAT16_BITS else tensor).to(device)
 
 
+def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A host tensor on `device`. To a CUDA GPU from pinned memory, without waiting: a plain copy from pageable memory
+    makes the host wait for the GPU (one wait a tensor, torch's sync debug mode counts them)."""
+    if device.type != "cuda" or tensor.device == device:
+        return tensor.to(device)
+    return tensor.pin_memory().to(device, non_blocking=True)
+
+
 def as_index(rows: slice | np.ndarray, device: torch.device) -> slice | torch.Tensor:
     """Row positions as an index of a tensor on `device`."""
     return rows if isinstance(rows, slice) else torch.from_numpy(np.asarray(rows)).to(device)

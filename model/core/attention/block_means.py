@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from attention_atlas.model.core.attention.arrays import to_device
 from attention_atlas.model.core.attention.row_reduction import column_block_sums
 
 
@@ -49,10 +50,11 @@ class BlockMeans:
     def _row_block_sums(self, start: int, rows: torch.Tensor) -> tuple[int, torch.Tensor]:
         """(the first row block, (..., row blocks, width)): rows start.. summed into the row blocks they fall in
         (those blocks may have rows in other calls too). Moves the sums and the indices where the rows are, on first
-        use: no copy a block (on a GPU each would wait for it)."""
+        use, without waiting: no copy a block (on a GPU each would wait for it)."""
         if self.sums.device != rows.device:
-            self.sums, self.counts = self.sums.to(rows.device), self.counts.to(rows.device)
-            self.row_counts, self.row_block_at = self.row_counts.to(rows.device), self.row_block_at.to(rows.device)
+            self.sums, self.counts = to_device(self.sums, rows.device), to_device(self.counts, rows.device)
+            self.row_counts = to_device(self.row_counts, rows.device)
+            self.row_block_at = to_device(self.row_block_at, rows.device)
         n, width = rows.shape[-2:]
         blocks = self.row_block[start : start + n]  # each row's block, ascending
         first, count = int(blocks[0]), int(blocks[-1] - blocks[0]) + 1
