@@ -44,7 +44,7 @@ def torch_ops(layout: RowLayout, start: int) -> Way:
         total = p.sum(-1)
         p = p / total[..., None]
         entropy = total.log2() - (shifted * p).sum(-1)
-        reduced = reduce_rows(start, p, layout, entropy, beyond_last=True)
+        reduced = reduce_rows(start, p, layout, entropy, sees_ahead=True)
         return p, reduced.statistics, reduced.thumbnail, reduced.rollout
 
     return way

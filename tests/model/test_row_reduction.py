@@ -94,24 +94,29 @@ def test_both_ways_reduce_a_block_as_the_whole_softmax_does(reduction, monkeypat
     else:
         np.testing.assert_allclose(torch.cat([b.rollout for b in blocks]).numpy(), rolls, rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(output.numpy(), p @ value[0].double().numpy(), rtol=1e-4, atol=1e-5)
-    for b in blocks:  # whether a row of the block has attention after the block's last row
-        rows = p[:, b.start : b.start + 64]
-        assert b.beyond_last == bool((rows[..., b.start + 64 :] > 0).any())
+    for b in blocks:  # not causal where a row has attention after the block's last row; never where none after itself
+        rows = p[:, b.start : b.start + 64]  # (heads, 64, n): row i is query b.start + i
+        after_block, after_itself = bool((rows[..., b.start + 64 :] > 0).any()), bool(np.triu(rows, b.start + 1).any())
+        assert after_block <= b.sees_ahead <= after_itself
 
 
 def test_a_mask_that_hides_nothing_is_reduced_in_larger_blocks(reduction) -> None:
     """Where every row sees every key there is nothing for fewer rows to skip: blocks of SEEN_ROW_BLOCK rows, else of
-    ROW_BLOCK (the same numbers either way: the test above)."""
+    ROW_BLOCK (the same numbers either way: the test above). Every block of the full mask, the last (no key after its
+    last row) too, says that its rows see ahead, and no causal block does (the summary checks a flow for a triangle
+    only where none did)."""
     rng = np.random.default_rng(6)
     n = 600
     layout = RowLayout(block_starts(n, 64).astype(np.int32), None, positional=True)
-    starts = {}
+    starts, ahead = {}, {}
     for mask in ("full", "causal"):
         allowed = masks(n, n, rng)[mask]
         source = PatternSource(query=rng.normal(size=(2, n, 4)).astype(np.float32),
                                key=rng.normal(size=(2, n, 4)).astype(np.float32), scale=0.5, allowed=allowed)
-        starts[mask] = [block.start for block in source.reduced_rows(layout)]
+        blocks = list(source.reduced_rows(layout))
+        starts[mask], ahead[mask] = [block.start for block in blocks], {block.sees_ahead for block in blocks}
     assert starts == {"full": [0, 512], "causal": list(range(0, n, 128))}
+    assert ahead == {"full": {True}, "causal": {False}}
 
 
 def test_cross_attention_measures_no_positions(reduction) -> None:

@@ -35,13 +35,14 @@ class ReducedRows:
     statistics: torch.Tensor  # (heads, len(STATISTICS)) sums over the rows (0 for what the layout does not measure)
     thumbnail: torch.Tensor  # (heads, rows, t_k): each row's sums over the thumbnail's column blocks
     rollout: torch.Tensor | None  # (rows, b): the heads' sums over the rollout's column blocks, if the layout has one
-    beyond_last: bool  # some row has attention on a key after the block's last row (the pattern is not causal)
+    sees_ahead: bool  # the pattern is not causal: some row has attention on a key after its own position (one after
+    # the block's last row, or where the mask tells); False: none after the block's last row
 
 
 def reduce_rows(start: int, p: torch.Tensor, layout: RowLayout, entropy: torch.Tensor | None = None,
-                beyond_last: bool | None = None) -> ReducedRows:
+                sees_ahead: bool | None = None) -> ReducedRows:
     """Rows start.. from p (heads, rows, width <= k_len) float32 probabilities, keys from `width` on 0; entropy
-    (heads, rows) in bits if known; beyond_last if known (else read from p)."""
+    (heads, rows) in bits if known; sees_ahead if known (else read from p)."""
     rows, width = p.shape[1:]
     last = start + rows - 1
     if entropy is None:
@@ -52,11 +53,11 @@ def reduce_rows(start: int, p: torch.Tensor, layout: RowLayout, entropy: torch.T
         sums[1] = row_distances(start, p).sum(-1)
         for at, offset in ((3, start - 1), (4, start)):  # the previous token, itself (0 where not computed)
             sums[at] = torch.diagonal(p, offset, 1, 2).sum(-1)
-    if beyond_last is None:  # the last key first: a bidirectional block's is not 0, and reading it is cheap
-        beyond_last = width > last + 1 and (bool(p[..., -1].any()) or bool(p[..., last + 1 :].any()))
+    if sees_ahead is None:  # the last key first: a bidirectional block's is not 0, and reading it is cheap
+        sees_ahead = width > last + 1 and (bool(p[..., -1].any()) or bool(p[..., last + 1 :].any()))
     rollout = None if layout.rollout_starts is None else column_block_sums(p.sum(0), layout.rollout_starts)
     return ReducedRows(start, torch.stack(sums, -1), column_block_sums(p, layout.thumbnail_starts), rollout,
-                       beyond_last)
+                       sees_ahead)
 
 
 def row_distances(first: int, p: torch.Tensor) -> torch.Tensor:

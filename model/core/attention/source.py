@@ -170,18 +170,18 @@ class PatternSource:
             statistics = torch.empty(heads, n, len(STATISTICS))
             native.run_kernel(kernel, scores, allowed, first, start, layout.positional, EXP_FLOOR,
                               layout.thumbnail_starts, thumbnail, layout.rollout_starts, rollout, statistics)
-            yield scores, ReducedRows(start, statistics.sum(1), thumbnail, rollout, width > start + n)  # p, now
+            yield scores, ReducedRows(start, statistics.sum(1), thumbnail, rollout, _sees_ahead(start, n, first, width))
 
     def _torch_blocks(self, layout: RowLayout, scratch: Scratch, dtype: torch.dtype = torch.float32
                       ) -> Iterator[tuple[torch.Tensor, ReducedRows]]:
         """`_native_blocks` made with torch ops, on `device`, Q K^T in `dtype`."""
         positions = np.arange(self.query.shape[1])
-        for start, p, shifted, total in self._blocks(np.arange(self.query.shape[0]), positions, scratch, dtype):
+        for start, first, p, shifted, total in self._blocks(np.arange(self.query.shape[0]), positions, scratch, dtype):
             # -sum p log2 p with log2 p = shifted - log2 Z: log2 Z - sum p shifted (a hidden key adds 0 x its finite
             # score = 0); the products made in the scores' scratch
             entropy = total.log2_().sub_(shifted.mul_(p).sum(-1))  # (heads, rows)
             rows, width = p.shape[1:]
-            yield p, reduce_rows(start, p, layout, entropy, beyond_last=width > start + rows)
+            yield p, reduce_rows(start, p, layout, entropy, sees_ahead=_sees_ahead(start, rows, first, width))
 
     def blocks(self, head_ids: np.ndarray, row_ids: np.ndarray) -> Iterator[tuple[int, torch.Tensor]]:
         """(offset in row_ids, float32 probabilities (heads, block, seen) on `device`) for blocks of query rows as
@@ -189,14 +189,14 @@ class PatternSource:
         for the keys 0..seen-1. The keys after those, hidden from every row of the block (a causal mask's future),
         are not computed: their probability is exactly 0, as in eager attention (a causal pattern costs about half
         the whole). A block is scratch the next one overwrites: read or copy it before asking for the next."""
-        for start, p, _, _ in self._blocks(head_ids, row_ids, Scratch()):
+        for start, _, p, _, _ in self._blocks(head_ids, row_ids, Scratch()):
             yield start, p
 
-    def _blocks(self, head_ids: np.ndarray, row_ids: np.ndarray, scratch: Scratch,
-                dtype: torch.dtype = torch.float32) -> Iterator[tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]]:
-        """`blocks`, with the scores they are the base-2 softmax of (in bits: eager's scores x log2 e; Q K^T in
-        `dtype`), less each row's greatest (so <= 0; floored at EXP_FLOOR, a hidden key's too), computed in `scratch`,
-        and each row's sum of 2^scores (heads, rows), Z."""
+    def _blocks(self, head_ids: np.ndarray, row_ids: np.ndarray, scratch: Scratch, dtype: torch.dtype = torch.float32
+                ) -> Iterator[tuple[int, int, torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """`blocks`, with the block's `first` (`_scores`), the scores they are the base-2 softmax of (in bits: eager's
+        scores x log2 e; Q K^T in `dtype`), less each row's greatest (so <= 0; floored at EXP_FLOOR, a hidden key's
+        too), computed in `scratch`, and each row's sum of 2^scores (heads, rows), Z."""
         device = torch.device(self.device)
         for start, first, every_row, scores, allowed in self._scores(head_ids, row_ids, scratch, dtype):
             end = scores.shape[-1]
@@ -215,7 +215,7 @@ class PatternSource:
                     # (a broadcast mask: a boolean index would wait for the device)
                     keep.masked_fill_(~as_tensor(allowed, device).any(-1, keepdim=True), 1.0)
                 p[..., first:end] *= keep  # a hidden key's probability exactly 0, as in eager attention
-            yield start, p, scores, total
+            yield start, first, p, scores, total
 
     def _scores(self, head_ids: np.ndarray, row_ids: np.ndarray, scratch: Scratch, dtype: torch.dtype
                 ) -> Iterator[tuple[int, int, bool, torch.Tensor, Array]]:
@@ -260,3 +260,10 @@ class PatternSource:
                              else bias[:, as_index(rows, device), :end])
                 scores.add_(as_tensor(rows_bias, device).float(), alpha=LOG2_E)
             yield start, first, every_row, scores, self.allowed[rows]
+
+
+def _sees_ahead(start: int, rows: int, first: int, width: int) -> bool:
+    """Whether a block of `rows` query rows from `start` is known not to be causal: keys after its last row computed
+    (`width`: some row sees one), or its first row sees the key after itself (every row sees the keys before `first`:
+    an encoder's block that holds every row has no key after its last)."""
+    return width > start + rows or first > start + 1

@@ -128,7 +128,7 @@ class SiteSummariser:
         self.statistics = _Statistics(heads, q_len, one_sequence)  # every layer's
         self.thumbnails: list[torch.Tensor] = []  # (heads, t_q, t_k) float32 a layer, where the rows are
         self.flows: list[torch.Tensor] = []  # each layer's (b, b), on the rows' device
-        self.causal_shaped: list[bool] = []  # each layer's: no block had attention on a key after its last row
+        self.causal_shaped: list[bool] = []  # each layer's: no block saw ahead (`ReducedRows.sees_ahead`)
 
     def add_layer(self, blocks: Iterator[ReducedRows]) -> None:
         """The next layer's pattern as blocks of consecutive query rows reduced by `self.layout`, covering every
@@ -137,13 +137,13 @@ class SiteSummariser:
         thumbnail.restart()
         if summed is not None:
             summed.restart()
-        causal_shaped = True  # no row has attention on a key after the last row of its block
+        causal_shaped = True  # no block saw ahead
         for reduced in blocks:
             thumbnail.add_column_sums(reduced.start, reduced.thumbnail)
             self.statistics.add(reduced.statistics)
             if summed is not None:
                 summed.add_column_sums(reduced.start, reduced.rollout)
-                causal_shaped = causal_shaped and not reduced.beyond_last
+                causal_shaped = causal_shaped and not reduced.sees_ahead
         self.statistics.end_layer()
         self.thumbnails.append(thumbnail.means())
         if summed is not None:
@@ -159,8 +159,8 @@ class SiteSummariser:
     def _kept_flows(self) -> list[torch.Tensor]:
         """Each layer's flow as SiteSummary keeps it: a flow with nothing above its diagonal (a causal mask's) as its
         lower triangle alone, half the bytes. The check for it (0.1-0.2 ms at b = 512 on the CPU) is made only where
-        no block had attention on a key after its last row (a bidirectional layer's first block tells), for every
-        layer at once at the end: a GPU waits for it once, not once a layer."""
+        no block saw ahead (a bidirectional layer's blocks tell, from the mask), for every layer at once at the end: a
+        GPU waits for it once, not once a layer."""
         checked = [i for i, causal in enumerate(self.causal_shaped) if causal]
         if not checked:
             return self.flows
