@@ -61,10 +61,22 @@ def choose(page, label: str, option: str, in_sidebar: bool = False) -> None:
     wait_idle(page)
 
 
+def model_label(model_id: str) -> str:
+    """How the sidebar's model picker shows a shipped model."""
+    return f"Toy (trained here) · {model_id}" if model_id.startswith("toy-") else f"Pretrained · {model_id}"
+
+
 def choose_model(page, model_id: str) -> None:
-    label = f"Toy (trained here) · {model_id}" if model_id.startswith("toy-") else f"Pretrained · {model_id}"
-    choose(page, "Model", label, in_sidebar=True)
+    choose(page, "Model", model_label(model_id), in_sidebar=True)
     expect(page.get_by_role("heading", name=model_id)).to_be_visible()
+
+
+def wait_for_model(page, model_id: str) -> None:
+    """Once a page opened on a link that names a shipped model shows it in the picker and its run has ended (a fresh
+    page can look idle before its first run starts)."""
+    picker = page.get_by_test_id("stSidebar").get_by_label("Model", exact=True)
+    expect(picker).to_have_value(model_label(model_id), timeout=90_000)
+    wait_idle(page)
 
 
 def open_page(page, title: str) -> None:

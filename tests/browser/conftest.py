@@ -1,14 +1,20 @@
 """The browser tests' fixtures: one app server for them all (or a module's own), the system Chromium, and a fresh
-tab per test that records console errors and dialogs. What drives the app is in `app_browser`."""
+tab per test that records console errors and dialogs. What drives the app is in `app_browser`.
+
+A test marked `@pytest.mark.opens("masks", model="toy-gpt-date", text="may 1 2000")` gets its tab on that link, as a
+person opens a shared link: one first run, where the landing page, a model chosen, a text typed and a page opened are
+four (a test's Chromium and server: about 5 CPU-seconds against 13 on this 2-core machine). The tests of the controls
+themselves (the model picker, the text box, the pages' links) still use them."""
 
 from __future__ import annotations
 
 import os
+import urllib.parse
 from collections.abc import Iterator
 
 import pytest
 
-from app_browser.page import base_path_probe, wait_idle
+from app_browser.page import base_path_probe, wait_for_model, wait_idle
 from app_browser.server import ARTIFACTS, serve_app
 from tests.chromium import require_chromium
 
@@ -33,9 +39,11 @@ def fresh_app_url() -> Iterator[str]:
 
 
 @pytest.fixture
-def page(browser, app_url):
-    """A fresh tab on the app, recording console errors and any dialog (which would mean a script ran)."""
-    yield from _tab(browser, app_url)
+def page(request, browser, app_url):
+    """A fresh tab on the app (on the test's `opens` link, if it has one), recording console errors and any dialog
+    (which would mean a script ran)."""
+    marker = request.node.get_closest_marker("opens")
+    yield from _tab(browser, app_url + _link(marker), None if marker is None else marker.kwargs.get("model"))
 
 
 @pytest.fixture
@@ -44,8 +52,9 @@ def fresh_page(browser, fresh_app_url):
     yield from _tab(browser, fresh_app_url)
 
 
-def _tab(browser, url: str):
-    """A tab of a new browser context (a new Streamlit session) on `url`, recording console errors and dialogs."""
+def _tab(browser, url: str, model_id: str | None = None):
+    """A tab of a new browser context (a new Streamlit session) on `url`, recording console errors and dialogs, once its
+    first run has ended (where the link names a model: once the picker shows it, `wait_for_model`)."""
     context = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
     page = context.new_page()
     page.console_errors = []
@@ -54,6 +63,16 @@ def _tab(browser, url: str):
         f"{msg.text} ({msg.location.get('url')})"))
     page.on("dialog", lambda dialog: (page.dialogs.append(dialog.message), dialog.dismiss()))
     page.goto(url)
-    wait_idle(page)
+    if model_id is None:
+        wait_idle(page)
+    else:
+        wait_for_model(page, model_id)
     yield page
     context.close()
+
+
+def _link(marker: pytest.Mark | None) -> str:
+    """The path and query of a test's `opens` marker ("" without one)."""
+    if marker is None:
+        return ""
+    return f"/{marker.args[0] if marker.args else ''}?{urllib.parse.urlencode(marker.kwargs)}"

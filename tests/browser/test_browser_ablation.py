@@ -4,15 +4,14 @@ ablated with one click, and SmolLM2's next token before and after; nothing logs 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from playwright.sync_api import expect
 
-from app_browser.page import choose_model, figure, heatmap_values, open_page, screenshots, set_text, wait_idle
+from app_browser.page import figure, heatmap_values, screenshots, wait_idle
 
 
+@pytest.mark.opens("ablation", model="toy-gpt-date", text="14 feb 1999")
 def test_scan_then_ablate_the_top_heads_of_toy_gpt_date(page) -> None:
-    choose_model(page, "toy-gpt-date")
-    set_text(page, "14 feb 1999")
-    open_page(page, "Ablate heads")
     expect(page.get_by_role("heading", name="Ablate heads")).to_be_visible()
     page.get_by_role("button", name="Scan every head (16)").click()
     wait_idle(page)
@@ -29,10 +28,8 @@ def test_scan_then_ablate_the_top_heads_of_toy_gpt_date(page) -> None:
     assert page.console_errors == []
 
 
+@pytest.mark.opens("ablation", model="smollm2", text="The capital of France is")
 def test_every_head_of_smollm2_by_its_mean(page) -> None:
-    choose_model(page, "smollm2")
-    set_text(page, "The capital of France is")
-    open_page(page, "Ablate heads")
     page.get_by_text("its mean over the positions").click()
     wait_idle(page)
     page.get_by_text("Every head", exact=True).click()
@@ -43,10 +40,8 @@ def test_every_head_of_smollm2_by_its_mean(page) -> None:
     assert page.console_errors == []
 
 
+@pytest.mark.opens("attention", model="toy-gpt-date", text="14 feb 1999")
 def test_compare_mask_on_and_off_on_the_attention_page(page) -> None:
-    choose_model(page, "toy-gpt-date")
-    set_text(page, "14 feb 1999")
-    open_page(page, "Attention")
     page.get_by_role("tab", name="Compare").click()
     wait_idle(page)
     for title in ("A · causal mask on", "B · causal mask off, reads A's output", "B − A"):

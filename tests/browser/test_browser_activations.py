@@ -3,9 +3,10 @@ errors; screenshots of each view (also at 1280 x 720) under test-artifacts/."""
 
 from __future__ import annotations
 
+import pytest
 from playwright.sync_api import expect
 
-from app_browser.page import choose, choose_model, figure, open_page, set_text, wait_idle
+from app_browser.page import choose, figure, wait_idle
 from app_browser.server import ARTIFACTS
 
 VIEWS = {  # tab -> the title of a figure it draws
@@ -22,10 +23,8 @@ def _shoot(page, name: str) -> None:
     page.screenshot(path=str(ARTIFACTS / f"activations-{name}.png"), full_page=True)
 
 
+@pytest.mark.opens("activations", model="toy-date", text="may 1 2000")
 def test_activations_page_views(page) -> None:
-    choose_model(page, "toy-date")
-    set_text(page, "may 1 2000")
-    open_page(page, "Activations")
     expect(page.get_by_role("heading", name="Activations", exact=True)).to_be_visible()
     for tab, title in VIEWS.items():
         page.get_by_role("tab", name=tab).click()
@@ -53,10 +52,9 @@ def test_activations_page_views(page) -> None:
     assert page.dialogs == []
 
 
+@pytest.mark.opens("activations", model="toy-gpt-date")
 def test_activations_at_1280_by_720_on_a_causal_lm(page) -> None:
     page.set_viewport_size({"width": 1280, "height": 720})
-    choose_model(page, "toy-gpt-date")
-    open_page(page, "Activations")
     for tab in ("Logit lens", "Trajectories", "FFN neurons"):
         page.get_by_role("tab", name=tab).click()
         wait_idle(page)

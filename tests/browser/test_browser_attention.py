@@ -4,18 +4,18 @@ mask switch zeroes the upper triangle, and a figure downloads as a PNG."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from playwright.sync_api import expect
 
-from app_browser.page import choose, choose_model, figure, heatmap_values, open_page, set_text
+from app_browser.page import choose, figure, heatmap_values
 from app_browser.server import ARTIFACTS
 from attention_atlas.viz.masked import MASKED_LABEL
 
 ONE_HEAD = "encoder self-attention · layer"
 
 
+@pytest.mark.opens("attention", model="toy-copy")
 def test_attention_page_views(page) -> None:
-    choose_model(page, "toy-copy")
-    open_page(page, "Attention")
     expect(page.get_by_role("heading", name="Attention", exact=True)).to_be_visible()
     expect(figure(page, "layers × heads")).to_be_visible()  # it opens on the model view
     page.get_by_role("tab", name="One head").click()
@@ -35,9 +35,8 @@ def test_attention_page_views(page) -> None:
     assert page.console_errors == []
 
 
+@pytest.mark.opens("attention", model="toy-reverse")
 def test_clicking_a_thumbnail_opens_that_head(page) -> None:
-    choose(page, "Model", "Toy (trained here) · toy-reverse", in_sidebar=True)
-    open_page(page, "Attention")
     grid = figure(page, "layers × heads")
     expect(grid).to_be_visible()
     grid.locator(".scatterlayer .point").nth(6).click(force=True)  # layer 1, head 2; plotly's drag layer takes it
@@ -49,10 +48,8 @@ def test_clicking_a_thumbnail_opens_that_head(page) -> None:
     assert page.console_errors == []
 
 
+@pytest.mark.opens("attention", model="toy-copy", text="abcdef")
 def test_the_causal_mask_switch_masks_the_upper_triangle_and_draws_it_apart(page) -> None:
-    choose_model(page, "toy-copy")
-    set_text(page, "abcdef")
-    open_page(page, "Attention")
     page.get_by_role("tab", name="One head").click()
     before = np.array(heatmap_values(page, ONE_HEAD), dtype=float)  # (q, k): an encoder sees both ways
     assert np.triu(before, 1).sum() > 0.1
@@ -70,13 +67,13 @@ def test_the_causal_mask_switch_masks_the_upper_triangle_and_draws_it_apart(page
     assert page.console_errors == []
 
 
+@pytest.mark.opens("attention", model="toy-copy")
 def test_a_figure_downloads_as_png(page) -> None:
-    choose_model(page, "toy-copy")
-    open_page(page, "Attention")
     page.get_by_role("tab", name="One head").click()
     choose(page, "Layer", "0")
     choose(page, "Head", "0")
-    expect(figure(page, ONE_HEAD)).to_be_visible()
+    expect(figure(page, ONE_HEAD).first.locator(".gtitle")).to_contain_text("layer 0 · head 0")  # redrawn: the
+    # buttons beside it are this head's
     with page.expect_download(timeout=60_000) as download:  # the first PNG starts kaleido's Chromium
         page.get_by_test_id("stMain").get_by_role("button", name="PNG", exact=True).first.click()
     path = ARTIFACTS / "download.png"

@@ -8,20 +8,22 @@ from __future__ import annotations
 import re
 
 import numpy as np
+import pytest
 from playwright.sync_api import expect
 
-from app_browser.page import choose, choose_model, figure, heatmap_values, open_page, screenshots, set_text, wait_idle
+from app_browser.page import choose, figure, heatmap_values, open_page, screenshots, wait_idle
 from app_browser.server import ARTIFACTS
 
 NAMES = "When Mary and John went to the store, John gave a drink to"
 HEADS = "Each attention head's direct share"
 
 
+MARY_OVER_JOHN = pytest.mark.opens("attribution", model="smollm2", text=NAMES)
+
+
 def _mary_over_john(page):
-    """The Attribution page on SmolLM2, the names sentence, " Mary" over " John"; its main part."""
-    choose_model(page, "smollm2")
-    set_text(page, NAMES)
-    open_page(page, "Attribution")
+    """The Attribution page on SmolLM2 and the names sentence (the test's `opens` link: `MARY_OVER_JOHN`), " Mary"
+    over " John"; its main part."""
     main = page.get_by_test_id("stMain")
     for label, word in (("Answer (one token)", " Mary"), ("Wrong answer (one token)", " John")):
         main.get_by_label(label, exact=True).fill(word)
@@ -30,6 +32,7 @@ def _mary_over_john(page):
     return main
 
 
+@MARY_OVER_JOHN
 def test_smollm2_says_which_heads_write_mary_over_john_and_opens_one(page) -> None:
     main = _mary_over_john(page)
     expect(figure(page, "logit(' Mary') − logit(' John')").first).to_be_visible()
@@ -60,6 +63,7 @@ def test_smollm2_says_which_heads_write_mary_over_john_and_opens_one(page) -> No
     assert page.console_errors == []
 
 
+@MARY_OVER_JOHN
 def test_a_patching_stopped_midway_keeps_what_it_patched(page) -> None:
     """SmolLM2, the offered swap of the names: the estimate drawn first, then the patched runs under a progress bar;
     Stop ends them and the grids keep the cells patched, the rest empty, and say so."""
@@ -81,12 +85,10 @@ def test_a_patching_stopped_midway_keeps_what_it_patched(page) -> None:
     assert page.console_errors == []
 
 
+@pytest.mark.opens("attribution", model="toy-gpt-date", text="march 3 2021")
 def test_a_toy_gpt_is_attributed_and_an_encoder_says_why_not(page) -> None:
     """toy-gpt-date's first output digit ("2" over "1") drawn head by head; MiniLM, an encoder, says why there is no
     logit to attribute."""
-    choose_model(page, "toy-gpt-date")
-    set_text(page, "march 3 2021")
-    open_page(page, "Attribution")
     main = page.get_by_test_id("stMain")
     main.get_by_label("Position: the prediction made after", exact=True).click()
     page.get_by_role("option", name="13: =").click()  # the prompt's last token: the answer's first digit comes next

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
-from app_browser.page import choose_model, open_page, set_text
+from app_browser.page import open_page
 from app_browser.server import ARTIFACTS
 
 
@@ -19,9 +20,8 @@ def download_csv(page, name: str) -> pd.DataFrame:
     return pd.read_csv(path, index_col=0)
 
 
+@pytest.mark.opens(model="toy-copy", text="abcdef")
 def test_csv_downloads_hold_the_matrices_shown(page) -> None:
-    choose_model(page, "toy-copy")
-    set_text(page, "abcdef")
     overview = download_csv(page, "overview.csv")  # (q_len, k_len): one head
     assert overview.shape == (7, 7) and list(overview.columns)[:2] == ["#0 a", "#1 b"]
     assert np.allclose(overview.to_numpy().sum(axis=1), 1.0, atol=1e-3)

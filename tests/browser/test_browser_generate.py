@@ -4,9 +4,10 @@ attention row drawn over a context one longer than the step before, and nothing 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from playwright.sync_api import expect
 
-from app_browser.page import choose_model, figure, heatmap_values, open_page, screenshots, set_text, wait_idle
+from app_browser.page import figure, heatmap_values, screenshots, wait_idle
 from app_browser.server import ARTIFACTS
 
 
@@ -28,10 +29,8 @@ def _step_five_times(page, layers: int, heads: int, start_context: int, name: st
     screenshots(page, f"generate-{name}")
 
 
+@pytest.mark.opens("generate", model="toy-date", text="14 feb 1999")
 def test_five_steps_with_toy_date(page) -> None:
-    choose_model(page, "toy-date")
-    set_text(page, "14 feb 1999")
-    open_page(page, "Generate")
     expect(page.get_by_role("heading", name="Generate")).to_be_visible()
     _step_five_times(page, layers=2, heads=4, start_context=1, name="toy-date")
     cross = np.array(heatmap_values(page, "Step 5 · cross-attention over the source · mean"), dtype=float)
@@ -40,10 +39,8 @@ def test_five_steps_with_toy_date(page) -> None:
     assert page.console_errors == []
 
 
+@pytest.mark.opens("generate", model="smollm2", text="The capital of France is")
 def test_five_steps_with_smollm2(page) -> None:
-    choose_model(page, "smollm2")
-    set_text(page, "The capital of France is")
-    open_page(page, "Generate")
     _step_five_times(page, layers=30, heads=9, start_context=5, name="smollm2")
     expect(page.get_by_text("The capital of France is Paris.")).to_be_visible()
     assert page.console_errors == []

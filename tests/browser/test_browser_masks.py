@@ -6,10 +6,11 @@ from __future__ import annotations
 import io
 
 import numpy as np
+import pytest
 from PIL import Image
 from playwright.sync_api import expect
 
-from app_browser.page import choose, choose_model, figure, heatmap_values, open_page, set_text
+from app_browser.page import choose, figure, heatmap_values
 from app_browser.server import ARTIFACTS
 from attention_atlas.viz.masked import MASKED_LABEL
 
@@ -28,10 +29,8 @@ def _pixel(shot: Image.Image, geometry: list[float], row: int, col: int) -> np.n
     return np.array(shot.getpixel((int(left + (col + 0.5) * width), int(top + (row + 0.5) * height))))[:3]
 
 
+@pytest.mark.opens("masks", model="toy-gpt-date", text="may 1 2000")
 def test_scores_and_probabilities_with_the_mask_drawn_apart(page) -> None:
-    choose_model(page, "toy-gpt-date")
-    set_text(page, "may 1 2000")
-    open_page(page, "Masks")
     expect(page.get_by_role("heading", name="Masks", exact=True)).to_be_visible()
     page.get_by_role("tab", name="Scores → probabilities").click()
     expect(figure(page, PROBABILITIES)).to_be_visible()
@@ -59,11 +58,9 @@ def test_scores_and_probabilities_with_the_mask_drawn_apart(page) -> None:
     assert page.console_errors == []
 
 
+@pytest.mark.opens("masks", model="toy-date", text="may 1 2000")
 def test_every_tab_draws_and_fits_a_projector(page) -> None:
     page.set_viewport_size({"width": 1280, "height": 720})
-    choose_model(page, "toy-date")
-    set_text(page, "may 1 2000")
-    open_page(page, "Masks")
     for tab, title in [("Masks of this run", "mask · encoder"), ("Mask on / off", "difference"),
                        ("Padding", "padded · layer"), ("Scores → probabilities", "scores + M")]:
         page.get_by_role("tab", name=tab).click()

@@ -3,9 +3,10 @@ a refused size says why; screenshots at 1280 x 720 (the projector size) under te
 
 from __future__ import annotations
 
+import pytest
 from playwright.sync_api import expect
 
-from app_browser.page import choose_model, figure, open_page, set_text, wait_idle
+from app_browser.page import figure, wait_idle
 from app_browser.server import ARTIFACTS
 
 
@@ -16,11 +17,9 @@ def _number(page, label: str, value: int) -> None:
     wait_idle(page)
 
 
+@pytest.mark.opens("positions", model="toy-date", text="may 1 2000")
 def test_positions_page_draws_and_follows_its_controls(page) -> None:
     page.set_viewport_size({"width": 1280, "height": 720})
-    choose_model(page, "toy-date")
-    set_text(page, "may 1 2000")
-    open_page(page, "Positional encoding")
     expect(page.get_by_role("heading", name="Positional encoding", exact=True)).to_be_visible()
     table = figure(page, "sinusoid ·")
     expect(table.locator(".gtitle")).to_have_text("sinusoid · 11 positions × d_model 64")
@@ -49,10 +48,9 @@ def test_positions_page_draws_and_follows_its_controls(page) -> None:
     assert page.console_errors == []
 
 
+@pytest.mark.opens("positions", model="smollm2")
 def test_a_rotary_model_shows_its_frequencies_and_similarity_draws(page) -> None:
     page.set_viewport_size({"width": 1280, "height": 720})
-    choose_model(page, "smollm2")
-    open_page(page, "Positional encoding")
     page.get_by_role("tab", name="Similarity").click()
     expect(figure(page, "sinusoid · dot product of positions")).to_be_visible()
     page.screenshot(path=str(ARTIFACTS / "positions-similarity.png"))

@@ -4,9 +4,10 @@ masked scores are hatched, and nothing logs an error."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from playwright.sync_api import expect
 
-from app_browser.page import choose, choose_model, figure, heatmap_values, open_page, wait_idle
+from app_browser.page import choose, figure, heatmap_values, wait_idle
 from app_browser.server import ARTIFACTS
 from attention_atlas.viz.masked import MASKED_LABEL
 
@@ -15,9 +16,8 @@ def _tab(page, name: str) -> None:
     page.get_by_role("tab", name=name).click()
 
 
+@pytest.mark.opens("step_through", model="toy-date")
 def test_step_through_page_changes_with_the_head(page) -> None:
-    choose_model(page, "toy-date")
-    open_page(page, "Step through")
     expect(page.get_by_role("heading", name="Step through one head")).to_be_visible()
     choose(page, "Layer", "0")
     choose(page, "Head", "0")

@@ -5,9 +5,10 @@ sizes, a guess revealed; nothing logs an error."""
 
 from __future__ import annotations
 
+import pytest
 from playwright.sync_api import expect
 
-from app_browser.page import choose_model, open_page, set_text, wait_idle
+from app_browser.page import wait_idle
 from app_browser.server import ARTIFACTS
 from attention_atlas.model.inspect.tour import tour_options, tour_steps
 from attention_atlas.model.registry import load_runner
@@ -16,12 +17,10 @@ TEXT = "march 3 2021"
 
 
 def _walk(page, model_id: str, text: str) -> list:
-    """Open the Tour on the model and text, and walk every step with the right arrow key; the steps."""
+    """Walk every step of the Tour (the page open on the model and text: the test's `opens` link) with the right
+    arrow key; the steps."""
     runner = load_runner(model_id)
     steps = tour_steps(runner.run(text, None, tour_options(runner.facts)))
-    choose_model(page, model_id)
-    set_text(page, text)
-    open_page(page, "Tour")
     main = page.get_by_test_id("stMain")
     for index, step in enumerate(steps):
         expect(main.get_by_role("heading", name=step.title, exact=True)).to_be_visible()
@@ -41,6 +40,7 @@ def _walk(page, model_id: str, text: str) -> list:
     return steps
 
 
+@pytest.mark.opens("tour", model="toy-date", text=TEXT)
 def test_the_paper_model_walked_with_the_arrow_keys_and_presented(page) -> None:
     steps = _walk(page, "toy-date", TEXT)
     main = page.get_by_test_id("stMain")
@@ -73,6 +73,7 @@ def test_the_paper_model_walked_with_the_arrow_keys_and_presented(page) -> None:
     assert page.console_errors == []
 
 
+@pytest.mark.opens("tour", model="smollm2", text="The capital of France is")
 def test_smollm2_walked_with_the_arrow_keys(page) -> None:
     steps = _walk(page, "smollm2", "The capital of France is")
     assert "Queries and keys rotated" in [step.title for step in steps]

@@ -38,7 +38,7 @@ def as_tensor(array: Array, device: torch.device) -> torch.Tensor:
 def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
     """A host tensor on `device`. To a CUDA GPU from pinned memory, without waiting: a plain copy from pageable memory
     makes the host wait for the GPU (one wait a tensor, torch's sync debug mode counts them)."""
-    if device.type != "cuda" or tensor.device == device:
+    if device.type != "cuda" or tensor.device.type != "cpu":
         return tensor.to(device)
     return tensor.pin_memory().to(device, non_blocking=True)
 
