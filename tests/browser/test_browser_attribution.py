@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from playwright.sync_api import expect
 
-from app_browser.page import choose, figure, heatmap_values, open_page, screenshots, wait_idle
+from app_browser.page import choose, figure, heatmap_values, model_label, open_page, screenshots, wait_idle
 from app_browser.server import ARTIFACTS
 
 NAMES = "When Mary and John went to the store, John gave a drink to"
@@ -49,7 +49,7 @@ def test_smollm2_says_which_heads_write_mary_over_john_and_opens_one(page) -> No
     expect(page.get_by_role("heading", name="Attention", exact=True)).to_be_visible()
     expect(main.get_by_label("Layer", exact=True)).to_have_value(str(layer))
     expect(main.get_by_label("Head", exact=True)).to_have_value(str(head))
-    expect(page.get_by_test_id("stSidebar").get_by_label("Model", exact=True)).to_have_value("Pretrained · smollm2")
+    expect(page.get_by_test_id("stSidebar").get_by_label("Model", exact=True)).to_have_value(model_label("smollm2"))
     open_page(page, "Attribution")  # and an edge of the graph opens the head that brings most of it
     graph = figure(page, "The routes to the prediction").first
     graph.scroll_into_view_if_needed()
@@ -100,6 +100,6 @@ def test_a_toy_gpt_is_attributed_and_an_encoder_says_why_not(page) -> None:
     shares = np.array(heatmap_values(page, "Each attention head's direct share of the logit('2') − logit('1')"),
                       dtype=float)
     assert shares.shape == (4, 4) and np.isfinite(shares).all()
-    choose(page, "Model", "Pretrained · minilm", in_sidebar=True)  # staying on this page
+    choose(page, "Model", model_label("minilm"), in_sidebar=True)  # staying on this page
     expect(main.get_by_text("is an encoder: it reads the whole text at once", exact=False)).to_be_visible()
     assert page.console_errors == []

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from playwright.sync_api import expect
 
-from app_browser.page import IDLE, choose, choose_model, wait_idle
+from app_browser.page import IDLE, choose, choose_model, model_label, wait_idle
 from app_browser.server import ARTIFACTS
 from attention_atlas.ui.page import PAGES
 from tests.hostile import CORPUS, SERVER_DETAILS, value
@@ -55,7 +55,7 @@ def test_markup_in_every_url_parameter_and_the_text(page, app_url) -> None:
     params |= {"model": "minilm", "text": PAYLOAD, "layer": "-1", "head": "NaN"}
     for index, entry in enumerate(PAGES):
         _open(page, app_url, "" if index == 0 else Path(entry.path).stem, params)
-        expect(page.get_by_test_id("stSidebar").get_by_label("Model", exact=True)).to_have_value("Pretrained · minilm")
+        expect(page.get_by_test_id("stSidebar").get_by_label("Model", exact=True)).to_have_value(model_label("minilm"))
         if entry.path.endswith("generate.py"):  # an encoder: the page says it does not generate
             expect(page.get_by_text("does not generate")).to_be_visible()
         elif entry.path.endswith("attribution.py"):  # nor predict a next token to attribute
@@ -110,7 +110,7 @@ def test_rapid_reruns_and_a_model_switch_during_a_run(page, app_url) -> None:
         box.fill(text)
         box.press("Enter")  # no waiting: each rerun interrupts the one before
     page.get_by_test_id("stSidebar").get_by_label("Model", exact=True).click()  # switch while that run goes on
-    page.get_by_role("option", name="Toy (trained here) · toy-reverse", exact=True).click()
+    page.get_by_role("option", name=model_label("toy-reverse"), exact=True).click()
     page.wait_for_selector(IDLE, timeout=60_000)
     wait_idle(page)
     expect(page.get_by_role("heading", name="Attention Atlas · toy-reverse")).to_be_visible()

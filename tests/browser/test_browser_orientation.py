@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from playwright.sync_api import expect
 
-from app_browser.page import IDLE, choose, figure, heatmap_values, open_page, wait_idle
+from app_browser.page import IDLE, choose, figure, heatmap_values, model_label, open_page, wait_idle
 from app_browser.server import ARTIFACTS
 from attention_atlas.model.registry import examples_for
 from attention_atlas.viz.masked import MASKED_LABEL
@@ -44,7 +44,7 @@ def test_the_landing_view_explains_itself_and_shows_a_structured_head(browser, a
 
 
 def test_a_masked_cell_is_drawn_apart_from_a_zero_weight(page) -> None:
-    choose(page, "Model", "Toy (trained here) · toy-gpt-date", in_sidebar=True)
+    choose(page, "Model", model_label("toy-gpt-date"), in_sidebar=True)
     values = np.array(heatmap_values(page, "decoder self-attention (masked)"), dtype=float)
     masked = np.triu_indices(len(values), 1)
     assert np.isnan(values[masked]).all()  # no colour of the scale: the hatching shows through
@@ -79,11 +79,11 @@ def test_a_page_opened_during_the_first_run_keeps_the_sidebar_in_step(browser, a
         page.get_by_test_id("stSidebarNavLink").filter(has_text="Attention").click()  # no wait for the first run
         wait_idle(page)
         sidebar = page.get_by_test_id("stSidebar")
-        expect(sidebar.get_by_label("Model", exact=True)).to_have_value("Pretrained · minilm")
+        expect(sidebar.get_by_label("Model", exact=True)).to_have_value(model_label("minilm"))
         expect(sidebar.get_by_label("Text", exact=True)).to_have_value(examples_for("minilm")[0])
         choose(page, "Layer", "3")  # the next click sends the sidebar's values with it
         assert urllib.parse.parse_qs(urllib.parse.urlparse(page.url).query)["model"] == ["minilm"]
-        expect(sidebar.get_by_label("Model", exact=True)).to_have_value("Pretrained · minilm")
+        expect(sidebar.get_by_label("Model", exact=True)).to_have_value(model_label("minilm"))
         context.close()
 
 
@@ -106,7 +106,7 @@ def test_loading_a_model_replaces_the_old_figures(fresh_page) -> None:
     page = fresh_page
     expect(page.locator(".js-plotly-plot").first).to_be_visible()
     page.get_by_test_id("stSidebar").get_by_label("Model", exact=True).click()
-    page.get_by_role("option", name="Pretrained · smollm2", exact=True).click()
+    page.get_by_role("option", name=model_label("smollm2"), exact=True).click()
     page.get_by_text("Loading smollm2…").wait_for(timeout=30_000)
     assert page.locator(".js-plotly-plot").count() == 0  # not the previous model's figures, greyed out
     page.wait_for_selector(IDLE, timeout=120_000)
