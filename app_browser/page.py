@@ -14,6 +14,8 @@ CHROMIUM_ARGS = [
     "--disable-component-update", "--no-first-run", "--disable-sync",
 ]
 IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
+LIVE = '[data-testid="stElementContainer"]:not([data-stale="true"])'  # drawn by the newest run: a rerun that
+# draws an element elsewhere leaves the old one, marked stale, until it ends (or, interrupted, until the next one)
 OPEN_ATTEMPTS = 3  # times `choose` opens a list whose option does not show
 expect.set_options(timeout=30_000)  # reruns on a loaded 2-core CI machine take seconds
 
@@ -44,7 +46,7 @@ def choose(page, label: str, option: str, in_sidebar: bool = False) -> None:
     shows it and the rerun it starts has ended (on a loaded machine the rerun can start after wait_idle's pause:
     the box showing the option first, then idle, is what the next action may rely on)."""
     scope = page.get_by_test_id("stSidebar") if in_sidebar else page.get_by_test_id("stMain")
-    box = scope.get_by_label(label, exact=True)
+    box = scope.locator(LIVE).get_by_label(label, exact=True)
     expect(box).to_be_visible(timeout=90_000)  # a first run on a loaded machine may still be drawing the page
     for attempt in range(OPEN_ATTEMPTS):  # a rerun that arrives late redraws the box and closes its open list
         box.click()
