@@ -26,7 +26,7 @@ import threading
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -42,6 +42,7 @@ from attention_atlas.model.core.capture.hooks import (
 )
 
 ATTENTION = "atlas"  # the attn_implementation models are loaded with
+Made = TypeVar("Made")
 
 
 @dataclass(frozen=True)
@@ -133,7 +134,7 @@ def windowed(mask: torch.Tensor | None, window: int | None, q_len: int, k_len: i
     return made_once(mask, ("window", window, q_len, k_len), hide_too_far)  # every layer of this window reads it
 
 
-def made_once(tensor: torch.Tensor, key: tuple, make: Callable[[], torch.Tensor]) -> torch.Tensor:
+def made_once(tensor: torch.Tensor, key: tuple, make: Callable[[], Made]) -> Made:
     """`make()`, made once per `tensor` and `key` on this thread and kept while `tensor` lives: what every layer of a
     forward pass makes alike from a tensor they all read (a windowed mask, BLOOM's relative ALiBi)."""
     cache = _made.__dict__.setdefault("cache", {})
@@ -166,13 +167,31 @@ def _fused(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: to
     additive = None if mask is None else mask[..., : key.size(-2)]
     if bias is not None:
         additive = bias if additive is None else additive + bias
+    causal = bias is None and mask is not None and made_once(mask, ("causal", key.size(-2)),
+                                                             lambda: hides_ahead(additive))
+    if causal:  # sdpa's own causal mask: it skips the hidden keys instead of adding the mask to them (half the work)
+        additive = None
     grouped = query.size(1) != key.size(1)
     if grouped and additive is not None and query.is_cuda:  # CUDA's fused kernels take a mask or grouped heads,
         group = query.size(1) // key.size(1)  # not both (torch would fall back to its O(tokens²) math kernel):
         key, value = key.repeat_interleave(group, 1), value.repeat_interleave(group, 1)  # repeat, as transformers
         grouped = False
-    out = F.scaled_dot_product_attention(query, key, value, attn_mask=additive, scale=scale, enable_gqa=grouped)
+    out = F.scaled_dot_product_attention(query, key, value, attn_mask=additive, scale=scale, is_causal=causal,
+                                         enable_gqa=grouped)
     return out.transpose(1, 2)
+
+
+def hides_ahead(mask: torch.Tensor) -> bool:
+    """Whether the additive `mask` (batch or 1, 1, q_len, k_len) is a causal mask and nothing else: as many queries as
+    keys, each seeing itself and the keys before it (0 added) and hiding every key after it (the dtype's least number
+    or -inf added), in every sequence of the batch. Then sdpa's `is_causal` gives the same numbers (as transformers'
+    sdpa attention passes it where there is no padding)."""
+    q_len, k_len = mask.shape[-2:]
+    if q_len != k_len or q_len < 2:
+        return False
+    seen = torch.ones(q_len, k_len, dtype=torch.bool, device=mask.device).tril()  # (q_len, k_len)
+    hidden = mask.masked_fill(seen, float("-inf"))
+    return bool((mask.masked_fill(~seen, 0) == 0).all()) and bool((hidden <= torch.finfo(mask.dtype).min).all())
 
 
 def _report_inputs(

@@ -14,7 +14,8 @@ from attention_atlas.model.core.capture.record import capture
 from attention_atlas.model.core.masks import additive_mask
 from attention_atlas.model.core.options import RunOptions
 from attention_atlas.model.core.trace.trace import Trace
-from attention_atlas.model.hf.heads import ATTENTION, register_attention
+from attention_atlas.model.hf import heads
+from attention_atlas.model.hf.heads import ATTENTION, hides_ahead, register_attention
 from attention_atlas.model.registry import load_runner
 from tests.tiny_hf import FAMILIES
 
@@ -168,6 +169,52 @@ def test_patterns_and_outputs_equal_eager_ones(folders, runners, family: str) ->
             source = trace.pattern_source(site, layer)
             np.testing.assert_allclose(source.pattern(dtype=np.float32), reference[0].numpy(), atol=1e-5, rtol=0,
                                        err_msg=f"{site} {layer}")
+
+
+def _causal(n: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """The additive causal mask of n tokens, (1, 1, n, n)."""
+    return additive_mask(torch.ones(n, n, dtype=torch.bool).tril()[None, None], dtype)
+
+
+def test_only_a_causal_mask_and_nothing_else_hides_ahead() -> None:
+    assert hides_ahead(_causal(6)) and hides_ahead(_causal(6, torch.bfloat16))
+    assert hides_ahead(_causal(6).masked_fill(_causal(6) < 0, float("-inf")))  # -inf where hidden, as some masks
+    padded = _causal(6).clone()
+    padded[..., 0] = torch.finfo(torch.float32).min  # the first key is padding
+    band = _causal(6).clone()
+    band[..., 5, 0] = torch.finfo(torch.float32).min  # a sliding window of 5 hides the first key from the last
+    biased = _causal(6).clone()
+    biased[..., 3, 1] = -0.5  # a bias added where the key is seen
+    half_hidden = _causal(6).clone()
+    half_hidden[..., 0, 5] = -1e4  # a key after the query lowered, not hidden
+    batch = torch.cat([_causal(6), padded])  # one sequence of two padded
+    for mask in (padded, band, biased, half_hidden, batch, _causal(6)[..., :4, :], _causal(1)):
+        assert not hides_ahead(mask)
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_a_causal_mask_runs_as_sdpa_causal_with_eager_outputs(folders, runners, family: str, monkeypatch) -> None:
+    """A run with a plain causal mask (no padding, no window) asks the fused kernel for its own causal mask,
+    which skips the hidden keys, and gives eager's logits; a padded mask goes to it as it is."""
+    runner = runners[family]
+    eager = type(runner.model).from_pretrained(folders[family], attn_implementation="eager").eval()
+    ids = torch.tensor([runner.tokenizer(TEXT)["input_ids"]])
+    fused, asked = heads.F.scaled_dot_product_attention, []
+
+    def watched(*args, **kwargs):
+        asked.append((kwargs["is_causal"], kwargs["attn_mask"] is None))
+        return fused(*args, **kwargs)
+
+    monkeypatch.setattr(heads.F, "scaled_dot_product_attention", watched)
+    padded = _causal(ids.shape[1]).clone()
+    padded[..., 0] = torch.finfo(torch.float32).min
+    padded[..., 0, 0] = 0  # the padding sees itself
+    for mask, as_causal in ((_causal(ids.shape[1]), True), (padded, False)):
+        asked.clear()
+        with torch.inference_mode():
+            ours, theirs = (m(input_ids=ids, attention_mask=mask).logits for m in (runner.model, eager))
+        assert asked and set(asked) == {(as_causal, as_causal)}
+        torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=0)
 
 
 def test_gpt2_upcast_attention_stays_its_own(folders) -> None:
