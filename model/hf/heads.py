@@ -5,9 +5,10 @@ function it looks up in transformers' attention interface by the name of its imp
 it query, key and value already split into heads (and rotated, in rotary models), the mask, its scaling
 and any position bias (T5). Models are loaded with the implementation ATTENTION, registered once here:
 softmax(Q K^T x scale + bias + M) V by torch's fused `scaled_dot_product_attention` (never materialising the
-probabilities), which on the thread of a capture also reports what it asks for (model/core/capture/hooks.py
-`reports_wanted`): the per-head inputs, the scores (computed only then), the output z, and for `hook_pattern`
-what the pattern is computed from later, on demand (model/core/attention/source.py), instead of the pattern itself.
+probabilities; given a plain causal mask as its own `is_causal`, which skips the hidden keys), which on the thread
+of a capture also reports what it asks for (model/core/capture/hooks.py `reports_wanted`): the per-head inputs,
+the scores (computed only then), the output z, and for `hook_pattern` what the pattern is computed from later, on
+demand (model/core/attention/source.py), instead of the pattern itself.
 A capture that summarises its run reduces each layer's probabilities as the layer reports them and computes the
 layer's output from those same probabilities (PatternInputs.summary_rows): then the fused kernel is skipped, and
 the probabilities are computed once, not once by the kernel and again for the summary (on the CPU the kernel was
