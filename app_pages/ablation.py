@@ -84,6 +84,14 @@ def top_next(log_probs: np.ndarray, spell) -> tuple[list[str], np.ndarray]:
     return spell(top.tolist()), np.exp(log_probs[top].astype(np.float64))
 
 
+def replaced(count: int, mode: AblationMode) -> str:
+    """What became of `count` heads, in words: "3 heads replaced by zero (they add nothing)"."""
+    if count == 1:
+        return f"1 head replaced by {MODE_LABELS[mode]}"
+    return {"zero": f"{count} heads replaced by zero (they add nothing)",
+            "mean": f"{count} heads, each replaced by its mean over the positions"}[mode]
+
+
 def show_change(trace: Trace, heads: tuple[Head, ...], mode: AblationMode) -> None:
     """Before and after: the measure, the next-token choices or each position's change, and the output."""
     outcome = outcomes(trace, heads, mode)
@@ -91,7 +99,7 @@ def show_change(trace: Trace, heads: tuple[Head, ...], mode: AblationMode) -> No
     measure = change_name(outcome)
     every = f" (every head: {EVERY_HEAD[mode]})" if len(heads) == len(every_head(trace)) else ""
     st.metric(f"{measure}, {'mean over the positions' if len(change) > 1 else 'next token'}", f"{change.mean():.4f}")
-    st.caption(f"{len(heads)} head{'s' if len(heads) != 1 else ''} replaced by {MODE_LABELS[mode]}{every}.")
+    st.caption(f"{replaced(len(heads), mode)}{every}.")
     name = file_name(trace.facts.model_id, "ablation", mode)
     if outcome.kind == "distributions" and len(change) == 1:
         spell = spell_for(current_runner())

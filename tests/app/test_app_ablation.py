@@ -64,7 +64,8 @@ def test_toy_date_shows_the_change_per_output_position_and_both_outputs(mode: st
     assert len(bars["x"]) == len(trace.target_tokens)
     texts = [el.value for el in at.text]
     assert texts == [trace.output_text, ablated.output_text]
-    assert "2 heads replaced by" in at.caption[1].value
+    assert at.caption[1].value == {"zero": "2 heads replaced by zero (they add nothing).",
+                                   "mean": "2 heads, each replaced by its mean over the positions."}[mode]
 
 
 def test_smollm2_shows_the_next_token_before_and_after_and_the_continuation() -> None:

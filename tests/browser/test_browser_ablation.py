@@ -35,7 +35,7 @@ def test_every_head_of_smollm2_by_its_mean(page) -> None:
     page.get_by_text("Every head", exact=True).click()
     wait_idle(page)
     expect(figure(page, "Next token: the 10 likeliest")).to_be_visible()
-    expect(page.get_by_text("270 heads replaced by its mean over the positions")).to_be_visible()
+    expect(page.get_by_text("270 heads, each replaced by its mean over the positions")).to_be_visible()
     screenshots(page, "ablation-smollm2")
     assert page.console_errors == []
 
