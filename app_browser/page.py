@@ -41,12 +41,18 @@ def set_text(page, text: str) -> None:
     wait_idle(page)
 
 
+def live(scope):
+    """The elements in `scope` (a page, the sidebar, the main area) that the newest run drew, not those a rerun under
+    way has left stale."""
+    return scope.locator(LIVE)
+
+
 def choose(page, label: str, option: str, in_sidebar: bool = False) -> None:
     """Pick `option` in the selectbox labelled `label` (on the page, or in the sidebar), and wait until the box
     shows it and the rerun it starts has ended (on a loaded machine the rerun can start after wait_idle's pause:
     the box showing the option first, then idle, is what the next action may rely on)."""
     scope = page.get_by_test_id("stSidebar") if in_sidebar else page.get_by_test_id("stMain")
-    box = scope.locator(LIVE).get_by_label(label, exact=True)
+    box = live(scope).get_by_label(label, exact=True)
     expect(box).to_be_visible(timeout=90_000)  # a first run on a loaded machine may still be drawing the page
     for attempt in range(OPEN_ATTEMPTS):  # a rerun that arrives late redraws the box and closes its open list
         box.click()

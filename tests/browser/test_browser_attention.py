@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from playwright.sync_api import expect
 
-from app_browser.page import choose, figure, heatmap_values
+from app_browser.page import choose, figure, heatmap_values, live
 from app_browser.server import ARTIFACTS
 from attention_atlas.viz.masked import MASKED_LABEL
 
@@ -75,7 +75,7 @@ def test_a_figure_downloads_as_png(page) -> None:
     expect(figure(page, ONE_HEAD).first.locator(".gtitle")).to_contain_text("layer 0 · head 0")  # redrawn: the
     # buttons beside it are this head's
     with page.expect_download(timeout=60_000) as download:  # the first PNG starts kaleido's Chromium
-        page.get_by_test_id("stMain").get_by_role("button", name="PNG", exact=True).first.click()
+        live(page.get_by_test_id("stMain")).get_by_role("button", name="PNG", exact=True).first.click()
     path = ARTIFACTS / "download.png"
     download.value.save_as(path)
     assert download.value.suggested_filename == "toy-copy.encoder.attn.0.0.png"
