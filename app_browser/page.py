@@ -79,11 +79,17 @@ def choose_model(page, model_id: str) -> None:
     expect(page.get_by_role("heading", name=model_id)).to_be_visible()
 
 
-def wait_for_model(page, model_id: str) -> None:
-    """Once a page opened on a link that names a shipped model shows it in the picker and its run has ended (a fresh
-    page can look idle before its first run starts)."""
-    picker = page.get_by_test_id("stSidebar").get_by_label("Model", exact=True)
-    expect(picker).to_have_value(model_label(model_id), timeout=90_000)
+def wait_for_model(page, model_id: str, text: str | None = None) -> None:
+    """Once a page opened on a link that names a shipped model shows it in the picker, the link's text (or, where it
+    names none, the model's example: any) in the text box, and its run has ended (a fresh page can look idle before
+    its first run starts, and a click sends the browser's values of every widget: an empty box would be sent)."""
+    sidebar = page.get_by_test_id("stSidebar")
+    expect(sidebar.get_by_label("Model", exact=True)).to_have_value(model_label(model_id), timeout=90_000)
+    box = sidebar.get_by_label("Text", exact=True)
+    if text is None:
+        expect(box).not_to_have_value("", timeout=90_000)
+    else:
+        expect(box).to_have_value(text, timeout=90_000)
     wait_idle(page)
 
 

@@ -43,7 +43,8 @@ def page(request, browser, app_url):
     """A fresh tab on the app (on the test's `opens` link, if it has one), recording console errors and any dialog
     (which would mean a script ran)."""
     marker = request.node.get_closest_marker("opens")
-    yield from _tab(browser, app_url + _link(marker), None if marker is None else marker.kwargs.get("model"))
+    yield from _tab(browser, app_url + _link(marker), *((None, None) if marker is None else
+                                                        (marker.kwargs.get("model"), marker.kwargs.get("text"))))
 
 
 @pytest.fixture
@@ -52,9 +53,10 @@ def fresh_page(browser, fresh_app_url):
     yield from _tab(browser, fresh_app_url)
 
 
-def _tab(browser, url: str, model_id: str | None = None):
+def _tab(browser, url: str, model_id: str | None = None, text: str | None = None):
     """A tab of a new browser context (a new Streamlit session) on `url`, recording console errors and dialogs, once its
-    first run has ended (where the link names a model: once the picker shows it, `wait_for_model`)."""
+    first run has ended (where the link names a model: once the picker shows it and the box its text,
+    `wait_for_model`)."""
     context = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
     page = context.new_page()
     page.console_errors = []
@@ -66,7 +68,7 @@ def _tab(browser, url: str, model_id: str | None = None):
     if model_id is None:
         wait_idle(page)
     else:
-        wait_for_model(page, model_id)
+        wait_for_model(page, model_id, text)
     yield page
     context.close()
 
