@@ -41,6 +41,7 @@ from attention_atlas.model.core.capture.hooks import (
     reported_edit,
     reports_wanted,
 )
+from attention_atlas.model.core.masks import causal_mask
 
 ATTENTION = "atlas"  # the attn_implementation models are loaded with
 Made = TypeVar("Made")
@@ -190,7 +191,7 @@ def hides_ahead(mask: torch.Tensor) -> bool:
     q_len, k_len = mask.shape[-2:]
     if q_len != k_len or q_len < 2:
         return False
-    seen = torch.ones(q_len, k_len, dtype=torch.bool, device=mask.device).tril()  # (q_len, k_len)
+    seen = causal_mask(q_len, mask.device)[0, 0]  # (q_len, k_len)
     hidden = mask.masked_fill(seen, float("-inf"))
     return bool((mask.masked_fill(~seen, 0) == 0).all()) and bool((hidden <= torch.finfo(mask.dtype).min).all())
 

@@ -43,8 +43,8 @@ def page(request, browser, app_url):
     """A fresh tab on the app (on the test's `opens` link, if it has one), recording console errors and any dialog
     (which would mean a script ran)."""
     marker = request.node.get_closest_marker("opens")
-    yield from _tab(browser, app_url + _link(marker), *((None, None) if marker is None else
-                                                        (marker.kwargs.get("model"), marker.kwargs.get("text"))))
+    link = {} if marker is None else marker.kwargs
+    yield from _tab(browser, app_url + _link(marker), link.get("model"), link.get("text"))
 
 
 @pytest.fixture
