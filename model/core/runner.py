@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -17,7 +16,7 @@ from attention_atlas.model.core.capture.record import Captured
 from attention_atlas.model.core.generation.decoding import Stepper
 from attention_atlas.model.core.options import AblationMode, Head, RunOptions
 from attention_atlas.model.core.trace.facts import ModelFacts
-from attention_atlas.model.core.trace.sites import Site
+from attention_atlas.model.core.trace.kept_masks import compact, sharing_site_masks
 from attention_atlas.model.core.trace.trace import Trace
 
 
@@ -63,35 +62,17 @@ def trace_of_run(
     facts: ModelFacts, ids: list[int], target_ids: list[int], token_strings: Callable[[list[int]], list[str]],
     masks: Mapping[str, torch.Tensor], captured: Mapping[str, Captured], **fields: Any,
 ) -> Trace:
-    """The Trace of one run of batch size 1: token strings from `token_strings(ids)`, each mask (q_len, k_len)
-    as numpy, each captured value without its batch dimension (patterns kept as sources and site summaries
-    apart); `fields` are the Trace's other fields."""
-    site_masks = {site: np.ascontiguousarray(mask.cpu().numpy()) for site, mask in masks.items()}
-    equal: dict[tuple[tuple, tuple], bool] = {}  # compared once: every layer of a site views the same mask memory
+    """The Trace of one run of batch size 1: token strings from `token_strings(ids)`, each mask (q_len, k_len) as
+    numpy (`compact`: a causal mask as its diagonals), each captured value without its batch dimension (patterns kept
+    as sources, holding their site's mask, and site summaries apart); `fields` are the Trace's other fields."""
+    site_masks = {site: compact(mask.cpu().numpy()) for site, mask in masks.items()}
     return Trace(
         facts=facts, tokens=token_strings(ids), ids=ids, target_tokens=token_strings(target_ids),
         target_ids=target_ids, masks=site_masks,
         captured={name: value[0] for name, value in captured.items() if isinstance(value, np.ndarray)},
-        pattern_sources={name: _sharing_its_mask(value[0], site_masks.get(Site.of_pattern(name)[0].name), equal)
-                         for name, value in captured.items() if isinstance(value, PatternSource)},
+        pattern_sources=sharing_site_masks({name: value[0] for name, value in captured.items()
+                                            if isinstance(value, PatternSource)}, site_masks),
         summaries={site: value for site, value in captured.items() if isinstance(value, SiteSummary)},
         **fields,
     )
 
-
-def _sharing_its_mask(source: PatternSource, mask: np.ndarray | None,
-                      equal: dict[tuple[tuple, tuple], bool]) -> PatternSource:
-    """The source holding its site's mask array instead of its own copy, where the two are equal (the (L, L)
-    bool mask: 64 MiB at 8,192 tokens); `equal` remembers the comparisons made, by the memory the two arrays view
-    (each layer's source is a view of its own of one mask: compared once, not once a layer, 1 s at 8,192 tokens)."""
-    if mask is None or mask is source.allowed:
-        return source
-    pair = (_memory(source.allowed), _memory(mask))
-    if pair not in equal:
-        equal[pair] = np.array_equal(mask, source.allowed)
-    return replace(source, allowed=mask) if equal[pair] else source
-
-
-def _memory(array: np.ndarray) -> tuple:
-    """What an array views: its first byte's address, its shape, strides and type."""
-    return array.__array_interface__["data"][0], array.shape, array.strides, array.dtype.str

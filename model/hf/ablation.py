@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from attention_atlas.model.core.attention.arrays import as_tensor
 from attention_atlas.model.core.capture.ablation import Outcome, ablating_rows
 from attention_atlas.model.core.capture.hooks import ModuleTap, ReportedTap
 from attention_atlas.model.core.capture.patching import Patch, metric_gradients
@@ -74,7 +75,7 @@ def _inputs(model: nn.Module, trace: Trace, batch: int) -> tuple[torch.Tensor, d
         raise UserError("Ablation and patching read the text as typed: turn padding off.")
     device = input_device(model)
     ids = torch.tensor([trace.ids], device=device).expand(batch, -1)
-    masks = {site: torch.as_tensor(mask, device=device)[None, None].expand(batch, 1, -1, -1)
+    masks = {site: as_tensor(mask, device)[None, None].expand(batch, 1, -1, -1)
              for site, mask in trace.masks.items()}
     return ids, masks
 

@@ -28,8 +28,9 @@ def source_bytes(config: Any, family: Family, length: int, number_bytes: int = 4
     2: a model running in bfloat16 or float16, whose queries and keys are kept in it):
       query (heads, L, d_head) and key (kv_heads, L, d_head): O(L x d), the part that grows with the model;
     per site, shared by its layers:
-      the mask (L, L) bool, and in T5 the position bias (heads, L, L) float32 (cross-attention's is zeros): O(L²);
-      in DeBERTa each layer's own position bias.
+      the mask (L, L) bool at most (a mask without padding or hidden pairs is kept as its 2L - 1 diagonals:
+      model/core/trace/kept_masks.py), and in T5 the position bias (heads, L, L) float32 (cross-attention's is
+      zeros): O(L²); in DeBERTa each layer's own position bias.
     """
     per_token = per_pair = 0  # bytes that grow with L, and with L²
     for stack, count in family.layer_counts.items():

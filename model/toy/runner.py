@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from attention_atlas.model.core.attention.arrays import as_tensor
 from attention_atlas.model.core.capture.ablation import Outcome, ablating, ablating_rows
 from attention_atlas.model.core.capture.patching import Patch, metric_gradients, patching_rows, point_editing
 from attention_atlas.model.core.capture.record import capture
@@ -121,7 +122,7 @@ class ToyRunner:
         trace's output), a decoder-only model's from the prompt's last token on (its answer and the end); and those
         positions of the decoder's sequence."""
         model = self.toy.model
-        masks = {site: torch.as_tensor(mask, device=model.device)[None, None] for site, mask in trace.masks.items()}
+        masks = {site: as_tensor(mask, model.device)[None, None] for site, mask in trace.masks.items()}
         source = self._tensor(trace.ids).expand(batch, -1)
         if isinstance(model, EncoderDecoder):
             target = self._tensor(trace.target_ids).expand(batch, -1)

@@ -13,6 +13,7 @@ from attention_atlas import load_trace
 from attention_atlas.model.core.bounded_cache import ByteCache, nbytes
 from attention_atlas.model.core.options import RunOptions
 from attention_atlas.model.core.trace import file
+from attention_atlas.model.core.trace.trace import distinct_nbytes
 from attention_atlas.model.registry import load_runner
 
 
@@ -134,8 +135,11 @@ def test_trace_nbytes_is_the_sum_of_its_arrays(tmp_path: Path) -> None:
     assert trace.steps and trace.captured and trace.outputs and trace.masks
     trace.save(tmp_path / "t.npz")
     metadata = file.PLAIN  # the run's description, not its arrays
+    masks = list(trace.masks.values())  # held as their diagonals (model/core/trace/kept_masks.py), written whole
+    assert distinct_nbytes(masks) == sum(sum(mask.shape) - 1 for mask in masks)
     with np.load(tmp_path / "t.npz") as arrays:
-        assert trace.nbytes == sum(arrays[k].nbytes for k in arrays.files if k not in metadata)
+        held = [arrays[k].nbytes for k in arrays.files if k not in metadata and not k.startswith("mask:")]
+        assert trace.nbytes == sum(held) + distinct_nbytes(masks)
     assert load_trace(tmp_path / "t.npz").nbytes == trace.nbytes
 
 
@@ -151,7 +155,7 @@ def test_trace_nbytes_counts_pattern_sources_and_their_shared_mask_once() -> Non
     shared_mask = trace.masks["decoder.attn"]  # the site's mask, which every layer's source holds
     assert all(s.allowed is shared_mask for s in sources.values())
     outputs = sum(v.nbytes for v in trace.outputs.values())
-    assert trace.nbytes == queries_and_keys + n * n + outputs  # one (n, n) bool mask for every layer and the site
+    assert trace.nbytes == queries_and_keys + 2 * n - 1 + outputs  # one causal mask's diagonals for every layer
     assert trace.attention["decoder.0.attn.hook_pattern"].nbytes == 9 * n * n * 2  # computed when read, not held
 
 

@@ -66,7 +66,7 @@ def _check_scores_and_z(trace: Trace, projection: dict[str, str], model: torch.n
     for prefix, mask_site, attn, layer in sites:
         scores, pattern = c[f"{prefix}.hook_attn_scores"], c[f"{prefix}.hook_pattern"]  # (heads, q, k)
         assert pattern.dtype == torch.float32
-        allowed = torch.from_numpy(trace.masks[mask_site])  # (q, k), True = may attend
+        allowed = torch.from_numpy(np.array(trace.masks[mask_site]))  # (q, k), True = may attend; a copy of a view
         assert not allowed.all()  # padding (or causality) hides some keys
         expected = scores.masked_fill(~allowed, float("-inf")).softmax(-1)
         torch.testing.assert_close(pattern, expected, atol=1e-5, rtol=0, msg=prefix)
@@ -143,12 +143,12 @@ def test_patterns_and_outputs_equal_eager_ones(folders, runners, family: str) ->
     eager = type(runner.model).from_pretrained(folders[family], attn_implementation="eager").eval()
     trace = _padded_trace(runner)
     ids = torch.tensor([trace.ids])
-    masks = {site: additive_mask(torch.from_numpy(mask)[None, None], torch.float32)
+    masks = {site: additive_mask(torch.from_numpy(np.array(mask))[None, None], torch.float32)
              for site, mask in trace.masks.items()}
     with torch.inference_mode():
         if runner.family.kind == "encoder-decoder":
             target = torch.tensor([trace.target_ids])
-            real_keys = torch.from_numpy(trace.masks["decoder.cross_attn"][:1]).long()  # (1, src_len)
+            real_keys = torch.from_numpy(np.array(trace.masks["decoder.cross_attn"][:1])).long()  # (1, src_len)
             encoded = eager.get_encoder()(input_ids=ids, attention_mask=masks["encoder.attn"], output_attentions=True)
             outputs = [m(input_ids=ids, attention_mask=real_keys, decoder_input_ids=target, use_cache=False,
                          decoder_attention_mask=masks["decoder.attn"], output_attentions=True,

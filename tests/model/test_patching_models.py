@@ -167,7 +167,7 @@ def test_a_toy_is_patched_as_torch_hooks_on_its_hook_points_patch_it(model_id: s
                     for layer in range(runner.facts.n_decoder_layers)}
 
     def forward(trace: aa.Trace) -> Callable[[], torch.Tensor]:
-        masks = {site: torch.as_tensor(mask)[None, None] for site, mask in trace.masks.items()}
+        masks = {site: torch.as_tensor(np.array(mask))[None, None] for site, mask in trace.masks.items()}
         source = torch.tensor([trace.ids])
         if stack == "decoder":
             return lambda: model(source, masks["decoder.attn"])

@@ -19,6 +19,7 @@ from attention_atlas.model.core.attention.source import PatternSource
 from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.options import RunOptions
 from attention_atlas.model.core.trace.facts import DecodeStep, ModelFacts
+from attention_atlas.model.core.trace.kept_masks import compact, sharing_site_masks
 
 DENSE_BYTES_LIMIT = 2 * 1024**3  # the whole patterns a dense file may hold (float16): made in memory before writing
 FORMAT = 1  # the layout's version, written as "format"; a file without it was written before versions: 1
@@ -152,6 +153,7 @@ def _fields(arrays: dict[str, np.ndarray]) -> dict[str, Any]:
     for key, value in prefixed["source:"].items():
         name, part = key.rsplit(":", 1)
         parts.setdefault(name, {})[part] = value
+    masks = {site: compact(mask) for site, mask in prefixed["mask:"].items()}
     sources = {name: PatternSource(query=p["query"], key=p["key"], scale=float(p["scale"]), allowed=p["allowed"],
                                    bias=p.get("bias"), softcap=float(p["softcap"]) if "softcap" in p else None)
                for name, p in parts.items()}
@@ -161,13 +163,13 @@ def _fields(arrays: dict[str, np.ndarray]) -> dict[str, Any]:
         "ids": arrays["ids"].tolist(),
         "target_tokens": arrays["target_tokens"].tolist(),
         "target_ids": arrays["target_ids"].tolist(),
-        "masks": prefixed["mask:"],
+        "masks": masks,
         "captured": captured,
         "outputs": prefixed["output:"],
         "output_text": str(arrays["output_text"]),
         "options": RunOptions.from_record(json.loads(str(arrays["options"]))),
         "steps": steps,
-        "pattern_sources": sources,
+        "pattern_sources": sharing_site_masks(sources, masks),
         "output_kind": str(arrays["output_kind"]) if "output_kind" in arrays else "generated",
         "cautions": tuple(json.loads(str(arrays["cautions"]))) if "cautions" in arrays else (),
         "fallback": str(arrays["fallback"]) if "fallback" in arrays else "",
