@@ -3,10 +3,13 @@ computed from whole patterns: statistics, thumbnails, rollout (exact up to ROLLO
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import torch
 
+from attention_atlas.model.core.attention import native, scratch, source
 from attention_atlas.model.core.attention.row_reduction import STATISTICS, row_distances
 from attention_atlas.model.core.attention.summary import SiteSummary, summarise
 from attention_atlas.model.core.options import RunOptions
@@ -203,6 +206,41 @@ def test_a_summarised_run_computes_attention_once_with_the_plain_runs_outputs(ru
             np.testing.assert_allclose(made.outputs[key], value, atol=1e-5, err_msg=key)
         else:
             np.testing.assert_array_equal(made.outputs[key], value, err_msg=key)
+
+
+@pytest.mark.parametrize("family", ["bert", "llama", "t5", "bart"])
+def test_a_blocks_heads_read_in_passes_give_the_numbers_of_one_pass(runners, family: str, monkeypatch) -> None:
+    """The CPU's kernel reads a long text's blocks in passes of whole key heads' groups (source.PASS_BYTES, so a pass's
+    scores stay in the cache): a pass a key head gives one pass's summary and attention outputs (GQA: llama's two
+    query heads a key head; T5's bias; cross-attention)."""
+    if native.attention_rows() is None:
+        assert not os.environ.get("CI"), "the native kernel did not compile in CI"
+        pytest.skip("no C compiler here: the native kernel is not built")
+    runner = runners[family]
+    options = RunOptions(hooks=("*.hook_pattern", "*attn_out"), summarised=True)
+    one = runner.run(runner.examples[0], options=options)
+    passes = []
+    split = source.head_passes
+    monkeypatch.setattr(source, "head_passes", lambda *args: passes.append(split(*args)) or passes[-1])
+    monkeypatch.setattr(source, "PASS_BYTES", 1)  # every key head's group a pass of its own
+    many = runner.run(runner.examples[0], options=options)
+    kv_heads = runner.model.config.to_dict().get("num_key_value_heads") or 4  # the tiny models' 4 heads elsewhere
+    assert passes and all(len(split) == kv_heads for split in passes)
+    for site, made in many.summaries.items():
+        np.testing.assert_allclose(made.thumbnails, one.summaries[site].thumbnails, atol=1e-7)
+        np.testing.assert_allclose(made.statistics, one.summaries[site].statistics, atol=1e-6)
+        if made.rollout is not None:
+            np.testing.assert_allclose(made.rollout, one.summaries[site].rollout, atol=1e-6)
+    for name, value in one.captured.items():
+        np.testing.assert_allclose(many.captured[name], value, atol=1e-6, err_msg=name)
+
+
+def test_passes_hold_whole_groups_of_query_heads_at_most_the_bytes_asked() -> None:
+    assert scratch.head_passes(3, 3, 4 << 20, None) == [slice(0, 9)]  # every head
+    assert scratch.head_passes(3, 3, 4 << 20, 16 << 20) == [slice(0, 3), slice(3, 6), slice(6, 9)]  # 12 MB a key head
+    assert scratch.head_passes(12, 1, 1 << 20, 16 << 20) == [slice(0, 12)]  # MiniLM: one pass of 12 MB
+    assert scratch.head_passes(12, 1, 2 << 20, 16 << 20) == [slice(0, 6), slice(6, 12)]  # even: 6 and 6, not 8 and 4
+    assert scratch.head_passes(2, 4, 8 << 20, 16 << 20) == [slice(0, 4), slice(4, 8)]  # a group over the bytes: alone
 
 
 def test_no_summary_is_made_unless_asked() -> None:

@@ -1,4 +1,5 @@
-"""The memory a pattern's blocks are computed in, and which keys each block of query rows must mask."""
+"""The memory a pattern's blocks are computed in, which keys each block of query rows must mask, and a block's heads
+in passes."""
 
 from __future__ import annotations
 
@@ -100,3 +101,14 @@ def block_reductions(mask: np.ndarray | torch.Tensor, step: int) -> tuple[np.nda
     parts = [mask[:whole].reshape(-1, step, k_len)] * bool(whole) + [mask[whole:][None]] * (whole < rows)
     return (join([part.any(1) for part in parts]), join([part.all(1) for part in parts]),
             join([part.any(2).all(1) for part in parts]))
+
+
+def head_passes(kv_heads: int, group: int, head_bytes: int, most: int | None) -> list[slice]:
+    """The query heads of a block (kv_heads x group, a group reading each key head) in passes of whole groups, as
+    even as can be, each pass's scores (`head_bytes` a head) at most `most` bytes, or one group where a group is
+    larger; every head in one pass where `most` is None."""
+    if most is None:
+        return [slice(0, kv_heads * group)]
+    count = -(-kv_heads // max(1, most // (group * head_bytes)))  # passes
+    each = -(-kv_heads // count)  # key heads a pass
+    return [slice(first * group, min(first + each, kv_heads) * group) for first in range(0, kv_heads, each)]
