@@ -9,10 +9,10 @@ decoder). Also the same run without the summary. Ways alternated in one process,
 BENCH_ROUNDS (default 3; 1 at 8,192 tokens).
 
 Where the frame's run spends its time (one more run, instrumented): the summary's Q K^T and P V (the matrix
-products of model/core/attention/source.py), the row reduction (the native kernel's calls, or the torch ops'
-`reduce_rows`), the copies to the host, the trace's assembly (`trace_of_run`), a causal LM's greedy continuation
-(`HFRunner._continuation`: prompts of 512 tokens at most), and the rest (the linear layers, norms, rotary, the MLPs,
-tokenising, the next-token choice), which is the time left.
+products of model/core/attention/source.py), the row reduction (the native kernel's calls, its Q K^T and P V included
+where it makes them itself, or the torch ops' `reduce_rows`), the copies to the host, the trace's assembly
+(`trace_of_run`), a causal LM's greedy continuation (`HFRunner._continuation`: prompts of 512 tokens at most), and
+the rest (the linear layers, norms, rotary, the MLPs, tokenising, the next-token choice), which is the time left.
 
 And what a kept trace holds (step 4 of the frame's memory): the queries and keys kept (float32), the summary
 (thumbnails, statistics, the rollout's factors), and everything else.

@@ -91,6 +91,41 @@ def test_a_build_for_any_x86_processor_gives_the_machines_numbers(monkeypatch, t
         assert float(made[0][1][..., -1].abs().max()) == 0.0  # a thumbnail block after the block's keys: 0
 
 
+@pytest.mark.parametrize(("kv_heads", "group", "d_head", "rows", "width"),
+                         [(3, 3, 64, 113, 1000), (2, 1, 32, 13, 77), (1, 4, 128, 6, 64), (1, 1, 8, 1, 1)])
+def test_scores_made_in_the_kernel_give_what_it_makes_from_torchs(kv_heads, group, d_head, rows, width) -> None:
+    """Where it has AVX-512 the kernel makes a block's scores itself, a few rows at a time reduced while in the cache,
+    and attention's output from them (`from_queries`): the same probabilities, thumbnails, rollout sums and statistics
+    as from the scores of torch's product, and torch's P V (SmolLM2's grouped heads, MiniLM's head size, rows and keys
+    that fill no whole tile, values of another size than the keys)."""
+    kernel = native.attention_rows()
+    if kernel is None or kernel.from_queries is None:
+        pytest.skip("the native kernel is not built here, or it was built without AVX-512")
+    rng = np.random.default_rng(7)
+    heads, start = kv_heads * group, width - rows  # a causal block's last rows
+    query = torch.from_numpy(rng.normal(size=(heads, rows, d_head)).astype(np.float32))
+    keys = torch.from_numpy(rng.normal(size=(kv_heads, d_head, width + 5)).astype(np.float32))  # more keys than read
+    allowed = np.tril(np.ones((rows, width), dtype=bool), start)
+    layout = [block_starts(width, min(width, size)).astype(np.int32) for size in (64, 512)]  # thumbnail, rollout
+    products = torch.matmul(query.view(kv_heads, -1, d_head), keys[..., :width]).view(heads, rows, width)
+    value = torch.from_numpy(rng.normal(size=(kv_heads, width + 5, d_head + 3)).astype(np.float32))
+    output = torch.full((heads, rows + 4, d_head + 3), np.nan)  # a block of 4 rows more: its rows 2.. written
+    made = []
+    for scores, queries in ((products.clone(), None), (torch.full_like(products, np.nan), (query, keys))):
+        thumb = torch.empty(heads, rows, len(layout[0]) - 1)
+        roll, stats = torch.empty(rows, len(layout[1]) - 1), torch.empty(heads, rows, 5)
+        native.run_kernel(kernel, scores, allowed, start, start, True, -112.0, layout[0], thumb, layout[1], roll,
+                          stats, queries, None if queries is None else (value, output[:, 2 : 2 + rows]))
+        made.append((scores, thumb, roll, stats))
+    for ours, torchs in zip(made[1], made[0], strict=True):
+        np.testing.assert_allclose(ours.numpy(), torchs.numpy(), rtol=1e-5, atol=1e-7)
+    p = made[0][0]  # the probabilities from torch's scores
+    np.testing.assert_allclose(p.sum(-1).numpy(), 1.0, atol=1e-5)  # every row's
+    expected = torch.matmul(p.view(kv_heads, -1, width), value[:, :width]).view(heads, rows, -1)
+    np.testing.assert_allclose(output[:, 2 : 2 + rows].numpy(), expected.numpy(), rtol=1e-5, atol=1e-6)
+    assert output[:, :2].isnan().all() and output[:, 2 + rows :].isnan().all()  # nothing written outside
+
+
 def test_the_kernel_never_brings_a_second_openmp_runtime(monkeypatch) -> None:
     """Where the process holds another OpenMP runtime than the one the kernel was linked with (a Homebrew libomp
     beside torch's: "OMP: Error #15" aborts the process), or where the loaded libraries cannot be listed, the build

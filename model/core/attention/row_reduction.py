@@ -110,3 +110,10 @@ def _on_device(starts: np.ndarray, device: torch.device) -> torch.Tensor:
 @functools.lru_cache(maxsize=16)
 def _sent(data: bytes, dtype: str, device: torch.device) -> torch.Tensor:
     return torch.from_numpy(np.frombuffer(data, dtype=dtype).astype(np.int64)).to(device)
+
+
+def sees_ahead(start: int, rows: int, first: int, width: int) -> bool:
+    """Whether a block of `rows` query rows from `start` is known not to be causal: keys after its last row computed
+    (`width`: some row sees one), or its first row sees the key after itself (every row sees the keys before `first`:
+    an encoder's block that holds every row has no key after its last)."""
+    return width > start + rows or first > start + 1

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from attention_atlas.model.core.attention import native
+from attention_atlas.model.core.attention import native, row_reduction
 from attention_atlas.model.core.attention.arrays import Array, as_index, as_tensor, run_of
 from attention_atlas.model.core.attention.block_means import BlockMeans
 from attention_atlas.model.core.attention.row_reduction import STATISTICS, ReducedRows, RowLayout, reduce_rows
@@ -152,12 +152,13 @@ class PatternSource:
         scratch = scratch or Scratch()
         kernel = native.attention_rows() if torch.device(self.device).type == "cpu" else None
         dtype = torch.float32 if kernel is not None else self.products_dtype
-        blocks = (self._native_blocks(kernel, layout, scratch) if kernel is not None
+        value = None if value is None else value.to(dtype).contiguous()
+        blocks = (self._native_blocks(kernel, layout, scratch, value, output) if kernel is not None
                   else self._torch_blocks(layout, scratch, dtype))
-        value = None if value is None else value.to(dtype)
         group = len(self.query) // len(self.key)  # query heads a key (and value) head serves
         for heads, start, p, reduced in blocks:
-            if value is not None:  # each group of heads reads one value head: (kv_heads, group x rows, d_head)
+            if value is not None and p is not None:  # (None: the kernel wrote the output) each group of heads reads
+                # one value head: (kv_heads, group x rows, d_head)
                 if dtype != p.dtype:  # rounded, as eager attention's probabilities before its P V
                     p = scratch.products(p.shape, p.device, dtype).copy_(p)
                 values = value[heads.start // group : heads.stop // group, : p.shape[-1]]
@@ -166,30 +167,36 @@ class PatternSource:
             if reduced is not None:
                 yield reduced
 
-    def _native_blocks(self, kernel: Callable, layout: RowLayout, scratch: Scratch
-                       ) -> Iterator[tuple[slice, int, torch.Tensor, ReducedRows | None]]:
+    def _native_blocks(self, kernel: Callable, layout: RowLayout, scratch: Scratch, value: torch.Tensor | None = None,
+                       output: torch.Tensor | None = None
+                       ) -> Iterator[tuple[slice, int, torch.Tensor | None, ReducedRows | None]]:
         """(the heads of a pass, the block's first row, their probabilities (heads, rows, seen), the block reduced once
         its last pass is read, else None) from the native kernel, a block of rows at a time, in passes of heads
-        (`PASS_BYTES`)."""
+        (`PASS_BYTES`). The kernel makes the scores too where it can (AVX-512; no bias or soft cap to add): a few rows
+        at a time, reduced while in the cache, and then, given `value` and `output`, writes their attention output
+        into `output` itself (the probabilities yielded as None)."""
         heads, positions = self.query.shape[0], np.arange(self.query.shape[1])
+        makes_scores = kernel.from_queries is not None and self.bias is None and self.softcap is None
         reduced: dict[str, torch.Tensor] = {}  # the block's: its passes write their heads' part (the rollout: add)
-        for part, start, first, _, scores, allowed in self._scores(np.arange(heads), positions, scratch, torch.float32,
-                                                                   PASS_BYTES):
+        for part, start, first, _, scores, allowed, query, keys in self._scores(
+                np.arange(heads), positions, scratch, torch.float32, PASS_BYTES, multiply=not makes_scores):
             n, width = scores.shape[1:]
             if part.start == 0:
                 reduced = {"thumbnail": torch.empty(heads, n, len(layout.thumbnail_starts) - 1),
                            "statistics": torch.empty(heads, n, len(STATISTICS))}
             rollout = None if layout.rollout_starts is None else torch.empty(n, len(layout.rollout_starts) - 1)
+            writes = makes_scores and value is not None  # the output, from the values
+            into = (value[part.start // (heads // len(value)) : part.stop // (heads // len(value))],
+                    output[part, start : start + n]) if writes else None
             native.run_kernel(kernel, scores, allowed, first, start, layout.positional, EXP_FLOOR,
                               layout.thumbnail_starts, reduced["thumbnail"][part], layout.rollout_starts, rollout,
-                              reduced["statistics"][part])
+                              reduced["statistics"][part], (query, keys) if makes_scores else None, into)
             if rollout is not None:  # the heads' sums: this pass's heads added to the earlier passes'
                 reduced["rollout"] = rollout if part.start == 0 else reduced["rollout"].add_(rollout)
-            if part.stop < heads:
-                yield part, start, scores, None
-                continue
-            yield part, start, scores, ReducedRows(start, reduced["statistics"].sum(1), reduced["thumbnail"],
-                                                   reduced.get("rollout"), _sees_ahead(start, n, first, width))
+            ahead = row_reduction.sees_ahead(start, n, first, width)
+            whole = ReducedRows(start, reduced["statistics"].sum(1), reduced["thumbnail"], reduced.get("rollout"),
+                                ahead) if part.stop == heads else None  # after the block's last pass
+            yield part, start, None if writes else scores, whole
 
     def _torch_blocks(self, layout: RowLayout, scratch: Scratch, dtype: torch.dtype = torch.float32
                       ) -> Iterator[tuple[slice, int, torch.Tensor, ReducedRows]]:
@@ -200,8 +207,8 @@ class PatternSource:
             # score = 0); the products made in the scores' scratch
             entropy = total.log2_().sub_(shifted.mul_(p).sum(-1))  # (heads, rows)
             rows, width = p.shape[1:]
-            yield slice(0, len(p)), start, p, reduce_rows(start, p, layout, entropy,
-                                                          sees_ahead=_sees_ahead(start, rows, first, width))
+            ahead = row_reduction.sees_ahead(start, rows, first, width)
+            yield slice(0, len(p)), start, p, reduce_rows(start, p, layout, entropy, sees_ahead=ahead)
 
     def blocks(self, head_ids: np.ndarray, row_ids: np.ndarray) -> Iterator[tuple[int, torch.Tensor]]:
         """(offset in row_ids, float32 probabilities (heads, block, seen) on `device`) for blocks of query rows as
@@ -218,7 +225,7 @@ class PatternSource:
         scores x log2 e; Q K^T in `dtype`), less each row's greatest (so <= 0; floored at EXP_FLOOR, a hidden key's
         too), computed in `scratch`, and each row's sum of 2^scores (heads, rows), Z."""
         device = torch.device(self.device)
-        for _, start, first, every_row, scores, allowed in self._scores(head_ids, row_ids, scratch, dtype):
+        for _, start, first, every_row, scores, allowed, *_ in self._scores(head_ids, row_ids, scratch, dtype):
             end = scores.shape[-1]
             # the band's mask as floats: adding and multiplying took a seventh of masked_fill's time on the CPU
             keep = as_tensor(allowed[:, first:end], device).float() if end > first else None  # (block, band): 1 seen
@@ -238,16 +245,18 @@ class PatternSource:
             yield start, first, p, scores, total
 
     def _scores(self, head_ids: np.ndarray, row_ids: np.ndarray, scratch: Scratch, dtype: torch.dtype,
-                pass_bytes: int | None = None) -> Iterator[tuple[slice, int, int, bool, torch.Tensor, Array]]:
+                pass_bytes: int | None = None, multiply: bool = True
+                ) -> Iterator[tuple[slice, int, int, bool, torch.Tensor, Array, torch.Tensor, torch.Tensor]]:
         """For each block of query rows (`block_rows`), in passes of its heads: (the pass's heads, as positions in
         head_ids, the block's offset in row_ids, `first`, whether every row sees some key, the pass's scores, the
-        block's rows of the mask (block, k_len), where the mask is). The scores (heads, block, end) are eager's
+        block's rows of the mask (block, k_len), where the mask is, the pass's queries in bits (heads, block, d_head)
+        and key heads (kv_heads, d_head, k_len), contiguous). The scores (heads, block, end) are eager's
         before the mask, in bits (x log2 e), float32, computed in `scratch` on `device` (Q K^T in `dtype`: float32,
-        or bfloat16 on tensor cores, then made float32): every row sees every key before `first`, and the keys from
-        `end` on are hidden from every row, so not computed (`mask_spans`). A pass holds whole groups of query heads
-        reading one key head, its scores at most `pass_bytes` (`head_passes`; None: every head in one pass). For a
-        summary's every head and consecutive rows nothing here waits for the device: no index is sent a block, and
-        the spans are found once for every layer."""
+        or bfloat16 on tensor cores, then made float32; not `multiply`: left to the caller): every row sees every
+        key before `first`, and the keys from `end` on are hidden from every row, so not computed (`mask_spans`). A
+        pass holds whole groups of query heads reading one key head, its scores at most `pass_bytes` (`head_passes`;
+        None: every head in one pass). For a summary's every head and consecutive rows nothing here waits for the
+        device: no index is sent a block, and the spans are found once for every layer."""
         device = torch.device(self.device)
         query = as_tensor(self.query, device).to(dtype)  # (heads, q_len, d_head)
         key = as_tensor(self.key, device).to(dtype)  # (kv_heads, k_len, d_head): head h reads h // (heads / kv_heads)
@@ -256,7 +265,7 @@ class PatternSource:
             heads = torch.from_numpy(np.asarray(head_ids)).to(device)
             query, key = query[heads], key[heads // (len(query) // len(key))]  # some heads: a key head each
             bias = bias[heads] if isinstance(bias, torch.Tensor) else bias
-        key = key.transpose(1, 2)  # (kv_heads, d_head, k_len); a group of query heads reads each
+        key = key.transpose(1, 2).contiguous()  # (kv_heads, d_head, k_len); a group of query heads reads each
         group = len(query) // len(key)
         contiguous = len(row_ids) > 0 and bool((np.diff(row_ids) == 1).all())
         selected = slice(row_ids[0], row_ids[-1] + 1) if contiguous else row_ids  # a slice copies nothing
@@ -271,11 +280,14 @@ class PatternSource:
             scaled = query[:, as_index(rows, device)] * (self.scale * LOG2_E)  # (heads, block, d_head): bits
             for part in head_passes(len(key), group, 4 * len(block) * end, pass_bytes):
                 scores = scratch.scores((part.stop - part.start, len(block), end), device)
+                keys = key[part.start // group : part.stop // group]
+                if not multiply:  # (the queries: a view of the model's (q_len, heads, d_head) layout, made contiguous)
+                    yield part, start, first, every_row, scores, self.allowed[rows], scaled[part].contiguous(), keys
+                    continue
                 products = scores if dtype == torch.float32 else scratch.products(scores.shape, device, dtype)
                 # a group of query heads reads one key head: (kv_heads, group x block, end) is (heads, block, end)
-                keys = key[part.start // group : part.stop // group, :, :end]
                 grouped = scaled[part].reshape(len(keys), -1, query.shape[-1])
-                torch.matmul(grouped, keys, out=products.view(len(keys), -1, end))
+                torch.matmul(grouped, keys[..., :end], out=products.view(len(keys), -1, end))
                 if products is not scores:
                     scores.copy_(products)
                 if self.softcap is not None:  # c tanh(s / c) of the scores s in nats, kept in bits
@@ -284,11 +296,5 @@ class PatternSource:
                     rows_bias = (bias[np.ix_(head_ids[part], block, np.arange(end))] if isinstance(bias, np.ndarray)
                                  else bias[part, as_index(rows, device), :end])
                     scores.add_(as_tensor(rows_bias, device).float(), alpha=LOG2_E)
-                yield part, start, first, every_row, scores, self.allowed[rows]
+                yield part, start, first, every_row, scores, self.allowed[rows], scaled[part], keys
 
-
-def _sees_ahead(start: int, rows: int, first: int, width: int) -> bool:
-    """Whether a block of `rows` query rows from `start` is known not to be causal: keys after its last row computed
-    (`width`: some row sees one), or its first row sees the key after itself (every row sees the keys before `first`:
-    an encoder's block that holds every row has no key after its last)."""
-    return width > start + rows or first > start + 1

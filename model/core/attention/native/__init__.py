@@ -6,7 +6,9 @@ too large for the cache, each paying a dispatch; the kernel makes every number o
 cache (MiniLM at 512 tokens: about a fifth of the torch ops' time). It is compiled with the machine's C compiler
 (`$CC`, else `cc`) on first use into the user cache (model/core/cache_folder.py), with OpenMP where the compiler
 has it; where none compiles it, `attention_rows()` is None and the torch ops do the work
-(model/core/attention/row_reduction.py).
+(model/core/attention/row_reduction.py). Built with AVX-512 it also makes a block's scores from its queries and
+keys and attention's output from its values (`from_queries`), a few rows at a time while they are in the cache,
+instead of reading torch's Q K^T and leaving P V to torch.
 
 It is compiled with -ffast-math but without its finite-math assumption (a NaN or infinite score, a half-precision
 overflow, gives what the torch ops give: tests/model/test_row_reduction.py), and linked without -ffast-math: gcc before
@@ -47,6 +49,7 @@ _build_lock = threading.Lock()
 _log = logging.getLogger(__name__)
 _P, _I, _L, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_float
 _ARGUMENTS = (_P, _P, _L, _I, _I, _I, _I, _L, _I, _F, _P, _I, _P, _P, _I, _P, _P, _I)
+_QUERIES = (_P, _P, _L, _I, _I, _P, _L, _I, _P, _L)  # attention_rows_from_queries: before attention_rows's
 
 
 @cache
@@ -67,9 +70,14 @@ def attention_rows() -> ctypes._CFuncPtr | None:
 
 
 def loaded(library: Path) -> ctypes._CFuncPtr:
-    """The `attention_rows` of a built library, ready to call (`run_kernel`)."""
-    function = ctypes.CDLL(str(library)).attention_rows
+    """The `attention_rows` of a built library, ready to call (`run_kernel`); its `from_queries`: the library's
+    `attention_rows_from_queries`, which makes a block's scores itself, or None where it cannot (no AVX-512)."""
+    shared = ctypes.CDLL(str(library))
+    function = shared.attention_rows
     function.argtypes, function.restype = _ARGUMENTS, None
+    function.from_queries = shared.attention_rows_from_queries if shared.makes_scores() else None
+    if function.from_queries is not None:
+        function.from_queries.argtypes, function.from_queries.restype = _QUERIES + _ARGUMENTS, None
     return function
 
 
@@ -145,11 +153,17 @@ def _pointer(array: torch.Tensor | np.ndarray) -> int:
 
 def run_kernel(kernel: ctypes._CFuncPtr, scores: torch.Tensor, allowed: torch.Tensor | np.ndarray, first: int,
                query0: int, positional: bool, floor_bits: float, thumb_starts: np.ndarray, thumb: torch.Tensor,
-               roll_starts: np.ndarray | None, roll: torch.Tensor | None, stats: torch.Tensor) -> None:
+               roll_starts: np.ndarray | None, roll: torch.Tensor | None, stats: torch.Tensor,
+               queries: tuple[torch.Tensor, torch.Tensor] | None = None,
+               values: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
     """Call the kernel on one block: scores (heads, rows, width), the probabilities once it returns, allowed
     (rows, >= width) bool, thumb (heads, rows, len(thumb_starts) - 1), roll (rows, len(roll_starts) - 1) or None,
     stats (heads, rows, 5); every tensor float32, contiguous, on the CPU; starts int32, ending at width or after;
-    floor_bits in [-126, 0] (2^x of those is a normal float)."""
+    floor_bits in [-126, 0] (2^x of those is a normal float). With `queries`, (query (heads, rows, d) in bits,
+    contiguous; keys (kv_heads, d, >= width), each of the d rows contiguous), the kernel's `from_queries` makes the
+    scores itself (query . keys of its group's key head) before it reduces them: `scores` is where they go; with
+    `values` as well, (value (kv_heads, >= width, dv) contiguous, output (heads, rows, dv), its rows contiguous), it
+    writes attention's output, the probabilities times the values of their group's value head, into `output`."""
     heads, rows, width = scores.shape
     allowed = np.ascontiguousarray(allowed) if isinstance(allowed, np.ndarray) else allowed.contiguous()
     outputs = (thumb, stats) if roll is None else (thumb, stats, roll)
@@ -162,11 +176,44 @@ def run_kernel(kernel: ctypes._CFuncPtr, scores: torch.Tensor, allowed: torch.Te
                    for starts in (thumb_starts, roll_starts) if starts is not None)
             or (isinstance(allowed, torch.Tensor) and allowed.device.type != "cpu")
             or any(t.dtype != torch.float32 or not t.is_contiguous() or t.device.type != "cpu"
-                   for t in (scores, *outputs))):
+                   for t in (scores, *outputs))
+            or (queries is not None and not _reads_queries(kernel, queries, heads, rows, width))
+            or (values is not None and (queries is None or not _reads_values(values, queries[1], heads, rows, width)))):
         raise ValueError("attention_rows: arrays of other shapes, types or layouts than it reads and writes")
     row_stride = allowed.strides[0] if isinstance(allowed, np.ndarray) else allowed.stride(0)
-    kernel(scores.data_ptr(), _pointer(allowed), row_stride, heads, rows, width, first, query0,
-           int(positional), floor_bits, thumb_starts.ctypes.data, len(thumb_starts) - 1, thumb.data_ptr(),
-           None if roll_starts is None else roll_starts.ctypes.data, 0 if roll_starts is None else len(roll_starts) - 1,
-           None if roll is None else roll.data_ptr(), stats.data_ptr(), torch.get_num_threads())
+    arguments = (scores.data_ptr(), _pointer(allowed), row_stride, heads, rows, width, first, query0,
+                 int(positional), floor_bits, thumb_starts.ctypes.data, len(thumb_starts) - 1, thumb.data_ptr(),
+                 None if roll_starts is None else roll_starts.ctypes.data,
+                 0 if roll_starts is None else len(roll_starts) - 1, None if roll is None else roll.data_ptr(),
+                 stats.data_ptr(), torch.get_num_threads())
+    if queries is None:
+        kernel(*arguments)
+        return
+    query, keys = queries
+    value, output = values if values is not None else (None, None)
+    kernel.from_queries(query.data_ptr(), keys.data_ptr(), keys.stride(1), query.shape[-1], heads // len(keys),
+                        None if value is None else value.data_ptr(), 0 if value is None else value.stride(0),
+                        0 if value is None else value.shape[2], None if output is None else output.data_ptr(),
+                        0 if output is None else output.stride(0),
+                        *arguments)
 
+
+def _reads_queries(kernel: ctypes._CFuncPtr, queries: tuple[torch.Tensor, torch.Tensor], heads: int, rows: int,
+                   width: int) -> bool:
+    """Whether the kernel makes scores and `queries` are what it reads for a block of (heads, rows, width) scores."""
+    query, keys = queries
+    return (getattr(kernel, "from_queries", None) is not None and query.shape[:2] == (heads, rows)
+            and query.is_contiguous() and keys.ndim == 3 and keys.shape[1] == query.shape[-1]
+            and keys.shape[2] >= width and len(keys) > 0 and heads % len(keys) == 0
+            and (keys.stride(2) == 1 or keys.shape[2] == 1)  # (a dimension of one: any stride)
+            and keys.stride(0) == keys.shape[1] * keys.stride(1) and keys.stride(1) >= width
+            and all(t.dtype == torch.float32 and t.device.type == "cpu" for t in (query, keys)))
+
+
+def _reads_values(values: tuple[torch.Tensor, torch.Tensor], keys: torch.Tensor, heads: int, rows: int,
+                  width: int) -> bool:
+    """Whether `values` are a value head for each key head, and an output of (heads, rows, dv) the kernel can write."""
+    value, output = values
+    return (value.shape[0] == len(keys) and value.shape[1] >= width and value.shape[2] > 0
+            and value[0].is_contiguous() and output.shape == (heads, rows, value.shape[2]) and output[0].is_contiguous()
+            and all(t.dtype == torch.float32 and t.device.type == "cpu" for t in (value, output)))
