@@ -75,7 +75,8 @@ def loaded(library: Path) -> ctypes._CFuncPtr:
     shared = ctypes.CDLL(str(library))
     function = shared.attention_rows
     function.argtypes, function.restype = _ARGUMENTS, None
-    function.from_queries = shared.attention_rows_from_queries if shared.makes_scores() else None
+    makes_scores = hasattr(shared, "makes_scores") and shared.makes_scores()  # (an older kernel's has none: kernel_ab)
+    function.from_queries = shared.attention_rows_from_queries if makes_scores else None
     if function.from_queries is not None:
         function.from_queries.argtypes, function.from_queries.restype = _QUERIES + _ARGUMENTS, None
     return function
