@@ -157,8 +157,7 @@ class PatternSource:
                   else self._torch_blocks(layout, scratch, dtype))
         group = len(self.query) // len(self.key)  # query heads a key (and value) head serves
         for heads, start, p, reduced in blocks:
-            if value is not None and p is not None:  # (None: the kernel wrote the output) each group of heads reads
-                # one value head: (kv_heads, group x rows, d_head)
+            if value is not None and p is not None:  # (p None: the kernel wrote it) a value head a group of heads
                 if dtype != p.dtype:  # rounded, as eager attention's probabilities before its P V
                     p = scratch.products(p.shape, p.device, dtype).copy_(p)
                 values = value[heads.start // group : heads.stop // group, : p.shape[-1]]
@@ -177,6 +176,8 @@ class PatternSource:
         into `output` itself (the probabilities yielded as None)."""
         heads, positions = self.query.shape[0], np.arange(self.query.shape[1])
         makes_scores = kernel.from_queries is not None and self.bias is None and self.softcap is None
+        writes = makes_scores and value is not None  # the output too, from the values
+        group = heads // len(self.key)  # query heads a key (and value) head serves
         reduced: dict[str, torch.Tensor] = {}  # the block's: its passes write their heads' part (the rollout: add)
         for part, start, first, _, scores, allowed, query, keys in self._scores(
                 np.arange(heads), positions, scratch, torch.float32, PASS_BYTES, multiply=not makes_scores):
@@ -185,9 +186,8 @@ class PatternSource:
                 reduced = {"thumbnail": torch.empty(heads, n, len(layout.thumbnail_starts) - 1),
                            "statistics": torch.empty(heads, n, len(STATISTICS))}
             rollout = None if layout.rollout_starts is None else torch.empty(n, len(layout.rollout_starts) - 1)
-            writes = makes_scores and value is not None  # the output, from the values
-            into = (value[part.start // (heads // len(value)) : part.stop // (heads // len(value))],
-                    output[part, start : start + n]) if writes else None
+            into = (value[part.start // group : part.stop // group], output[part, start : start + n]) if writes \
+                else None
             native.run_kernel(kernel, scores, allowed, first, start, layout.positional, EXP_FLOOR,
                               layout.thumbnail_starts, reduced["thumbnail"][part], layout.rollout_starts, rollout,
                               reduced["statistics"][part], (query, keys) if makes_scores else None, into)
