@@ -41,6 +41,10 @@ overlay() {  # a venv in $OVERLAY that reads python3's packages, this project in
   if compgen -G "$WHEELS/*.whl" >/dev/null; then
     echo "== into $OVERLAY: $(cd "$WHEELS" && echo *.whl)"
     "$OVERLAY/bin/python" -m pip install -q --no-index --no-deps "$WHEELS"/*.whl || return 1
+    if ! "$OVERLAY/bin/python" -c "import transformers" >/dev/null 2>&1; then
+      echo "== transformers does not import with the wheels of $WHEELS: put only its own there (docs/performance.md)"
+      return 1
+    fi
   fi
   sees_gpu "$OVERLAY/bin/python" && install_here "$OVERLAY/bin/python" || return 1
   touch "$OVERLAY/.runtime" && touch "$OVERLAY/.dev"  # make's marks: set up (make would reach for an index)
