@@ -8,7 +8,8 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PORT ?= 8501
-# test processes (pytest-xdist), each file's tests in one; the load test runs alone after them
+# test processes (pytest-xdist), each file's tests in one, the files handed out in the order tests/conftest.py sorts
+# them (not xdist's, most tests first); the load test runs alone after them
 TEST_WORKERS ?= 2
 
 .PHONY: run test check test-gpu lint bench train screenshots
@@ -33,7 +34,7 @@ run: $(VENV)/.runtime
 	$(PY) -m attention_atlas --port $(PORT)
 
 test: $(VENV)/.dev lint
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not load"
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not load"
 	$(PY) -m pytest -m load
 
 check: $(VENV)/.dev lint

@@ -3,6 +3,8 @@ plotly figures, screenshots."""
 
 from __future__ import annotations
 
+import itertools
+
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 from playwright.sync_api import expect
 
@@ -28,9 +30,31 @@ def base_path_probe(msg) -> bool:
         url.split("//", 1)[1].count("/") > 2
 
 
-def wait_idle(page) -> None:
-    page.wait_for_timeout(300)  # let a rerun start before waiting for it to end
-    page.wait_for_selector(IDLE, timeout=60_000)
+RERUN_START_GRACE_MS = 300  # how long an action's rerun may take to start (the wait where none starts)
+SETTLED_MS = 100  # how long the app stays idle after a rerun before the wait ends (a rerun may ask for another)
+# The page's own check, polled every 50 ms: Playwright's waits back off to a poll every 500 ms, which added up to half a
+# second to each rerun waited for, beside a fixed 300 ms. State kept on `window` per wait (`token`).
+_IDLE_AFTER_RERUN = """({token, grace, settled}) => {
+  const waits = window.__atlasWaits ??= {};
+  const now = performance.now();
+  const wait = waits[token] ??= {start: now, sawRun: false, idleSince: null};
+  const state = document.querySelector('[data-testid="stApp"]')?.getAttribute("data-test-script-state");
+  if (state !== "notRunning") {
+    wait.sawRun ||= state !== undefined;
+    wait.idleSince = null;
+    return false;
+  }
+  wait.idleSince ??= now;
+  return wait.sawRun ? now - wait.idleSince >= settled : now - wait.start >= grace;
+}"""
+_waits = itertools.count()
+
+
+def wait_idle(page, timeout_ms: int = 60_000) -> None:
+    """Until the rerun an action started has ended and the app has stayed idle for `SETTLED_MS`; where no rerun
+    starts within `RERUN_START_GRACE_MS`, until then."""
+    arguments = {"token": next(_waits), "grace": RERUN_START_GRACE_MS, "settled": SETTLED_MS}
+    page.wait_for_function(_IDLE_AFTER_RERUN, arg=arguments, polling=50, timeout=timeout_ms)
 
 
 def set_text(page, text: str) -> None:

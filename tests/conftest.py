@@ -18,17 +18,25 @@ pytest_plugins = ("tests.chromium",)  # the `browser` fixture of the browser and
 
 
 LAYERS = ("model", "viz", "contract", "app", "browser", "load", "gpu")  # the folders, each a marker (`pytest -m app`)
-TRAINING_FILES = ("test_live_training.py", "test_train.py")  # a minute or more of pure computing each: run first,
-# beside the tests that wait (browsers, servers), so that they do not end the run alone on one process
+TRAINING_FILES = ("test_live_training.py", "test_train.py")  # a minute or more of pure computing each
+# The order files are handed to the test processes (make test keeps it: --no-loadscope-reorder): the long files first,
+# so that a run ends on short ones that keep both processes busy (xdist's own order, the files with the most tests
+# first, ended on a browser file while the other process idled for half a minute).
+FOLDER_ORDER = ("browser", "app", "model", "gpu", "viz", "contract")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Each test carries its folder's marker; the training tests come first."""
+    """Each test carries its folder's marker; the training tests come first, then the folders in FOLDER_ORDER."""
     for item in items:
         folder = item.path.relative_to(Path(__file__).parent).parts[0]
         if folder in LAYERS:
             item.add_marker(folder)
-    items.sort(key=lambda item: item.path.name not in TRAINING_FILES)  # stable: the rest keep their order
+    items.sort(key=_running_order)  # stable: each file's tests keep their order
+
+
+def _running_order(item: pytest.Item) -> tuple[bool, int]:
+    folder = item.path.relative_to(Path(__file__).parent).parts[0]
+    return item.path.name not in TRAINING_FILES, FOLDER_ORDER.index(folder) if folder in FOLDER_ORDER else 0
 
 
 @pytest.fixture(autouse=True)

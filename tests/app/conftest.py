@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Iterator
+
 import pytest
 
 
@@ -19,3 +22,15 @@ def toy_runs(monkeypatch) -> list[str]:
 
     monkeypatch.setattr(ToyRunner, "run", counting_run)
     return calls
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _component_manifests_scanned_once() -> Iterator[None]:
+    """Every AppTest scans the installed packages' metadata for Streamlit components on its first run (0.1 s each:
+    several hundred AppTests a suite); the packages do not change during it, so each test process scans once."""
+    from streamlit.components.v2 import manifest_scanner
+
+    scan = functools.cache(manifest_scanner.scan_component_manifests)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(manifest_scanner, "scan_component_manifests", lambda: list(scan()))
+        yield

@@ -9,6 +9,7 @@ import zipfile
 from playwright.sync_api import expect
 
 from app_browser.page import figure, open_page, screenshots, wait_idle
+from tests.waiting import until
 
 PROGRESS = re.compile(r"(training|paused|stopped|finished) · step ([\d,]+) of")
 
@@ -54,8 +55,7 @@ def test_train_watch_scrub_stop_download_upload_and_open(page, tmp_path) -> None
     expect(page.get_by_test_id("stProgress").filter(has_text="training · step").first).to_be_visible(timeout=60_000)
     expect(page.get_by_text("Snapshot at step")).to_be_visible(timeout=60_000)
     first = _step(page)
-    page.wait_for_timeout(4000)
-    assert _step(page) > first  # the bar moves
+    until(lambda: _step(page) > first, 60, "move of the progress bar")  # the bar moves
     expect(page.locator("[data-testid='stVegaLiteChart']").first).to_be_visible()  # the curves
     expect(page.get_by_text("induction score of every head")).to_be_visible()
     _check_the_controls_sit_together(page)
