@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 from playwright.sync_api import Browser, BrowserContext, Page
 
-from app_browser.page import IDLE, base_path_probe
+from app_browser.page import base_path_probe
+from app_browser.page import wait_idle as wait_page_idle
 
 FIRST_FIGURE = ".js-plotly-plot .heatmaplayer"
 # Records, in the page itself, the milliseconds from the start of its navigation to the first heatmap drawn:
@@ -77,8 +78,8 @@ def open_sessions(browser: Browser, url: str, texts: list[str], model_id: str = 
 
 
 def wait_idle(session: Session) -> None:
-    session.page.wait_for_timeout(300)
-    session.page.wait_for_selector(IDLE, timeout=120_000)
+    """`app_browser.page.wait_idle` on the session's page, with a longer limit (many sessions share the server)."""
+    wait_page_idle(session.page, timeout_ms=120_000)
 
 
 def percentile(values: list[float], p: float) -> float:

@@ -38,7 +38,7 @@ from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 from transformers import AutoTokenizer
 from transformers.utils import logging as transformers_logging
 
-from app_browser.page import CHROMIUM, CHROMIUM_ARGS
+from app_browser.page import CHROMIUM, CHROMIUM_ARGS, IDLE
 from app_browser.server import serve_app
 from attention_atlas.model.hf import packaged
 
@@ -48,7 +48,6 @@ VISITS = 3
 TARGET_S, TARGET_MB = 3.0, 10.0
 POLL_MS = 50  # checking every animation frame would compete with the drawing it waits for
 LOAD_TIMEOUT_MS = 300_000  # SmolLM2's first load converts its weights; a 512-token run generates 8 tokens on CPU
-IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
 LOGS = Path(tempfile.gettempdir()) / "bench-browser"  # the app's log (the tests' artifacts folder may be in use)
 SENTENCE = "The quick brown fox jumps over the lazy dog while the cat sleeps on the warm mat. "
 
