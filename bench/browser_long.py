@@ -43,11 +43,10 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 from transformers import AutoTokenizer
 from transformers.utils import logging as transformers_logging
 
-from app_browser.page import CHROMIUM, CHROMIUM_ARGS, figure
+from app_browser.page import CHROMIUM, CHROMIUM_ARGS, IDLE, figure
 from attention_atlas.model.core.attention.row_reduction import STATISTICS
 from attention_atlas.ui.url_state import MAX_TEXT_CHARS
 from bench.browser_attention import (
-    IDLE,
     LOGS,
     Frames,
     app_server,
