@@ -119,27 +119,31 @@ def progress(training: LiveTraining) -> None:
 
 
 def timeline(snapshots: list[Snapshot], snapshot_every: int) -> Snapshot:
-    """The snapshot slider: it follows the newest snapshot until the person moves it elsewhere, and moves on by
-    itself while the timeline plays. Its widget is keyed by the interval: a slider keeps the position of its value
-    among its options, so after a thinning (model/toy/live.py) the old widget would point at another step."""
+    """The snapshot slider: it follows the newest snapshot until the person moves it elsewhere (its callback, which
+    only a person's move calls, says whether they left it at the newest), and moves on by itself while the timeline
+    plays. Its widget is keyed by the interval: a slider keeps the position of its value among its options, so after
+    a thinning (model/toy/live.py) the old widget would point at another step."""
     steps = [s.step for s in snapshots]
     key = f"train_snapshot_{snapshot_every}"
-    shown = st.session_state.get("train_shown")  # the step the last run drew
-    chosen = st.session_state.get(key, shown)
-    moved = chosen != shown  # by the person, since the last run
-    if not isinstance(chosen, int) or (st.session_state.get("train_follow", True) and not moved):
-        chosen = steps[-1]
-    elif st.session_state.get("train_play"):
+    chosen = st.session_state.get(key, st.session_state.get("train_shown"))
+    if st.session_state.get("train_play"):
         chosen = steps[(steps.index(chosen) + 1) % len(steps)] if chosen in steps else steps[0]
+        st.session_state["train_follow"] = False  # once the play stops, the slider stays where it got to
+    elif not isinstance(chosen, int) or st.session_state.get("train_follow", True):
+        chosen = steps[-1]
     elif chosen not in steps:  # let go of in a thinning: the nearest one
         chosen = min(steps, key=lambda step: abs(step - chosen))
     st.session_state[key] = chosen
-    value = st.select_slider("Snapshot at step", steps, key=key,
+    value = st.select_slider("Snapshot at step", steps, key=key, on_change=_moved, args=(key, steps[-1]),
                              help="Every head's attention on the probe example at that step; the red line marks "
                                   "it on the curves.")
-    st.session_state["train_follow"] = value == steps[-1]
     st.session_state["train_shown"] = value
     return snapshots[steps.index(value)]
+
+
+def _moved(key: str, newest: int) -> None:
+    """The person moved the snapshot slider: it follows the newest snapshot again only if they left it there."""
+    st.session_state["train_follow"] = st.session_state[key] == newest
 
 
 def heads(training: LiveTraining, snapshot: Snapshot, site: str, score: Score | None,

@@ -187,6 +187,32 @@ def test_the_timeline_follows_the_newest_snapshot_through_thinnings(monkeypatch)
     assert f"Every head at step {steps[-1]:,}: click one to draw it large." in [c.value for c in at.caption]
 
 
+def test_the_timeline_follows_after_a_cut_short_run_plays_round_and_stays_where_the_play_stopped() -> None:
+    """A run cut short after the slider's value was written but before the step drawn was (a click during a redraw:
+    planted here) does not read as the person letting go of the newest snapshot; the play switch steps through every
+    snapshot and round again, and the slider stays where the play stopped until the person moves it."""
+    at = _train_page()
+    training = _start(at, 150, 50)
+    _until_done(at, training)
+    slider = lambda: at.select_slider(key="train_snapshot_50")  # noqa: E731
+    at.session_state["train_snapshot_50"] = 0  # what the cut-short run wrote while step 0 was the only snapshot
+    _run(at)
+    assert slider().value == 150
+    at.toggle(key="train_play").set_value(True)
+    played = [_run(at) and slider().value for _ in range(5)]
+    assert played == [0, 50, 100, 150, 0]
+    assert "Every head at step 0: click one to draw it large." in [c.value for c in at.caption]
+    at.toggle(key="train_play").set_value(False)
+    _run(at)
+    _run(at)
+    assert slider().value == 0  # where the play stopped
+    slider().set_value(150)  # the person takes it to the newest: it follows again
+    _run(at)
+    at.session_state["train_snapshot_50"] = 0
+    _run(at)
+    assert slider().value == 150
+
+
 def test_a_session_keeps_its_newest_models_and_the_one_it_shows() -> None:
     at = _train_page()
     training = _start(at, 20, 10)
