@@ -12,41 +12,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from streamlit.testing.v1 import AppTest
 
-from attention_atlas.model.toy.live import ASK_EVERY_S, Limits, LiveTraining
+from attention_atlas.model.toy.live import ASK_EVERY_S
 from attention_atlas.ui.page import PAGES
 from attention_atlas.ui.session_models import MAX_SESSION_MODELS
 from attention_atlas.ui.training_runs import MAX_TRAININGS, Trainings, connected_lately
-from tests.app.app_session import open_app_page
+from tests.app.train_page import PAGE, run, start, train_page, until_done
 from tests.plotly_specs import chart_specs
 from tests.waiting import until
-
-PAGE = "app_pages/train.py"
-
-
-def _train_page() -> AppTest:
-    return open_app_page(PAGE, "toy-copy", "hello world")
-
-
-def _run(at: AppTest) -> AppTest:
-    at.run()
-    assert not at.exception, at.exception[0].message if at.exception else ""
-    return at
-
-
-def _start(at: AppTest, steps: int, every: int) -> LiveTraining:
-    at.number_input(key="train_steps").set_value(steps)
-    at.number_input(key="train_every").set_value(every)
-    at.button(key="train_start").click()
-    _run(at)
-    return at.session_state["train_run"]
-
-
-def _until_done(at: AppTest, training: LiveTraining) -> None:
-    assert training.join(300)
-    assert training.done
-    _run(at)
 
 
 @pytest.fixture
@@ -67,10 +40,10 @@ def server(monkeypatch) -> list[list[bool]]:
 
 
 def test_a_short_training_falls_renders_and_opens_on_the_attention_page() -> None:
-    at = _train_page()
+    at = train_page()
     assert at.selectbox(key="train_task").value == "induction"
-    training = _start(at, 300, 50)
-    _until_done(at, training)
+    training = start(at, 300, 50)
+    until_done(at, training)
     assert training.status == "finished"
     losses = np.array(training.losses)
     assert losses[-30:].mean() < 0.8 * losses[:30].mean()  # the loss fell
@@ -86,57 +59,57 @@ def test_a_short_training_falls_renders_and_opens_on_the_attention_page() -> Non
     layer, head = np.unravel_index(int(best.argmax()), best.shape)
     assert titles[1] == f"layer {layer} · head {head} at step 300 · induction score {best.max():.2f}"
     at.select_slider[0].set_value(100)
-    _run(at)
+    run(at)
     assert "Every head at step 100: click one to draw it large." in [c.value for c in at.caption]
     assert at.select_slider[0].value == 100  # no longer following
     at.button(key="train_open_snapshot").click()
-    _run(at)
+    run(at)
     snapshot_id = at.sidebar.selectbox(key="model_id").value
     assert snapshot_id.startswith("trained-induction-step100-")
     at.button(key="train_open_final").click()
-    _run(at)
+    run(at)
     final_id = at.sidebar.selectbox(key="model_id").value
     assert final_id.startswith("trained-induction-") and final_id != snapshot_id
     assert at.sidebar.text_input(key="text").value == "qwertyuiop"  # the task's own example
     at.switch_page("app_pages/attention.py")
-    _run(at)
+    run(at)
     request = at.session_state["run_request"]
     assert request.model_id == final_id and request.text == "qwertyuiop"
     assert any(spec["layout"]["title"]["text"].startswith("decoder self-attention") for spec in chart_specs(at))
     for page in (page for page in PAGES if page.shows_run):  # like any other model, on every page
         at.switch_page(page.path)
-        _run(at)
+        run(at)
         assert not at.error and at.session_state["run_request"].model_id == final_id, page.path
     at.switch_page(PAGE)
-    _run(at)
+    run(at)
     at.select_slider[0].set_value(100)
     at.button(key="train_compare").click()
-    _run(at)  # to the Attention page's Compare view: the trained model against its snapshot
+    run(at)  # to the Attention page's Compare view: the trained model against its snapshot
     assert at.session_state["run_request"].model_id == final_id
     titles = [spec["layout"]["title"]["text"] for spec in chart_specs(at)]
     assert titles[:2] == [f"A · {final_id}", f"B · {snapshot_id}, reads A's output"]
     at.switch_page(PAGE)
-    _run(at)
+    run(at)
     at.button(key="train_new").click()
-    _run(at)
+    run(at)
     assert at.button(key="train_start")  # the form again, and the models stay listed
     assert any(option.endswith(final_id) for option in at.sidebar.selectbox(key="model_id").options)
 
 
 def test_pause_resume_and_stop_through_the_page() -> None:
-    at = _train_page()
-    training = _start(at, 20_000, 500)
+    at = train_page()
+    training = start(at, 20_000, 500)
     until(lambda: training.step > 0, 60, "first step")
     at.button(key="train_pause").click()
-    _run(at)
+    run(at)
     assert training.status == "paused"
     assert "paused · step" in at.get("progress")[0].proto.text
     at.button(key="train_resume").click()
-    _run(at)
+    run(at)
     assert training.status == "running"
     at.button(key="train_stop").click()
-    _run(at)
-    _until_done(at, training)
+    run(at)
+    until_done(at, training)
     assert training.status == "stopped"
     assert "stopped before its last step" in at.info[0].value
     assert at.button(key="train_open_final")
@@ -150,89 +123,44 @@ def test_pause_resume_and_stop_through_the_page() -> None:
     ("train_every", 0, "snapshots must come every 1 step or more, not 0"),
 ])
 def test_bad_input_is_named_and_nothing_is_lost(key: str, value: int, words: str) -> None:
-    at = _train_page()
+    at = train_page()
     at.number_input(key="train_layers").set_value(3)
     at.number_input(key=key).set_value(value)
     at.button(key="train_start").click()
-    _run(at)
+    run(at)
     assert words in at.error[0].value.replace("\\", "")
     assert "train_run" not in at.session_state
     assert at.number_input(key=key).value == value and at.number_input(key="train_layers").value == 3
 
 
 def test_a_task_brings_its_own_defaults() -> None:
-    at = _train_page()
+    at = train_page()
     at.selectbox(key="train_task").set_value("reverse")
-    _run(at)
+    run(at)
     assert at.radio(key="train_norm").value == "post" and at.radio(key="train_schedule").value == "paper"
     assert at.number_input(key="train_steps").value == 3500
 
 
-def test_the_timeline_follows_the_newest_snapshot_through_thinnings(monkeypatch) -> None:
-    """Past the limit every other snapshot is let go: the slider still shows the steps kept, at the newest one
-    (a slider keeps its value's position among its options, so a thinned one must not point at another step)."""
-    monkeypatch.setattr("attention_atlas.ui.training_runs.LIMITS", Limits(max_snapshots=4))
-    at = _train_page()
-    training = _start(at, 20_000, 10)
-    deadline = time.monotonic() + 300
-    while training.step < 150:
-        assert time.monotonic() < deadline, "not 150 steps in 300 s"
-        _run(at)
-    training.stop()
-    _until_done(at, training)
-    steps = [s.step for s in training.snapshots]
-    assert len(steps) <= 5 and training.snapshot_every > 10  # thinned
-    slider = at.select_slider[0]
-    assert list(slider.options) == [str(step) for step in steps] and slider.value == steps[-1]
-    assert f"Every head at step {steps[-1]:,}: click one to draw it large." in [c.value for c in at.caption]
-
-
-def test_the_timeline_follows_after_a_cut_short_run_plays_round_and_stays_where_the_play_stopped() -> None:
-    """A run cut short after the slider's value was written but before the step drawn was (a click during a redraw:
-    planted here) does not read as the person letting go of the newest snapshot; the play switch steps through every
-    snapshot and round again, and the slider stays where the play stopped until the person moves it."""
-    at = _train_page()
-    training = _start(at, 150, 50)
-    _until_done(at, training)
-    slider = lambda: at.select_slider(key="train_snapshot_50")  # noqa: E731
-    at.session_state["train_snapshot_50"] = 0  # what the cut-short run wrote while step 0 was the only snapshot
-    _run(at)
-    assert slider().value == 150
-    at.toggle(key="train_play").set_value(True)
-    played = [_run(at) and slider().value for _ in range(5)]
-    assert played == [0, 50, 100, 150, 0]
-    assert "Every head at step 0: click one to draw it large." in [c.value for c in at.caption]
-    at.toggle(key="train_play").set_value(False)
-    _run(at)
-    _run(at)
-    assert slider().value == 0  # where the play stopped
-    slider().set_value(150)  # the person takes it to the newest: it follows again
-    _run(at)
-    at.session_state["train_snapshot_50"] = 0
-    _run(at)
-    assert slider().value == 150
-
-
 def test_a_session_keeps_its_newest_models_and_the_one_it_shows() -> None:
-    at = _train_page()
-    training = _start(at, 20, 10)
-    _until_done(at, training)
+    at = train_page()
+    training = start(at, 20, 10)
+    until_done(at, training)
     at.button(key="train_open_final").click()
-    _run(at)
+    run(at)
     shown = at.sidebar.selectbox(key="model_id").value
     for _ in range(MAX_SESSION_MODELS + 1):  # more snapshots listed than a session keeps
         at.session_state["train_listed"] = {}  # as if another training's
         at.button(key="train_open_snapshot").click()
-        _run(at)
+        run(at)
         at.sidebar.selectbox(key="model_id").set_value(shown)
-        _run(at)
+        run(at)
     listed = [option for option in at.sidebar.selectbox(key="model_id").options if "trained-" in option]
     assert len(listed) == MAX_SESSION_MODELS and any(option.endswith(shown) for option in listed)
 
 
 def test_the_sidebars_model_is_not_run_on_the_train_page() -> None:
     """Train draws no run of the sidebar's model: a text it cannot read is news only on the pages that run it."""
-    at = _train_page()
+    at = train_page()
     at.sidebar.text_input(key="text").set_value("").run()
     assert not at.error and at.button(key="train_start")
     at.switch_page("app_pages/overview.py").run()
@@ -243,18 +171,18 @@ def test_a_new_training_opens_its_own_model() -> None:
     """After "New training", "Open the trained model" opens the new run's model, not the run's before, even where
     the new run's object lives where the old one did (an id() is reused once its object is collected: planted
     here, as the listing a run of the same id() would have left)."""
-    at = _train_page()
-    _until_done(at, _start(at, 20, 10))
+    at = train_page()
+    until_done(at, start(at, 20, 10))
     at.button(key="train_open_final").click()
-    _run(at)
+    run(at)
     first = at.sidebar.selectbox(key="model_id").value
     at.button(key="train_new").click()
-    _run(at)
-    second = _start(at, 30, 10)
-    _until_done(at, second)
+    run(at)
+    second = start(at, 30, 10)
+    until_done(at, second)
     at.session_state["train_listed"] = {(id(second), "final"): first}
     at.button(key="train_open_final").click()
-    _run(at)
+    run(at)
     shown = at.sidebar.selectbox(key="model_id").value
     assert shown != first and at.session_state["session_models"][shown].toy.training["steps"] == 30
 
@@ -262,16 +190,16 @@ def test_a_new_training_opens_its_own_model() -> None:
 def test_two_trainings_at_once_and_sessions_gone_while_paused_make_room(server: list[list[bool]]) -> None:
     """Two sessions train (and pause); a third is told the server is full. Once the two sessions have gone, their
     paused trainings end within seconds and the third starts."""
-    sessions = [_train_page() for _ in range(MAX_TRAININGS + 1)]
-    trainings = [_start(at, 20_000, 500) for at in sessions[:MAX_TRAININGS]]
+    sessions = [train_page() for _ in range(MAX_TRAININGS + 1)]
+    trainings = [start(at, 20_000, 500) for at in sessions[:MAX_TRAININGS]]
     for at, training in zip(sessions, trainings, strict=False):  # the first two
         until(lambda training=training: training.step > 0, 60, "first step")
         at.button(key="train_pause").click()
-        _run(at)
+        run(at)
         assert training.status == "paused"
     third = sessions[-1]
     third.button(key="train_start").click()
-    _run(third)
+    run(third)
     assert f"The server is running {MAX_TRAININGS} trainings, its most at once" in third.error[0].value
     assert "train_run" not in third.session_state
     for connected in server:
@@ -281,7 +209,7 @@ def test_two_trainings_at_once_and_sessions_gone_while_paused_make_room(server: 
         assert training.join(ASK_EVERY_S + 10), "a paused training goes on after its session"
         assert training.status == "stopped" and training.result is None
     print(f"both ended {time.monotonic() - gone:.2f} s after their sessions")
-    started = _start(third, 20_000, 500)
+    started = start(third, 20_000, 500)
     assert started.status == "running"
     started.stop()
     assert started.join(60)

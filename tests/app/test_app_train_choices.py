@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from tests.app.app_session import open_app_page
-
-PAGE = "app_pages/train.py"
+from tests.app.train_page import PAGE, train_page
 
 
 def test_the_forms_choices_survive_a_visit_to_another_page() -> None:
-    at = open_app_page(PAGE, "toy-copy", "hello world")
+    at = train_page()
     at.selectbox(key="train_task").set_value("reverse")
     at.run()
     at.number_input(key="train_steps").set_value(1234)
