@@ -16,10 +16,12 @@ from attention_atlas.model.core.runner import Runner
 from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.inspect.patching import (
     HEAD_KINDS,
+    MAX_PATCH_WORK,
     Patching,
-    attribution_patching,
+    estimate_patching,
     kinds_of,
     patching_steps,
+    prepare_patching,
     read_output,
 )
 from attention_atlas.ui.downloads import constant, downloads, file_name
@@ -33,6 +35,7 @@ KIND_LABELS = {"resid_pre": "the residual stream into each layer", "attn_out": "
                "cross_head_out": "each cross-attention head's output (every position)"}
 RESULT = "_attribution_patching"  # session key: (what was patched, Patching so far)
 ESTIMATE = "_attribution_estimate"  # session key: (what was patched, attribution patching's Patching)
+REFUSED = "_attribution_refused"  # session key: (what was patched, why its patched runs were not made)
 KIND_NAMES = {"resid_pre": "residual stream", "attn_out": "attention outputs", "mlp_out": "MLP outputs",
               "head_out": "heads", "cross_head_out": "cross-attention heads"}
 SHOW_LABELS = {"exact": "patched runs", "estimate": "attribution patching's estimate"}
@@ -91,11 +94,13 @@ def patching_section(runner: Runner, shown: Trace, answer: str, wrong: str | Non
     left, right = st.columns(2)
     if left.button("Patch", key="attribution_patch", disabled=not (corrupted and kinds), type="primary",
                    help="First attribution patching's estimate (seconds: one backward pass), then every activation "
-                        "patched (one run each)."):
+                        f"patched (one run each; here at most {MAX_PATCH_WORK:,} tokens of runs in all)."):
         run_patching(runner, asked)
     right.button("Stop", key="attribution_patch_stop", help="Ends the patching after the batch under way and shows "
                  "what is done.")
-    exact, estimate = (_stored(key, asked) for key in (RESULT, ESTIMATE))
+    exact, estimate, refused = (_stored(key, asked) for key in (RESULT, ESTIMATE, REFUSED))
+    if refused is not None:
+        st.info(refused, icon=":material/info:")
     if exact is None and estimate is None:
         return
     drawn = exact or estimate
@@ -106,7 +111,8 @@ def patching_section(runner: Runner, shown: Trace, answer: str, wrong: str | Non
     show_patching(runner.facts.model_id, drawn, "patched" if drawn is exact else "estimated")
 
 
-def _stored(key: str, asked: tuple) -> Patching | None:
+def _stored(key: str, asked: tuple) -> Patching | str | None:
+    """What the session keeps under `key` for `asked` (a Patching, or REFUSED's sentence); None if for another."""
     stored = st.session_state.get(key)
     return stored[1] if stored is not None and stored[0] == asked else None
 
@@ -124,19 +130,20 @@ def agreement(exact: Patching, estimate: Patching) -> str:
 
 
 def run_patching(runner: Runner, asked: tuple) -> None:
-    """The estimate (drawn while the rest runs), then every patched run, each kept in the session as it comes: the
-    Stop button's rerun ends this script at its next call, and the page then shows what was done."""
+    """Both runs made once; the estimate from them (drawn while the rest runs), then every patched run unless they
+    would read more than MAX_PATCH_WORK tokens (the estimate stays, with why), each kept in the session as it comes:
+    the Stop button's rerun ends this script at its next call, and the page then shows what was done."""
     model_id, text, corrupted, answer, wrong, kinds, target, position = asked
     drawn, bar = st.empty(), st.progress(0.0, text="Attribution patching: one backward pass…")
+    st.session_state.pop(REFUSED, None)
 
     def work() -> None:
-        estimate = attribution_patching(runner, text, corrupted, answer, wrong, kinds, target=target,
-                                        position=position)
+        runs = prepare_patching(runner, text, corrupted, answer, wrong, kinds, target=target, position=position)
+        estimate = estimate_patching(runner, runs)
         st.session_state[ESTIMATE] = (asked, estimate)
         with drawn.container():
             show_patching(model_id, estimate, "first")
-        for done, total, found in patching_steps(runner, text, corrupted, answer, wrong, kinds, target=target,
-                                                 position=position):
+        for done, total, found in patching_steps(runner, runs, max_work=MAX_PATCH_WORK):
             st.session_state[RESULT] = (asked, found)
             bar.progress(done / total, text=f"Patching: {done:,} of {total:,} patched runs")
 
@@ -144,8 +151,10 @@ def run_patching(runner: Runner, asked: tuple) -> None:
         with run_slots():
             readable_failures("Activation patching", work)
     except UserError as error:
-        show_error(str(error))
-        return
+        if _stored(ESTIMATE, asked) is None:  # the texts or the answers do not fit
+            show_error(str(error))
+            return
+        st.session_state[REFUSED] = (asked, str(error))  # the patched runs over the limit: the estimate stands
     drawn.empty()
     bar.empty()
 

@@ -31,6 +31,8 @@ HOOKS = {"resid_pre": "hook_resid_pre", "attn_out": "hook_attn_out", "mlp_out": 
          "head_out": "attn.hook_z", "cross_head_out": "cross_attn.hook_z"}  # kind -> the hook patched at each layer
 KINDS = ("resid_pre", "attn_out", "mlp_out", "head_out")  # every model's; an encoder-decoder's also cross_head_out
 HEAD_KINDS = ("head_out", "cross_head_out")  # (layers, heads), each head at every position
+MAX_PATCH_WORK = 100_000  # tokens the patched runs of one patching may read in all on the app's shared server: SmolLM2
+# patched at every kind on a 30-token text, about 2 minutes on a 2-core CPU (docs/attribution.md)
 
 
 @dataclass(frozen=True)
@@ -99,14 +101,42 @@ def patching_options(runner: Runner, kinds: tuple[str, ...]) -> RunOptions:
     return RunOptions(hooks=tuple(hook for kind in kinds for hook in patched_hooks(runner, kind)))
 
 
+@dataclass(frozen=True)
+class PatchingRuns:
+    """A patching's two runs, made once for its estimate and its patched runs (`prepare_patching`)."""
+
+    read: Callable[[Outcome], np.ndarray]  # an outcome's rows -> (rows,) the logit difference after the position
+    clean: Trace  # every activation a kind patches recorded
+    corrupted: Trace
+    empty: Patching  # both runs' logit differences, the results NaN
+
+    def cells(self) -> list[tuple[str, tuple[int, ...]]]:
+        """(kind, index into its results) of every patched run, in order."""
+        return [(kind, index) for kind, values in self.empty.results.items() for index in np.ndindex(values.shape)]
+
+    @property
+    def tokens_per_run(self) -> int:
+        return len(self.clean.ids) + len(self.clean.target_ids)
+
+    @property
+    def work(self) -> int:
+        """Tokens the patched runs read in all (compare MAX_PATCH_WORK): a run a cell, each of the whole text."""
+        return sum(values.size for values in self.empty.results.values()) * self.tokens_per_run
+
+    def fresh(self) -> Patching:
+        """The empty Patching, with results of its own to fill."""
+        return replace(self.empty, results={kind: values.copy() for kind, values in self.empty.results.items()})
+
+
 def patch(runner: Runner, clean_text: str, corrupted_text: str, answer: str, wrong: str,
           kinds: tuple[str, ...] | None = None, *, target: str | None = None, position: int = -1,
           tokens_per_pass: int = TOKENS_PER_PASS, progress: Callable[[int, int], None] | None = None,
           stop: threading.Event | None = None) -> Patching:
-    """Activation patching of `corrupted_text` with `clean_text`'s activations (`patching_steps`). `progress(done,
-    total)` after each batch; `stop` set: the patching ends after the batch under way, keeping what is done."""
-    steps = patching_steps(runner, clean_text, corrupted_text, answer, wrong, kinds, target=target, position=position,
-                           tokens_per_pass=tokens_per_pass)
+    """Activation patching of `corrupted_text` with `clean_text`'s activations (`prepare_patching`, `patching_steps`;
+    no limit on its work). `progress(done, total)` after each batch; `stop` set: the patching ends after the batch
+    under way, keeping what is done."""
+    steps = patching_steps(runner, prepare_patching(runner, clean_text, corrupted_text, answer, wrong, kinds,
+                                                    target=target, position=position), tokens_per_pass)
     _, _, found = next(steps)  # filled in place by the steps that follow
     for done, total, _ in steps:
         if progress is not None:
@@ -116,24 +146,23 @@ def patch(runner: Runner, clean_text: str, corrupted_text: str, answer: str, wro
     return found
 
 
-def patching_steps(runner: Runner, clean_text: str, corrupted_text: str, answer: str, wrong: str,
-                   kinds: tuple[str, ...] | None = None, *, target: str | None = None, position: int = -1,
-                   tokens_per_pass: int = TOKENS_PER_PASS) -> Iterator[tuple[int, int, Patching]]:
-    """Activation patching of `corrupted_text` with `clean_text`'s activations, of equal token counts, read as the
-    logit difference of `answer` over `wrong` (one token each) after `position` of the decoder's sequence, both runs
-    reading `target` (an encoder-decoder's or a toy's output; None: the clean run's own), of `kinds` (None: every kind
-    of the model), in batches of about `tokens_per_pass` tokens (a patched run a row). Yields (patched runs done, of
-    how many, the Patching filled so far) before the first batch and after each: a caller that stops iterating keeps
-    what is done."""
-    read, clean, corrupted, found = _prepared(runner, clean_text, corrupted_text, answer, wrong, kinds, target,
-                                              position)
-    cells = [(kind, index) for kind, values in found.results.items() for index in np.ndindex(values.shape)]
-    batch = max(1, tokens_per_pass // (len(clean.ids) + len(clean.target_ids)))
+def patching_steps(runner: Runner, runs: PatchingRuns, tokens_per_pass: int = TOKENS_PER_PASS,
+                   max_work: int | None = None) -> Iterator[tuple[int, int, Patching]]:
+    """The patched runs of `runs`, in batches of about `tokens_per_pass` tokens (a patched run a row). Yields (patched
+    runs done, of how many, the Patching filled so far) before the first batch and after each: a caller that stops
+    iterating keeps what is done. UserError, before any run, where `runs.work` is over `max_work` (None: no limit)."""
+    if max_work is not None and runs.work > max_work:
+        cells = len(runs.cells())
+        raise UserError(f"Patching these kinds runs the model {cells:,} times over {runs.tokens_per_run:,} tokens "
+                        f"each ({runs.work:,} tokens); the limit here is {max_work:,}. Patch fewer kinds or a "
+                        "shorter text: attribution patching's estimate above covers every kind.")
+    found, cells = runs.fresh(), runs.cells()
+    batch = max(1, tokens_per_pass // runs.tokens_per_run)
     yield 0, len(cells), found
     for start in range(0, len(cells), batch):
         chunk = cells[start:start + batch]
         rows = [_patch(runner, kind, layer, other) for kind, (layer, other) in chunk]
-        values = read(runner.patched_outcomes(corrupted, clean.captured, rows))
+        values = runs.read(runner.patched_outcomes(runs.corrupted, runs.clean.captured, rows))
         for (kind, index), value in zip(chunk, values, strict=True):
             found.results[kind][index] = value  # filled in place: what the caller holds grows
         yield start + len(chunk), len(cells), found
@@ -142,30 +171,36 @@ def patching_steps(runner: Runner, clean_text: str, corrupted_text: str, answer:
 def attribution_patching(runner: Runner, clean_text: str, corrupted_text: str, answer: str, wrong: str,
                          kinds: tuple[str, ...] | None = None, *, target: str | None = None,
                          position: int = -1) -> Patching:
+    """Attribution patching's estimate (`estimate_patching`) of the patching `prepare_patching` prepares."""
+    return estimate_patching(runner, prepare_patching(runner, clean_text, corrupted_text, answer, wrong, kinds,
+                                                      target=target, position=position))
+
+
+def estimate_patching(runner: Runner, runs: PatchingRuns) -> Patching:
     """Attribution patching (Nanda 2023; Syed et al. 2023): each patched run's logit difference estimated to first
-    order from one run of each text and one backward pass of the corrupted one, the corrupted difference plus
-    (clean activation − corrupted activation) · the gradient of the difference with respect to that activation, summed
-    over its model dimension (a head's: over its positions too). Same arguments, shapes and checks as
-    `patching_steps`."""
-    _, clean, corrupted, exact = _prepared(runner, clean_text, corrupted_text, answer, wrong, kinds, target, position)
-    hooks = {kind: patched_hooks(runner, kind) for kind in exact.results}
-    a, b = (token_id(runner, word, what) for word, what in ((answer, "answer"), (wrong, "wrong answer")))
-    grads = runner.gradients(corrupted, [hook for names in hooks.values() for hook in names], exact.position,
+    order from the two runs and one backward pass of the corrupted one, the corrupted difference plus (clean
+    activation − corrupted activation) · the gradient of the difference with respect to that activation, summed over
+    its model dimension (a head's: over its positions too). The shapes of `patching_steps`'s."""
+    empty, clean, corrupted = runs.empty, runs.clean, runs.corrupted
+    hooks = {kind: patched_hooks(runner, kind) for kind in empty.results}
+    a, b = (token_id(runner, word, what) for word, what in ((empty.answer, "answer"), (empty.wrong, "wrong answer")))
+    grads = runner.gradients(corrupted, [hook for names in hooks.values() for hook in names], empty.position,
                              lambda logits: logits[a] - logits[b])
     results = {}
     for kind, names in hooks.items():
         change = [(clean[name].astype(np.float64) - corrupted[name]) * grads[name] for name in names]
         summed = [c.sum(axis=(1, 2)) if kind in HEAD_KINDS else c.sum(axis=-1) for c in change]  # (heads,) or (pos,)
-        results[kind] = exact.corrupted + np.stack(summed)
-    return replace(exact, results=results, estimated=True)
+        results[kind] = empty.corrupted + np.stack(summed)
+    return replace(empty, results=results, estimated=True)
 
 
-def _prepared(runner: Runner, clean_text: str, corrupted_text: str, answer: str, wrong: str,
-              kinds: tuple[str, ...] | None, target: str | None, position: int
-              ) -> tuple[Callable[[Outcome], np.ndarray], Trace, Trace, Patching]:
-    """What reads the logit difference from an outcome's rows, both runs (every activation a kind patches recorded),
-    and a Patching with their logit differences and empty results; UserError where the model, the kinds, the
-    answers, the texts or the position do not fit."""
+def prepare_patching(runner: Runner, clean_text: str, corrupted_text: str, answer: str, wrong: str,
+                     kinds: tuple[str, ...] | None = None, *, target: str | None = None,
+                     position: int = -1) -> PatchingRuns:
+    """Both runs of a patching of `corrupted_text` with `clean_text`'s activations, of equal token counts, read as the
+    logit difference of `answer` over `wrong` (one token each) after `position` of the decoder's sequence, both runs
+    reading `target` (an encoder-decoder's or a toy's output; None: the clean run's own), of `kinds` (None: every kind
+    of the model); UserError where the model, the kinds, the answers, the texts or the position do not fit."""
     facts = runner.facts
     if facts.kind == "encoder":
         raise UserError(f"{facts.model_id} is an encoder: it predicts no next token, so there is no logit "
@@ -204,8 +239,9 @@ def _prepared(runner: Runner, clean_text: str, corrupted_text: str, answer: str,
     layers = {kind: len(patched_hooks(runner, kind)) for kind in kinds}
     empty = {kind: np.full((layers[kind], facts.n_heads if kind in HEAD_KINDS else len(clean.ids)), np.nan)
              for kind in kinds}
-    return read, clean, corrupted, Patching(answer, wrong, clean.tokens, corrupted.tokens, float(clean_difference),
-                                            float(corrupted_difference), empty, position=p, output=target)
+    return PatchingRuns(read, clean, corrupted, Patching(answer, wrong, clean.tokens, corrupted.tokens,
+                                                         float(clean_difference), float(corrupted_difference), empty,
+                                                         position=p, output=target))
 
 
 def _patch(runner: Runner, kind: str, layer: int, other: int) -> Patch:

@@ -12,7 +12,7 @@ from streamlit.testing.v1 import AppTest
 from attention_atlas.model.hf.loading import load_hf_runner
 from attention_atlas.model.inspect.attribution import attribute, attribution_options
 from attention_atlas.model.inspect.contributions import contribution_graph, contribution_options
-from attention_atlas.model.inspect.patching import attribution_patching, patch
+from attention_atlas.model.inspect.patching import attribution_patching, patch, prepare_patching
 from attention_atlas.model.registry import load_runner
 from tests.app.app_session import open_app_page
 from tests.plotly_specs import chart, plotly_array
@@ -122,6 +122,30 @@ def test_patching_a_corruption_the_page_offers(folders) -> None:
                                     "the dog saw the fox", " fox", " dog")
     shown = plotly_array(chart(at, "Attribution patching's estimate for each head")["data"][0]["z"])
     np.testing.assert_allclose(shown, estimate.normalised("head_out"), atol=1e-6)
+
+
+def test_patching_over_the_servers_limit_keeps_the_estimate_and_says_why(folders, monkeypatch) -> None:
+    at = open_app_page(PAGE, folder=str(folders["gpt2"]), text="the fox saw the dog")
+    at.text_input(key="attribution_answer").set_value(" fox")
+    at.text_input(key="attribution_wrong").set_value(" dog")
+    at.text_input(key="attribution_corrupted").set_value("the dog saw the fox")
+    _run(at)
+    monkeypatch.setattr("attention_atlas.ui.patching_views.MAX_PATCH_WORK", 99)
+    at.button(key="attribution_patch").click()
+    _run(at)
+    runs = prepare_patching(load_hf_runner(str(folders["gpt2"])), "the fox saw the dog", "the dog saw the fox",
+                            " fox", " dog")
+    said = (f"runs the model {len(runs.cells()):,} times over {runs.tokens_per_run} tokens each ({runs.work:,} "
+            "tokens); the limit here is 99.")
+    for _ in range(2):  # and after any other rerun
+        assert [said in info.value for info in at.info] == [True] and not at.error
+        assert "attribution_patch_show" not in [radio.key for radio in at.radio]  # no patched runs to choose
+        chart(at, "Attribution patching's estimate for each head")
+        _run(at)
+    monkeypatch.undo()
+    at.button(key="attribution_patch").click()
+    _run(at)
+    assert not at.info and at.radio(key="attribution_patch_show").value == "exact"
 
 
 def test_patching_texts_of_different_lengths_says_so(folders) -> None:

@@ -15,7 +15,14 @@ from transformer_lens import patching as reference_patching
 import attention_atlas as aa
 from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.hf.loading import load_hf_runner
-from attention_atlas.model.inspect.patching import KINDS, attribution_patching, patch
+from attention_atlas.model.inspect.patching import (
+    KINDS,
+    attribution_patching,
+    estimate_patching,
+    patch,
+    patching_steps,
+    prepare_patching,
+)
 from tests.tiny_hf import build
 from tests.transformer_lens_reference import randomise_norms, reference_of
 
@@ -75,6 +82,28 @@ def test_bad_input_gets_a_sentence(tmp_path) -> None:
     encoder = load_hf_runner(str(build("bert", tmp_path / "bert")))
     with pytest.raises(UserError, match="is an encoder: it predicts no next token, so there is no logit difference"):
         patch(encoder, CLEAN, CORRUPTED, " fox", " dog")
+
+
+def test_one_preparation_serves_the_estimate_and_the_runs_within_a_limit(tmp_path) -> None:
+    """The two runs made once give what `patch` and `attribution_patching` give; the patched runs are counted in
+    tokens before any is made, and refused with a sentence over the limit asked for."""
+    runner = load_hf_runner(str(build("gpt2", tmp_path / "gpt2")))
+    runs = prepare_patching(runner, CLEAN, CORRUPTED, " fox", " dog")
+    assert len(runs.cells()) == 2 * 4 * 3 + 2 * 4 and runs.tokens_per_run == 4  # 2 layers x 4 positions x 3, x 4 heads
+    assert runs.work == 32 * 4
+    with pytest.raises(UserError, match=r"runs the model 32 times over 4 tokens each \(128 tokens\); the limit here "
+                                        r"is 127\. Patch fewer kinds or a shorter text"):
+        next(patching_steps(runner, runs, max_work=127))
+    *_, (done, total, found) = patching_steps(runner, runs, max_work=128)
+    assert done == total == 32 and found.complete
+    expected = patch(runner, CLEAN, CORRUPTED, " fox", " dog")
+    for kind in KINDS:
+        np.testing.assert_allclose(found.results[kind], expected.results[kind], atol=1e-6, err_msg=kind)
+    assert np.isnan(runs.empty.results["head_out"]).all()  # each patching fills results of its own
+    estimate = estimate_patching(runner, runs)
+    alone = attribution_patching(runner, CLEAN, CORRUPTED, " fox", " dog")
+    for kind in KINDS:
+        np.testing.assert_allclose(estimate.results[kind], alone.results[kind], atol=1e-9, err_msg=kind)
 
 
 def test_the_api(tmp_path) -> None:
