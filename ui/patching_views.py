@@ -154,7 +154,8 @@ def run_patching(runner: Runner, asked: tuple) -> None:
         if _stored(ESTIMATE, asked) is None:  # the texts or the answers do not fit
             show_error(str(error))
             return
-        st.session_state[REFUSED] = (asked, str(error))  # the patched runs over the limit: the estimate stands
+        st.session_state[REFUSED] = (asked, f"{error} Attribution patching's estimate, below, covers every "
+                                            "kind.")  # the patched runs over the limit: the estimate stands
     drawn.empty()
     bar.empty()
 

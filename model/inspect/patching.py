@@ -155,7 +155,7 @@ def patching_steps(runner: Runner, runs: PatchingRuns, tokens_per_pass: int = TO
         cells = len(runs.cells())
         raise UserError(f"Patching these kinds runs the model {cells:,} times over {runs.tokens_per_run:,} tokens "
                         f"each ({runs.work:,} tokens); the limit here is {max_work:,}. Patch fewer kinds or a "
-                        "shorter text: attribution patching's estimate above covers every kind.")
+                        "shorter text.")
     found, cells = runs.fresh(), runs.cells()
     batch = max(1, tokens_per_pass // runs.tokens_per_run)
     yield 0, len(cells), found

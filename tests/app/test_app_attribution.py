@@ -136,7 +136,8 @@ def test_patching_over_the_servers_limit_keeps_the_estimate_and_says_why(folders
     runs = prepare_patching(load_hf_runner(str(folders["gpt2"])), "the fox saw the dog", "the dog saw the fox",
                             " fox", " dog")
     said = (f"runs the model {len(runs.cells()):,} times over {runs.tokens_per_run} tokens each ({runs.work:,} "
-            "tokens); the limit here is 99.")
+            "tokens); the limit here is 99. Patch fewer kinds or a shorter text. Attribution patching's estimate, "
+            "below, covers every kind.")
     for _ in range(2):  # and after any other rerun
         assert [said in info.value for info in at.info] == [True] and not at.error
         assert "attribution_patch_show" not in [radio.key for radio in at.radio]  # no patched runs to choose
