@@ -70,6 +70,7 @@ bench: $(VENV)/.dev
 	$(PY) -m bench.head_scan
 	$(PY) -m bench.patching
 	$(PY) -m bench.train_snapshots
+	$(PY) -m bench.trace_file
 
 # The README's pictures (docs/images/), taken from the running app in the system Chromium at 1280 x 720.
 screenshots: $(VENV)/.dev

@@ -5,6 +5,7 @@ the trace is written to a file and read back."""
 from __future__ import annotations
 
 import io
+import zipfile
 from dataclasses import replace
 
 import numpy as np
@@ -96,3 +97,26 @@ def test_a_trace_read_from_its_file_holds_its_mask_as_the_run_did(trace: Trace) 
     _patterns_equal_with_the_whole_mask(read)
     for name, source in read.pattern_sources.items():
         np.testing.assert_array_equal(source.pattern(), trace.pattern_sources[name].pattern())
+
+
+def test_the_file_holds_the_mask_once_and_reads_one_written_with_a_mask_a_layer(trace: Trace) -> None:
+    """Each layer's source takes its site's mask (`mask:decoder.attn`), written once; queries and keys are stored as
+    they are, the mask deflated; a file of the first format, with every layer's mask of its own, reads the same."""
+    written = io.BytesIO()
+    trace.save(written)
+    members = {member.filename: member for member in zipfile.ZipFile(written).infolist()}
+    assert not [name for name in members if name.endswith(":allowed.npy")]
+    query = next(name for name in members if name.endswith(":query.npy"))
+    assert members[query].compress_type == zipfile.ZIP_STORED
+    assert members["mask:decoder.attn.npy"].compress_type == zipfile.ZIP_DEFLATED
+    written.seek(0)
+    arrays = dict(np.load(written))
+    whole = np.array(trace.masks["decoder.attn"])
+    first = io.BytesIO()
+    np.savez_compressed(first, **{**arrays, "format": np.array(1)},
+                        **{f"source:{name}:allowed": whole for name in trace.pattern_sources})
+    first.seek(0)
+    read = Trace.load(first)
+    for name, source in read.pattern_sources.items():
+        np.testing.assert_array_equal(source.pattern(), trace.pattern_sources[name].pattern())
+    assert all(source.allowed is read.masks["decoder.attn"] for source in read.pattern_sources.values())
