@@ -65,6 +65,7 @@ def live_view(training: LiveTraining) -> None:
     site = choose_site(list(snapshots[-1].patterns))
     timeline_column, score_column = st.columns([3, 2], vertical_alignment="bottom")
     with timeline_column:
+        forget_another_runs_timeline(training.run_id)
         snapshot = timeline(snapshots, training.snapshot_every)
     with score_column:
         score = choose_score(training, site)
@@ -116,6 +117,17 @@ def progress(training: LiveTraining) -> None:
         st.error(f"The training failed: {training.message}", icon=":material/error:")
     elif training.status == "stopped":
         st.info(f"The training {training.message}.", icon=":material/stop_circle:")
+
+
+def forget_another_runs_timeline(run_id: str) -> None:
+    """Where the timeline was left in the session's run before: a new run's timeline follows its newest snapshot."""
+    if st.session_state.get("train_timeline_of") == run_id:
+        return
+    st.session_state["train_timeline_of"] = run_id
+    for key in [key for key in st.session_state if str(key).startswith("train_snapshot_")]:
+        del st.session_state[key]
+    st.session_state.pop("train_follow", None)
+    st.session_state.pop("train_shown", None)
 
 
 def timeline(snapshots: list[Snapshot], snapshot_every: int) -> Snapshot:

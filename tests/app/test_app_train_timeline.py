@@ -52,3 +52,16 @@ def test_the_timeline_follows_after_a_cut_short_run_plays_round_and_stays_where_
     at.session_state["train_snapshot_50"] = 0
     run(at)
     assert slider().value == 150
+
+
+def test_a_new_training_follows_its_newest_snapshot_wherever_the_last_one_was_left() -> None:
+    at = train_page()
+    first = start(at, 100, 50)
+    until_done(at, first)
+    at.select_slider(key="train_snapshot_50").set_value(50)  # let go of the newest
+    run(at)
+    at.button(key="train_new").click()
+    run(at)
+    second = start(at, 150, 50)
+    until_done(at, second)
+    assert at.select_slider(key="train_snapshot_50").value == 150
