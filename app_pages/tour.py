@@ -18,19 +18,25 @@ from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.inspect.attribution import likeliest
 from attention_atlas.model.inspect.tour import Step, shape_label, step_shape, tour_options, tour_steps
+from attention_atlas.plot.tour import (
+    FIGURE_KINDS,
+    NEXT_TOKENS,
+    StepFigure,
+    next_token_figure,
+    stack_tokens,
+    step_figure,
+)
 from attention_atlas.ui import url_state
 from attention_atlas.ui.downloads import constant, csv_fits, downloads, file_name
 from attention_atlas.ui.messages import literal, show_error
 from attention_atlas.ui.page import current_runner, current_trace, trace_with
 from attention_atlas.ui.pickers import keep_valid
 from attention_atlas.ui.tour_questions import ask, mark_bar, mark_cell, predicting, verdict
-from attention_atlas.viz.outputs import next_token_bars, token_table
-from attention_atlas.viz.residual import layer_token_heatmap, norms
-from attention_atlas.viz.step_through import LIMIT, dimension_names, step_heatmap, truncation_note
-from attention_atlas.viz.tokens import position_label, visible_token
+from attention_atlas.viz.outputs import token_table
+from attention_atlas.viz.step_through import LIMIT
+from attention_atlas.viz.tokens import visible_token
 from attention_atlas.viz.tour import tour_diagram
 
-NEXT_TOKENS = 10  # bars in the last step
 PRESENTER_STYLE = ("<style>[data-testid='stSidebar'], [data-testid='stSidebarCollapsedControl'] { display: none; } "
                    "[data-testid='stMain'] p, [data-testid='stMain'] li { font-size: 1.3rem; } "
                    "[data-testid='stMain'] h3 { font-size: 2.1rem; }</style>")  # constant: no user text
@@ -108,13 +114,6 @@ def choose_step(steps: list[Step]) -> int:
     return index
 
 
-def stack_tokens(trace: Trace, step: Step) -> tuple[list[str], list[int]]:
-    """The tokens a step's stack reads: an encoder-decoder's decoder reads its output so far."""
-    if step.key.startswith("decoder.") and trace.facts.kind == "encoder-decoder":
-        return trace.target_tokens, trace.target_ids
-    return trace.tokens, trace.ids
-
-
 def choose_head(trace: Trace, words: DeltaGenerator) -> int:
     heads = list(range(trace.facts.n_heads))
     keep_valid("tour_head", heads)
@@ -124,96 +123,51 @@ def choose_head(trace: Trace, words: DeltaGenerator) -> int:
     return head
 
 
-def show_matrix(drawn: DeltaGenerator, value: np.ndarray, rows: list[str], title: str, names: tuple[str, str],
-                name: str) -> None:
-    """A (rows, columns) value drawn cut at the step heatmap's limit, with a note where it is cut."""
-    note = truncation_note(value.shape)
-    columns = dimension_names(value.shape[1])
-    draw(drawn, step_heatmap(value, rows, columns, title, axis_titles=names), name,
-         partial(table_of, value, rows, columns))
-    if note and not csv_fits(*value.shape):
-        drawn.caption(note.split(";")[0] + ".")
-    elif note:
-        drawn.caption(note)
-
-
 def show_step(trace: Trace, step: Step, words: DeltaGenerator, drawn: DeltaGenerator) -> None:
     """The step's shape line (and head picker) under its words, its figure beside them."""
-    tokens, ids = stack_tokens(trace, step)
-    labels = [position_label(i, t) for i, t in enumerate(tokens)]
     if step.kind == "tokens":
+        tokens, ids = stack_tokens(trace, step)
         words.caption(shape_label(("tokens",), (len(tokens),)))
         special = set(trace.facts.special_ids)
         drawn.dataframe(token_table(tokens, ids, [i in special for i in ids]))
         return
-    if step.kind == "matrix":
-        value = trace.captured[step.hook]  # (tokens, width)
-        words.caption(shape_label(step.dims, value.shape))
-        show_matrix(drawn, value, labels, f"{step.hook}", ("token", step.dims[1]),
-                    file_name(trace.facts.model_id, "tour", step.key))
-        return
-    if step.kind in ("head", "mask", "pattern"):
-        show_head_step(trace, step, choose_head(trace, words), words, drawn)
-        return
-    if step.kind == "layers":
-        show_layers(trace, step, tokens, words, drawn)
-        return
     if step.kind == "next token":
         show_next_token(trace, words, drawn)
-
-
-def show_head_step(trace: Trace, step: Step, head: int, words: DeltaGenerator, drawn: DeltaGenerator) -> None:
-    """One head of the first block: its queries or outputs (tokens, d_head), its scores (masked or not), its pattern."""
-    site = step.site
-    queries = [position_label(i, t) for i, t in enumerate(trace.query_tokens(site))]
-    keys = [position_label(i, t) for i, t in enumerate(trace.key_tokens(site))]
-    allowed = trace.masks[site]  # (queries, keys)
-    if step.kind == "pattern":
-        pattern = trace.head_pattern(site, 0, head)  # (queries, keys)
-        words.caption(shape_label(("queries", "keys"), pattern.shape) + " for one head; each row adds up to 1")
-        title = f"{site}.0 · head {head}: the attention pattern"
-        figure = step_heatmap(np.where(allowed, pattern, -np.inf), queries, keys, title, axis_titles=("query", "key"),
-                              zrange=(0.0, 1.0), colorscale="Viridis")
-        if predicting():
-            row = min(len(queries), LIMIT) - 1  # the last row drawn
-            seen = np.flatnonzero(allowed[row])
-            choices, right = [keys[j] for j in seen], int(np.argmax(pattern[row, seen]))
-            revealed, guess = ask(words, f"In head {head}, which token will {queries[row]} attend to most?", choices,
-                                  (trace.facts.model_id, trace.text, step.key, head))
-            if not revealed:
-                drawn.info("Guess, then reveal: the pattern shows where it looks.", icon=":material/help:")
-                return
-            words.markdown(literal(verdict(guess, right, choices)) + f" ({pattern[row, seen[right]]:.0%})")
-            figure = mark_cell(figure, row, int(seen[right]))
-        draw(drawn, figure, file_name(trace.facts.model_id, "tour", step.key, head),
-             partial(table_of, pattern, queries, keys))
         return
-    value = trace.captured[step.hook]
-    name = file_name(trace.facts.model_id, "tour", step.key, head)
-    words.caption(shape_label(step.dims, value.shape) + f"; head {head} shown")
-    one = value[head]
-    if step.kind == "head" and step.dims[1] == "tokens":
-        show_matrix(drawn, one, queries, f"{step.hook} · head {head}", ("token", "d_head"), name)
+    if step.kind not in FIGURE_KINDS:
         return
-    shown = np.where(allowed, one, -np.inf) if step.kind == "mask" else one  # (queries, keys)
-    title = f"{step.hook} · head {head}" + (" · masked" if step.kind == "mask" else "")
-    draw(drawn, step_heatmap(shown, queries, keys, title, axis_titles=("query", "key")), name,
-         partial(table_of, shown, queries, keys))
+    head = choose_head(trace, words) if step.kind in ("head", "mask", "pattern") else None
+    shown = step_figure(trace, step, head or 0)
+    words.caption(shown.shape)
+    figure = shown.figure
+    if step.kind == "pattern" and predicting():
+        figure = predicted_pattern(trace, step, head, shown, words, drawn)
+        if figure is None:
+            return
+    draw(drawn, figure, file_name(trace.facts.model_id, "tour", step.key, *(() if head is None else (head,))),
+         partial(table_of, shown.value, shown.rows, shown.columns))
+    if shown.note and not csv_fits(*shown.value.shape):
+        drawn.caption(shown.note.split(";")[0] + ".")
+    elif shown.note:
+        drawn.caption(shown.note)
 
 
-def show_layers(trace: Trace, step: Step, tokens: list[str], words: DeltaGenerator, drawn: DeltaGenerator) -> None:
-    """Each block's output, as the length of each token's vector: (layers, tokens)."""
-    stack = step.key.split(".")[0]
-    layers = trace.n_layers(f"{stack}.attn")
-    post = "hook_normalized_resid_post" if f"{stack}.0.hook_normalized_resid_post" in trace.captured \
-        else "hook_resid_post"
-    outputs = [trace.captured[f"{stack}.{layer}.{post}"] for layer in range(layers)]  # each (tokens, d_model)
-    words.caption(shape_label(("layers", "tokens", "d_model"), (layers, *outputs[0].shape)))
-    lengths = np.stack([norms(output) for output in outputs])  # (layers, tokens): no copy of every layer's vectors
-    blocks = [f"after block {layer}" for layer in range(layers)]
-    figure = layer_token_heatmap(lengths, blocks, tokens, f"‖{stack}.*.{post}‖ for each token", "length")
-    draw(drawn, figure, file_name(trace.facts.model_id, "tour", step.key),
-         partial(table_of, lengths, blocks, [position_label(i, t) for i, t in enumerate(tokens)]))
+def predicted_pattern(trace: Trace, step: Step, head: int, shown: StepFigure, words: DeltaGenerator,
+                      drawn: DeltaGenerator) -> go.Figure | None:
+    """Before the pattern, the question where its last row drawn looks most; once revealed, the verdict and the
+    pattern with the answer outlined (None until then)."""
+    allowed = trace.masks[step.site]  # (queries, keys)
+    queries, keys, pattern = shown.rows, shown.columns, shown.value
+    row = min(len(queries), LIMIT) - 1  # the last row drawn
+    seen = np.flatnonzero(allowed[row])
+    choices, right = [keys[j] for j in seen], int(np.argmax(pattern[row, seen]))
+    revealed, guess = ask(words, f"In head {head}, which token will {queries[row]} attend to most?", choices,
+                          (trace.facts.model_id, trace.text, step.key, head))
+    if not revealed:
+        drawn.info("Guess, then reveal: the pattern shows where it looks.", icon=":material/help:")
+        return None
+    words.markdown(literal(verdict(guess, right, choices)) + f" ({pattern[row, seen[right]]:.0%})")
+    return mark_cell(shown.figure, row, int(seen[right]))
 
 
 def show_next_token(trace: Trace, words: DeltaGenerator, drawn: DeltaGenerator) -> None:
@@ -226,7 +180,7 @@ def show_next_token(trace: Trace, words: DeltaGenerator, drawn: DeltaGenerator) 
     decoder = trace.target_tokens if trace.facts.kind == "encoder-decoder" else trace.tokens
     words.caption(shape_label(("vocabulary",), (trace.facts.vocab_size,)) + f": the {NEXT_TOKENS} likeliest shown")
     texts, probabilities = zip(*found, strict=True)
-    figure = next_token_bars(list(texts), np.array(probabilities), f"After {visible_token(decoder[-1])!r}")
+    figure = next_token_figure(trace, found)
     if predicting():
         order = sorted(range(len(texts)), key=texts.__getitem__)  # alphabetical: the order gives nothing away
         choices = [repr(visible_token(texts[i])) for i in order]

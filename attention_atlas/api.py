@@ -22,6 +22,7 @@ from attention_atlas.model.inspect.contributions import (
     contribution_options,
 )
 from attention_atlas.model.inspect.patching import Patching, attribution_patching, patch
+from attention_atlas.model.inspect.tour import tour_options
 from attention_atlas.model.registry import list_model_ids, load_runner
 
 PATTERNS = ("*.hook_pattern",)  # what `run` records unless asked: every attention pattern
@@ -71,6 +72,12 @@ class Model:
             raise UserError(f"no hook of {self.id} matches {', '.join(map(repr, unmatched))}; its hooks are: "
                              f"{', '.join(self.names())}")
         return trace
+
+    def tour(self, text: str, *, target: str | None = None) -> Trace:
+        """Run the model on `text` recording what the Tour draws (each stack's input and output, its first block
+        whole, every block's output): `aa.plot.tour_steps(trace)` lists the steps, `aa.plot.tour(trace, step)` draws
+        one. target: as for `run`."""
+        return self._runner.run(text, target, tour_options(self.facts))
 
     def attribute(self, text: str, answer: str, wrong: str | None = None, *, target: str | None = None,
                   position: int = -1) -> Attribution:

@@ -10,10 +10,13 @@ Each function draws through the same code as its page, with the page's defaults:
 for the same model, text and choice. A mistake raises ValueError with a sentence saying what to do (a hook the trace
 lacks: the hooks= to run with; an unknown site: the trace's sites). Nothing here imports Streamlit."""
 
+from attention_atlas.model.inspect.tour import tour_steps
 from attention_atlas.plot.attention import head, lines, model_view
 from attention_atlas.plot.generating import generation
 from attention_atlas.plot.masking import masks
 from attention_atlas.plot.positions import positional
 from attention_atlas.plot.stream import logit_lens, residual
+from attention_atlas.plot.tour import tour
 
-__all__ = ["generation", "head", "lines", "logit_lens", "masks", "model_view", "positional", "residual"]
+__all__ = ["generation", "head", "lines", "logit_lens", "masks", "model_view", "positional", "residual", "tour",
+           "tour_steps"]

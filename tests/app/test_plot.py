@@ -198,3 +198,26 @@ def test_attentions_share_where_the_blocks_run_side_by_side_is_of_the_sum_it_wen
         return np.linalg.norm(np.stack([trace[f"decoder.{i}.{name}"] for i in range(2)]), axis=-1)
 
     np.testing.assert_allclose(drawn, norm("hook_attn_out") / norm("hook_resid_post"), rtol=1e-5)
+
+
+def test_the_tour_page_draws_a_step_of_each_kind(s: Session) -> None:
+    trace = s.model.tour(s.text)
+    steps = plot.tour_steps(trace)
+    firsts = {step.kind: index for index, step in reversed(list(enumerate(steps)))}  # each kind's first step
+    at = s.at.switch_page("app_pages/tour.py")
+    for kind in ("matrix", "head", "mask", "pattern", "layers", "next token"):
+        if kind not in firsts:  # an encoder predicts no next token
+            assert kind == "next token" and s.model.facts.kind == "encoder"
+            continue
+        at.session_state["tour_step"] = firsts[kind]
+        at.session_state["tour_head"] = 1
+        at.run()
+        assert not at.exception, at.exception[0].message if at.exception else ""
+        assert_page_drew(at, plot.tour(trace, steps[firsts[kind]].key, head=1, model=s.model))
+    if s.model.facts.kind == "encoder":
+        assert plot.tour(trace, "output") is None  # words alone
+        with pytest.raises(ValueError, match=r"this tour has no step 'next token'; its steps: 'encoder\.tokens'"):
+            plot.tour(trace, "next token")
+    else:
+        with pytest.raises(ValueError, match="reads the model's unembedding: pass model="):
+            plot.tour(trace, "next token")
