@@ -23,8 +23,8 @@ from attention_atlas.plot.tour import (
     NEXT_TOKENS,
     StepFigure,
     next_token_figure,
-    stack_tokens,
     step_figure,
+    tokens_table,
 )
 from attention_atlas.ui import url_state
 from attention_atlas.ui.downloads import constant, csv_fits, downloads, file_name
@@ -32,7 +32,6 @@ from attention_atlas.ui.messages import literal, show_error
 from attention_atlas.ui.page import current_runner, current_trace, trace_with
 from attention_atlas.ui.pickers import keep_valid
 from attention_atlas.ui.tour_questions import ask, mark_bar, mark_cell, predicting, verdict
-from attention_atlas.viz.outputs import token_table
 from attention_atlas.viz.step_through import LIMIT
 from attention_atlas.viz.tokens import visible_token
 from attention_atlas.viz.tour import tour_diagram
@@ -126,10 +125,9 @@ def choose_head(trace: Trace, words: DeltaGenerator) -> int:
 def show_step(trace: Trace, step: Step, words: DeltaGenerator, drawn: DeltaGenerator) -> None:
     """The step's shape line (and head picker) under its words, its figure beside them."""
     if step.kind == "tokens":
-        tokens, ids = stack_tokens(trace, step)
-        words.caption(shape_label(("tokens",), (len(tokens),)))
-        special = set(trace.facts.special_ids)
-        drawn.dataframe(token_table(tokens, ids, [i in special for i in ids]))
+        table = tokens_table(trace, step)
+        words.caption(shape_label(("tokens",), (len(table),)))
+        drawn.dataframe(table)
         return
     if step.kind == "next token":
         show_next_token(trace, words, drawn)

@@ -60,9 +60,7 @@ def tour(trace: Trace, step: int | str, *, head: int = 0, model: Model | Runner 
     if chosen.kind in ("head", "mask", "pattern") and not 0 <= head < trace.facts.n_heads:
         raise UserError(f"{trace.facts.model_id} has heads 0 to {trace.facts.n_heads - 1}, not {head}")
     if chosen.kind == "tokens":
-        tokens, ids = stack_tokens(trace, chosen)
-        special = set(trace.facts.special_ids)
-        return token_table(tokens, ids, [i in special for i in ids])
+        return tokens_table(trace, chosen)
     if chosen.kind == "next token":
         if model is None:
             raise UserError("the next token's step reads the model's unembedding: pass model=, the model that made "
@@ -80,6 +78,13 @@ def stack_tokens(trace: Trace, step: Step) -> tuple[list[str], list[int]]:
     if step.key.startswith("decoder.") and trace.facts.kind == "encoder-decoder":
         return trace.target_tokens, trace.target_ids
     return trace.tokens, trace.ids
+
+
+def tokens_table(trace: Trace, step: Step) -> pd.DataFrame:
+    """The tokens step: each token the step's stack reads, its id, and whether it is a special token."""
+    tokens, ids = stack_tokens(trace, step)
+    special = set(trace.facts.special_ids)
+    return token_table(tokens, ids, [i in special for i in ids])
 
 
 def step_figure(trace: Trace, step: Step, head: int = 0) -> StepFigure:
