@@ -23,7 +23,7 @@ from attention_atlas.model.core.runner import Runner
 from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.inspect.attribution import likeliest
 from attention_atlas.model.inspect.tour import Step, shape_label, tour_steps
-from attention_atlas.plot.common import check_same_model, runner_of
+from attention_atlas.plot.common import check_same_model, runner_of, stack_tokens
 from attention_atlas.viz.outputs import next_token_bars, token_table
 from attention_atlas.viz.residual import layer_token_heatmap, norms
 from attention_atlas.viz.step_through import dimension_names, step_heatmap, truncation_note
@@ -73,18 +73,12 @@ def tour(trace: Trace, step: int | str, *, head: int = 0, model: Model | Runner 
     return step_figure(trace, chosen, head).figure
 
 
-def stack_tokens(trace: Trace, step: Step) -> tuple[list[str], list[int]]:
-    """The tokens a step's stack reads: an encoder-decoder's decoder reads its output so far."""
-    if step.key.startswith("decoder.") and trace.facts.kind == "encoder-decoder":
-        return trace.target_tokens, trace.target_ids
-    return trace.tokens, trace.ids
-
-
 def tokens_table(trace: Trace, step: Step) -> pd.DataFrame:
-    """The tokens step: each token the step's stack reads, its id, and whether it is a special token."""
-    tokens, ids = stack_tokens(trace, step)
+    """The tokens step: each token the step's stack reads (an encoder-decoder's decoder: its output so far), its id,
+    and whether it is a special token."""
+    ids = trace.query_ids(f"{step.stack}.attn")
     special = set(trace.facts.special_ids)
-    return token_table(tokens, ids, [i in special for i in ids])
+    return token_table(stack_tokens(trace, step.stack), ids, [i in special for i in ids])
 
 
 def step_figure(trace: Trace, step: Step, head: int = 0) -> StepFigure:
@@ -94,8 +88,8 @@ def step_figure(trace: Trace, step: Step, head: int = 0) -> StepFigure:
         return _layers(trace, step)
     if step.kind == "matrix":
         value = trace.captured[step.hook]  # (tokens, width)
-        tokens, _ = stack_tokens(trace, step)
-        return _matrix(value, _labels(tokens), step.hook, ("token", step.dims[1]), shape_label(step.dims, value.shape))
+        return _matrix(value, _labels(stack_tokens(trace, step.stack)), step.hook, ("token", step.dims[1]),
+                       shape_label(step.dims, value.shape))
     site = step.site
     queries, keys = _labels(trace.query_tokens(site)), _labels(trace.key_tokens(site))
     allowed = trace.masks[site]  # (queries, keys)
@@ -138,7 +132,7 @@ def _matrix(value: np.ndarray, rows: list[str], title: str, names: tuple[str, st
 def _layers(trace: Trace, step: Step) -> StepFigure:
     """Each block's output, as the length of each token's vector: (layers, tokens)."""
     stack = step.stack
-    tokens, _ = stack_tokens(trace, step)
+    tokens = stack_tokens(trace, stack)
     layers = trace.n_layers(f"{stack}.attn")
     post = "hook_normalized_resid_post" if f"{stack}.0.hook_normalized_resid_post" in trace.captured \
         else "hook_resid_post"
