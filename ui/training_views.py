@@ -133,10 +133,11 @@ def forget_another_runs_timeline(run_id: str) -> None:
 def timeline(snapshots: list[Snapshot], snapshot_every: int) -> Snapshot:
     """The snapshot slider: it follows the newest snapshot until the person moves it elsewhere (its callback, which
     only a person's move calls, says whether they left it at the newest), and moves on by itself while the timeline
-    plays. Its widget is keyed by the interval: a slider keeps the position of its value among its options, so after
-    a thinning (model/toy/live.py) the old widget would point at another step."""
+    plays. Its widget is keyed by its options (their count and the newest): a new snapshot or a thinning
+    (model/toy/live.py) makes a new widget, so a browser that has not yet drawn the last run cannot send the old
+    widget's value back as a move (a slider keeps the position of its value among its options, too)."""
     steps = [s.step for s in snapshots]
-    key = f"train_snapshot_{snapshot_every}"
+    key = f"train_snapshot_{len(steps)}_{steps[-1]}_{snapshot_every}"
     chosen = st.session_state.get(key, st.session_state.get("train_shown"))
     if st.session_state.get("train_play"):
         chosen = steps[(steps.index(chosen) + 1) % len(steps)] if chosen in steps else steps[0]

@@ -35,8 +35,8 @@ def test_the_timeline_follows_after_a_cut_short_run_plays_round_and_stays_where_
     at = train_page()
     training = start(at, 150, 50)
     until_done(at, training)
-    slider = lambda: at.select_slider(key="train_snapshot_50")  # noqa: E731
-    at.session_state["train_snapshot_50"] = 0  # what the cut-short run wrote while step 0 was the only snapshot
+    slider = lambda: at.select_slider[0]  # noqa: E731
+    at.session_state[slider().key] = 0  # what the cut-short run wrote while step 0 was the only snapshot
     run(at)
     assert slider().value == 150
     at.toggle(key="train_play").set_value(True)
@@ -49,7 +49,7 @@ def test_the_timeline_follows_after_a_cut_short_run_plays_round_and_stays_where_
     assert slider().value == 0  # where the play stopped
     slider().set_value(150)  # the person takes it to the newest: it follows again
     run(at)
-    at.session_state["train_snapshot_50"] = 0
+    at.session_state[slider().key] = 0
     run(at)
     assert slider().value == 150
 
@@ -58,10 +58,10 @@ def test_a_new_training_follows_its_newest_snapshot_wherever_the_last_one_was_le
     at = train_page()
     first = start(at, 100, 50)
     until_done(at, first)
-    at.select_slider(key="train_snapshot_50").set_value(50)  # let go of the newest
+    at.select_slider[0].set_value(50)  # let go of the newest
     run(at)
     at.button(key="train_new").click()
     run(at)
     second = start(at, 150, 50)
     until_done(at, second)
-    assert at.select_slider(key="train_snapshot_50").value == 150
+    assert at.select_slider[0].value == 150

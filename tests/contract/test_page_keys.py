@@ -41,7 +41,7 @@ NOT_KEPT = {  # value widgets' keys deliberately not kept (a glob where the key 
     "activations_text_start": "the neurons' window over a long text opens on its last tokens",
     "generate_pick": "a step of this generation, which a visit elsewhere may reset",
     "generate_force_pick": "a token of this step",
-    "train_snapshot_*": "the snapshot slider follows the newest snapshot, keyed by the interval (ui/training_views.py)",
+    "train_snapshot_*": "the snapshot slider follows the newest snapshot, keyed by its options (ui/training_views.py)",
 }
 
 
