@@ -26,11 +26,11 @@ def norm_module(runner: Runner, hook_name: str) -> nn.Module:
 
 def norm_affine(module: nn.Module) -> tuple[np.ndarray, np.ndarray]:
     """(gain, bias), each (d,) float64: what a norm multiplies its normalised input by and adds, read from what the
-    module does (any formula: weight, Gemma's 1 + weight, OLMo's none), by normalising e = (1, -1, 1, ...) and -e,
+    module does (any formula: weight, Gemma's 1 + weight, OLMo's none), by normalising a probe e (`_probe`) and -e,
     whose mean is 0 and whose mean square is 1, so that each comes out as ±e / sqrt(1 + eps) x gain + bias."""
     if isinstance(module, nn.Identity):  # in a norm's place (ModernBERT's first layer): nothing is done
         return np.ones(1), np.zeros(1)
-    e = torch.tensor([1.0, -1.0], dtype=torch.float64).repeat((_width(module) + 1) // 2)[:_width(module)]
+    e = _probe(_width(module))
     plus, minus = _apply(module, e), _apply(module, -e)
     gain = (plus - minus) / 2 * np.sqrt(1 + norm_eps(module)) / e.numpy()
     return gain, (plus + minus) / 2
@@ -44,6 +44,18 @@ def norm_centres(module: nn.Module) -> bool:
     gain, bias = norm_affine(module)
     out = _apply(module, torch.full((_width(module),), 3.0, dtype=torch.float64))
     return bool(np.abs(out - bias).max() < 1e-2 * max(np.abs(gain).max(), 1.0))
+
+
+def _probe(width: int) -> torch.Tensor:
+    """(width,) float64 with no zero entry, mean 0 and mean square 1 (width >= 2): (1, -1, 1, -1, ...) for an even
+    width; for an odd one (1, 1, -2) followed by (1, -1, ...), scaled by sqrt(width / (width + 3)). Width 1 has no
+    zero-mean probe: (1,) (an RMSNorm's gain is still read; a LayerNorm of one value returns its bias)."""
+    if width % 2 == 0:
+        return torch.tensor([1.0, -1.0], dtype=torch.float64).repeat(width // 2)
+    if width == 1:
+        return torch.ones(1, dtype=torch.float64)
+    rest = torch.tensor([1.0, -1.0], dtype=torch.float64).repeat((width - 3) // 2)
+    return torch.cat([torch.tensor([1.0, 1.0, -2.0], dtype=torch.float64), rest]) * np.sqrt(width / (width + 3))
 
 
 def _width(module: nn.Module) -> int:
