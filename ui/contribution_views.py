@@ -55,7 +55,7 @@ def contribution_section(runner: Runner, trace: Trace, position: int,
 def _describe(edge: Edge, tokens: list[str]) -> str:
     share = edge.heads[edge.head] if edge.head is not None else 0.0
     return (f"layer {edge.layer}: {visible_token(tokens[edge.source])} → {visible_token(tokens[edge.target])}, share "
-            f"{edge.weight:.2f}<br>head {edge.head} brings {share:.2f} of it · click to open")
+            f"{edge.weight:.2f}\nhead {edge.head} brings {share:.2f} of it · click to open")
 
 
 def _clicked(attention: list[Edge], open_head: Callable[[str, int, int], None]) -> None:

@@ -7,12 +7,13 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from attention_atlas.viz.tokens import plotly_label
+from attention_atlas.viz.tokens import plotly_label, plotly_text
 
 
 def scan_heatmap(effects: np.ndarray, title: str, measure: str) -> go.Figure:
     """effects (layers, heads): the change the ablation of each head alone made, darker = more."""
     layers, heads = effects.shape
+    title, measure = plotly_text(title), plotly_text(measure)
     fig = go.Figure(go.Heatmap(
         z=effects.astype(np.float64), x=list(range(heads)), y=list(range(layers)), colorscale="Reds", zmin=0,
         colorbar={"title": {"text": measure, "side": "right"}},
@@ -27,6 +28,7 @@ def scan_heatmap(effects: np.ndarray, title: str, measure: str) -> go.Figure:
 def change_bars(tokens: Sequence[str], values: np.ndarray, title: str, measure: str) -> go.Figure:
     """One bar a position: `values` (positions,) of `measure`, labelled by the token at each position."""
     labels = [f"{i}: {plotly_label(t)}" for i, t in enumerate(tokens)]
+    title, measure = plotly_text(title), plotly_text(measure)
     fig = go.Figure(go.Bar(x=labels, y=np.asarray(values, dtype=np.float64),
                            hovertemplate="%{x}<br>" + measure + ": %{y:.4g}<extra></extra>"))
     fig.update_xaxes(title="position: the token read there")

@@ -9,7 +9,7 @@ import itertools
 import numpy as np
 import plotly.graph_objects as go
 
-from attention_atlas.viz.tokens import plotly_label
+from attention_atlas.viz.tokens import plotly_label, plotly_text
 
 
 def head_shares_heatmap(shares: np.ndarray, title: str, measure: str, *, clickable: bool = True,
@@ -20,6 +20,7 @@ def head_shares_heatmap(shares: np.ndarray, title: str, measure: str, *, clickab
     layers, heads = shares.shape
     reach = max(least, float(np.nanmax(np.abs(shares))) if np.isfinite(shares).any() else 0.0) or 1.0
     layer_of, head_of = np.divmod(np.arange(layers * heads), heads)
+    title, measure = plotly_text(title), plotly_text(measure)
     hover = "layer %{y} · head %{x}<br>" + measure + ": %{z:+.4g}<extra></extra>"
     return go.Figure({  # one dict, validated once
         "data": [
@@ -46,6 +47,8 @@ def head_shares_heatmap(shares: np.ndarray, title: str, measure: str, *, clickab
 
 def layer_shares_bars(parts: dict[str, np.ndarray], title: str, measure: str) -> go.Figure:
     """parts: name -> (layers,) each layer's share of that kind ("attention heads", "MLP" …), bars side by side."""
+    title, measure = plotly_text(title), plotly_text(measure)
+    parts = {plotly_text(name): values for name, values in parts.items()}
     fig = go.Figure([go.Bar(name=name, x=list(range(len(values))), y=np.asarray(values, np.float64),
                             hovertemplate=f"layer %{{x}} · {name}<br>{measure}: %{{y:+.4g}}<extra></extra>")
                      for name, values in parts.items()])
@@ -68,7 +71,8 @@ def patching_heatmap(values: np.ndarray, tokens: list[str], title: str) -> go.Fi
         hovertemplate="layer %{y} · %{x}<br>restored: %{z:.3f}<extra></extra>"))
     fig.update_xaxes(title="position: the clean token there", tickangle=-45)
     fig.update_yaxes(title="layer", autorange="reversed", dtick=1 if layers <= 16 else None)
-    fig.update_layout(title=title, height=min(760, 200 + 22 * layers), margin={"l": 60, "r": 20, "t": 50, "b": 90})
+    fig.update_layout(title=plotly_text(title), height=min(760, 200 + 22 * layers),
+                      margin={"l": 60, "r": 20, "t": 50, "b": 90})
     return fig
 
 
@@ -83,12 +87,12 @@ def contribution_graph_figure(edges: list[tuple[str, int, int, int, float]], tok
                               clickable: list[tuple[float, float, str]], title: str) -> go.Figure:
     """The routes to a prediction: a column per token, a row per level of the residual stream (2 a layer: after its
     attention, after its MLP), each edge (kind, level, source, target, share) a line wider as its share is larger
-    (SHARE_STEPS). Over each
-    attention edge's middle lies a marker (trace 0, in the order of `clickable`: x, y, its hover text) a click
-    selects."""
+    (SHARE_STEPS). Over each attention edge's middle lies a marker (trace 0, in the order of `clickable`: x, y, its
+    hover text: plain text, its lines split at newlines) a click selects."""
+    hover = ["<br>".join(plotly_text(line) for line in c[2].split("\n")) for c in clickable]
     data: list[dict] = [{"type": "scatter", "x": [c[0] for c in clickable], "y": [c[1] for c in clickable],
-                         "mode": "markers", "showlegend": False, "hovertext": [c[2] for c in clickable],
-                         "hoverinfo": "text", "marker": {"size": 12, "color": "rgba(0,0,0,0)"}}]
+                         "mode": "markers", "showlegend": False, "hovertext": hover, "hoverinfo": "text",
+                         "marker": {"size": 12, "color": "rgba(0,0,0,0)"}}]
     for kind, colour in EDGE_COLOURS.items():
         for (low, high), width in zip(itertools.pairwise(SHARE_STEPS), LINE_WIDTHS, strict=True):
             chosen = [e for e in edges if e[0] == kind and low < e[4] <= high]
@@ -104,7 +108,7 @@ def contribution_graph_figure(edges: list[tuple[str, int, int, int, float]], tok
     return go.Figure({
         "data": data,
         "layout": {
-            "title": {"text": title, "x": 0, "xanchor": "left"},
+            "title": {"text": plotly_text(title), "x": 0, "xanchor": "left"},
             "xaxis": {"tickvals": list(range(len(tokens))), "ticktext": [f"{i}: {plotly_label(t)}"
                                                                        for i, t in enumerate(tokens)],
                       "tickangle": -45, "showgrid": False, "zeroline": False, "title": {"text": "token"}},

@@ -9,6 +9,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from attention_atlas.viz.residual import layer_token_heatmap
+from attention_atlas.viz.tokens import plotly_text
 
 RANKS_WRITTEN_UP_TO = 64  # tokens: with more, the chosen experts' ranks are in the hover only
 
@@ -40,7 +41,7 @@ def routing_heatmap(probabilities: np.ndarray, indices: np.ndarray, tokens: Sequ
                          "%{customdata} (0: not chosen)<extra></extra>")
     if len(tokens) <= RANKS_WRITTEN_UP_TO:  # each choice a white disc with its rank: legible on any cell
         expert, position = np.nonzero(ranks)
-        columns = list(figure.data[0].x)
+        columns, rows = list(figure.data[0].x), list(figure.data[0].y)
         figure.add_trace(go.Scatter(
             x=[columns[p] for p in position], y=[rows[e] for e in expert], mode="markers+text",
             text=[str(ranks[e, p]) for e, p in zip(expert, position, strict=True)], textfont={"size": 12},
@@ -54,10 +55,10 @@ def expert_load_heatmap(counts: np.ndarray, layers: Sequence[str], title: str) -
     experts = counts.shape[1]
     return go.Figure({"data": [{
         "type": "heatmap", "z": counts, "x": [f"expert {e}" for e in range(experts)],
-        "y": list(layers), "colorscale": "Oranges", "zmin": 0,
+        "y": [plotly_text(name) for name in layers], "colorscale": "Oranges", "zmin": 0,
         "colorbar": {"title": {"text": "tokens"}}, "text": counts, "texttemplate": "%{text}",
         "hovertemplate": "%{y} · %{x}<br>%{z} tokens<extra></extra>"}], "layout": {
-        "title": {"text": title, "x": 0, "xanchor": "left"},
+        "title": {"text": plotly_text(title), "x": 0, "xanchor": "left"},
         "xaxis": {"type": "category", "title": {"text": "expert"}},
         "yaxis": {"type": "category", "autorange": "reversed", "automargin": True},
         "height": max(260, min(900, 110 + 28 * len(layers))), "margin": {"l": 60, "r": 20, "t": 50, "b": 40}}})

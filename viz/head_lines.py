@@ -15,7 +15,7 @@ import numpy as np
 import plotly.colors
 import plotly.graph_objects as go
 
-from attention_atlas.viz.tokens import plotly_label
+from attention_atlas.viz.tokens import plotly_label, plotly_text
 
 PALETTE = plotly.colors.qualitative.Plotly  # mid-tone colours, readable on light and dark backgrounds
 BIN_EDGES = (0.05, 0.15, 0.4)  # attention probability edges of the 4 bins (absolute, so heads compare)
@@ -134,6 +134,6 @@ def head_lines_figure(
     fig = go.Figure(traces)
     fig.update_xaxes(visible=False, range=[-0.45, 1.45], fixedrange=True)
     fig.update_yaxes(visible=False, range=[rows - 0.5, -0.5])  # reversed: token 0 at the top
-    fig.update_layout(title=title, height=height, hovermode="closest", legend={"title": {"text": "head"}},
+    fig.update_layout(title=plotly_text(title), height=height, hovermode="closest", legend={"title": {"text": "head"}},
                       margin={"l": 10, "r": 10, "t": 60 if title else 30, "b": 10})
     return fig

@@ -7,7 +7,6 @@ is the matrix plus two label lists, which keeps one head usable at 2048 tokens.
 
 from __future__ import annotations
 
-import html
 import itertools
 from collections.abc import Sequence
 from typing import Any
@@ -17,7 +16,7 @@ import plotly.graph_objects as go
 
 from attention_atlas.viz.masked import LEGEND_ABOVE, hatch_image
 from attention_atlas.viz.masked import legend_entry as masked_legend_entry
-from attention_atlas.viz.tokens import plotly_label, position_label
+from attention_atlas.viz.tokens import plotly_label, plotly_text, position_label
 
 TICK_LABELS_UP_TO = 64  # beyond this many tokens plotly thins the axis labels itself
 WINDOW = 512  # the most rows and columns a page should draw cell by cell (2048 x 2048 is 25 MB and 15 s)
@@ -27,14 +26,15 @@ COLOR_SCALES = ["Viridis", "Blues", "Magma", "Cividis", "Greys"]
 
 
 def position_labels(tokens: Sequence[str], positions: Sequence[int] | None = None) -> list[str]:
-    """Unique axis categories: "#<position> <token>", the token HTML-escaped for plotly."""
+    """Unique axis categories: "#<position> <token>", escaped for plotly (`plotly_text`)."""
     positions = range(len(tokens)) if positions is None else positions
-    return [html.escape(position_label(p, t), quote=False) for p, t in zip(positions, tokens, strict=True)]
+    return [plotly_text(position_label(p, t)) for p, t in zip(positions, tokens, strict=True)]
 
 
 def _axis(title: str, categories: list[str], tokens: Sequence[str], **extra: Any) -> dict[str, Any]:
     """A categorical axis; short token labels on the ticks when they fit, plotly's own thinning otherwise."""
-    axis = {"title": {"text": title}, "type": "category", "showgrid": False, **extra}  # no lines over hatched cells
+    axis = {"title": {"text": plotly_text(title)}, "type": "category", "showgrid": False,  # no lines over hatched cells
+            **extra}
     if len(categories) <= TICK_LABELS_UP_TO:
         axis |= {"tickmode": "array", "tickvals": categories, "ticktext": [plotly_label(t) for t in tokens]}
     return axis
@@ -63,12 +63,14 @@ def matrix_heatmap(
     True where a mask hid the key from the query: drawn hatched grey, with a legend entry (viz/masked.py).
     height: pixels (default: grows with the number of tokens). categories: the rows' and columns' axis
     categories, where they are not tokens (blocks of positions, `block_labels`)."""
-    rows, cols = categories or (position_labels(row_tokens, row_positions), position_labels(col_tokens, col_positions))
+    rows, cols = ([[plotly_text(c) for c in axis] for axis in categories] if categories else
+                  (position_labels(row_tokens, row_positions), position_labels(col_tokens, col_positions)))
     z = np.asarray(values, dtype=np.float32)  # float16 is not a plotly array type
     any_masked = masked is not None and bool(masked.any())
     if any_masked:
         z = np.where(masked, np.float32(np.nan), z)  # empty cells: the hatched image shows through
     write_values = show_values and max(z.shape) <= VALUES_UP_TO
+    value_name = plotly_text(value_name)
     heatmap = {
         "type": "heatmap", "z": z, "x": cols, "y": rows, "colorscale": colorscale, "zmin": zrange[0],
         "zmax": zrange[1], "colorbar": {"title": {"text": value_name}}, "hoverongaps": False,
@@ -79,8 +81,8 @@ def matrix_heatmap(
     side = height or max(320, min(900, 40 + 28 * max(len(rows), len(cols))))
     layout = {
         # the title alone above the plot; the key axis below it, its margin growing with its tick labels
-        "title": {"text": title, "x": 0, "xanchor": "left", "y": 1, "yref": "container", "yanchor": "top",
-                  "pad": {"t": 10}, "automargin": True},
+        "title": {"text": plotly_text(title), "x": 0, "xanchor": "left", "y": 1, "yref": "container",
+                  "yanchor": "top", "pad": {"t": 10}, "automargin": True},
         "xaxis": _axis(axis_titles[1], cols, col_tokens, side="bottom", automargin=True),
         "yaxis": _axis(axis_titles[0], rows, row_tokens, autorange="reversed", automargin=True),
         "height": side, "margin": {"l": 60, "r": 20, "t": 60 if any_masked else 40, "b": 20},
@@ -116,12 +118,13 @@ def layer_head_heatmap(values: np.ndarray, value_name: str, title: str = "", col
     z = np.asarray(values, dtype=np.float32)
     finite = z[np.isfinite(z)]
     low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+    value_name = plotly_text(value_name)
     return go.Figure({
         "data": [{"type": "heatmap", "z": z, "colorscale": colorscale, "zmin": low, "zmax": max(high, low + 1e-6),
                   "colorbar": {"title": {"text": value_name}},
                   "hovertemplate": f"layer %{{y}} · head %{{x}}<br>{value_name} %{{z:.3f}}<extra></extra>"}],
         "layout": {
-            "title": {"text": title, "x": 0, "xanchor": "left"},
+            "title": {"text": plotly_text(title), "x": 0, "xanchor": "left"},
             "xaxis": {"title": {"text": "head"}, "side": "top", "dtick": 1},
             "yaxis": {"title": {"text": "layer"}, "autorange": "reversed", "dtick": 1},
             "height": max(260, min(900, 120 + 24 * z.shape[0])), "margin": {"l": 60, "r": 20, "t": 80, "b": 20},

@@ -9,7 +9,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from attention_atlas.viz.heatmap import TICK_LABELS_UP_TO, position_labels
-from attention_atlas.viz.tokens import plotly_label
+from attention_atlas.viz.tokens import plotly_label, plotly_text
 
 Spell = Callable[[list[int]], list[str]]  # token ids -> how they read
 
@@ -34,8 +34,8 @@ def lens_grid(top_ids: np.ndarray, top_probs: np.ndarray, spell: Spell, tokens: 
         "customdata": hover, "hovertemplate": "%{customdata}<extra></extra>", "colorscale": "Blues",
         "zmin": 0.0, "zmax": 1.0, "colorbar": {"title": {"text": "p(top token)"}}, "textfont": {"size": 14},
     }], "layout": {
-        "title": {"text": title, "x": 0, "xanchor": "left", "y": 1, "yref": "container", "yanchor": "top",
-                  "pad": {"t": 10}}, "xaxis": xaxis,
+        "title": {"text": plotly_text(title), "x": 0, "xanchor": "left", "y": 1, "yref": "container",
+                  "yanchor": "top", "pad": {"t": 10}}, "xaxis": xaxis,
         "yaxis": {"title": {"text": "layer"}, "autorange": "reversed", "dtick": 1 if layers <= 32 else None},
         "height": max(300, min(1100, 140 + 26 * layers)), "margin": {"l": 60, "r": 20, "t": 90, "b": 20},
         "hoverlabel": {"font": {"size": 14}},
@@ -47,12 +47,13 @@ def rank_lines(ranks: np.ndarray, probs: np.ndarray, names: Sequence[str], title
     every layer (log axis, 1 at the top) with its probability on hover."""
     layers = list(range(ranks.shape[0]))
     worst = max(2, int(ranks.max()) if ranks.size else 2)
+    names = [plotly_text(name) for name in names]
     data = [{"type": "scatter", "mode": "lines+markers", "x": layers, "y": ranks[:, i].astype(np.int64),
              "customdata": probs[:, i].astype(np.float32), "name": name,
              "hovertemplate": f"{name} · layer %{{x}}<br>rank %{{y}} · p %{{customdata:.3f}}<extra></extra>"}
             for i, name in enumerate(names)]
     return go.Figure({"data": data, "layout": {
-        "title": {"text": title, "x": 0, "xanchor": "left"}, "height": 340,
+        "title": {"text": plotly_text(title), "x": 0, "xanchor": "left"}, "height": 340,
         "xaxis": {"title": {"text": "layer"}, "dtick": 1 if len(layers) <= 32 else None},
         "yaxis": {"title": {"text": "rank of the final prediction"}, "type": "log",
                   "range": [np.log10(worst * 1.5), np.log10(0.8)]},

@@ -11,7 +11,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from attention_atlas.viz.heatmap import matrix_heatmap
-from attention_atlas.viz.tokens import plotly_label, visible_token
+from attention_atlas.viz.tokens import plotly_label, plotly_text, visible_token
 
 VISIBLE_RGB = "rgb(76, 120, 168)"  # a cell where the query may attend to the key
 REASON_RGB = {"causal": "rgb(214, 39, 40)", "window": "rgb(44, 160, 44)", "padding": "rgb(148, 103, 189)",
@@ -114,6 +114,7 @@ def next_token_comparison(choices: dict[str, tuple[Sequence[str], np.ndarray]], 
     order = list(dict.fromkeys(t for tokens, _ in choices.values() for t in tokens))
     fig = go.Figure()
     for label, (tokens, probabilities) in choices.items():
+        label = plotly_text(label)
         share = dict(zip(tokens, np.asarray(probabilities, dtype=np.float64), strict=True))
         x = [share.get(t) for t in order]
         fig.add_trace(go.Bar(x=x, y=list(range(len(order))), orientation="h", name=label,
@@ -121,7 +122,7 @@ def next_token_comparison(choices: dict[str, tuple[Sequence[str], np.ndarray]], 
     fig.update_yaxes(tickvals=list(range(len(order))), ticktext=[plotly_label(t) for t in order],
                      autorange="reversed")
     fig.update_xaxes(title="probability", range=[0, 1])
-    fig.update_layout(title=title, barmode="group", height=80 + 36 * len(order),
+    fig.update_layout(title=plotly_text(title), barmode="group", height=80 + 36 * len(order),
                       margin={"l": 80, "r": 20, "t": 50, "b": 40}, legend={"orientation": "h", "y": -0.15})
     return fig
 

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from attention_atlas.viz.tokens import plotly_label, position_label
+from attention_atlas.viz.tokens import plotly_label, plotly_text, position_label
 
 TOKENS_PER_LINE = 16  # the coloured text wraps after this many tokens
 
@@ -59,7 +59,7 @@ def coloured_text(tokens: Sequence[str], activation: np.ndarray, title: str, sta
         "hovertemplate": "%{customdata}<extra></extra>", "colorscale": "RdBu_r", "zmin": -top or -1, "zmax": top or 1,
         "colorbar": {"title": {"text": "activation"}}, "xgap": 2, "ygap": 2, "hoverongaps": False,
     }], "layout": {
-        "title": {"text": title, "x": 0, "xanchor": "left"},
+        "title": {"text": plotly_text(title), "x": 0, "xanchor": "left"},
         "xaxis": {"visible": False}, "yaxis": {"visible": False, "autorange": "reversed"},
         "height": max(160, 90 + 34 * lines), "margin": {"l": 10, "r": 10, "t": 50, "b": 10},
         "plot_bgcolor": "rgba(0,0,0,0)",

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from attention_atlas.viz.tokens import plotly_label, visible_token
+from attention_atlas.viz.tokens import plotly_label, plotly_text, visible_token
 
 
 def percent(share: float) -> str:
@@ -26,7 +26,8 @@ def next_token_bars(tokens: Sequence[str], probabilities: np.ndarray, title: str
                            hovertemplate="%{x:.3f}<extra></extra>"))
     fig.update_yaxes(tickvals=list(range(len(labels))), ticktext=labels, autorange="reversed")
     fig.update_xaxes(title="probability", range=[0, 1])
-    fig.update_layout(title=title, height=60 + 30 * len(labels), margin={"l": 80, "r": 20, "t": 50, "b": 40})
+    fig.update_layout(title=plotly_text(title), height=60 + 30 * len(labels),
+                      margin={"l": 80, "r": 20, "t": 50, "b": 40})
     return fig
 
 

@@ -10,6 +10,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from attention_atlas.viz.heatmap import position_labels
+from attention_atlas.viz.tokens import plotly_text
 
 MAX_SIDE = 512  # most rows or columns drawn cell by cell; larger tables are drawn every n-th row / column
 
@@ -21,6 +22,7 @@ def stride(n: int) -> int:
 
 def _heatmap(z: np.ndarray, x: np.ndarray | list, y: np.ndarray | list, title: str, axes: tuple[str, str],
              value_name: str, zrange: tuple[float, float], colorscale: str = "RdBu_r", height: int = 420) -> go.Figure:
+    title, value_name = plotly_text(title), plotly_text(value_name)
     heatmap = {"type": "heatmap", "z": np.asarray(z, dtype=np.float32), "x": x, "y": y, "colorscale": colorscale,
                "zmin": zrange[0], "zmax": zrange[1], "colorbar": {"title": {"text": value_name}},
                "hovertemplate": f"{axes[0]} %{{y}} · {axes[1]} %{{x}}<br>{value_name} %{{z:.4f}}<extra></extra>"}

@@ -9,7 +9,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from attention_atlas.viz.heatmap import TICK_LABELS_UP_TO, position_labels
-from attention_atlas.viz.tokens import plotly_label
+from attention_atlas.viz.tokens import plotly_label, plotly_text
 
 
 def norms(vectors: np.ndarray) -> np.ndarray:
@@ -40,8 +40,9 @@ def layer_token_heatmap(
     The hover names the row, the position and token, and the value."""
     z = np.asarray(values, dtype=np.float32)
     cols = position_labels(tokens, positions)
-    heatmap = {"type": "heatmap", "z": z, "x": cols, "y": list(row_labels), "colorscale": colorscale,
-               "colorbar": {"title": {"text": value_name}},
+    title, value_name = plotly_text(title), plotly_text(value_name)
+    heatmap = {"type": "heatmap", "z": z, "x": cols, "y": [plotly_text(r) for r in row_labels],
+               "colorscale": colorscale, "colorbar": {"title": {"text": value_name}},
                "hovertemplate": f"%{{y}} · %{{x}}<br>{value_name} %{{z:.4g}}<extra></extra>"}
     if zrange is not None:
         heatmap |= {"zmin": zrange[0], "zmax": zrange[1]}
@@ -64,6 +65,7 @@ def boundary_labels(layers: int, boundaries: Sequence[str] = ("pre", "mid", "pos
 def layer_lines(values: np.ndarray, names: Sequence[str], title: str, value_name: str) -> go.Figure:
     """values: (series, layers): one line per series over the layers (e.g. the mean ‖attn_out‖ and ‖mlp_out‖)."""
     x = list(range(values.shape[1]))
+    title, value_name, names = plotly_text(title), plotly_text(value_name), [plotly_text(n) for n in names]
     data = [{"type": "scatter", "mode": "lines+markers", "x": x, "y": np.asarray(row, dtype=np.float32),
              "name": name, "hovertemplate": f"{name} · layer %{{x}}<br>{value_name} %{{y:.4g}}<extra></extra>"}
             for name, row in zip(names, values, strict=True)]

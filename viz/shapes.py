@@ -3,10 +3,10 @@ between them written on the arrows."""
 
 from __future__ import annotations
 
-import html
-
 import pandas as pd
 import plotly.graph_objects as go
+
+from attention_atlas.viz.tokens import plotly_text
 
 PLUMBING = ("Dropout", "Identity")  # modules that leave their input as it is: left out of the diagram
 ROW_PX = 46
@@ -26,9 +26,9 @@ def layer_diagram(calls: pd.DataFrame, title: str) -> go.Figure:
     annotations = []
     for i, call in enumerate(boxes):
         y = n - i
-        short = html.escape(call.module.split(f".{call.layer}.", 1)[-1])
+        short = plotly_text(call.module.split(f".{call.layer}.", 1)[-1])
         params = f" · {call.parameters:,} params" if call.parameters else ""
-        annotations.append({"x": 0.25, "y": y, "text": f"<b>{short}</b> <i>{call.type}</i>{params}",
+        annotations.append({"x": 0.25, "y": y, "text": f"<b>{short}</b> <i>{plotly_text(call.type)}</i>{params}",
                             "showarrow": False, "bordercolor": "#888", "borderwidth": 1, "borderpad": 4,
                             "bgcolor": "rgba(120,150,200,0.18)", "xanchor": "center"})
         if i < n - 1:
@@ -42,7 +42,7 @@ def layer_diagram(calls: pd.DataFrame, title: str) -> go.Figure:
         annotations.append({"x": 0.47, "y": n + 0.5, "text": without_batch(boxes[0].input_shapes) + "  (in)",
                             "showarrow": False, "xanchor": "left", "font": {"family": "monospace", "size": 12}})
     return go.Figure({"data": [], "layout": {
-        "title": {"text": title, "x": 0, "xanchor": "left"}, "annotations": annotations,
+        "title": {"text": plotly_text(title), "x": 0, "xanchor": "left"}, "annotations": annotations,
         "xaxis": {"visible": False, "range": [0, 1]}, "yaxis": {"visible": False, "range": [0, n + 1]},
         "height": 80 + ROW_PX * (n + 1), "margin": {"l": 10, "r": 10, "t": 50, "b": 10},
         "plot_bgcolor": "rgba(0,0,0,0)"}})

@@ -8,13 +8,13 @@ scores have both signs); masked cells (−∞) are hatched grey as everywhere (v
 
 from __future__ import annotations
 
-import html
 from collections.abc import Sequence
 
 import numpy as np
 import plotly.graph_objects as go
 
 from attention_atlas.viz.masked import LEGEND_ABOVE, hatch_image, legend_entry
+from attention_atlas.viz.tokens import plotly_text
 
 LIMIT = 48  # rows and columns drawn at most: a 48 x 48 grid of cells is still readable on a projector
 VALUES_UP_TO = 16  # numbers are written in the cells up to this many rows and columns
@@ -56,8 +56,8 @@ def step_heatmap(
     shown = np.asarray(values, dtype=np.float64)[:limit, :limit]
     masked = np.isneginf(shown)
     z = np.where(masked, np.nan, shown).astype(np.float32)
-    rows = [html.escape(name, quote=False) for name in row_names[:limit]]
-    cols = [html.escape(name, quote=False) for name in col_names[:limit]]
+    rows = [plotly_text(name) for name in row_names[:limit]]
+    cols = [plotly_text(name) for name in col_names[:limit]]
     low, high = zrange or symmetric_range(shown)
     heatmap = {"type": "heatmap", "z": z, "x": cols, "y": rows, "colorscale": colorscale, "zmin": low, "zmax": high,
                "hoverongaps": False, "hovertemplate": "%{y} · %{x}<br>value %{z:.4g}<extra></extra>",
@@ -65,9 +65,10 @@ def step_heatmap(
     if show_values and max(z.shape) <= VALUES_UP_TO:
         heatmap["texttemplate"] = "%{z:.2f}"
     layout = {
-        "title": {"text": html.escape(title, quote=False), "x": 0, "xanchor": "left", "font": {"size": 15}},
-        "xaxis": {"title": {"text": axis_titles[1]}, "type": "category", "automargin": True},
-        "yaxis": {"title": {"text": axis_titles[0]}, "type": "category", "autorange": "reversed", "automargin": True},
+        "title": {"text": plotly_text(title), "x": 0, "xanchor": "left", "font": {"size": 15}},
+        "xaxis": {"title": {"text": plotly_text(axis_titles[1])}, "type": "category", "automargin": True},
+        "yaxis": {"title": {"text": plotly_text(axis_titles[0])}, "type": "category", "autorange": "reversed",
+                  "automargin": True},
         "height": max(260, min(760, 110 + 20 * len(rows))), "margin": {"l": 60, "r": 20, "t": 60, "b": 20},
         "hoverlabel": {"font": {"size": 15}},
     }

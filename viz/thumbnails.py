@@ -20,6 +20,7 @@ from PIL import Image
 
 from attention_atlas.viz.masked import LEGEND_BELOW, MASKED_RGB
 from attention_atlas.viz.masked import legend_entry as masked_legend_entry
+from attention_atlas.viz.tokens import plotly_text
 
 GAP = 2  # pixels between thumbnails
 TOP, MASKED = 254, 255  # pixel values: attention scaled to 0..TOP; MASKED where every cell of the pixel is masked
@@ -114,7 +115,7 @@ def thumbnail_figure(image: np.ndarray, size: int, title: str = "", colorscale: 
         ],
         "layout": {
             "legend": LEGEND_BELOW,
-            "title": {"text": title, "x": 0, "xanchor": "left"},
+            "title": {"text": plotly_text(title), "x": 0, "xanchor": "left"},
             "xaxis": {"tickvals": centres[:heads], "ticktext": [str(h) for h in range(heads)],
                       "title": {"text": "head"}, "side": "top", "showgrid": False, "zeroline": False,
                       "range": [-0.5, image.shape[1] - 0.5], "constrain": "domain"},

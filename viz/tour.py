@@ -5,10 +5,11 @@ with its step and the live shape of what it computes, the current step lit. Each
 
 from __future__ import annotations
 
-import html
 from collections.abc import Sequence
 
 import plotly.graph_objects as go
+
+from attention_atlas.viz.tokens import plotly_text
 
 ROW_PX = 21  # a step's height
 LIT, UNLIT, SHAPE = "#d62728", "#9aa5b1", "#6b7785"
@@ -26,13 +27,13 @@ def tour_diagram(labels: Sequence[str], shapes: Sequence[str], current: int,
         figure.add_trace(go.Scatter(x=[0, -0.25, -0.25, 0], y=[-start, -start, -end, -end], mode="lines",
                                     hoverinfo="skip", line={"color": UNLIT, "width": 1.5, "dash": "dot"},
                                     showlegend=False))
-    text = [f"{html.escape(label)}  <span style='color:{SHAPE}'>{html.escape(shape)}</span>" if shape
-            else html.escape(label) for label, shape in zip(labels, shapes, strict=True)]
+    text = [f"{plotly_text(label)}  <span style='color:{SHAPE}'>{plotly_text(shape)}</span>" if shape
+            else plotly_text(label) for label, shape in zip(labels, shapes, strict=True)]
     figure.add_trace(go.Scatter(
         x=[0] * count, y=[-i for i in range(count)], mode="markers+text", text=text, textposition="middle right",
         marker={"size": [15 if i == current else 9 for i in range(count)],
                 "color": [LIT if i == current else UNLIT for i in range(count)]},
-        hovertext=[html.escape(label) for label in labels], hoverinfo="text", showlegend=False,
+        hovertext=[plotly_text(label) for label in labels], hoverinfo="text", showlegend=False,
         textfont={"size": 11}))
     figure.update_layout(
         height=30 + ROW_PX * count, margin={"l": 4, "r": 4, "t": 8, "b": 8}, dragmode=False,

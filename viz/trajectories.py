@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import plotly.graph_objects as go
 
-from attention_atlas.viz.tokens import plotly_label
+from attention_atlas.viz.tokens import plotly_label, plotly_text
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ def trajectory_figure(points: np.ndarray, tokens: Sequence[str], positions: Sequ
                      "hovertemplate": f"{name} · layer %{{customdata}}<extra></extra>"})
     pc1, pc2 = (100 * projection.explained).tolist() + [0.0] * (2 - len(projection.explained))
     return go.Figure({"data": data, "layout": {
-        "title": {"text": title, "x": 0, "xanchor": "left"}, "height": 560,
+        "title": {"text": plotly_text(title), "x": 0, "xanchor": "left"}, "height": 560,
         "xaxis": {"title": {"text": f"PC1 ({pc1:.0f}% of the variance)"}},
         "yaxis": {"title": {"text": f"PC2 ({pc2:.0f}%)"}}, "legend": {"title": {"text": "token"}},
         "margin": {"l": 60, "r": 20, "t": 50, "b": 40}, "hoverlabel": {"font": {"size": 14}}}})
