@@ -17,12 +17,13 @@ torch.set_num_threads(max(1, torch.get_num_threads() // int(os.environ.get("PYTE
 pytest_plugins = ("tests.chromium",)  # the `browser` fixture of the browser and load tests
 
 
-LAYERS = ("model", "viz", "contract", "app", "browser", "load", "gpu")  # the folders, each a marker (`pytest -m app`)
+# the folders, each a marker (`pytest -m app`)
+LAYERS = ("model", "viz", "contract", "app", "browser", "load", "gpu", "fuzz")
 TRAINING_FILES = ("test_live_training.py", "test_train.py")  # a minute or more of pure computing each
 # The order files are handed to the test processes (make test keeps it: --no-loadscope-reorder): the long files first,
 # so that a run ends on short ones that keep both processes busy (xdist's own order, the files with the most tests
 # first, ended on a browser file while the other process idled for half a minute).
-FOLDER_ORDER = ("browser", "app", "model", "gpu", "viz", "contract")
+FOLDER_ORDER = ("browser", "app", "model", "gpu", "fuzz", "viz", "contract")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -46,7 +46,9 @@ TEXTS = {"site": "site", "colorscale": "attention_colorscale", "masks_editor": "
 
 
 def _as_int(value: str | None) -> int | None:
-    return int(value) if value is not None and value.isdigit() else None
+    """A whole number written in ASCII digits, as a link writes one ("12"), else None (no "²", "١٢", "-1" or a
+    number of more than 18 digits, which no choice is and int() may refuse)."""
+    return int(value) if value is not None and value.isascii() and value.isdecimal() and len(value) <= 18 else None
 
 
 def _as_decimal(value: str | None) -> float | None:
