@@ -236,19 +236,34 @@ def result(training: LiveTraining, snapshot: Snapshot) -> None:
                     args=(training, snapshot.step), icon=":material/compare:",
                     help="Opens the trained model there, with this snapshot as the other model of its Compare view."):
         st.switch_page(ATTENTION_PAGE)
+    if notice := st.session_state.pop("train_notice", None):  # after the buttons: a click's rerun comes first
+        st.toast(notice, icon=":material/history:")
 
 
 def listed(training: LiveTraining, which: int | str) -> str:
-    """The session model id of the trained model ("final") or of the snapshot at step `which`, listed once."""
+    """The session model id of the trained model ("final") or of the snapshot at step `which`, listed once; a snapshot
+    a thinning let go of since the page was drawn gives way to the nearest one kept, and the page's next run says so
+    (`result`: a callback's own toast would go with the rerun that follows it)."""
     ids = still_listed("train_listed")  # (run id, final or step) -> model id
-    key = (training.run_id, which)
-    if key not in ids:
-        if which == "final":
+    if which == "final":
+        key = (training.run_id, which)
+        if key not in ids:
             ids[key] = add_session_model(training.recipe.task, training.result)
-        else:
-            snapshot = next(s for s in training.snapshots if s.step == which)
-            ids[key] = add_session_model(f"{training.recipe.task}-step{which}", training.snapshot_model(snapshot))
+        return ids[key]
+    snapshot = kept_snapshot(training.snapshots, int(which))
+    if snapshot.step != which:
+        st.session_state["train_notice"] = (f"The snapshot at step {which:,} was let go as the run thinned its "
+                                            f"snapshots: the nearest kept, at step {snapshot.step:,}, opens instead.")
+    key = (training.run_id, snapshot.step)
+    if key not in ids:
+        ids[key] = add_session_model(f"{training.recipe.task}-step{snapshot.step}", training.snapshot_model(snapshot))
     return ids[key]
+
+
+def kept_snapshot(snapshots: list[Snapshot], step: int) -> Snapshot:
+    """The snapshot at `step`, or where a thinning let it go since the page was drawn (model/toy/live.py), the
+    nearest one kept (the earlier of two as near)."""
+    return min(snapshots, key=lambda snapshot: (abs(snapshot.step - step), snapshot.step))
 
 
 def open_listed(training: LiveTraining, which: int | str) -> None:
@@ -259,6 +274,7 @@ def open_listed(training: LiveTraining, which: int | str) -> None:
 def compare_listed(training: LiveTraining, step: int) -> None:
     """The compare button's callback: the trained model in the sidebar, the snapshot as Compare's other model."""
     snapshot_id = listed(training, step)
+    st.session_state.pop("train_notice", None)  # the Compare view names the snapshot with its step
     open_model(listed(training, "final"))
     st.session_state["view"] = "Compare"
     st.session_state["attention_compare_kind"] = ANOTHER_MODEL
