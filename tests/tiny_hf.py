@@ -152,12 +152,14 @@ SEQ2SEQ_TYPES: dict[str, dict[str, object]] = {
 TYPES = (*DECODER_TYPES, *ENCODER_TYPES, *SEQ2SEQ_TYPES)
 
 
-def build_type(model_type: str, folder: Path) -> Path:
-    """Save a tiny random model of `model_type` (one of TYPES) and a word-level tokenizer into `folder`."""
+def build_type(model_type: str, folder: Path, **overrides: object) -> Path:
+    """Save a tiny random model of `model_type` (one of TYPES) and a word-level tokenizer into `folder`; a decoder's
+    config changed by `overrides` (e.g. num_hidden_layers=1)."""
     torch.manual_seed(0)
     vocab = len(dict.fromkeys(LM_SPECIALS.values())) + len(WORDS)
     if model_type in DECODER_TYPES:
-        config = transformers.AutoConfig.for_model(model_type, vocab_size=vocab, **(SHARED | DECODER_TYPES[model_type]))
+        settings = SHARED | DECODER_TYPES[model_type] | overrides
+        config = transformers.AutoConfig.for_model(model_type, vocab_size=vocab, **settings)
         model, specials, template = transformers.AutoModelForCausalLM.from_config(config), LM_SPECIALS, "<s> $A"
         if model_type in DISTINCT_NORMS:
             with torch.no_grad():

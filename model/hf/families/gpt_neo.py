@@ -42,7 +42,8 @@ def _self_attention(self: nn.Module, hidden_states: torch.Tensor, attention_mask
         key, value = layer_past.update(key, value, self.layer_id)
     window = self.config.window_size if self.attention_type == "local" else None
     dtype = query.dtype
-    if dtype == torch.float16:  # unscaled scores overflow float16: transformers computes them in float32 too
+    if dtype != torch.float32:  # unscaled scores overflow float16 and round coarsely in bfloat16: transformers
+        # computes them in float32 for every dtype (GPTNeoSelfAttention._attn), and so does this
         query, key, value = query.float(), key.float(), value.float()
         attention_mask = None if attention_mask is None else attention_mask.float()
     out, _ = attention(self, query, key, value, attention_mask, scaling=1.0, sliding_window=window)
