@@ -24,6 +24,7 @@ from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.hf.families import Kind, adapter_of, family_of, kind_of
 from attention_atlas.model.hf.heads import ATTENTION, register_attention
 from attention_atlas.model.hf.placement import Placement, budgets_text, is_spread, placement_words, serialise
+from attention_atlas.model.hf.proof import prove_attention
 from attention_atlas.model.hf.runner import HFRunner
 
 HUB_HOST = ("huggingface.co", 443)
@@ -157,6 +158,8 @@ def load_hf_runner(
                 where, attn_implementation=implementation, use_safetensors=True, dtype=dtype, **common, **spread
             )
             adapter.prepare(model)
+            model.requires_grad_(False)  # shared, never trained: a gradient pass (patching's attribution) builds its
+            # graph from the activations it asks about, not through every weight
             return model.eval() if spread else model.to(on).eval()
 
         try:
@@ -173,13 +176,16 @@ def load_hf_runner(
     origin = origin or ("a local folder" if local else f"the Hugging Face Hub ({source})")
     notes = {"comes from": origin, "load time": f"{time.perf_counter() - start:.1f} s"}
     if placement is None:
-        return HFRunner(model_id or source, model, tokenizer, family, notes, cpu_loader=lambda: load_model("cpu"))
-    if is_spread(model):
-        serialise(model)
-        notes["where the layers are"] = placement_words(model.hf_device_map)
-    if placement.max_memory:
-        notes["memory budgets"] = budgets_text(placement.max_memory)
-    return HFRunner(model_id or source, model, tokenizer, family, notes)
+        runner = HFRunner(model_id or source, model, tokenizer, family, notes, cpu_loader=lambda: load_model("cpu"))
+    else:
+        if is_spread(model):
+            serialise(model)
+            notes["where the layers are"] = placement_words(model.hf_device_map)
+        if placement.max_memory:
+            notes["memory budgets"] = budgets_text(placement.max_memory)
+        runner = HFRunner(model_id or source, model, tokenizer, family, notes)
+    prove_attention(runner)  # before any session shares it: never a map that differs from the model's own
+    return runner
 
 
 def _explain_load_failure(source: str, folder: Path | None, offline: bool, error: OSError) -> str:

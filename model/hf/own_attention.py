@@ -18,15 +18,27 @@ from typing import Any
 
 from torch import nn
 
+ROUTED = "_atlas_routed"  # a routed module's own methods, by attribute, kept in its __dict__
+
 
 def route(module: nn.Module, method: Callable[..., Any], name: str = "forward") -> None:
     """Make `method(module, ...)` the method `name` of `module` (this instance only). Where accelerate spread the model
     (model/hf/placement.py) its hook wraps the forward it found as `_old_forward`: that one is replaced."""
     bound = types.MethodType(method, module)
-    if name == "forward" and hasattr(module, "_old_forward"):
-        module._old_forward = bound
-    else:
-        setattr(module, name, bound)
+    attribute = "_old_forward" if name == "forward" and hasattr(module, "_old_forward") else name
+    module.__dict__.setdefault(ROUTED, {}).setdefault(attribute, getattr(module, attribute))  # the family's own
+    setattr(module, attribute, bound)
+
+
+def use_original_methods(model: nn.Module) -> list[tuple[nn.Module, str, Any]]:
+    """Give every routed module of `model` back its family's own methods (transformers' eager attention, for
+    model/hf/proof.py); returns (module, attribute, the app's method) for each, to put back with setattr."""
+    swapped = []
+    for module in model.modules():
+        for attribute, original in module.__dict__.get(ROUTED, {}).items():
+            swapped.append((module, attribute, getattr(module, attribute)))
+            setattr(module, attribute, original)
+    return swapped
 
 
 def route_modules(model: nn.Module, class_name: str, forward: Callable[..., Any]) -> int:
