@@ -1,4 +1,4 @@
-"""A mixture of experts' routing: which experts each token goes to, with the router's probabilities, and how many
+"""A mixture of experts' routing: which experts each token goes to, with the router's scores, and how many
 tokens each expert receives in each layer. Numpy in, plotly out."""
 
 from __future__ import annotations
@@ -28,17 +28,20 @@ def tokens_per_expert(indices: Sequence[np.ndarray], experts: int) -> np.ndarray
     return np.stack([np.bincount(np.asarray(layer).ravel(), minlength=experts) for layer in indices])
 
 
-def routing_heatmap(probabilities: np.ndarray, indices: np.ndarray, tokens: Sequence[str], title: str) -> go.Figure:
-    """probabilities: (pos, experts), the router's softmax; indices: (pos, k), the experts chosen. One row per expert,
-    one column per token, coloured by probability; each chosen cell carries its rank (1 = the token's first
-    choice): in the hover, and marked on the cell when the text is short."""
-    experts = probabilities.shape[1]
+def routing_heatmap(scores: np.ndarray, indices: np.ndarray, tokens: Sequence[str], title: str,
+                    value_name: str) -> go.Figure:
+    """scores: (pos, experts), the router's scores named `value_name` (its softmax probabilities, sigmoid scores …);
+    indices: (pos, k), the experts chosen. One row per expert, one column per token, coloured by score; each chosen
+    cell carries its rank (1 = the token's first choice): in the hover, and marked on the cell when the text is
+    short."""
+    experts = scores.shape[1]
     ranks = choice_ranks(indices, experts)  # (experts, pos)
     rows = [f"expert {e}" for e in range(experts)]
-    figure = layer_token_heatmap(probabilities.T, rows, tokens, title, "probability", "Blues",
-                                 (0.0, float(max(probabilities.max(), 1e-6))))
-    figure.update_traces(customdata=ranks, hovertemplate="%{y} · %{x}<br>probability %{z:.4g}<br>chosen: "
-                         "%{customdata} (0: not chosen)<extra></extra>")
+    low = min(0.0, float(scores.min())) if scores.size else 0.0
+    figure = layer_token_heatmap(scores.T, rows, tokens, title, value_name, "Blues",
+                                 (low, max(float(scores.max()) if scores.size else 0.0, low + 1e-6)))
+    figure.update_traces(customdata=ranks, hovertemplate=f"%{{y}} · %{{x}}<br>{plotly_text(value_name)} "
+                         "%{z:.4g}<br>chosen: %{customdata} (0: not chosen)<extra></extra>")
     if len(tokens) <= RANKS_WRITTEN_UP_TO:  # each choice a white disc with its rank: legible on any cell
         expert, position = np.nonzero(ranks)
         columns, rows = list(figure.data[0].x), list(figure.data[0].y)

@@ -21,6 +21,7 @@ from torch import nn
 
 from attention_atlas.model.core.capture.hooks import ModuleTap, ReportedTap
 from attention_atlas.model.hf.heads import ProjectionHeads, Reported
+from attention_atlas.model.hf.router_scores import router_scores
 
 Reader = Callable[[tuple[Any, ...], dict[str, Any], Any], torch.Tensor]
 
@@ -134,10 +135,9 @@ class FusedHeads:
 
 
 def router_weights(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> torch.Tensor:
-    """A mixture's router's softmax over every expert, (tokens, experts) float32, from its logits (its output, or
-    the first of what it returns)."""
-    logits = out[0] if isinstance(out, tuple) else out
-    return logits.float().softmax(-1)
+    """A mixture's router's scores over every expert, (tokens, experts) float32, from what it returns (logits, weights,
+    indices), by its own scoring function: a softmax, a sigmoid (DeepSeek-V3) … (model/hf/router_scores.py)."""
+    return router_scores(out)
 
 
 def router_indices(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> torch.Tensor:

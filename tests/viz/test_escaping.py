@@ -69,7 +69,7 @@ BUILDERS: dict[str, Build] = {
     "attribution.contribution_graph_figure": lambda h: attribution.contribution_graph_figure(
         [("attention", 0, 0, 1, 0.5), ("residual", 0, 1, 1, 0.7)], _tokens(h), 1, [(0.5, 0.5, f"{h} → x\n{h}")], h),
     "experts.routing_heatmap": lambda h: experts.routing_heatmap(RNG.random((3, 4)), np.array([[0], [1], [2]]),
-                                                                 _tokens(h), h),
+                                                                 _tokens(h), h, h),
     "experts.expert_load_heatmap": lambda h: experts.expert_load_heatmap(np.ones((2, 4), np.int64), [h, "b"], h),
     "generation.rows_heatmap": lambda h: generation.rows_heatmap(RNG.random((2, 3)), [h, "b"], _tokens(h), h, h),
     "generation.alternatives_bar": lambda h: generation.alternatives_bar(_tokens(h), RNG.random(3), 1, h),

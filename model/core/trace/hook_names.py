@@ -46,8 +46,9 @@ PER_LAYER: dict[str, str] = {
     "mlp.hook_pre": "(pos, d_ff): the MLP's hidden layer before the activation (gated MLPs: the gate projection)",
     "mlp.hook_pre_linear": "(pos, d_ff): gated MLPs: the up projection, which the activated gate multiplies",
     "mlp.hook_post": "(pos, d_ff): the MLP's hidden layer after the activation (x the gate, in gated MLPs)",
-    "mlp.hook_expert_weights": "(pos, experts): mixtures of experts: the router's softmax over every expert, before "
-                               "it keeps the top k (as TransformerLens records it)",
+    "mlp.hook_expert_weights": "(pos, experts): mixtures of experts: the router's scores over every expert (its "
+                               "softmax, or its sigmoid where it takes one), before it keeps the top k (as "
+                               "TransformerLens records a softmax router's)",
     "mlp.hook_expert_indices": "(pos, k): mixtures of experts: the experts the router sends each token to, the most "
                                "likely first",
     "hook_mlp_out": "(pos, d_model): what the MLP adds to the residual stream",
