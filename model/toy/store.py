@@ -97,7 +97,7 @@ def is_toy_folder(folder: Path) -> bool:
 
 
 def load_toy(task_name: str, root: Path = TOY_DIR, device: str | torch.device = "cpu") -> ToyModel:
-    """Load a trained toy model, in eval mode, from root/<task>/."""
+    """Load a trained toy model, in eval mode, its weights frozen, from root/<task>/."""
     folder = toy_dir(task_name, root)
     if not (folder / WEIGHTS_FILE).is_file():
         raise FileNotFoundError(f"no trained model for task {task_name!r} in {folder}; train it with "
@@ -106,9 +106,9 @@ def load_toy(task_name: str, root: Path = TOY_DIR, device: str | torch.device = 
 
 
 def load_toy_folder(folder: Path, device: str | torch.device = "cpu") -> ToyModel:
-    """Load a toy model folder (as `save_toy` writes it), in eval mode. ValueError naming what is wrong with a
-    folder that is not one: a config that does not parse or names no known task, sizes over the caps, weights
-    whose names or shapes differ from the config's model."""
+    """Load a toy model folder (as `save_toy` writes it), in eval mode, its weights frozen (requires_grad False).
+    ValueError naming what is wrong with a folder that is not one: a config that does not parse or names no known
+    task, sizes over the caps, weights whose names or shapes differ from the config's model."""
     try:
         meta = json.loads((folder / CONFIG_FILE).read_text())
     except (OSError, ValueError) as error:
@@ -138,7 +138,8 @@ def load_toy_folder(folder: Path, device: str | torch.device = "cpu") -> ToyMode
         load_model(model, str(folder / WEIGHTS_FILE), device=str(device))
     except Exception as error:  # safetensors' own errors for a bad header, missing or unexpected tensors
         raise UserError(f"{WEIGHTS_FILE} does not hold this model's weights ({error})") from error
-    model.to(device).eval()
+    model.to(device).eval().requires_grad_(False)  # shared, never trained here: a gradient pass (patching's
+    # attribution) builds its graph from the activations it asks about, not through every weight
     training = meta.get("training")
     return ToyModel(TASKS[meta["task"]], tokenizer, model, training if isinstance(training, dict) else {})
 

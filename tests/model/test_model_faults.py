@@ -14,7 +14,8 @@ from attention_atlas.model.core.options import RunOptions
 from attention_atlas.model.core.trace.summaries import summarise_site
 from attention_atlas.model.hf.loading import load_hf_runner
 from attention_atlas.model.inspect.norm_output import norm_affine
-from tests.tiny_hf import build_type
+from attention_atlas.model.registry import load_runner
+from tests.tiny_hf import build, build_type
 
 NEO_TEXT = "the quick brown fox jumps over the lazy dog the cat sat on the mat"
 
@@ -68,3 +69,15 @@ def test_gpt_neo_in_bfloat16_computes_its_unscaled_scores_in_float32_as_transfor
                                atol=2.5e-3)
     later = summarise_site(trace, "decoder.attn")
     np.testing.assert_allclose(made.statistics, later.statistics, atol=1e-6)
+
+
+@pytest.mark.parametrize("model_id", ["toy-copy", "toy-gpt-date", "minilm", "tiny-llama"])
+def test_a_loaded_models_weights_need_no_gradient(tmp_path, model_id: str) -> None:
+    """Every model the app loads is shared and never trained: no parameter asks for a gradient, so a gradient pass
+    (attribution patching) builds no graph through the weights. The toy models, a packaged model and a Hugging Face
+    folder."""
+    source = str(build("llama", tmp_path / "llama")) if model_id == "tiny-llama" else model_id
+    runner = load_runner(source)
+    model = runner.model if hasattr(runner, "model") else runner.toy.model
+    parameters = list(model.parameters())
+    assert parameters and not any(parameter.requires_grad for parameter in parameters)
