@@ -86,7 +86,8 @@ class Model:
         its last, the prediction of the next token), the final norm's scale taken from this run. `.heads` (layers,
         heads), `.mlp` (layers,), `.total` (the parts and the biases: the logit difference), `.model_logit` (the
         model's own). An encoder-decoder reads `target` (teacher forcing) or its own output. UserError for an
-        encoder, an answer of several tokens or a model whose parts do not add up."""
+        encoder, an answer of several tokens, a model whose layout offers no hook the split reads (a post-norm OPT),
+        or parts that do not add up to the model's own logit (never a wrong split)."""
         trace = self._runner.run(text, target, attribution_options(self._runner))
         return attribute(self._runner, trace, answer, wrong, position)
 
@@ -102,7 +103,8 @@ class Model:
         `cross_head_out` (layers, heads) its decoder's cross-attention heads; both runs read `target` (an
         encoder-decoder's or a toy's output; None: the clean run's own). `progress(done, total)` after each batch of
         patched runs. `estimate`: attribution patching's first-order estimates instead (one backward pass: seconds).
-        UserError for an encoder, or texts of different lengths."""
+        UserError for an encoder, texts of different lengths, or two texts that give the same logit difference
+        (nothing to restore)."""
         chosen = None if kinds is None else tuple(kinds)
         if estimate:
             return attribution_patching(self._runner, clean, corrupted, answer, wrong, chosen, target=target,

@@ -46,7 +46,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """0 when it printed the summary (and wrote --out); 2 with a sentence on stderr when the input is wrong."""
+    """0 when it printed the summary (and wrote --out); 2 with a sentence on stderr when the input is wrong, the
+    model refuses (a hook it lacks, parts that do not add up, two texts alike) or a number is not finite."""
     args = parser().parse_args(argv)
     try:
         model = load(args.model, device=args.device, precision=args.precision)
@@ -60,11 +61,6 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as file:
-            json.dump({"model": model.id, **found.as_dict(), **({} if patched is None else
-                                                                {"patching": patched.as_dict()})},
-                      file, ensure_ascii=False)
     summary = {"model": model.id, "position": found.position, "token": found.token, "answer": found.answer,
                "wrong": found.wrong, "model_logit": found.model_logit, "total": found.total,
                "top_heads": [{"site": site, "layer": layer, "head": head, "share": share}
@@ -72,16 +68,28 @@ def main(argv: list[str] | None = None) -> int:
     if patched is not None:
         summary["patching"] = {"clean": patched.clean, "corrupted": patched.corrupted,
                                "estimated": patched.estimated, "most_restored": most_restored(patched)}
-    print(json.dumps(summary, ensure_ascii=False))
+    every = {"model": model.id, **found.as_dict(), **({} if patched is None else {"patching": patched.as_dict()})}
+    try:  # strict JSON: a cell not patched is null, and no value may be Infinity or NaN
+        printed, written = (json.dumps(value, ensure_ascii=False, allow_nan=False) for value in (summary, every))
+    except ValueError:
+        print("error: a number of the result is not finite (Infinity or NaN: a run that overflowed its precision), "
+              "so no JSON was written. Try --precision float32.", file=sys.stderr)
+        return 2
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as file:
+            file.write(written)
+    print(printed)
     return 0
 
 
 def most_restored(patched: Patching) -> dict[str, dict[str, float | int]]:
     """By kind, the cell whose patch brings back most of the clean run: its layer, its position (or head), and the
-    share restored (1 = the clean run)."""
+    share restored (1 = the clean run); a kind with no cell patched is left out."""
     found = {}
     for kind in patched.results:
         normalised = patched.normalised(kind)
+        if not np.isfinite(normalised).any():
+            continue
         layer, other = np.unravel_index(np.nanargmax(normalised), normalised.shape)
         where = "head" if kind in HEAD_KINDS else "position"
         found[kind] = {"layer": int(layer), where: int(other), "restored": float(normalised[layer, other])}

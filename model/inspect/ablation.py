@@ -11,6 +11,7 @@ The change is measured on the runner's `ablation_outcomes` (model/core/capture/a
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -94,9 +95,12 @@ def scan_work(trace: Trace) -> int:
 
 def scan_heads(runner: Ablatable, trace: Trace, mode: AblationMode,
                on_progress: Callable[[int, int], None] = lambda done, total: None,
-               tokens_per_pass: int = TOKENS_PER_PASS) -> HeadScan:
+               tokens_per_pass: int = TOKENS_PER_PASS,
+               slot: Callable[[], AbstractContextManager] = nullcontext) -> HeadScan:
     """Ablate each head of the model alone and measure the change, in batches of about `tokens_per_pass` tokens
-    (a row per head; the first batch also runs the unablated model). `on_progress(heads done, heads)` after each."""
+    (a row per head; the first batch also runs the unablated model), each batch computed within its own `slot()`
+    (the app's run slots: other runs take turns between batches). `on_progress(heads done, heads)` after each, the
+    slot let go."""
     if scan_work(trace) > MAX_SCAN_WORK:
         raise UserError(f"Scanning every head of this text reads {scan_work(trace):,} token-heads; the limit here "
                          f"is {MAX_SCAN_WORK:,}. Shorten the text.")
@@ -107,7 +111,8 @@ def scan_heads(runner: Ablatable, trace: Trace, mode: AblationMode,
     measure = ""
     for start in range(0, len(heads), per_pass):
         rows = [(head,) for head in heads[start : start + per_pass]]
-        outcome = runner.ablation_outcomes(trace, rows if baseline is not None else [(), *rows], mode)
+        with slot():
+            outcome = runner.ablation_outcomes(trace, rows if baseline is not None else [(), *rows], mode)
         if baseline is None:
             baseline = outcome.values[:1]
         compared = Outcome(outcome.kind, np.concatenate([baseline, outcome.values[-len(rows):]]), outcome.positions)

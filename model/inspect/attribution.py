@@ -15,6 +15,8 @@ position · that direction.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,10 +28,12 @@ from attention_atlas.model.core.options import RunOptions
 from attention_atlas.model.core.runner import Runner
 from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.inspect.head_weights import output_projection
+from attention_atlas.model.inspect.lens import Unembedding
 from attention_atlas.model.inspect.norm_output import norm_affine, norm_centres, norm_module
 from attention_atlas.model.inspect.readout import logit_map, unembedding_for
 
-SUM_TOLERANCE = 1e-3  # relative: a part that does not add up to what the model adds (a norm inside the part) is refused
+SUM_TOLERANCE = 1e-3  # relative, float32: heads that do not add up to what their attention writes (a norm inside it),
+# or parts that do not add up to the model's logit, are refused; 16-bit models: 4 epsilons of their dtype
 
 
 @dataclass(frozen=True)
@@ -117,7 +121,9 @@ def likeliest(runner: Runner, trace: Trace, position: int, k: int = 2) -> list[t
     unembedding = unembedding_for(runner)
     if isinstance(unembedding, str):
         raise UserError(unembedding)
-    output = trace[unembedding.hook(runner.facts.n_decoder_layers - 1)][position]  # (d_model,)
+    hook = unembedding.hook(runner.facts.n_decoder_layers - 1)
+    refuse_missing(runner, trace, [hook])
+    output = trace[hook][position]  # (d_model,)
     with torch.no_grad():
         probs = torch.softmax(unembedding.readout(torch.from_numpy(np.ascontiguousarray(output))[None])[0].double(), -1)
     top = torch.topk(probs, k)
@@ -135,10 +141,50 @@ def attribution_options(runner: Runner) -> RunOptions:
     return RunOptions(hooks=hooks)
 
 
+def needed_hooks(runner: Runner, unembedding: Unembedding) -> list[str]:
+    """Every hook `attribute` reads: the stack's input, each head's z, what each block writes, the readout's input,
+    and the scale of each norm on the way to the output (a post-norm model's in every block; the final norm's where
+    the model has one)."""
+    facts = runner.facts
+    cross, post = facts.kind == "encoder-decoder", facts.norm.startswith("post")
+    names = ["decoder.0.hook_resid_pre", unembedding.hook(facts.n_decoder_layers - 1)]
+    names += ["decoder.ln_final.hook_scale"] if "decoder.ln_final.hook_scale" in _offered(runner) else []
+    for layer in range(facts.n_decoder_layers):
+        prefix = f"decoder.{layer}"
+        names += [f"{prefix}.attn.hook_z", f"{prefix}.hook_attn_out", f"{prefix}.hook_mlp_out"]
+        names += [f"{prefix}.cross_attn.hook_z", f"{prefix}.hook_cross_attn_out"] if cross else []
+        names += [f"{prefix}.{norm}.hook_scale" for norm in ("ln1", "ln2", *(("ln_cross",) if cross else ())) if post]
+    return names
+
+
+def refuse_missing(runner: Runner, trace: Trace, names: list[str]) -> None:
+    """UserError naming the hooks of `names` that the trace lacks (each layer's as one pattern): those the model's
+    layout has no place for (its blocks' sums could not be shown, as in a post-norm OPT), else those the run did not
+    record."""
+    missing = [name for name in names if name not in trace]
+    absent = [name for name in missing if name not in _offered(runner)]
+    shown = ", ".join(dict.fromkeys(re.sub(r"\.\d+\.", ".*.", name) for name in absent or missing))
+    if absent:
+        raise UserError(f"{runner.facts.model_id} ({runner.facts.norm}) has no {shown} here: direct logit "
+                        "attribution reads what each block writes to the residual stream and the scale of each norm "
+                        "on the way to the output, so this model's logit cannot be split into parts.")
+    if missing:
+        raise UserError(f"This run of {runner.facts.model_id} did not record {shown}: direct logit attribution "
+                        "reads what each block writes and the scale of each norm on the way to the output (a norm "
+                        "whose scale is not known cannot be crossed). Record the run with attribution_options.")
+
+
+def _offered(runner: Runner) -> Collection[str]:
+    """Every hook name the model offers (a Hugging Face model's taps, a from-scratch model's hook points)."""
+    taps = getattr(runner, "taps", None)
+    return taps if taps is not None else runner.toy.model.hook_points  # type: ignore[attr-defined]
+
+
 def attribute(runner: Runner, trace: Trace, answer: str, wrong: str | None = None, position: int = -1) -> Attribution:
     """Direct logit attribution at `position` of the decoder's sequence (-1: its last, the next token's prediction),
-    from a `trace` recorded with `attribution_options`. UserError where the model has no next-token readout or its
-    parts do not add up (a norm inside a block's output)."""
+    from a `trace` recorded with `attribution_options`. UserError where the model has no next-token readout, the
+    trace lacks a hook it reads (`refuse_missing`), or the parts do not add up: the heads to their attention's
+    output (a norm inside it), or every part to the model's own logit (`refuse_wrong_sum`)."""
     facts = runner.facts
     if facts.kind == "encoder":
         raise UserError(f"{facts.model_id} is an encoder: it reads the whole text at once and predicts no next token, "
@@ -149,6 +195,7 @@ def attribute(runner: Runner, trace: Trace, answer: str, wrong: str | None = Non
     ids = [token_id(runner, answer, "answer")] + ([token_id(runner, wrong, "wrong answer")] if wrong else [])
     length = len(trace.target_ids if facts.kind == "encoder-decoder" else trace.ids)
     p = position % length if -length <= position < length else _refuse_position(position, length)
+    refuse_missing(runner, trace, needed_hooks(runner, unembedding))
     readout = logit_map(runner, ids)
     sign = np.array([1.0, -1.0][:len(ids)])
     direction = sign @ readout.directions  # (d_model,) float64
@@ -176,8 +223,36 @@ def attribute(runner: Runner, trace: Trace, answer: str, wrong: str | None = Non
     with torch.no_grad():
         logits = unembedding.readout(torch.from_numpy(np.ascontiguousarray(output))[None])[0, ids].double().numpy()
     tokens = trace.target_tokens if facts.kind == "encoder-decoder" else trace.tokens
-    return Attribution(answer, wrong, p, tokens[p], heads, bias, *(cross or (None, None)), mlp, embeddings,
-                       walk.constant, float(sign @ logits), readout.softcap)
+    found = Attribution(answer, wrong, p, tokens[p], heads, bias, *(cross or (None, None)), mlp, embeddings,
+                        walk.constant, float(sign @ logits), readout.softcap)
+    refuse_wrong_sum(found, logits, facts.precision)
+    return found
+
+
+def refuse_wrong_sum(found: Attribution, logits: np.ndarray, precision: str) -> None:
+    """UserError where the parts of `found` do not add up to the model's own logit (difference) before any cap, from
+    the model's `logits` (tokens,) of the answer (and the wrong answer): beyond SUM_TOLERANCE (16-bit: 4 epsilons of
+    the dtype) of the larger of 1, the parts' sizes summed and the logits' sizes summed."""
+    cap = found.softcap
+    uncapped = cap * np.arctanh(np.clip(logits / cap, -1 + 1e-7, 1 - 1e-7)) if cap else logits
+    model = float(np.array([1.0, -1.0][:len(logits)]) @ uncapped)
+    parts = [found.heads, found.attention_bias, found.mlp, found.cross_heads, found.cross_bias]
+    size = sum(float(np.abs(part).sum()) for part in parts if part is not None) + abs(found.embeddings) \
+        + abs(found.constant)
+    scale = max(1.0, size, float(np.abs(uncapped).sum()))
+    epsilon = float(torch.finfo(getattr(torch, precision)).eps)
+    if not abs(found.total - model) <= max(SUM_TOLERANCE, 4 * epsilon) * scale:  # NaN too
+        raise UserError(f"The parts add up to {found.total:+.3f}, but the model's own logit "
+                        f"{'difference ' if found.wrong else ''}is {model:+.3f}: something on the way to the output "
+                        "is not a part this split knows (a norm whose scale was not recorded, a scaled sum), so no "
+                        "split is shown rather than a wrong one.")
+
+
+def heads_add_up(rebuilt: np.ndarray, written: np.ndarray) -> bool:
+    """Whether what the heads write, summed with W_O's bias, `rebuilt` (..., d_model), is what the attention writes to
+    the stream, `written` (..., d_model), within SUM_TOLERANCE of its largest entry (at least 1): not where a norm
+    lies inside the attention's output (Gemma 2)."""
+    return bool(np.abs(rebuilt - written).max() <= SUM_TOLERANCE * max(float(np.abs(written).max()), 1.0))
 
 
 def _refuse_position(position: int, length: int) -> int:
@@ -197,7 +272,8 @@ class _Walk:
         return float(np.asarray(value, np.float64) @ self.direction)
 
     def back_through(self, norm: str) -> None:
-        """Across the norm `norm` ("decoder.3.ln2"), where the model has it: out = centre(x) / scale x gain + bias."""
+        """Across the norm `norm` ("decoder.3.ln2"), where the model has it (`needed_hooks` made sure that the trace
+        lacks only the scales of norms the model does not have): out = centre(x) / scale x gain + bias."""
         if f"{norm}.hook_scale" not in self.trace:
             return
         module = norm_module(self.runner, f"{norm}.hook_normalized")
@@ -217,7 +293,7 @@ class _Walk:
         b_o = np.zeros(w_o.shape[1]) if b_o is None else b_o.astype(np.float64)
         written = np.asarray(self.trace[out_hook][self.p], np.float64)  # (d_model,)
         rebuilt = per_head.sum(0) + b_o
-        if np.abs(rebuilt - written).max() > SUM_TOLERANCE * max(np.abs(written).max(), 1.0):
+        if not heads_add_up(rebuilt, written):
             raise UserError(f"{self.runner.facts.model_id}: the heads of {attention} do not add up to what the layer "
                             "writes to the residual stream (a norm after the attention, as in Gemma 2): its heads' "
                             "direct shares cannot be told apart.")

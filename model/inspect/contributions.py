@@ -25,6 +25,7 @@ from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.options import RunOptions
 from attention_atlas.model.core.runner import Runner
 from attention_atlas.model.core.trace.trace import Trace
+from attention_atlas.model.inspect.attribution import heads_add_up
 from attention_atlas.model.inspect.head_weights import output_projection
 
 EPS = 1e-5  # the least proximity a part has (every part keeps a share above 0)
@@ -139,12 +140,11 @@ class _Splitter:
         return edges
 
     def _check(self, layer: int, target: int, written: np.ndarray) -> None:
-        """UserError where the heads' parts and W_O's bias do not add up to what the attention writes (a norm after
-        the attention, as in Gemma 2)."""
+        """UserError where the heads' parts and W_O's bias do not add up to what the attention writes (`heads_add_up`:
+        a norm after the attention, as in Gemma 2)."""
         b_o = self.projection(layer)[1]
         rebuilt = written.sum(axis=(0, 1)) + (0 if b_o is None else b_o)
-        out = self.trace[f"decoder.{layer}.hook_attn_out"][target]
-        if np.abs(rebuilt - out).max() > 1e-3 * max(float(np.abs(out).max()), 1.0):
+        if not heads_add_up(rebuilt, self.trace[f"decoder.{layer}.hook_attn_out"][target]):
             raise UserError(f"{self.facts.model_id}: the heads of layer {layer} do not add up to what its attention "
                             "writes to the residual stream (a norm after the attention): no graph.")
 

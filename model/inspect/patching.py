@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -31,6 +32,8 @@ HOOKS = {"resid_pre": "hook_resid_pre", "attn_out": "hook_attn_out", "mlp_out": 
          "head_out": "attn.hook_z", "cross_head_out": "cross_attn.hook_z"}  # kind -> the hook patched at each layer
 KINDS = ("resid_pre", "attn_out", "mlp_out", "head_out")  # every model's; an encoder-decoder's also cross_head_out
 HEAD_KINDS = ("head_out", "cross_head_out")  # (layers, heads), each head at every position
+LEAST_DIFFERENCE = 1e-3  # the clean and the corrupted logit differences must be this far apart: nothing to restore
+# otherwise (patching a text into itself), and a share restored would divide by about 0
 MAX_PATCH_WORK = 100_000  # tokens the patched runs of one patching may read in all on the app's shared server: SmolLM2
 # patched at every kind on a 30-token text, about 2 minutes on a 2-core CPU (docs/attribution.md)
 
@@ -53,7 +56,9 @@ class Patching:
     output: str | None = None  # the output both runs read (teacher forcing); None: the texts alone
 
     def normalised(self, kind: str) -> np.ndarray:
-        """results[kind] on the scale 0 = the corrupted run, 1 = the clean run."""
+        """results[kind] on the scale 0 = the corrupted run, 1 = the clean run; UserError where the two runs are
+        within LEAST_DIFFERENCE (`refuse_no_difference`)."""
+        refuse_no_difference(self.answer, self.wrong, self.clean, self.corrupted)
         return (self.results[kind] - self.corrupted) / (self.clean - self.corrupted)
 
     def as_dict(self) -> dict[str, Any]:
@@ -72,6 +77,15 @@ class Patching:
     @property
     def nbytes(self) -> int:
         return sum(values.nbytes for values in self.results.values())
+
+
+def refuse_no_difference(answer: str, wrong: str, clean: float, corrupted: float) -> None:
+    """UserError where the clean and the corrupted logit differences are within LEAST_DIFFERENCE: no share of the
+    clean run can be restored."""
+    if not abs(clean - corrupted) >= LEAST_DIFFERENCE:  # NaN too
+        raise UserError(f"The clean and the corrupted text give the same logit difference {answer!r} − {wrong!r} "
+                        f"({clean:+.4f} and {corrupted:+.4f}): patching has nothing to restore. Choose a corrupted "
+                        "text that changes the answer (the names swapped, another number).")
 
 
 def kinds_of(runner: Runner) -> tuple[str, ...]:
@@ -147,10 +161,13 @@ def patch(runner: Runner, clean_text: str, corrupted_text: str, answer: str, wro
 
 
 def patching_steps(runner: Runner, runs: PatchingRuns, tokens_per_pass: int = TOKENS_PER_PASS,
-                   max_work: int | None = None) -> Iterator[tuple[int, int, Patching]]:
-    """The patched runs of `runs`, in batches of about `tokens_per_pass` tokens (a patched run a row). Yields (patched
-    runs done, of how many, the Patching filled so far) before the first batch and after each: a caller that stops
-    iterating keeps what is done. UserError, before any run, where `runs.work` is over `max_work` (None: no limit)."""
+                   max_work: int | None = None, slot: Callable[[], AbstractContextManager] = nullcontext
+                   ) -> Iterator[tuple[int, int, Patching]]:
+    """The patched runs of `runs`, in batches of about `tokens_per_pass` tokens (a patched run a row), each batch
+    computed within its own `slot()` (the app's run slots: other runs take turns between batches). Yields (patched
+    runs done, of how many, the Patching filled so far) before the first batch and after each, the slot let go: a
+    caller that stops iterating keeps what is done. UserError, before any run, where `runs.work` is over `max_work`
+    (None: no limit)."""
     if max_work is not None and runs.work > max_work:
         cells = len(runs.cells())
         raise UserError(f"Patching these kinds runs the model {cells:,} times over {runs.tokens_per_run:,} tokens "
@@ -162,7 +179,8 @@ def patching_steps(runner: Runner, runs: PatchingRuns, tokens_per_pass: int = TO
     for start in range(0, len(cells), batch):
         chunk = cells[start:start + batch]
         rows = [_patch(runner, kind, layer, other) for kind, (layer, other) in chunk]
-        values = runs.read(runner.patched_outcomes(runs.corrupted, runs.clean.captured, rows))
+        with slot():
+            values = runs.read(runner.patched_outcomes(runs.corrupted, runs.clean.captured, rows))
         for (kind, index), value in zip(chunk, values, strict=True):
             found.results[kind][index] = value  # filled in place: what the caller holds grows
         yield start + len(chunk), len(cells), found
@@ -200,7 +218,8 @@ def prepare_patching(runner: Runner, clean_text: str, corrupted_text: str, answe
     """Both runs of a patching of `corrupted_text` with `clean_text`'s activations, of equal token counts, read as the
     logit difference of `answer` over `wrong` (one token each) after `position` of the decoder's sequence, both runs
     reading `target` (an encoder-decoder's or a toy's output; None: the clean run's own), of `kinds` (None: every kind
-    of the model); UserError where the model, the kinds, the answers, the texts or the position do not fit."""
+    of the model); UserError where the model, the kinds, the answers, the texts or the position do not fit, or the
+    two runs give the same logit difference (`refuse_no_difference`)."""
     facts = runner.facts
     if facts.kind == "encoder":
         raise UserError(f"{facts.model_id} is an encoder: it predicts no next token, so there is no logit "
@@ -236,6 +255,7 @@ def prepare_patching(runner: Runner, clean_text: str, corrupted_text: str, answe
         return chosen[:, ids[0]] - chosen[:, ids[1]]
 
     clean_difference, corrupted_difference = read(outcome)[0], read(runner.patched_outcomes(corrupted, {}, [None]))[0]
+    refuse_no_difference(answer, wrong, float(clean_difference), float(corrupted_difference))
     layers = {kind: len(patched_hooks(runner, kind)) for kind in kinds}
     empty = {kind: np.full((layers[kind], facts.n_heads if kind in HEAD_KINDS else len(clean.ids)), np.nan)
              for kind in kinds}

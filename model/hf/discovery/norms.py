@@ -28,11 +28,15 @@ def is_parallel(table: TapTable) -> bool:
 
 def norm_layout(table: TapTable, parallel: bool, kind: str) -> str:
     """How the block's norms are placed, in words."""
-    sandwich = table.get("hook_attn_out", ("", output))[1] is output  # a norm's output is what attention adds
     if parallel:
         return f"pre-norm, attention and MLP in parallel ({kind})"
+    if "hook_attn_out" not in table and "ln1.hook_scale" not in table:  # no norm before attention, and the block's
+        # output is not its input plus what its sublayers write: each norm reads a residual sum (OPT-350m)
+        return f"post-norm: a norm after each residual sum, as in the original Transformer and BERT ({kind})"
+    sandwich = "hook_attn_out" in table and table["hook_attn_out"][1] is output  # a norm's output is what attention
+    # adds
     if sandwich and "ln1.hook_scale" in table:
         return f"pre- and post-norm around each sublayer ({kind})"
-    if sandwich:  # not "post-norm": the stream itself is never normalised, as in BERT's
+    if sandwich:  # not "post-norm": the stream itself is never normalised, as in BERT's (OLMo 2)
         return f"a norm on each sublayer's output, none before ({kind})"
     return f"pre-norm ({kind})"
