@@ -1,8 +1,11 @@
-"""The native CPU kernel (model/core/attention/native) as a build: compiled once into the user cache, guarded against
-arrays it would reach past, the same numbers from a build for any x86 processor, and never a second OpenMP runtime.
-What it computes is held to the whole softmax in tests/model/test_row_reduction.py."""
+"""The native CPU kernel (model/core/attention/native) as a build: compiled once into the user cache under its
+compiler's target, never run on a processor without what it was built for, guarded against arrays it would reach
+past (tests/model/test_native_guard.py: every argument), the same numbers from a build for any x86 processor, and
+never a second OpenMP runtime. What it computes is held to the whole softmax in tests/model/test_row_reduction.py."""
 
 from __future__ import annotations
+
+import ctypes
 
 import numpy as np
 import pytest
@@ -34,6 +37,51 @@ def test_the_kernel_is_compiled_once_into_the_user_cache(monkeypatch, tmp_path) 
     assert native.attention_rows() is kernel  # loaded once a process
 
 
+
+def test_a_build_is_cached_under_its_compilers_target(monkeypatch) -> None:
+    """The cached library's name hashes the macros the compiler predefines for its flags, so another processor's
+    `-march=native` (other instruction sets: other macros), on any OS, gets a build of its own; the same macros the
+    same name. The real probe tells this processor's target from the compiler's default one."""
+    import shutil
+
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("no C compiler on this machine")
+    machine, default = native.target_macros(compiler, native.FLAGS), native.target_macros(compiler, native.PORTABLE)
+    assert machine is not None and default is not None and machine != default  # -march=native adds to the default
+    assert native.target_macros("false", native.FLAGS) is None  # a compiler that does not run
+
+    def name(macros: bytes | None) -> str | None:
+        monkeypatch.setattr(native, "target_macros", lambda compiler, flags: macros)
+        return native.library_name(native.SOURCE, compiler, list(native.FLAGS))
+
+    avx512 = name(b"#define __AVX512F__ 1\n#define __x86_64__ 1")
+    assert avx512 != name(b"#define __AVX2__ 1\n#define __x86_64__ 1") and avx512 != name(b"#define __aarch64__ 1")
+    assert name(b"#define __AVX512F__ 1\n#define __x86_64__ 1") == avx512 and name(None) is None
+
+
+def test_a_processor_without_what_the_build_used_gets_a_build_for_any(monkeypatch, tmp_path) -> None:
+    """A processor simulated without AVX-512 (where the build has it; else without any extension it used): the
+    machine's build is refused before any of its code runs, and `attention_rows()` loads a build for the compiler's
+    default target instead, which makes no scores itself and gives the machine's build's numbers."""
+    kernel = native.attention_rows()
+    if kernel is None:
+        pytest.skip("the native kernel is not built here")
+    used = native.built_for(ctypes.CDLL(str(kernel.library)))
+    if not used:
+        pytest.skip("this build uses no extension a processor of its kind may lack")
+    lacking = {"avx512f"} if "avx512f" in used else set(used)
+    has = native._processor_has
+    assert all(has(ctypes.CDLL(str(kernel.library)), name) for name in used)  # this processor's
+    monkeypatch.setattr(native, "_processor_has", lambda shared, name: name not in lacking and has(shared, name))
+    with pytest.raises(native.UnfitProcessor, match=sorted(lacking)[0]):
+        native.loaded(kernel.library)
+    monkeypatch.setenv("ATTENTION_ATLAS_CACHE", str(tmp_path))
+    portable = native.attention_rows.__wrapped__()
+    assert portable is not None and portable.library.parent == tmp_path / "native"
+    assert lacking.isdisjoint(native.built_for(ctypes.CDLL(str(portable.library))))
+    assert portable.from_queries is None or "avx512f" not in lacking
+    _same_numbers(kernel, portable, 160)
 
 
 def test_the_kernel_refuses_arrays_it_would_read_or_write_outside_of() -> None:
@@ -72,7 +120,12 @@ def test_a_build_for_any_x86_processor_gives_the_machines_numbers(monkeypatch, t
     library = native._built(openmp=False, flags=flags)
     if library is None:
         pytest.skip("this compiler does not build for -march=x86-64-v2")
-    portable = native.loaded(library)
+    _same_numbers(kernel, native.loaded(library), keys)
+
+
+def _same_numbers(kernel, other, keys: int) -> None:
+    """Two builds reduce a causal block (keys up to its last row computed, 60 after them) to the same numbers, for
+    thumbnail and rollout blocks of a few keys and of many, the last blocks past the block's keys."""
     rng = np.random.default_rng(5)
     heads, rows, start = 3, 40, keys - 100  # a causal block: keys up to its last row computed, 60 after them
     width = start + rows
@@ -81,7 +134,7 @@ def test_a_build_for_any_x86_processor_gives_the_machines_numbers(monkeypatch, t
     for thumbnail, rollout in ((64, 512), (keys // 8, keys // 3), (keys, keys)):
         layout = [block_starts(keys, thumbnail).astype(np.int32), block_starts(keys, rollout).astype(np.int32)]
         made = []
-        for way in (kernel, portable):
+        for way in (kernel, other):
             p, thumb = scores.clone(), torch.empty(heads, rows, len(layout[0]) - 1)
             roll, stats = torch.empty(rows, len(layout[1]) - 1), torch.empty(heads, rows, 5)
             native.run_kernel(way, p, allowed, start, start, True, -112.0, layout[0], thumb, layout[1], roll, stats)

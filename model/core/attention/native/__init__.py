@@ -17,6 +17,14 @@ overflow, gives what the torch ops give: tests/model/test_row_reduction.py), and
 OpenMP: the library is built with it where the compiler has it, and loaded so only where the OpenMP runtime it
 needs is the one the process has already (torch's: it binds to that one) or none is loaded yet; else a build
 without OpenMP is loaded (one thread), never a second OpenMP runtime (two abort the process: "OMP: Error #15").
+The processor: a build is cached under the compiler's own view of its target (its predefined macros with the build's
+flags: `-march=native`'s instruction sets, the compiler's version), so a cache shared by machines of other
+processors, on any OS, holds a build for each. And before anything of a library runs, the instruction set extensions
+it was built for are asked of the processor (`built_for`, `processor_has` in the C file); where one is missing, a
+build for the compiler's default target (no -march, so any processor of its kind) is loaded instead.
+
+Its guard, `run_kernel`, checks every index the C code takes (ValueError with a sentence: a programming error,
+never a read or a write outside an array); a working buffer the C code cannot allocate raises MemoryError.
 `python -m attention_atlas.model.core.attention.native` builds it ahead of the first run (`make` does).
 """
 
@@ -38,11 +46,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from attention_atlas.model.core.attention.native.guard import check_arguments
 from attention_atlas.model.core.cache_folder import cache_dir
 
 SOURCE = Path(__file__).with_name("attention_rows.c")
 FLAGS = ("-O3", "-march=native", "-fPIC", "-ffast-math", "-fno-finite-math-only",
          "-fopenmp-simd")  # the machine's vector unit; the `omp simd` reductions vectorised in both builds
+PORTABLE = tuple(flag for flag in FLAGS if flag != "-march=native")  # the compiler's default target: any processor
 OPENMP_RUNTIME = re.compile(rb"lib(?:gomp|omp|iomp5)[\w.-]*?\.(?:so(?:\.\d+)*|dylib)")  # a runtime's file name
 DISABLE = "ATTENTION_ATLAS_NO_NATIVE"  # set (to anything) to use the torch ops only
 _build_lock = threading.Lock()
@@ -50,6 +60,7 @@ _log = logging.getLogger(__name__)
 _P, _I, _L, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_float
 _ARGUMENTS = (_P, _P, _L, _I, _I, _I, _I, _L, _I, _F, _P, _I, _P, _P, _I, _P, _P, _I)
 _QUERIES = (_P, _P, _L, _I, _I, _P, _L, _I, _P, _L)  # attention_rows_from_queries: before attention_rows's
+OUT_OF_MEMORY = 1  # what the C functions return where a working buffer was not granted (0: done)
 
 
 @cache
@@ -58,28 +69,55 @@ def attention_rows() -> ctypes._CFuncPtr | None:
     had (no C compiler, a failed build, or $ATTENTION_ATLAS_NO_NATIVE set)."""
     if os.environ.get(DISABLE):
         return None
-    with _build_lock:
-        library = _joins_the_process(_built(openmp=True)) or _built(openmp=False)
-    if library is None:
-        return None
-    try:
-        return loaded(library)
-    except (OSError, AttributeError) as error:  # a library this process cannot load (its OpenMP, say)
-        _log.warning("The CPU kernel %s did not load; attention summaries use torch ops (slower): %s", library, error)
-        return None
+    for flags in (FLAGS, PORTABLE):  # the machine's build, or where the processor lacks what it used, one for any
+        with _build_lock:
+            library = _joins_the_process(_built(openmp=True, flags=flags)) or _built(openmp=False, flags=flags)
+        if library is None:
+            return None
+        try:
+            return loaded(library)
+        except UnfitProcessor as error:
+            _log.warning("The CPU kernel %s is not for this processor; a build for any is used (slower): %s", library,
+                         error)
+        except (OSError, AttributeError) as error:  # a library this process cannot load (its OpenMP, say)
+            _log.warning("The CPU kernel %s did not load; attention summaries use torch ops (slower): %s", library,
+                         error)
+            return None
+    return None
+
+
+class UnfitProcessor(OSError):
+    """A library built for instruction set extensions this processor lacks (its code would stop the process)."""
 
 
 def loaded(library: Path) -> ctypes._CFuncPtr:
     """The `attention_rows` of a built library, ready to call (`run_kernel`); its `from_queries`: the library's
-    `attention_rows_from_queries`, which makes a block's scores itself, or None where it cannot (no AVX-512)."""
+    `attention_rows_from_queries`, which makes a block's scores itself, or None where it cannot (no AVX-512); its
+    `library`: the file. UnfitProcessor, before any of its code runs, where the processor lacks what it used."""
     shared = ctypes.CDLL(str(library))
-    function = shared.attention_rows
-    function.argtypes, function.restype = _ARGUMENTS, None
+    checked = hasattr(shared, "built_for")  # (an older kernel's has no check, and returns nothing: kernel_ab)
+    lacking = [name for name in built_for(shared) if not _processor_has(shared, name)] if checked else []
+    if lacking:
+        raise UnfitProcessor(f"{library.name} was built for {', '.join(lacking)}, which this processor lacks")
+    function, status = shared.attention_rows, ctypes.c_int if checked else None
+    function.argtypes, function.restype, function.library = _ARGUMENTS, status, library
     makes_scores = hasattr(shared, "makes_scores") and shared.makes_scores()  # (an older kernel's has none: kernel_ab)
     function.from_queries = shared.attention_rows_from_queries if makes_scores else None
     if function.from_queries is not None:
-        function.from_queries.argtypes, function.from_queries.restype = _QUERIES + _ARGUMENTS, None
+        function.from_queries.argtypes, function.from_queries.restype = _QUERIES + _ARGUMENTS, status
     return function
+
+
+def built_for(shared: ctypes.CDLL) -> list[str]:
+    """The instruction set extensions a library's compiler used that a processor of its kind may lack (x86: sse3 to
+    avx512cd; aarch64: sve, sve2), as `__builtin_cpu_supports` names them."""
+    shared.built_for.restype = ctypes.c_char_p
+    return shared.built_for().decode().split()
+
+
+def _processor_has(shared: ctypes.CDLL, name: str) -> bool:
+    """Whether this processor (and its OS) runs the extension `name` (x86: cpuid; aarch64 Linux: the hwcaps)."""
+    return bool(shared.processor_has(name.encode()))
 
 
 def _built(openmp: bool, source: Path = SOURCE, flags: tuple[str, ...] = FLAGS) -> Path | None:
@@ -91,8 +129,12 @@ def _built(openmp: bool, source: Path = SOURCE, flags: tuple[str, ...] = FLAGS) 
         _log.warning("No C compiler found: attention summaries use torch ops on the CPU (slower).")
         return None
     flags = [*flags, *(["-fopenmp"] if openmp else [])]
-    key = hashlib.sha256(source.read_bytes() + repr((flags, compiler, platform.machine(), _cpu_flags())).encode())
-    target = cache_dir() / "native" / f"attention_rows-{key.hexdigest()[:16]}.so"
+    name = library_name(source, compiler, flags)
+    if name is None:
+        if not openmp:
+            _log.warning("The C compiler %s does not run; attention summaries use torch ops (slower).", compiler)
+        return None
+    target = cache_dir() / "native" / name
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -140,12 +182,26 @@ def loaded_openmp_runtimes() -> set[str] | None:
     return {name for name in names if OPENMP_RUNTIME.fullmatch(name.encode())}
 
 
-def _cpu_flags() -> str:
-    """The processor's feature flags (Linux), so a cache shared by machines of other processors builds anew."""
+def library_name(source: Path, compiler: str, flags: list[str]) -> str | None:
+    """The cached library's file name: a hash of the source, the flags, the compiler and its target's predefined
+    macros (another processor, another `-march=native`: other macros, another build), or None where the compiler
+    does not run."""
+    macros = target_macros(compiler, tuple(flags))
+    if macros is None:
+        return None
+    key = hashlib.sha256(source.read_bytes() + repr((flags, compiler)).encode() + macros)
+    return f"attention_rows-{key.hexdigest()[:16]}.so"
+
+
+def target_macros(compiler: str, flags: tuple[str, ...]) -> bytes | None:
+    """The macros `compiler` predefines for `flags` (`-E -dM`, gcc's and clang's), sorted: its version and the
+    instruction sets it builds for (`-march=native`: __AVX512F__, __ARM_FEATURE_SVE, ...); None where it fails."""
     try:
-        return next((line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")), "")
-    except OSError:
-        return ""
+        run = subprocess.run([compiler, *flags, "-E", "-dM", "-x", "c", os.devnull], check=True, capture_output=True,
+                             timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return b"\n".join(sorted(run.stdout.splitlines()))
 
 
 def _pointer(array: torch.Tensor | np.ndarray) -> int:
@@ -165,56 +221,27 @@ def run_kernel(kernel: ctypes._CFuncPtr, scores: torch.Tensor, allowed: torch.Te
     scores itself (query . keys of its group's key head) before it reduces them: `scores` is where they go; with
     `values` as well, (value (kv_heads, >= width, dv) contiguous, output (heads, rows, dv), its rows contiguous), it
     writes attention's output, the probabilities times the values of their group's value head, into `output`."""
+    if isinstance(allowed, np.ndarray | torch.Tensor):  # the kernel reads a row's keys one after another
+        allowed = np.ascontiguousarray(allowed) if isinstance(allowed, np.ndarray) else allowed.contiguous()
+    check_arguments(scores, allowed, first, query0, floor_bits, thumb_starts, thumb, roll_starts, roll, stats,
+                    getattr(kernel, "from_queries", None) is not None, queries, values)
     heads, rows, width = scores.shape
-    allowed = np.ascontiguousarray(allowed) if isinstance(allowed, np.ndarray) else allowed.contiguous()
-    outputs = (thumb, stats) if roll is None else (thumb, stats, roll)
-    if (allowed.dtype not in (np.bool_, torch.bool) or not -126.0 <= floor_bits <= 0.0
-            or allowed.shape[0] != rows or allowed.shape[1] < width
-            or thumb.shape != (heads, rows, len(thumb_starts) - 1)
-            or stats.shape != (heads, rows, 5) or (roll is None) != (roll_starts is None)
-            or (roll is not None and roll.shape != (rows, len(roll_starts) - 1))
-            or any(starts.dtype != np.int32 or not starts.flags.c_contiguous or starts[-1] < width
-                   for starts in (thumb_starts, roll_starts) if starts is not None)
-            or (isinstance(allowed, torch.Tensor) and allowed.device.type != "cpu")
-            or any(t.dtype != torch.float32 or not t.is_contiguous() or t.device.type != "cpu"
-                   for t in (scores, *outputs))
-            or (queries is not None and not _reads_queries(kernel, queries, heads, rows, width))
-            or (values is not None and (queries is None or not _reads_values(values, queries[1], heads, rows, width)))):
-        raise ValueError("attention_rows: arrays of other shapes, types or layouts than it reads and writes")
     row_stride = allowed.strides[0] if isinstance(allowed, np.ndarray) else allowed.stride(0)
-    arguments = (scores.data_ptr(), _pointer(allowed), row_stride, heads, rows, width, first, query0,
+    arguments = (scores.data_ptr(), _pointer(allowed), row_stride, heads, rows, width, int(first), int(query0),
                  int(positional), floor_bits, thumb_starts.ctypes.data, len(thumb_starts) - 1, thumb.data_ptr(),
                  None if roll_starts is None else roll_starts.ctypes.data,
                  0 if roll_starts is None else len(roll_starts) - 1, None if roll is None else roll.data_ptr(),
                  stats.data_ptr(), torch.get_num_threads())
     if queries is None:
-        kernel(*arguments)
-        return
-    query, keys = queries
-    value, output = values if values is not None else (None, None)
-    kernel.from_queries(query.data_ptr(), keys.data_ptr(), keys.stride(1), query.shape[-1], heads // len(keys),
-                        None if value is None else value.data_ptr(), 0 if value is None else value.stride(0),
-                        0 if value is None else value.shape[2], None if output is None else output.data_ptr(),
-                        0 if output is None else output.stride(0),
-                        *arguments)
-
-
-def _reads_queries(kernel: ctypes._CFuncPtr, queries: tuple[torch.Tensor, torch.Tensor], heads: int, rows: int,
-                   width: int) -> bool:
-    """Whether the kernel makes scores and `queries` are what it reads for a block of (heads, rows, width) scores."""
-    query, keys = queries
-    return (getattr(kernel, "from_queries", None) is not None and query.shape[:2] == (heads, rows)
-            and query.is_contiguous() and keys.ndim == 3 and keys.shape[1] == query.shape[-1]
-            and keys.shape[2] >= width and len(keys) > 0 and heads % len(keys) == 0
-            and (keys.stride(2) == 1 or keys.shape[2] == 1)  # (a dimension of one: any stride)
-            and keys.stride(0) == keys.shape[1] * keys.stride(1) and keys.stride(1) >= width
-            and all(t.dtype == torch.float32 and t.device.type == "cpu" for t in (query, keys)))
-
-
-def _reads_values(values: tuple[torch.Tensor, torch.Tensor], keys: torch.Tensor, heads: int, rows: int,
-                  width: int) -> bool:
-    """Whether `values` are a value head for each key head, and an output of (heads, rows, dv) the kernel can write."""
-    value, output = values
-    return (value.shape[0] == len(keys) and value.shape[1] >= width and value.shape[2] > 0
-            and value[0].is_contiguous() and output.shape == (heads, rows, value.shape[2]) and output[0].is_contiguous()
-            and all(t.dtype == torch.float32 and t.device.type == "cpu" for t in (value, output)))
+        status = kernel(*arguments)
+    else:
+        query, keys = queries
+        value, output = values if values is not None else (None, None)
+        status = kernel.from_queries(
+            query.data_ptr(), keys.data_ptr(), keys.stride(1), query.shape[-1], heads // len(keys),
+            None if value is None else value.data_ptr(), 0 if value is None else value.stride(0),
+            0 if value is None else value.shape[2], None if output is None else output.data_ptr(),
+            0 if output is None else output.stride(0), *arguments)
+    if status == OUT_OF_MEMORY:  # (an older kernel's None: kernel_ab; 2, no AVX-512, the guard rules out)
+        raise MemoryError(f"The CPU kernel could not allocate its working memory for {heads} heads x {rows} rows x "
+                          f"{width} keys.")

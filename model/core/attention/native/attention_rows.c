@@ -25,7 +25,12 @@
  * while they are still in the L2 cache, and multiplies them by the values for attention's output (6 rows x 64 of
  * d_head at a time). A BLAS's products of a long text's block write and read scores larger than the caches
  * (SmolLM2 at 8,190 tokens: Q K^T at 61 GFLOP/s in the run on a 2-core AMD EPYC; this kernel's product tile alone,
- * 140-195). Each sum runs in order, one fused multiply-add a term. */
+ * 140-195). Each sum runs in order, one fused multiply-add a term.
+ *
+ * Both return DONE, or OUT_OF_MEMORY where a working buffer could not be allocated (the outputs then unfinished);
+ * the caller checks every index they take (native/__init__.py's run_kernel). Built with -march=native, the library
+ * says which instruction set extensions its compiler used (built_for) and whether the processor has each
+ * (processor_has), for the caller to check before it calls anything else of it. */
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
@@ -34,6 +39,87 @@
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#endif
+
+enum { DONE = 0, OUT_OF_MEMORY = 1, CANNOT = 2 }; /* what the kernels return (CANNOT: no AVX-512 to make scores) */
+
+static int64_t allocation_limit = INT64_MAX; /* the largest allocation granted: limit_allocations */
+
+void limit_allocations(int64_t bytes) { allocation_limit = bytes; } /* larger ones fail as malloc's can (tests) */
+
+static void *allocate(int64_t bytes) { return bytes > allocation_limit ? NULL : malloc((size_t)bytes); }
+
+const char *built_for(void) { /* the extensions the compiler used that a processor of its kind may lack */
+    return ""
+#if defined(__SSE3__)
+        " sse3"
+#endif
+#if defined(__SSSE3__)
+        " ssse3"
+#endif
+#if defined(__SSE4_1__)
+        " sse4.1"
+#endif
+#if defined(__SSE4_2__)
+        " sse4.2"
+#endif
+#if defined(__POPCNT__)
+        " popcnt"
+#endif
+#if defined(__AVX__)
+        " avx"
+#endif
+#if defined(__AVX2__)
+        " avx2"
+#endif
+#if defined(__FMA__)
+        " fma"
+#endif
+#if defined(__BMI__)
+        " bmi"
+#endif
+#if defined(__BMI2__)
+        " bmi2"
+#endif
+#if defined(__AVX512F__)
+        " avx512f"
+#endif
+#if defined(__AVX512VL__)
+        " avx512vl"
+#endif
+#if defined(__AVX512BW__)
+        " avx512bw"
+#endif
+#if defined(__AVX512DQ__)
+        " avx512dq"
+#endif
+#if defined(__AVX512CD__)
+        " avx512cd"
+#endif
+#if defined(__ARM_FEATURE_SVE)
+        " sve"
+#endif
+#if defined(__ARM_FEATURE_SVE2)
+        " sve2"
+#endif
+        ;
+}
+
+int processor_has(const char *name) { /* whether this processor (and its OS) runs the extension built_for names */
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+#define HAS(feature) if (!strcmp(name, feature)) return __builtin_cpu_supports(feature) != 0;
+    HAS("sse3") HAS("ssse3") HAS("sse4.1") HAS("sse4.2") HAS("popcnt") HAS("avx") HAS("avx2") HAS("fma") HAS("bmi")
+    HAS("bmi2") HAS("avx512f") HAS("avx512vl") HAS("avx512bw") HAS("avx512dq") HAS("avx512cd")
+#undef HAS
+#elif defined(__aarch64__) && defined(__linux__)
+    if (!strcmp(name, "sve")) return (getauxval(AT_HWCAP) & (1ul << 22)) != 0; /* HWCAP_SVE */
+    if (!strcmp(name, "sve2")) return (getauxval(AT_HWCAP2) & (1ul << 1)) != 0; /* HWCAP2_SVE2 */
+#endif
+    return 0; /* an extension this build cannot ask about: taken as missing */
+}
 
 typedef union { float f; int32_t i; } Bits;
 
@@ -172,29 +258,42 @@ static void reduce_row(float *restrict p, const uint8_t *restrict seen, const fl
     column_sums(p, width, thumb_starts, thumb_blocks, thumb_longest, thumb);
 }
 
-void attention_rows(float *scores, const uint8_t *allowed, int64_t stride, int heads, int rows,
-                    int width, int first, int64_t query0, int positional, float floor_bits,
-                    const int32_t *thumb_starts, int thumb_blocks, float *thumb, const int32_t *roll_starts,
-                    int roll_blocks, float *roll, float *stats, int threads) {
+int attention_rows(float *scores, const uint8_t *allowed, int64_t stride, int heads, int rows,
+                   int width, int first, int64_t query0, int positional, float floor_bits,
+                   const int32_t *thumb_starts, int thumb_blocks, float *thumb, const int32_t *roll_starts,
+                   int roll_blocks, float *roll, float *stats, int threads) {
     int thumb_longest = longest_block(thumb_starts, thumb_blocks);
     int roll_longest = roll ? longest_block(roll_starts, roll_blocks) : 0;
-    #pragma omp parallel for schedule(static) num_threads(threads)
-    for (int r = 0; r < rows; r++) {
-        int64_t i = query0 + r;
-        float distance[width]; /* |i - k|, for every head's row r */
-        for (int k = 0; k < width; k++) distance[k] = fabsf((float)(i - k));
-        float heads_sum[roll ? width : 1]; /* the heads' probabilities: the rollout's sums are taken once a row */
-        for (int h = 0; h < heads; h++) {
-            int64_t row = (int64_t)h * rows + r;
-            float *p = scores + row * width;
-            reduce_row(p, allowed + r * stride, distance, width, first, i, positional, floor_bits, thumb_starts,
-                       thumb_blocks, thumb_longest, thumb + row * thumb_blocks, stats + row * 5);
-            if (roll)
-                for (int k = 0; k < width; k++) heads_sum[k] = h > 0 ? heads_sum[k] + p[k] : p[k];
+    int failed = 0; /* a thread's buffers were not granted */
+    #pragma omp parallel num_threads(threads)
+    {
+        float *distance = allocate(sizeof(float) * (int64_t)width); /* |i - k|, for every head's row r */
+        float *heads_sum = roll ? allocate(sizeof(float) * (int64_t)width) : NULL; /* the heads' probabilities */
+        int ready = distance && (heads_sum || !roll);
+        if (!ready) {
+            #pragma omp atomic write
+            failed = 1;
         }
-        if (roll)
-            column_sums(heads_sum, width, roll_starts, roll_blocks, roll_longest, roll + (int64_t)r * roll_blocks);
+        #pragma omp for schedule(static)
+        for (int r = 0; r < rows; r++) {
+            if (!ready) continue;
+            int64_t i = query0 + r;
+            for (int k = 0; k < width; k++) distance[k] = fabsf((float)(i - k));
+            for (int h = 0; h < heads; h++) {
+                int64_t row = (int64_t)h * rows + r;
+                float *p = scores + row * width;
+                reduce_row(p, allowed + r * stride, distance, width, first, i, positional, floor_bits, thumb_starts,
+                           thumb_blocks, thumb_longest, thumb + row * thumb_blocks, stats + row * 5);
+                if (roll)
+                    for (int k = 0; k < width; k++) heads_sum[k] = h > 0 ? heads_sum[k] + p[k] : p[k];
+            }
+            if (roll) /* the rollout's sums, taken once a row */
+                column_sums(heads_sum, width, roll_starts, roll_blocks, roll_longest, roll + (int64_t)r * roll_blocks);
+        }
+        free(distance);
+        free(heads_sum);
     }
+    return failed ? OUT_OF_MEMORY : DONE;
 }
 
 #if defined(__AVX512F__)
@@ -211,11 +310,11 @@ static inline __mmask16 lanes(int left) { return left >= 16 ? 0xFFFF : left <= 0
     _mm512_mask_storeu_ps(dst + 48, m3, a##t##3); }
 
 static void micro_scores(const float *restrict query, int d, const float *restrict keys, int64_t key_stride, int rows,
-                         int width, float *restrict out) {
+                         int width, float *restrict q, float *restrict out) {
     /* out[t * width + k] = sum over j in order of query[t * d + j] keys[j * key_stride + k] (one fused multiply-add
      * each), t < rows <= MICRO_ROWS, k < width: 6 rows x 64 keys of sums held in 24 registers while the keys' 64
-     * columns stream past (written out as one register a row and 16 keys, so that no sum goes to memory between) */
-    float q[MICRO_ROWS * d]; /* the rows, the missing ones 0 */
+     * columns stream past (written out as one register a row and 16 keys, so that no sum goes to memory between).
+     * q: room for MICRO_ROWS * d floats, where the rows are copied, the missing ones 0. */
     memcpy(q, query, sizeof(float) * rows * d);
     memset(q + rows * d, 0, sizeof(float) * (MICRO_ROWS - rows) * d);
     for (int k = 0; k < width; k += 64) {
@@ -266,7 +365,7 @@ int makes_scores(void) { /* whether attention_rows_from_queries computes (built 
 #endif
 }
 
-void attention_rows_from_queries(const float *query, const float *keys, int64_t key_stride, int d, int group,
+int attention_rows_from_queries(const float *query, const float *keys, int64_t key_stride, int d, int group,
                                  const float *values, int64_t value_stride, int dv, float *output,
                                  int64_t output_stride,
                                  float *scores, const uint8_t *allowed, int64_t stride, int heads, int rows,
@@ -278,16 +377,24 @@ void attention_rows_from_queries(const float *query, const float *keys, int64_t 
      * (query (heads, rows, d), in bits; keys (heads / group, d, key_stride)), TILE_ROWS rows of a head at a time,
      * each reduced while its scores are in the cache; and where `values` is given, attention's output from them:
      * output[h * output_stride + r * dv + c] = sum_k p[h, r, k] values[(h / group) * value_stride + k * dv + c].
-     * Nothing where makes_scores() is 0. */
+     * CANNOT (and nothing done) where makes_scores() is 0. */
 #if defined(__AVX512F__)
     int thumb_longest = longest_block(thumb_starts, thumb_blocks);
     int roll_longest = roll ? longest_block(roll_starts, roll_blocks) : 0;
+    int failed = 0; /* a thread's buffers were not granted */
     #pragma omp parallel num_threads(threads)
     {
-        float *distance = malloc(sizeof(float) * TILE_ROWS * width); /* |i - k| for the tile's rows */
-        float *heads_sum = roll ? malloc(sizeof(float) * TILE_ROWS * width) : NULL; /* the heads' probabilities */
+        float *distance = allocate(sizeof(float) * TILE_ROWS * (int64_t)width); /* |i - k| for the tile's rows */
+        float *heads_sum = roll ? allocate(sizeof(float) * TILE_ROWS * (int64_t)width) : NULL; /* heads' p */
+        float *q = allocate(sizeof(float) * MICRO_ROWS * (int64_t)d); /* micro_scores's copy of its rows */
+        int ready = distance && q && (heads_sum || !roll);
+        if (!ready) {
+            #pragma omp atomic write
+            failed = 1;
+        }
         #pragma omp for schedule(static)
         for (int r0 = 0; r0 < rows; r0 += TILE_ROWS) {
+            if (!ready) continue;
             int tile = rows - r0 < TILE_ROWS ? rows - r0 : TILE_ROWS;
             for (int t = 0; t < tile; t++)
                 for (int k = 0; k < width; k++) distance[t * width + k] = fabsf((float)(query0 + r0 + t - k));
@@ -295,7 +402,7 @@ void attention_rows_from_queries(const float *query, const float *keys, int64_t 
                 int64_t row = (int64_t)h * rows + r0; /* the tile's first row of head h */
                 for (int t = 0; t < tile; t += MICRO_ROWS)
                     micro_scores(query + (row + t) * d, d, keys + (int64_t)(h / group) * d * key_stride, key_stride,
-                                 tile - t < MICRO_ROWS ? tile - t : MICRO_ROWS, width, scores + (row + t) * width);
+                                 tile - t < MICRO_ROWS ? tile - t : MICRO_ROWS, width, q, scores + (row + t) * width);
                 for (int t = 0; t < tile; t++) {
                     float *p = scores + (row + t) * width;
                     reduce_row(p, allowed + (r0 + t) * stride, distance + t * width, width, first, query0 + r0 + t,
@@ -318,7 +425,9 @@ void attention_rows_from_queries(const float *query, const float *keys, int64_t 
         }
         free(distance);
         free(heads_sum);
+        free(q);
     }
+    return failed ? OUT_OF_MEMORY : DONE;
 #else
     (void)query, (void)keys, (void)key_stride, (void)d, (void)group, (void)values, (void)value_stride, (void)dv;
     (void)output;
@@ -326,5 +435,6 @@ void attention_rows_from_queries(const float *query, const float *keys, int64_t 
     (void)heads, (void)rows, (void)width, (void)first, (void)query0, (void)positional, (void)floor_bits;
     (void)thumb_starts, (void)thumb_blocks, (void)thumb, (void)roll_starts, (void)roll_blocks, (void)roll;
     (void)stats, (void)threads;
+    return CANNOT;
 #endif
 }
