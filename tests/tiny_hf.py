@@ -120,6 +120,15 @@ DECODER_TYPES: dict[str, dict[str, object]] = {
     "bloom": {},  # ALiBi; attention and MLP modules that add the residual themselves
     "falcon": {"new_decoder_architecture": True, "num_kv_heads": 2, "ffn_hidden_size": 64},  # grouped, parallel
 }
+# Multi-head latent attention (DeepSeek): q/k heads nope + rope = 12 wide, value heads 6 (not in TYPES: the pages
+# that read a head's weights as one d_head do not serve them; tests/model/test_value_width.py holds what does).
+MLA = {"kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 6, "num_key_value_heads": 4,
+       "n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "n_shared_experts": 1,
+       "first_k_dense_replace": 1}  # layer 0's MLP dense, layer 1's experts
+MLA_TYPES: dict[str, dict[str, object]] = {
+    "deepseek_v2": MLA | {"q_lora_rank": None},  # q_proj
+    "deepseek_v3": MLA | {"q_lora_rank": 16, "n_group": 2, "topk_group": 1},  # q_a_proj, its norm, q_b_proj
+}
 DISTINCT_NORMS = {"falcon"}  # two norms read the block's input (ln_attn, ln_mlp): made unlike, as trained ones are
 ENCODER_TYPES: dict[str, tuple[str, dict[str, object]]] = {  # type -> (its model class in transformers, settings)
     "deberta-v2": ("DebertaV2Model", {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -153,12 +162,12 @@ TYPES = (*DECODER_TYPES, *ENCODER_TYPES, *SEQ2SEQ_TYPES)
 
 
 def build_type(model_type: str, folder: Path, **overrides: object) -> Path:
-    """Save a tiny random model of `model_type` (one of TYPES) and a word-level tokenizer into `folder`; a decoder's
-    config changed by `overrides` (e.g. num_hidden_layers=1)."""
+    """Save a tiny random model of `model_type` (one of TYPES or MLA_TYPES) and a word-level tokenizer into `folder`; a
+    decoder's config changed by `overrides` (e.g. num_hidden_layers=1)."""
     torch.manual_seed(0)
     vocab = len(dict.fromkeys(LM_SPECIALS.values())) + len(WORDS)
-    if model_type in DECODER_TYPES:
-        settings = SHARED | DECODER_TYPES[model_type] | overrides
+    if model_type in DECODER_TYPES or model_type in MLA_TYPES:
+        settings = SHARED | (DECODER_TYPES | MLA_TYPES)[model_type] | overrides
         config = transformers.AutoConfig.for_model(model_type, vocab_size=vocab, **settings)
         model, specials, template = transformers.AutoModelForCausalLM.from_config(config), LM_SPECIALS, "<s> $A"
         if model_type in DISTINCT_NORMS:

@@ -20,12 +20,12 @@ class PatternInputs:
 
     query: torch.Tensor  # (batch, heads, q_len, d_head)
     key: torch.Tensor  # (batch, kv_heads, k_len, d_head)
-    value: torch.Tensor  # (batch, kv_heads, k_len, d_head)
+    value: torch.Tensor  # (batch, kv_heads, k_len, d_value): d_value may differ from d_head (DeepSeek's MLA)
     scale: float
     mask: torch.Tensor | None  # additive (batch or 1, 1, q_len, >= k_len): the dtype's minimum where hidden
     bias: torch.Tensor | None  # (batch or 1, heads, q_len, k_len) or None
     softcap: float | None = None  # scores capped to c tanh(score / c) before the mask (Gemma 2)
-    output: torch.Tensor | None = None  # (batch, q_len, heads, d_head) in the query's dtype, once computed
+    output: torch.Tensor | None = None  # (batch, q_len, heads, d_value) in the query's dtype, once computed
 
     def summary_rows(self, source: PatternSource, layout: RowLayout, scratch: Scratch) -> Iterator[ReducedRows]:
         """The row blocks of run 0 of `source` (this layer's) reduced for a summary, computed in `scratch`. For a
@@ -35,8 +35,8 @@ class PatternInputs:
         if len(self.query) > 1:
             yield from source[0].reduced_rows(layout, scratch=scratch)
             return
-        heads, q_len, d_head = self.query.shape[1:]
-        output = torch.empty(heads, q_len, d_head, device=self.query.device, dtype=source.products_dtype)
+        heads, q_len = self.query.shape[1:3]
+        output = torch.empty(heads, q_len, self.value.size(-1), device=self.query.device, dtype=source.products_dtype)
         yield from source[0].reduced_rows(layout, self.value[0], output, scratch)
         self.output = output.to(self.query.dtype).transpose(0, 1)[None]
 
