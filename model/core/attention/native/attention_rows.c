@@ -274,7 +274,7 @@ int attention_rows(float *scores, const uint8_t *allowed, int64_t stride, int he
             #pragma omp atomic write
             failed = 1;
         }
-        #pragma omp for schedule(static)
+        #pragma omp for schedule(static) nowait /* one barrier, the region's end: each thread frees its own */
         for (int r = 0; r < rows; r++) {
             if (!ready) continue;
             int64_t i = query0 + r;
@@ -392,7 +392,7 @@ int attention_rows_from_queries(const float *query, const float *keys, int64_t k
             #pragma omp atomic write
             failed = 1;
         }
-        #pragma omp for schedule(static)
+        #pragma omp for schedule(static) nowait /* (as attention_rows') */
         for (int r0 = 0; r0 < rows; r0 += TILE_ROWS) {
             if (!ready) continue;
             int tile = rows - r0 < TILE_ROWS ? rows - r0 : TILE_ROWS;
