@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.hf.discovery import discover
 from attention_atlas.model.hf.placement import weights_at_hand
 from attention_atlas.model.hf.taps import Family
@@ -126,6 +127,11 @@ class Adapter:
         """The projections of the attention module `attention` (where its pattern is read); `attn_out` is the module
         whose output is the layer's hook_attn_out (where a family keeps W_O outside attention, as BERT)."""
         out = next(getattr(attention, n) for n in ("o_proj", "out_proj", "dense") if hasattr(attention, n))
+        if any(getattr(attention, f"{name}_proj", None) is None for name in "qkv"):
+            raise UserError(
+                f"{type(attention).__name__} makes its queries, keys and values through a compressed latent and a norm "
+                "(multi-head latent attention, as DeepSeek's), not one matrix per head, so its heads' weights (and "
+                "what reads them: the score decomposition, the attribution) cannot be shown here yet.")
         affines = {name: affine(getattr(attention, f"{name}_proj")) for name in "qkv"} | {"o": affine(out)}
         d_head = attention.head_dim
         scale, text = self.scale(attention, d_head, layer)
