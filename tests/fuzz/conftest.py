@@ -1,8 +1,8 @@
 """The fuzz layer's Hypothesis profiles: "ci" (make test: derandomized, so every run tries the same inputs; no
 database; a few hundred examples across the layer) and "deep" (ATLAS_FUZZ=deep: twenty times as many, drawn afresh
-each run). Each test holds its examples to a second itself (tests/fuzz/outcomes.py), so Hypothesis's own deadline,
-which retries a slow example and calls a fast retry flaky, is off. The outcomes of each test are printed at the end
-of a run in one process (`-p no:xdist`)."""
+each run). Each test holds its examples to a second of CPU time itself (tests/fuzz/outcomes.py), so Hypothesis's
+own deadline, on the clock, which retries a slow example and calls a fast retry flaky, is off. The outcomes of each
+test are printed at the end of a run in one process (`-p no:xdist`)."""
 
 from __future__ import annotations
 
