@@ -152,12 +152,12 @@ def scan_section(trace: Trace, mode: AblationMode) -> None:
     if st.button(f"Scan every head ({len(heads)})", key="ablation_scan_button"):
         bar = st.progress(0.0, text="Scanning…")
         runner = current_runner()
-        try:
-            with run_slots():
-                def progress(done: int, total: int) -> None:
-                    bar.progress(done / total, text=f"{done} of {total} heads")
+        def progress(done: int, total: int) -> None:
+            bar.progress(done / total, text=f"{done} of {total} heads")
 
-                scan = readable_failures("Scanning the heads", lambda: scan_heads(runner, trace, mode, progress))
+        try:  # a run slot a batch: other sessions' runs take turns between them
+            scan = readable_failures("Scanning the heads",
+                                     lambda: scan_heads(runner, trace, mode, progress, slot=run_slots))
         except UserError as error:
             show_error(str(error))
             return

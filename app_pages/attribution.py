@@ -22,6 +22,7 @@ from attention_atlas.ui.messages import literal, show_error
 from attention_atlas.ui.page import PAGES, current_runner, current_trace, trace_with
 from attention_atlas.ui.patching_views import patching_section
 from attention_atlas.ui.pickers import clicked_head
+from attention_atlas.ui.runs import readable_failures
 from attention_atlas.ui.trace_cache import per_trace
 from attention_atlas.viz.attribution import head_shares_heatmap, layer_shares_bars
 from attention_atlas.viz.tokens import visible_token
@@ -137,10 +138,14 @@ def page() -> None:
     # one run for the attribution and the graph
     tokens = trace.target_tokens if trace.facts.kind == "encoder-decoder" else trace.tokens
     position = choose_position(tokens)
-    try:
+    def attribution() -> Attribution:
         answer, wrong = choose_answers(runner, trace, position)
-        found = per_trace(trace, ("attribution", answer, wrong, position),
-                          lambda: attribute(runner, trace, answer, wrong, position))
+        return per_trace(trace, ("attribution", answer, wrong, position),
+                         lambda: attribute(runner, trace, answer, wrong, position))
+
+    try:  # a refusal (a hook the model lacks, parts that do not add up) is its sentence; a bug is told as a failure
+        # of its kind, its details in the server's log
+        found = readable_failures("Direct logit attribution", attribution)
     except UserError as error:
         show_error(str(error))
         return

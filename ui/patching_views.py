@@ -138,18 +138,19 @@ def run_patching(runner: Runner, asked: tuple) -> None:
     st.session_state.pop(REFUSED, None)
 
     def work() -> None:
-        runs = prepare_patching(runner, text, corrupted, answer, wrong, kinds, target=target, position=position)
-        estimate = estimate_patching(runner, runs)
+        with run_slots():  # a few runs: the two texts, the estimate's backward pass
+            runs = prepare_patching(runner, text, corrupted, answer, wrong, kinds, target=target, position=position)
+            estimate = estimate_patching(runner, runs)
         st.session_state[ESTIMATE] = (asked, estimate)
         with drawn.container():
             show_patching(model_id, estimate, "first")
-        for done, total, found in patching_steps(runner, runs, max_work=MAX_PATCH_WORK):
+        for done, total, found in patching_steps(runner, runs, max_work=MAX_PATCH_WORK, slot=run_slots):  # a slot
+            # a batch: other sessions' runs take turns between them
             st.session_state[RESULT] = (asked, found)
             bar.progress(done / total, text=f"Patching: {done:,} of {total:,} patched runs")
 
     try:
-        with run_slots():
-            readable_failures("Activation patching", work)
+        readable_failures("Activation patching", work)
     except UserError as error:
         if _stored(ESTIMATE, asked) is None:  # the texts or the answers do not fit
             show_error(str(error))
@@ -167,10 +168,6 @@ def show_patching(model_id: str, found: Patching, word: str) -> None:
                f"{found.corrupted:+.3f}; each cell {what}."
                + ("" if found.output is None else f" Both runs read the output {found.output!r}.")
                + ("" if found.complete else " Stopped: the empty cells were not patched."))
-    if abs(found.clean - found.corrupted) < 1e-3:
-        st.warning("The two runs give the same logit difference: nothing to restore. Choose a corrupted text that "
-                   "changes the answer.", icon=":material/warning:")
-        return
     for kind, values in found.results.items():
         normalised = found.normalised(kind)
         prefix = "Attribution patching's estimate for" if found.estimated else "Patching"

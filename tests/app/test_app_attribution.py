@@ -15,7 +15,7 @@ from attention_atlas.model.inspect.contributions import contribution_graph, cont
 from attention_atlas.model.inspect.patching import attribution_patching, patch, prepare_patching
 from attention_atlas.model.registry import load_runner
 from tests.app.app_session import open_app_page
-from tests.plotly_specs import chart, plotly_array
+from tests.plotly_specs import chart, chart_specs, plotly_array
 
 PAGE = "app_pages/attribution.py"
 NAMES = "When Mary and John went to the store, John gave a drink to"
@@ -204,3 +204,27 @@ def test_the_contribution_graph_is_the_models_and_follows_its_threshold(folders)
         assert [text.split(":")[0] for text in spec["data"][0]["hovertext"]] == [f"layer {e.layer}" for e in attention]
         counts.append(len(expected.edges))
     assert counts[0] > counts[1] > 0  # a lower threshold follows more routes
+
+
+def test_refusals_are_sentences_and_a_bug_is_told_as_one(tmp_path, monkeypatch) -> None:
+    """A post-norm OPT (OPT-350m's layout) gets the hooks it lacks in a sentence (it raised KeyError past the page's
+    catch); a text patched into itself is refused (nothing to restore); a bug names its kind, its details logged."""
+    from tests.model.test_attribution_refusals import build_post_norm_opt
+
+    at = open_app_page(PAGE, folder=str(build_post_norm_opt(tmp_path / "opt350")), text="the quick brown fox")
+    assert "has no decoder" in at.error[0].value and "cannot be split into parts" in at.error[0].value
+    at = open_app_page(PAGE, "toy-gpt-date", "march 3 2021")
+    at.text_input(key="attribution_wrong").set_value("4")
+    at.text_input(key="attribution_corrupted").set_value("march 3 2021")
+    _run(at)
+    at.button(key="attribution_patch").click()
+    _run(at)
+    assert "patching has nothing to restore" in at.error[0].value
+    assert not [spec for spec in chart_specs(at) if "the share of the clean logit difference restored" in
+                spec["layout"].get("title", {}).get("text", "")]  # no grid of 0 / 0
+    monkeypatch.setattr("attention_atlas.model.inspect.attribution.attribute",
+                        lambda *args: {}["decoder.1.hook_mlp_out"])
+    at.text_input(key="attribution_answer").set_value("3")  # asked anew: not the kept attribution
+    _run(at)
+    said = at.error[0].value.replace("\\", "")  # Markdown's escapes
+    assert "Direct logit attribution failed (KeyError); the details are in the server's log" in said
