@@ -12,7 +12,7 @@ import pytest
 from attention_atlas import load_trace
 from attention_atlas.model.core.bounded_cache import ByteCache, nbytes
 from attention_atlas.model.core.options import RunOptions
-from attention_atlas.model.core.trace import file
+from attention_atlas.model.core.trace.file_fields import PLAIN
 from attention_atlas.model.core.trace.trace import distinct_nbytes
 from attention_atlas.model.registry import load_runner
 
@@ -134,7 +134,7 @@ def test_trace_nbytes_is_the_sum_of_its_arrays(tmp_path: Path) -> None:
     trace = load_runner("toy-date").run("march 3 2021")  # every hook, and generation steps
     assert trace.steps and trace.captured and trace.outputs and trace.masks
     trace.save(tmp_path / "t.npz")
-    metadata = file.PLAIN  # the run's description, not its arrays
+    metadata = PLAIN  # the run's description, not its arrays
     masks = list(trace.masks.values())  # held as their diagonals (model/core/trace/kept_masks.py), written whole
     assert distinct_nbytes(masks) == sum(sum(mask.shape) - 1 for mask in masks)
     with np.load(tmp_path / "t.npz") as arrays:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import torch
 
 Array = np.ndarray | torch.Tensor  # numpy on the host; torch on the model's device while a capture summarises
+warnings.filterwarnings("ignore", "The given NumPy array is not writable", UserWarning)  # torch's, where it shares a
+# read-only host array (a Trace's: `as_tensor`), which nothing here writes into
 BFLOAT16_BITS = np.dtype(np.uint16)  # a host array of bfloat16 numbers (numpy has none) holds their bits as uint16
 
 
@@ -25,11 +29,12 @@ def run_of(array: Array, index: int) -> Array:
 
 
 def as_tensor(array: Array, device: torch.device) -> torch.Tensor:
-    """A host array or a tensor as a tensor on `device` (a host array on the CPU: shared, not copied, unless it is
-    a read-only view, such as a mask broadcast over a batch); uint16 host arrays are bfloat16 bits (`BFLOAT16_BITS`)."""
+    """A host array or a tensor as a tensor on `device` (a host array on the CPU: shared, not copied, read-only ones
+    too (a Trace's): nothing writes into it; copied only where it reads memory backwards, as a kept mask's diagonals
+    do); uint16 host arrays are bfloat16 bits (`BFLOAT16_BITS`)."""
     if isinstance(array, torch.Tensor):
         return array.to(device)
-    if not array.flags.writeable:
+    if any(stride < 0 for stride in array.strides):
         array = array.copy()
     tensor = torch.from_numpy(array)
     return (tensor.view(torch.bfloat16) if array.dtype == BFLOAT16_BITS else tensor).to(device)

@@ -9,24 +9,23 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import struct
 import zipfile
+import zlib
 from pathlib import Path
+from tokenize import TokenError
 from typing import IO, Any
 
 import numpy as np
 
 from attention_atlas.model.core.attention.source import PatternSource
 from attention_atlas.model.core.errors import UserError
-from attention_atlas.model.core.options import RunOptions
-from attention_atlas.model.core.trace.facts import DecodeStep, ModelFacts
-from attention_atlas.model.core.trace.kept_masks import compact, sharing_site_masks
+from attention_atlas.model.core.trace.file_fields import fields_of
 from attention_atlas.model.core.trace.sites import Site
 
 DENSE_BYTES_LIMIT = 2 * 1024**3  # the whole patterns a dense file may hold (float16): made in memory before writing
 FORMAT = 2  # the layout's version, written as "format"; a file without it was written before versions: 1. 2: a
 # pattern source whose mask is its site's writes none of its own (`allowed`)
-PLAIN = {"format", "text", "target", "tokens", "ids", "target_tokens", "target_ids", "facts", "options", "output_text",
-         "output_kind", "cautions", "fallback", "step_ids"}
 REQUIRED = {"tokens", "ids", "target_tokens", "target_ids", "facts", "options", "output_text", "step_ids"}
 
 
@@ -93,106 +92,124 @@ def _savez(file: IO[bytes], arrays: dict[str, np.ndarray]) -> None:
 
 
 Source = str | Path | IO[bytes]  # a file's path, or the file itself (an upload)
-
-
-def read_arrays(path: Source, name: str = "", max_bytes: int | None = None) -> dict[str, np.ndarray]:
-    """Every array of a trace file, checked to be one this version reads: NotATraceFile otherwise. name: how
-    messages call the file (default: its path's name); max_bytes: the most its arrays may take once decompressed."""
-    name = name or (Path(path).name if isinstance(path, str | Path) else "the file")
-    if max_bytes is not None:
-        _check_size(path, name, max_bytes)
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            if not isinstance(data, np.lib.npyio.NpzFile):
-                raise NotATraceFile(f"{name} is a single numpy array, not a trace file (an .npz archive).")
-            arrays = {k: data[k] for k in data.files}
-    except (zipfile.BadZipFile, EOFError, OSError) as error:
-        if isinstance(error, FileNotFoundError):
-            raise
-        raise NotATraceFile(f"{name} is not a trace file: it cannot be read as a numpy .npz archive.") from error
-    except ValueError as error:  # numpy: not its format (it would read the bytes as a pickle), or object arrays
-        raise NotATraceFile(f"{name} is not a trace file: it cannot be read as a numpy .npz archive without "
-                            "unpickling, which this app never does.") from error
-    missing = sorted(REQUIRED - set(arrays))
-    if missing:
-        raise NotATraceFile(f"{name} is an .npz archive but not a trace file: it lacks {', '.join(missing)}.")
-    version = int(arrays["format"]) if "format" in arrays else 1
-    if version > FORMAT:
-        raise NotATraceFile(f"{name} was written by a newer Attention Atlas (trace format {version}; this one reads "
-                            f"up to {FORMAT}): update attention-atlas to open it.")
-    return arrays
-
-
-def _check_size(source: Source, name: str, max_bytes: int) -> None:
-    """NotATraceFile when the archive's members would take more than `max_bytes` decompressed (read from its
-    directory, before anything is decompressed: a small upload may hold gigabytes of zeros)."""
-    try:
-        with zipfile.ZipFile(source) as archive:
-            size = sum(member.file_size for member in archive.infolist())
-    except zipfile.BadZipFile as error:
-        raise NotATraceFile(f"{name} is not a trace file: it cannot be read as a numpy .npz archive.") from error
-    finally:
-        if not isinstance(source, str | Path):
-            source.seek(0)
-    if size > max_bytes:
-        raise NotATraceFile(f"{name} holds {size / 1024**2:,.0f} MiB of arrays; this server opens trace files of up "
-                            f"to {max_bytes / 1024**2:,.0f} MiB. Save a shorter run, or fewer hooks.")
+MAX_MEMBERS = 10_000  # arrays a trace file may hold (an 80-layer model's every hook and source: about 2,000)
+MAX_RATIO = 1_100  # the most a member may decompress to, times its compressed size: deflate reaches 1,032 at most,
+# so only a directory that lies about its sizes exceeds it
+NPY_MAGIC = b"\x93NUMPY"
+READ_ERRORS = (zipfile.BadZipFile, zlib.error, OSError, EOFError, ValueError, struct.error, TokenError, RuntimeError,
+               NotImplementedError)  # what zipfile, zlib and numpy's header parser raise on damaged bytes
 
 
 def read(path: Source, name: str = "", max_bytes: int | None = None) -> dict[str, Any]:
-    """The fields of the Trace written to `path` (`Trace(**read(path))`); NotATraceFile for a file that is not one,
-    or is damaged (`read_arrays` for the arguments)."""
-    arrays = read_arrays(path, name, max_bytes)
+    """The fields of the Trace written to `path` (`Trace(**read(path))`); NotATraceFile, with a sentence, for a file
+    that is not one or is damaged, whatever the damage (`read_arrays` for the arguments)."""
+    label = _label(path, name)
+    arrays = read_arrays(path, label, max_bytes)
     try:
-        return _fields(arrays)
-    except (KeyError, TypeError, ValueError, json.JSONDecodeError) as error:
-        label = name or (Path(path).name if isinstance(path, str | Path) else "the file")
-        raise NotATraceFile(f"{label} is damaged: its {error} cannot be read as a trace's.") from error
+        return fields_of(arrays)
+    except (KeyError, TypeError, ValueError, IndexError, OverflowError) as error:
+        reason = error.args[0] if type(error) is ValueError and error.args else \
+            "its arrays are not the ones a trace writes, of the shapes it writes them"
+        raise NotATraceFile(f"{label} is damaged: {reason}.") from error
 
 
-def _fields(arrays: dict[str, np.ndarray]) -> dict[str, Any]:
-    """The Trace's fields from a trace file's arrays."""
-    prefixed: dict[str, dict[str, np.ndarray]] = {"mask:": {}, "output:": {}, "step:": {}, "source:": {}}
-    captured: dict[str, np.ndarray] = {}
-    for key, value in arrays.items():
-        prefix = next((p for p in prefixed if key.startswith(p)), None)
-        if prefix:
-            prefixed[prefix][key[len(prefix):]] = value
-        elif key not in PLAIN:
-            captured[key] = value
-    step_arrays = prefixed["step:"]  # "<i>:<hook name>" -> (heads, k_len)
-    steps = [
-        DecodeStep(int(token_id), {k.split(":", 1)[1]: v for k, v in step_arrays.items() if k.startswith(f"{i}:")})
-        for i, token_id in enumerate(arrays["step_ids"].tolist())
-    ]
-    parts: dict[str, dict[str, np.ndarray]] = {}  # hook name -> part -> array
-    for key, value in prefixed["source:"].items():
-        name, part = key.rsplit(":", 1)
-        parts.setdefault(name, {})[part] = value
-    masks = {site: compact(mask) for site, mask in prefixed["mask:"].items()}
-    sources = {name: PatternSource(query=p["query"], key=p["key"], scale=float(p["scale"]),
-                                   allowed=p["allowed"] if "allowed" in p else masks[_site(name)], bias=p.get("bias"),
-                                   softcap=float(p["softcap"]) if "softcap" in p else None)
-               for name, p in parts.items()}
-    return {
-        "facts": ModelFacts(**json.loads(str(arrays["facts"]))),
-        "tokens": arrays["tokens"].tolist(),
-        "ids": arrays["ids"].tolist(),
-        "target_tokens": arrays["target_tokens"].tolist(),
-        "target_ids": arrays["target_ids"].tolist(),
-        "masks": masks,
-        "captured": captured,
-        "outputs": prefixed["output:"],
-        "output_text": str(arrays["output_text"]),
-        "options": RunOptions.from_record(json.loads(str(arrays["options"]))),
-        "steps": steps,
-        "pattern_sources": sharing_site_masks(sources, masks),
-        "output_kind": str(arrays["output_kind"]) if "output_kind" in arrays else "generated",
-        "cautions": tuple(json.loads(str(arrays["cautions"]))) if "cautions" in arrays else (),
-        "fallback": str(arrays["fallback"]) if "fallback" in arrays else "",
-        "text": str(arrays["text"]) if "text" in arrays else "",
-        "target": json.loads(str(arrays["target"])) if "target" in arrays else None,
-    }
+def read_arrays(path: Source, name: str = "", max_bytes: int | None = None) -> dict[str, np.ndarray]:
+    """Every array of a trace file (read-only), checked to be one this version reads: NotATraceFile otherwise. name:
+    how messages call the file (default: its path's name); max_bytes: the most its arrays may take decompressed.
+    The archive's directory is checked before any member is read (`_members`); each member's header before its data."""
+    name = _label(path, name)
+    if not isinstance(path, str | Path):
+        path.seek(0)
+        return _arrays(path, name, max_bytes)
+    with open(path, "rb") as opened:
+        return _arrays(opened, name, max_bytes)
+
+
+def _label(path: Source, name: str) -> str:
+    return name or (Path(path).name if isinstance(path, str | Path) else "the file")
+
+
+def _arrays(source: IO[bytes], name: str, max_bytes: int | None) -> dict[str, np.ndarray]:
+    if source.read(len(NPY_MAGIC)) == NPY_MAGIC:
+        raise NotATraceFile(f"{name} is a single numpy array (.npy), not a trace file (an .npz archive of arrays).")
+    source.seek(0)
+    try:
+        entries = _entry_count(source)
+        archive = zipfile.ZipFile(source) if entries <= MAX_MEMBERS else None
+    except READ_ERRORS as error:
+        raise NotATraceFile(f"{name} is not a trace file: it cannot be read as a numpy .npz archive.") from error
+    if archive is None:
+        raise NotATraceFile(f"{name} is not a trace file: it holds {entries:,} members, and a trace file at most "
+                            f"{MAX_MEMBERS:,}.")
+    with archive:
+        arrays = {}
+        for key, info in _members(archive.infolist(), name, max_bytes).items():
+            try:
+                arrays[key] = _array(archive, info)
+            except READ_ERRORS as error:
+                raise NotATraceFile(f"{name} is damaged: its {key} cannot be read as a numpy array of numbers or "
+                                    "text.") from error
+    version = arrays.get("format", np.array(1))
+    if version.shape != () or version.dtype.kind not in "iu":
+        raise NotATraceFile(f"{name} is damaged: its format is not a version number.")
+    if int(version) > FORMAT:
+        raise NotATraceFile(f"{name} was written by a newer Attention Atlas (trace format {int(version)}; this one "
+                            f"reads up to {FORMAT}): update attention-atlas to open it.")
+    return arrays
+
+
+def _entry_count(source: IO[bytes]) -> int:
+    """The members an archive says it holds, read from its end record alone (zipfile reads every member's entry
+    of the directory: a tenth of a second for 50,000); 0 where there is no end record (zipfile then says so)."""
+    size = source.seek(0, 2)
+    source.seek(max(0, size - 22 - 0xFFFF))  # the end record (22 bytes) and its comment (at most 65,535)
+    tail = source.read()
+    at = tail.rfind(b"PK\x05\x06")
+    source.seek(0)
+    return struct.unpack_from("<H", tail, at + 10)[0] if 0 <= at <= len(tail) - 22 else 0
+
+
+def _members(infos: list[zipfile.ZipInfo], name: str, max_bytes: int | None) -> dict[str, zipfile.ZipInfo]:
+    """The archive's members by array name, checked from its directory alone: numpy arrays only, the members a
+    trace file needs, stored or deflated at a ratio deflate can reach, and at most `max_bytes` decompressed."""
+    members: dict[str, zipfile.ZipInfo] = {}
+    for info in infos:
+        key = info.filename.removesuffix(".npy")
+        if key == info.filename or key in members or len(infos) > MAX_MEMBERS:
+            raise NotATraceFile(f"{name} is not a trace file: its members are not the numpy arrays of one.")
+        if info.flag_bits & 1 or info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+            raise NotATraceFile(f"{name} is not a trace file: its {key} is encrypted or compressed in a way "
+                                "numpy never writes.")
+        stored = info.compress_type == zipfile.ZIP_STORED
+        if info.file_size > (1 if stored else MAX_RATIO) * max(info.compress_size, 1):
+            raise NotATraceFile(f"{name} is damaged or a zip bomb: its {key} would decompress to "
+                                f"{info.file_size / max(info.compress_size, 1):,.0f} times its size.")
+        members[key] = info
+    missing = sorted(REQUIRED - set(members))
+    if missing:
+        raise NotATraceFile(f"{name} is an .npz archive but not a trace file: it lacks {', '.join(missing)}.")
+    size = sum(info.file_size for info in infos)
+    if max_bytes is not None and size > max_bytes:
+        raise NotATraceFile(f"{name} holds {size / 1024**2:,.1f} MiB of arrays; this server opens trace files of up "
+                            f"to {max_bytes / 1024**2:,.1f} MiB. Save a shorter run, or fewer hooks.")
+    return members
+
+
+def _array(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> np.ndarray:
+    """One member's array, read-only: its header read first, its data only if the header's shape and dtype (numbers,
+    booleans or text: never objects) fill the member exactly."""
+    with archive.open(info) as member:
+        version = np.lib.format.read_magic(member)
+        if version not in ((1, 0), (2, 0)):
+            raise ValueError(f"numpy format {version} is not one numpy writes for arrays of numbers or text")
+        header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, fortran, dtype = header(member)
+        count = math.prod(shape)
+        if dtype.kind not in "biufU" or dtype.fields or member.tell() + count * dtype.itemsize != info.file_size:
+            raise ValueError(f"its header's {dtype} {shape} does not fill it")
+        data = np.frombuffer(member.read(count * dtype.itemsize), dtype=dtype, count=count)
+    array = data.reshape(shape, order="F" if fortran else "C")
+    return array if dtype.isnative else array.astype(dtype.newbyteorder("="))  # written on a big-endian machine
 
 
 def _site(hook_name: str) -> str:

@@ -63,6 +63,21 @@ class Trace:
     text: str = ""  # the text the run read, as given (the tokens are its tokenizer's reading of it)
     target: str | None = None  # the target it read (teacher forcing), as given; None: it made its own output
 
+    def __post_init__(self) -> None:
+        """Every array read-only: one trace is shared by every session, and a page that wrote into it would change
+        what the others see (numpy raises ValueError on such a write)."""
+        for array in self._arrays():
+            if isinstance(array, np.ndarray):
+                array.flags.writeable = False
+
+    def _arrays(self) -> Iterator[np.ndarray]:
+        """Every array the trace holds: hooks, kept pattern sources, outputs, masks, steps and summaries."""
+        yield from (*self.captured.values(), *self.outputs.values(), *self.masks.values())
+        yield from (array for source in self.pattern_sources.values() for array in source.arrays())
+        yield from (row for step in self.steps for row in step.attention.values())
+        for summary in self.summaries.values():
+            yield from (summary.thumbnails, summary.statistics, summary.rollout_starts, *(summary.layer_flows or ()))
+
     def names(self) -> list[str]:
         """Every hook name this trace holds a value for (`trace[name]`), patterns kept as sources included."""
         return [*self.captured, *self.pattern_sources]
