@@ -16,7 +16,7 @@ from attention_atlas.ui.downloads import downloads, file_name, matrix_table, who
 from attention_atlas.ui.messages import literal, show_error
 from attention_atlas.ui.page import current_request, current_trace
 from attention_atlas.ui.pickers import choose_head, opening_head, site_label
-from attention_atlas.ui.trace_files import choose_model, open_trace_file, trace_files
+from attention_atlas.ui.trace_files import choose_model, file_trace, open_trace_file, upload_limit
 from attention_atlas.viz.heatmap import SMALL_WINDOW, attention_heatmap, similarity_heatmap
 from attention_atlas.viz.outputs import forced_table, model_card, next_token_bars, percent, token_table
 from attention_atlas.viz.tokens import visible_token
@@ -134,13 +134,16 @@ def trace_file_section(trace: Trace) -> None:
                            on_click="ignore", icon=":material/download:",
                            help="Every hook this run recorded, its tokens, text, masks and output, in numpy's .npz "
                                 "format (docs/hooks.md): `attention_atlas.load_trace(path)` reads it in Python.")
+        limit = upload_limit()
         upload = st.file_uploader("Open a trace file (.npz)", type=["npz"], key="overview_trace_upload",
                                   help="A run saved here, by `attention-atlas trace --out`, or by `trace.save(path)` "
-                                       "in Python. Read as numpy arrays only: never a pickle.")
+                                       "in Python. Read as numpy arrays only: never a pickle. Its arrays may take "
+                                       f"{limit / 2**20:,.0f} MiB at most once read (at most a quarter of this "
+                                       "server's memory for runs).")
         if upload is None:
             return
         opened = st.session_state.setdefault(OPENED_UPLOADS, {})  # upload id -> its id in the model list
-        if upload.file_id not in opened or opened[upload.file_id] not in trace_files():  # read once
+        if file_trace(opened.get(upload.file_id, "")) is None:  # read once, and again if the server let go of it
             try:
                 opened[upload.file_id] = open_trace_file(upload.name, upload.getvalue())
             except UserError as error:

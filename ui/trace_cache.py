@@ -123,10 +123,29 @@ def _await_in_worker(cache: ByteCache, key: tuple, run: Callable[[RunProgress], 
                     continue
 
 
-def keep_trace(key: tuple, trace: Trace) -> Trace:
-    """A trace that was not run here (a file's) kept in the server's cache under `key` while it fits, so that what
-    pages derive from it (`per_trace`) is kept with it: the cached object (`trace` itself, or the one put first)."""
-    return shared_cache(budget_bytes()).get_or_compute(key, lambda: trace)[0]
+class _NotCached(Exception):
+    """A lookup of a key the cache does not hold, with nothing to compute it from."""
+
+
+def file_cached(key: tuple, read: Callable[[], Trace] | None = None) -> Trace | None:
+    """A trace that was not run here (a trace file's) from the server's cache under `key`, so that the budget
+    counts it and what pages derive from it (`per_trace`) is kept with it. Not cached: read by `read` (once, for
+    every session that asks meanwhile) and kept while it fits; None where there is no `read`."""
+    cache = shared_cache(budget_bytes())
+    evictions = cache.evictions
+
+    def missing() -> Trace:
+        if read is None:
+            raise _NotCached
+        return read()
+
+    try:
+        trace = cache.get_or_compute(key, missing)[0]
+    except _NotCached:
+        return None
+    if cache.evictions != evictions:
+        gc.collect()  # the traces let go of may still be held by garbage cycles (module docstring)
+    return trace
 
 
 def per_trace(trace: Trace, name: tuple | str, compute: Callable[[], T]) -> T:

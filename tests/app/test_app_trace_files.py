@@ -5,6 +5,8 @@ the views that need it; a file that is not a trace is refused with a sentence an
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import shutil
 from pathlib import Path
@@ -13,7 +15,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from attention_atlas import load
-from attention_atlas.ui.trace_files import FILE_PREFIX
+from attention_atlas.ui.trace_cache import BUDGET_VARIABLE
+from attention_atlas.ui.trace_files import FILE_PREFIX, OpenedFile
 from attention_atlas.ui.url_state import TRACE_FILE_VARIABLE
 from tests.app.app_session import TABBED, open_app_page
 from tests.plotly_specs import plotly_array
@@ -26,6 +29,24 @@ def _opened_on(path: Path, monkeypatch) -> AppTest:
     """A new session of a server started with `--trace path`."""
     monkeypatch.setenv(TRACE_FILE_VARIABLE, str(path))
     at = AppTest.from_file("../../app.py", default_timeout=120).run()
+    assert not at.exception, at.exception[0].message if at.exception else ""
+    return at
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _trace_bytes(text: str) -> bytes:
+    buffer = io.BytesIO()
+    load("toy-reverse").run(text, hooks="*").save(buffer)
+    return buffer.getvalue()
+
+
+def _uploaded(name: str, data: bytes) -> AppTest:
+    """A new session on the Overview that uploads `data` as `name`."""
+    at = open_app_page("app_pages/overview.py", "toy-reverse", "hello")
+    at.get("file_uploader")[0].upload(name, data).run()
     assert not at.exception, at.exception[0].message if at.exception else ""
     return at
 
@@ -69,7 +90,8 @@ def test_a_toy_models_trace_file_is_the_run_shown_on_every_page(tmp_path: Path, 
     assert not any(errors for errors in _walk_every_page(at).values())  # toy-date is here: views that need it run it
     other = _opened_on(tmp_path / "date.npz", monkeypatch)  # another session of that server
     [first], [second] = (list(session.session_state["trace_files"].values()) for session in (at, other))
-    assert second is first  # the file read once for the server: one copy in memory, not one a session
+    assert second == first == OpenedFile(_digest((tmp_path / "date.npz").read_bytes()), first.nbytes,
+                                         str(tmp_path / "date.npz"))  # one copy, in the server's cache
 
 
 def test_a_file_whose_model_is_not_here_shows_its_run_and_says_what_needs_the_model(tmp_path: Path,
@@ -108,3 +130,35 @@ def test_the_files_masks_are_the_runs_and_a_view_that_reruns_keeps_them(tmp_path
     at.switch_page("app_pages/masks.py").run()  # its run needs scores: made live, under the file's causal choice
     assert not at.exception and not at.error
     assert at.session_state["run_request"].causal == causal
+
+
+def test_two_sessions_uploading_files_of_one_name_see_their_own_and_the_same_bytes_are_one_trace() -> None:
+    hello, abc = _trace_bytes("hello"), _trace_bytes("abc")
+    sessions = [_uploaded("run.npz", data) for data in (hello, abc, hello)]
+    for at in sessions:
+        at.button(key="overview_trace_open").click().run()
+        assert not at.exception and not at.error
+    ids = [at.sidebar.selectbox(key="model_id").value for at in sessions]
+    assert ids[0] == f"{FILE_PREFIX}run.npz · {_digest(hello)[:8]}" != ids[1]  # same name, other bytes: its own
+    assert ids[2] == ids[0]  # the same bytes: the same id, and one trace in the server's cache, under the full hash
+    assert [at.code[0].value for at in sessions] == ["olleh", "cba", "olleh"]  # each session sees its own file
+    for at, data in zip(sessions, (hello, abc, hello), strict=True):
+        assert at.session_state["trace_files"][at.sidebar.selectbox(key="model_id").value] == OpenedFile(
+            _digest(data), at.session_state["trace_files"][ids[0] if data == hello else ids[1]].nbytes)
+    sessions[0].run()
+    assert sessions[0].code[0].value == "olleh"
+
+
+def test_an_upload_past_its_share_of_the_budget_or_damaged_gets_a_sentence_and_the_app_keeps_working(
+        monkeypatch) -> None:
+    monkeypatch.setenv(BUDGET_VARIABLE, "0.4")  # an upload may take a quarter: 0.1 MiB
+    at = _uploaded("big.npz", _trace_bytes("hello"))  # 0.2 MiB of arrays
+    assert at.error[0].value.replace("\\", "") == ("That file cannot be opened: big.npz holds 0.2 MiB of arrays; this "
+                                                  "server opens trace files of up to 0.1 MiB. Save a shorter run, or "
+                                                  "fewer hooks.")
+    assert not at.get("button") or not any(b.key == "overview_trace_open" for b in at.button)
+    assert "trace_files" not in at.session_state or not at.session_state["trace_files"]
+    at.get("file_uploader")[0].upload("broken.npz", _trace_bytes("abc")[:5000]).run()
+    assert not at.exception
+    assert at.error[0].value.replace("\\", "").startswith("That file cannot be opened: broken.npz is not a trace file")
+    assert at.get("plotly_chart") and at.subheader[0].value == "Attention Atlas · toy-reverse"  # the app's own run
