@@ -26,6 +26,8 @@ TRACE_FILE_VARIABLE = "ATTENTION_ATLAS_TRACE"  # a trace file each new session o
 PLAIN_TEXT_UP_TO = 1_000
 MAX_TEXT_CHARS = 60_000  # the text box's limit (8,192 tokens of English prose are about 37,000 characters for
 # SmolLM2's tokenizer): a longer text from a link is left out, and the person told
+PACKED_TEXT_MOST_BYTES = 4 * MAX_TEXT_CHARS  # a link's compressed text is unpacked to at most this (UTF-8: at most 4
+# bytes a character); a longer one is left out unread
 FLAGS = {"hide_special": "attention_hide_special", "values": "attention_show_values",
          "diagonal": "attention_window_diagonal", "step_values": "step_show_values",
          "activations_norm_log": "activations_norm_log", "present": "tour_present",
@@ -60,6 +62,10 @@ def _as_decimal(value: str | None) -> float | None:
     return number if number is not None and math.isfinite(number) else None
 
 
+class PackedTextTooLong(Exception):
+    """A link's compressed text unpacks to more than PACKED_TEXT_MOST_BYTES."""
+
+
 def pack_text(text: str) -> dict[str, str | None]:
     """The URL parameters for a text: plain when short, compressed when long (the other one removed)."""
     if len(text) <= PLAIN_TEXT_UP_TO:
@@ -69,10 +75,16 @@ def pack_text(text: str) -> dict[str, str | None]:
 
 
 def unpack_text(params: dict[str, str]) -> str | None:
-    """The text of a link, or None when it has none (or a compressed one that does not decode)."""
+    """The text of a link, or None when it has none (or a compressed one that does not decode). A compressed text
+    is unpacked to at most PACKED_TEXT_MOST_BYTES, PackedTextTooLong beyond (a link of a few kilobytes could
+    otherwise unpack to gigabytes)."""
     if "tz" in params:
         try:
-            return zlib.decompress(base64.urlsafe_b64decode(params["tz"].encode())).decode("utf-8", "surrogatepass")
+            unpacking = zlib.decompressobj()
+            data = unpacking.decompress(base64.urlsafe_b64decode(params["tz"].encode()), PACKED_TEXT_MOST_BYTES + 1)
+            if len(data) > PACKED_TEXT_MOST_BYTES:
+                raise PackedTextTooLong
+            return (data + unpacking.flush()).decode("utf-8", "surrogatepass")
         except (binascii.Error, zlib.error, UnicodeDecodeError, ValueError):
             return None
     return params.get("text")
@@ -92,7 +104,12 @@ def restore_once(model_ids: list[str], custom_choice: str, causal_labels: dict[s
         st.session_state["model_id"] = model if known else custom_choice
         if not known:
             st.session_state["custom_model"] = model
-    text = unpack_text(params)
+    try:
+        text = unpack_text(params)
+    except PackedTextTooLong:
+        text = None
+        st.session_state["text_note"] = f"The link's text unpacks to more than {PACKED_TEXT_MOST_BYTES:,} bytes; " \
+                                        f"the text box holds at most {MAX_TEXT_CHARS:,} characters, so it was left out."
     if text is not None and len(text) > MAX_TEXT_CHARS:
         st.session_state["text_note"] = f"The link's text has {len(text):,} characters; the text box holds at most " \
                                         f"{MAX_TEXT_CHARS:,}, so it was left out."

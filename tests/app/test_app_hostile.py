@@ -160,3 +160,21 @@ def test_a_link_with_a_text_longer_than_the_box_says_it_was_left_out() -> None:
         box = f"The link's text has 100,004 characters; the text box holds at most {MAX_TEXT_CHARS:,}"
         assert box in at.info[0].value
         assert at.get("plotly_chart")  # the model's own example ran instead
+
+
+def test_a_link_whose_packed_text_unpacks_to_gigabytes_is_left_out_unread() -> None:
+    """A few kilobytes of `tz` that inflate to 64 MiB: unpacking stops at PACKED_TEXT_MOST_BYTES, and the page says
+    the text was left out (before, zlib inflated all of it, and a longer link all of the server's memory)."""
+    import base64
+    import zlib
+
+    from attention_atlas.ui.url_state import PACKED_TEXT_MOST_BYTES, PackedTextTooLong, unpack_text
+
+    bomb = base64.urlsafe_b64encode(zlib.compress(b"a" * 64 * 2**20, 9)).decode()
+    assert len(bomb) < 100_000
+    with pytest.raises(PackedTextTooLong):
+        unpack_text({"tz": bomb})
+    at = _app(model="minilm", tz=bomb)
+    assert_safe(at)
+    assert f"The link's text unpacks to more than {PACKED_TEXT_MOST_BYTES:,} bytes" in at.info[0].value
+    assert at.get("plotly_chart")  # the model's own example ran instead
