@@ -1,5 +1,6 @@
 """A trace file opened in the browser: through the Overview's upload, and as the file a server is started with
-(`attention-atlas --trace FILE`); the run shown is the file's, on every page."""
+(`attention-atlas --trace FILE`); the run shown is the file's, on every page. A damaged upload, or one past its share
+of the server's memory budget, is refused with a sentence and the app keeps working."""
 
 from __future__ import annotations
 
@@ -13,7 +14,10 @@ from app_browser.page import wait_idle
 from app_browser.server import ARTIFACTS, start_server
 from attention_atlas import load
 from attention_atlas.ui.page import PAGES
+from attention_atlas.ui.trace_cache import BUDGET_VARIABLE
 from tests.chromium import require_chromium
+
+SHOTS = Path("/tmp/shots")
 
 
 @pytest.fixture(scope="module")
@@ -63,4 +67,32 @@ def test_a_server_started_with_a_trace_file_opens_every_session_on_it(browser, t
         expect(page.locator(".js-plotly-plot").first).to_be_visible()
         page.screenshot(path=str(ARTIFACTS / "trace-file-overview.png"))
         _walk_every_page(page)
+        page.close()
+
+
+def test_a_damaged_or_too_large_upload_is_refused_with_a_sentence_and_the_app_keeps_working(browser, trace_file: Path,
+                                                                                           tmp_path) -> None:
+    require_chromium()
+    damaged = tmp_path / "damaged.npz"
+    damaged.write_bytes(trace_file.read_bytes()[:4000])
+    SHOTS.mkdir(exist_ok=True)
+    for server in start_server({BUDGET_VARIABLE: "0.4"}, "streamlit-trace-upload.log"):  # uploads: 0.1 MiB at most
+        page = browser.new_page(viewport={"width": 1280, "height": 720})
+        page.goto(f"{server.url}/?model=toy-reverse")
+        wait_idle(page)
+        page.get_by_text("Trace files: save this run, or open a saved one").click()
+        upload = page.get_by_test_id("stFileUploaderDropzoneInput")
+        for file, sentence, shot in [(damaged, "damaged.npz is not a trace file", "trace-upload-damaged.png"),
+                                     (trace_file, "MiB of arrays; this server opens trace "
+                                      "files of up to 0.1 MiB.", "trace-upload-too-large.png")]:
+            upload.set_input_files(str(file))
+            wait_idle(page)
+            expect(page.get_by_test_id("stAlert").filter(has_text=sentence)).to_be_visible()
+            expect(page.get_by_test_id("stException")).to_have_count(0)
+            page.get_by_text("Trace files: save this run, or open a saved one").scroll_into_view_if_needed()
+            page.screenshot(path=str(SHOTS / shot))
+        page.get_by_test_id("stSidebarNavLink").filter(has_text="Attention").first.click()  # the app keeps working
+        wait_idle(page)
+        expect(page.get_by_test_id("stException")).to_have_count(0)
+        expect(page.locator(".js-plotly-plot").first).to_be_visible()
         page.close()
