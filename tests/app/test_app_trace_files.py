@@ -5,6 +5,7 @@ the views that need it; a file that is not a trace is refused with a sentence an
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import io
 import json
@@ -15,7 +16,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from attention_atlas import load
-from attention_atlas.ui.trace_cache import BUDGET_VARIABLE
+from attention_atlas.ui.page import TRACE
+from attention_atlas.ui.trace_cache import BUDGET_VARIABLE, shared_cache
 from attention_atlas.ui.trace_files import FILE_PREFIX, OpenedFile
 from attention_atlas.ui.url_state import TRACE_FILE_VARIABLE
 from tests.app.app_session import TABBED, open_app_page
@@ -162,3 +164,16 @@ def test_an_upload_past_its_share_of_the_budget_or_damaged_gets_a_sentence_and_t
     assert not at.exception
     assert at.error[0].value.replace("\\", "").startswith("That file cannot be opened: broken.npz is not a trace file")
     assert at.get("plotly_chart") and at.subheader[0].value == "Attention Atlas · toy-reverse"  # the app's own run
+
+
+def test_a_session_keeps_no_uploaded_trace_once_the_servers_cache_lets_go_of_it() -> None:
+    at = _uploaded("run.npz", _trace_bytes("hello"))
+    at.button(key="overview_trace_open").click().run()
+    held = at.session_state[TRACE]  # between runs, the frame's trace held weakly
+    assert held.output_text == "olleh"
+    shared_cache.clear()  # the cache lets go of every trace
+    gc.collect()
+    with pytest.raises(ReferenceError):
+        held.output_text  # noqa: B018 (nothing else kept it: no session copy outside the budget)
+    at.run()
+    assert at.info[0].value == "That trace file is no longer open in this session: open it again on the Overview."
