@@ -16,6 +16,7 @@ from attention_atlas.model.hf.taps import Family
 
 Kind = str  # "encoder", "decoder" or "encoder-decoder"
 DISCOVERED = Adapter()  # every type no family module lists
+NO_ATTENTION = ("mamba", "mamba2", "falcon_mamba", "rwkv", "xlstm")  # state-space and recurrent language models
 
 
 def _family_adapters() -> tuple[Adapter, ...]:
@@ -49,6 +50,8 @@ def kind_of(model_type: str) -> Kind:
     known = adapter_of(model_type).kind
     if known is not None:
         return known
+    if model_type in NO_ATTENTION:
+        raise UserError(f"{model_type} has no attention layers: nothing for this app to show.")
     if model_type not in CONFIG_MAPPING:
         raise UserError(f"model type {model_type!r} is not one the installed transformers knows; the app opens "
                          "the text models it knows (see docs/models.md).")
