@@ -18,12 +18,10 @@ from attention_atlas.model.hf.proof import AttentionNotProven
 from tests.tiny_hf import LM_SPECIALS, SHARED, WORDS, _tokenizer, build_type
 
 # Types whose attention the app computed wrongly without a word: a learned sink logit in every row's softmax
-# (GPT-OSS), chunks of 3 keys in its first layer and no rotary position in its second (Llama 4).
+# (GPT-OSS). Llama 4's chunks, once wrong too, are proven now (tests/model/test_chunked.py loads it through the guard).
 WRONG_TYPES = {
     "gpt_oss": {"num_local_experts": 4, "num_experts_per_tok": 2, "head_dim": 8, "sliding_window": 3,
                 "layer_types": ["sliding_attention", "full_attention"]},
-    "llama4_text": {"head_dim": 8, "attention_chunk_size": 3, "intermediate_size_mlp": 64, "num_local_experts": 2,
-                    "no_rope_layers": [1, 0], "layer_types": ["chunked_attention", "full_attention"]},
 }
 
 

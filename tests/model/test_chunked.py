@@ -1,0 +1,96 @@
+"""Llama 4 (`llama4_text`): a chunked-attention layer (each query sees only its own chunk of attention_chunk_size
+positions, causally) and a NoPE layer (no rotary; temperature tuning scales its queries by position; qk-norm
+L2-normalises the rotary layers' q and k). The app's attention is transformers' eager one, plain and summarised, and
+it generates what transformers' `generate` does."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import transformers
+
+from attention_atlas.model.core.generation.decoding import generate
+from attention_atlas.model.core.options import RunOptions
+from attention_atlas.model.hf.chunks import chunked
+from attention_atlas.model.hf.loading import load_hf_runner
+from attention_atlas.model.hf.runner import CONTINUATION_TOKENS
+from tests.tiny_hf import LM_SPECIALS, SHARED, WORDS, _tokenizer
+
+TEXT = "the quick brown fox jumps over the lazy dog"
+CHUNK = 3
+LLAMA4 = {"head_dim": 8, "attention_chunk_size": CHUNK, "intermediate_size_mlp": 64, "num_local_experts": 2,
+          "no_rope_layers": [1, 0], "layer_types": ["chunked_attention", "full_attention"]}
+VARIANTS = {  # transformers' defaults tune the temperature and norm q/k; a floor_scale of 2 makes tuning matter here
+    "plain": {"attn_temperature_tuning": False, "use_qk_norm": False},
+    "qk-norm": {"attn_temperature_tuning": False, "use_qk_norm": True},
+    "temperature": {"attn_temperature_tuning": True, "floor_scale": 2, "attn_scale": 0.5, "use_qk_norm": False},
+    "both": {"attn_temperature_tuning": True, "floor_scale": 2, "attn_scale": 0.5, "use_qk_norm": True},
+}
+
+
+def build_llama4(folder: Path, **overrides: object) -> Path:
+    """A tiny random Llama 4 text model (layer 0 chunked and rotary, layer 1 full and NoPE) and its tokenizer."""
+    torch.manual_seed(0)
+    vocab = len(dict.fromkeys(LM_SPECIALS.values())) + len(WORDS)
+    config = transformers.AutoConfig.for_model("llama4_text", vocab_size=vocab, **(SHARED | LLAMA4 | overrides))
+    transformers.AutoModelForCausalLM.from_config(config).eval().save_pretrained(folder)
+    _tokenizer(LM_SPECIALS, "<s> $A").save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("llama4")
+    return {name: build_llama4(root / name, **settings) for name, settings in VARIANTS.items()}
+
+
+def test_the_chunk_mask_hides_the_keys_of_other_chunks() -> None:
+    mask = torch.zeros(1, 1, 7, 7).masked_fill(torch.ones(7, 7, dtype=torch.bool).triu(1), float("-inf"))
+    seen = chunked(mask, CHUNK, 7, 7, mask.device)[0, 0] == 0  # (7, 7)
+    expected = [[k <= q and k // CHUNK == q // CHUNK for k in range(7)] for q in range(7)]
+    assert seen.tolist() == expected
+    assert chunked(mask, CHUNK, 7, 7, mask.device) is chunked(mask, CHUNK, 7, 7, mask.device)  # made once
+    assert chunked(mask[..., -1:, :], CHUNK, 1, 7, mask.device) is not None  # a cached step: transformers' own mask
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("summarised", [False, True])
+def test_patterns_and_next_token_are_transformers_eager_ones(folders, variant: str, summarised: bool) -> None:
+    """Loaded through the guard (which would refuse it otherwise); every layer's pattern is eager's, the chunked
+    layer's zero outside each query's chunk; the next-token probabilities are eager's."""
+    runner = load_hf_runner(str(folders[variant]))
+    trace = runner.run(TEXT, options=RunOptions(hooks=("*.hook_pattern",), summarised=summarised))
+    eager = type(runner.model).from_pretrained(folders[variant], attn_implementation="eager").eval()
+    with torch.inference_mode():
+        out = eager(input_ids=torch.tensor([trace.ids]), output_attentions=True)
+    assert len(out.attentions) == trace.n_layers("decoder.attn") == 2
+    for layer, reference in enumerate(out.attentions):
+        pattern = trace.pattern_source("decoder.attn", layer).pattern(dtype=np.float32)
+        np.testing.assert_allclose(pattern, reference[0].numpy(), atol=1e-5, err_msg=f"layer {layer}")
+    positions = np.arange(len(trace.ids))
+    apart = positions[:, None] // CHUNK != positions[None] // CHUNK
+    chunked_layer = trace.pattern_source("decoder.attn", 0).pattern(dtype=np.float32)
+    assert (chunked_layer[:, apart] == 0).all() and apart.any()
+    probabilities = out.logits[0, -1].softmax(-1)
+    np.testing.assert_allclose(trace.outputs["top_next_probs"], probabilities[trace.outputs["top_next_ids"]].numpy(),
+                               atol=1e-5)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_it_generates_what_transformers_generates(folders, variant: str) -> None:
+    """The run's greedy continuation (its KV cache reused by `generate`, a chunked layer's cache keeping only its last
+    keys) is eager transformers' own greedy generation; the stepper gives the same tokens with and without a cache."""
+    runner = load_hf_runner(str(folders[variant]))
+    trace = runner.run(TEXT)
+    eager = type(runner.model).from_pretrained(folders[variant], attn_implementation="eager").eval()
+    with torch.inference_mode():
+        generated = eager.generate(torch.tensor([trace.ids]), max_new_tokens=CONTINUATION_TOKENS, do_sample=False,
+                                   pad_token_id=runner.text.pad_id())[0, len(trace.ids):].tolist()
+    assert trace.output_text == runner.text.decode(generated)
+    greedy = lambda logits, step: int(logits.argmax())  # noqa: E731
+    cached = list(generate(runner.stepper(TEXT, RunOptions()), [], 5, greedy))
+    full = list(generate(runner.stepper(TEXT, RunOptions(), use_cache=False), [], 5, greedy))
+    assert [s.token_id for s in cached] == [s.token_id for s in full] == generated[:5]
