@@ -119,7 +119,10 @@ DECODER_TYPES: dict[str, dict[str, object]] = {
                 "intermediate_size": None},  # 4 d_model, as TransformerLens reads it
     "bloom": {},  # ALiBi; attention and MLP modules that add the residual themselves
     "falcon": {"new_decoder_architecture": True, "num_kv_heads": 2, "ffn_hidden_size": 64},  # grouped, parallel
+    "mpt": {"d_model": 32, "n_heads": 4, "n_layers": 2, "expansion_ratio": 2, "max_seq_len": 64, "bos_token_id": 2,
+            "eos_token_id": 3, "pad_token_id": 0, "attn_config": {"alibi": True}},  # ALiBi; its MLP adds the residual
 }
+OWN_NAMES = {"mpt"}  # configs that name their sizes their own way (d_model, n_heads ...): built without SHARED
 # Multi-head latent attention (DeepSeek): q/k heads nope + rope = 12 wide, value heads 6 (not in TYPES: the pages
 # that read a head's weights as one d_head do not serve them; tests/model/test_value_width.py holds what does).
 MLA = {"kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 6, "num_key_value_heads": 4,
@@ -167,7 +170,7 @@ def build_type(model_type: str, folder: Path, **overrides: object) -> Path:
     torch.manual_seed(0)
     vocab = len(dict.fromkeys(LM_SPECIALS.values())) + len(WORDS)
     if model_type in DECODER_TYPES or model_type in MLA_TYPES:
-        settings = SHARED | (DECODER_TYPES | MLA_TYPES)[model_type] | overrides
+        settings = ({} if model_type in OWN_NAMES else SHARED) | (DECODER_TYPES | MLA_TYPES)[model_type] | overrides
         config = transformers.AutoConfig.for_model(model_type, vocab_size=vocab, **settings)
         model, specials, template = transformers.AutoModelForCausalLM.from_config(config), LM_SPECIALS, "<s> $A"
         if model_type in DISTINCT_NORMS:

@@ -12,7 +12,6 @@ from attention_atlas.model.core.capture.host_copies import SIXTEEN_BITS
 from attention_atlas.model.core.devices import precision_name
 from attention_atlas.model.core.trace.facts import ModelFacts
 from attention_atlas.model.hf.families import adapter_of
-from attention_atlas.model.hf.families.adapter import config_int
 from attention_atlas.model.hf.placement import device_words
 from attention_atlas.model.hf.taps import Family
 
@@ -47,7 +46,7 @@ def longest_input(config: Any, family: Family, byte_limit: int = SOURCE_BYTES_LI
     LONGEST_INPUT, and only as many as keep `source_bytes` (`number_bytes` a number) within `byte_limit`. SmolLM2:
     8,192 tokens (784 MiB); MiniLM: its own 512; a tiny T5 (tests/tiny_hf.py): 4,573, where its three (4, L, L)
     biases fill the limit."""
-    ceiling = min(config_int(config, "max_position_embeddings", default=LONGEST_INPUT), LONGEST_INPUT)
+    ceiling = min(adapter_of(config.model_type).position_limit(config) or LONGEST_INPUT, LONGEST_INPUT)
     lengths = range(1, ceiling + 1)  # source_bytes grows with the length: the last that fits, by bisection
     fitting = bisect.bisect_right(lengths, byte_limit,
                                   key=lambda length: source_bytes(config, family, length, number_bytes))

@@ -185,8 +185,8 @@ class HFRunner:
                     torch.tensor([sequence], device=input_device(model)),
                     attention_mask=torch.ones(1, len(sequence), device=input_device(model)),
                     max_new_tokens=CONTINUATION_TOKENS - 1, do_sample=False, pad_token_id=self.text.pad_id(),
-                    **cache_argument(model, cache),
-                )
+                    use_cache=True, **cache_argument(model, cache),  # a config may turn it off (MPT's): generate
+                )  # would then read the whole sequence again at every step onto the cache it was given
                 sequence = generated[0].tolist()
             else:
                 while len(sequence) - len(ids) < CONTINUATION_TOKENS and sequence[-1] not in eos_ids(model):

@@ -165,7 +165,8 @@ def test_falcons_older_layouts_are_its_eager_attention_and_add_up(tmp_path, layo
 @pytest.mark.parametrize(("config", "reason"), [
     (transformers.FalconConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, alibi=True),
      "ALiBi"),  # Falcon-RW
-    (transformers.MptConfig(d_model=32, n_heads=4, n_layers=2), "computes attention in its own code"),  # no adapter
+    (transformers.XLNetConfig(d_model=32, n_layer=2, n_head=4, d_inner=64),
+     "computes attention in its own code"),  # no adapter
     (transformers.DebertaV2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
                                   relative_attention=True, pos_att_type=["c2p", "p2c"], conv_kernel_size=3),
      "a convolution"),  # DeBERTa-v2 xlarge's layout

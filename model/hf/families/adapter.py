@@ -156,6 +156,10 @@ class Adapter:
                      config_int(config, "head_dim", default=d_model // max(heads, 1)),
                      config_int(config, "intermediate_size", "n_inner", "ffn_dim", default=4 * d_model))
 
+    def position_limit(self, config: Any) -> int:
+        """The most positions the model reads (0: no limit of its own, as T5's relative buckets)."""
+        return config_int(config, "max_position_embeddings")
+
     def relative_positions(self, model: nn.Module, stack: str, length: int) -> RelativePositions | None:
         """The bias added to the scores per relative distance for `length` positions, where the family learns one."""
         return None
