@@ -49,8 +49,14 @@ class Sizes:
     n_heads: int
     n_kv_heads: int
     d_model: int
-    d_head: int
+    d_head: int  # a query or key head's width
     d_ff: int
+    d_value: int | None = None  # a value head's width where it is not d_head (multi-head latent attention)
+
+    @property
+    def value_width(self) -> int:
+        """A value head's width."""
+        return self.d_value or self.d_head
 
 
 @dataclass(frozen=True)
@@ -116,8 +122,16 @@ class Adapter:
         the family that cannot be read."""
 
     def notes(self, config: Any) -> dict[str, str]:
-        """What the model card says of the family's layout beyond the facts' fields."""
-        return {}
+        """What the model card says of the family's layout beyond the facts' fields: for multi-head latent attention
+        (DeepSeek-V2/V3 and the types that share their config names), where its keys and values come from."""
+        latent, rotated = config_int(config, "kv_lora_rank"), config_int(config, "qk_rope_head_dim")
+        if not latent:
+            return {}
+        sizes, queries = self.sizes(config, "decoder"), config_int(config, "q_lora_rank")
+        return {"multi-head latent attention": (
+            f"each head's queries and keys are {sizes.d_head} numbers, {rotated} of them rotated (the rest carry no "
+            f"position), its values {sizes.value_width}; keys and values are made from one latent of {latent} numbers "
+            "a token" + (f", queries from one of {queries}" if queries else ""))}
 
     def family(self, model: nn.Module, config: Any, kind: str) -> Family:
         """Where the hooks of a loaded model are."""
@@ -149,12 +163,15 @@ class Adapter:
     def sizes(self, config: Any, stack: str) -> Sizes:
         """The sizes of `stack` ("encoder"/"decoder"), read through the config's standard names (transformers maps
         GPT-2's n_head, T5's num_heads ... onto them); the MLP's width as Llama (intermediate_size), GPT-2 and GPT-J
-        (n_inner) or OPT (ffn_dim) name it, else 4 d_model."""
+        (n_inner) or OPT (ffn_dim) name it, else 4 d_model. Multi-head latent attention (DeepSeek-V2/V3): query and
+        key heads qk_nope_head_dim + qk_rope_head_dim wide, value heads v_head_dim."""
         heads = config_int(config, "num_attention_heads")
         d_model = config_int(config, "hidden_size")
-        return Sizes(heads, config_int(config, "num_key_value_heads", default=heads), d_model,
-                     config_int(config, "head_dim", default=d_model // max(heads, 1)),
-                     config_int(config, "intermediate_size", "n_inner", "ffn_dim", default=4 * d_model))
+        latent_width = config_int(config, "qk_nope_head_dim") + config_int(config, "qk_rope_head_dim")  # MLA: q, k
+        d_head = latent_width or config_int(config, "head_dim", default=d_model // max(heads, 1))
+        return Sizes(heads, config_int(config, "num_key_value_heads", default=heads), d_model, d_head,
+                     config_int(config, "intermediate_size", "n_inner", "ffn_dim", default=4 * d_model),
+                     config_int(config, "v_head_dim") or None)
 
     def position_limit(self, config: Any) -> int:
         """The most positions the model reads (0: no limit of its own, as T5's relative buckets)."""
