@@ -19,7 +19,7 @@ from attention_atlas.plot.masking import first_self_site, layer_mask
 from attention_atlas.ui import url_state
 from attention_atlas.ui.mask_comparison import compare
 from attention_atlas.ui.mask_editor import editor_pairs
-from attention_atlas.ui.mask_views import draw_mask, heatmap, name
+from attention_atlas.ui.mask_views import draw_chunks, draw_mask, heatmap, name
 from attention_atlas.ui.messages import literal
 from attention_atlas.ui.page import current_trace, show_open_tab, trace_with
 from attention_atlas.ui.pickers import choose_head
@@ -54,6 +54,7 @@ def masks_view(trace: Trace, site: str, layer: int, head: int) -> None:
                     "and its window together:")
         chosen = layer if windows[layer] else next(i for i, w in enumerate(windows) if w)
         draw_mask(trace, site, "masks_mask_window", chosen)
+    draw_chunks(trace, layer)
 
 
 def head_run(site: str, layer: int) -> tuple[Trace, str, str]:
@@ -83,7 +84,7 @@ def scores_view(trace: Trace, site: str, layer: int, head: int) -> None:
     st.latex(rf"S={qk_latex}{plus_bias}\quad\longrightarrow\quad S+M\quad\longrightarrow\quad"
              r"\ A=\mathrm{softmax}(S+M)")
     scores = run.captured[scores_hook][head]  # (q_len, k_len)
-    window, visible = layer_mask(run, site, layer)  # (q_len, k_len), a sliding window's too
+    window, chunk, visible = layer_mask(run, site, layer)  # (q_len, k_len), a sliding window's or chunks' too
     low, high = visible_range(scores, visible)
     st.caption(f"Layer {layer} · head {head}. The raw scores are coloured from the smallest visible one ({low:.3g}) "
                f"to the largest ({high:.3g}); after the mask a hidden score is −∞, drawn hatched (no colour means it), "
@@ -101,7 +102,8 @@ def scores_view(trace: Trace, site: str, layer: int, head: int) -> None:
         heatmap(run.attention[pattern_hook][head], run, site, "softmax(scores + M)", "masks_probabilities",
                 name(run, site, layer, head, "pattern"), masked=~visible)
     st.caption(f"All three: {where}." + (f" This layer slides: a query sees no key {window} or more positions away."
-                                         if window else ""))
+                                         if window else "")
+               + (f" This layer reads in chunks of {chunk}: a query sees no key of another chunk." if chunk else ""))
     if bias is not None:  # (q_len, k_len)
         bias_view(run, site, layer, head, (scores - bias, qk), bias, visible)
 

@@ -8,7 +8,8 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from attention_atlas.model.core.trace.trace import Trace
-from attention_atlas.plot.masking import DRAWN, SiteMask, corner_figure
+from attention_atlas.model.hf.chunks import chunk_words
+from attention_atlas.plot.masking import DRAWN, SiteMask, corner_figure, first_self_site
 from attention_atlas.ui.downloads import csv_fits, csv_gigabytes, downloads, file_name, matrix_table
 
 
@@ -39,11 +40,23 @@ def show_corner(figure: go.Figure, matrix: np.ndarray, trace: Trace, site: str, 
 
 
 def draw_mask(trace: Trace, site: str, key: str, layer: int | None = None) -> None:
-    """The mask of `site`; of its `layer` where that layer slides (a sliding window also hides the keys too far
-    back: the layer's own mask, as its attention read it)."""
+    """The mask of `site`; of its `layer` where that layer slides or reads in chunks (a sliding window also hides the
+    keys too far back, a chunk the keys of other chunks: the layer's own mask, as its attention read it)."""
     mask = SiteMask.of(trace, site, layer)
-    file = name(trace, site, *(("layer", layer) if mask.window else ()), "mask")
+    file = name(trace, site, *(("layer", layer) if mask.window or mask.chunk else ()), "mask")
     show_corner(mask.figure(trace), mask.visible, trace, site, key, file)
     counts = ", ".join(f"{count:,} {reason}" for reason, count in mask.counts().items())
     hidden = mask.visible.size - np.count_nonzero(mask.visible)
     st.caption(f"{hidden:,} of {mask.visible.size:,} cells hidden" + (f" ({counts})." if counts else "."))
+
+
+def draw_chunks(trace: Trace, layer: int) -> None:
+    """Where some layers read in chunks (Llama 4): which, in words, and the mask of one of them (`layer` if it is
+    chunked, else the first that is), the site's mask and its chunks together."""
+    chunks = trace.facts.chunks
+    if not any(chunks):
+        return
+    site = first_self_site(trace)
+    st.markdown(f"**Chunked attention.** {chunk_words(chunks).capitalize()}. A chunked layer's mask is the mask above "
+                "and its chunks together:")
+    draw_mask(trace, site, "masks_mask_chunk", layer if chunks[layer] else next(i for i, c in enumerate(chunks) if c))

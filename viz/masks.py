@@ -15,49 +15,66 @@ from attention_atlas.viz.tokens import plotly_label, plotly_text, visible_token
 
 VISIBLE_RGB = "rgb(76, 120, 168)"  # a cell where the query may attend to the key
 REASON_RGB = {"causal": "rgb(214, 39, 40)", "window": "rgb(44, 160, 44)", "padding": "rgb(148, 103, 189)",
-              "blocked": "rgb(255, 127, 14)"}
+              "blocked": "rgb(255, 127, 14)", "chunk": "rgb(23, 190, 207)"}
 REASON_TEXT = {"causal": "hidden by the causal mask (a later key)",
                "window": "hidden by the sliding window (too far back)", "padding": "hidden by the padding mask",
-               "blocked": "hidden by your custom mask"}
+               "blocked": "hidden by your custom mask", "chunk": "hidden by the chunk (an earlier chunk's key)"}
 
 
 def hidden_reasons(visible: np.ndarray, causal: bool, blocked: Sequence[tuple[int, int]] = (),
-                   window: int = 0) -> dict[str, np.ndarray]:
+                   window: int = 0, chunk: int = 0) -> dict[str, np.ndarray]:
     """visible: (q_len, k_len) bool -> reason -> (q_len, k_len) bool, True where that reason hides the cell. A cell
     above the diagonal of a causal mask is "causal", one `window` or more keys away in a sliding-window layer
-    "window", a blocked pair not already so "blocked", the rest "padding"."""
+    "window", a key outside the query's chunk of `chunk` positions (0..c-1, c..2c-1, ...) in a chunked layer
+    (Llama 4) "chunk", a blocked pair not already so "blocked", the rest "padding"."""
     hidden = ~visible
     q_len, k_len = visible.shape
     causal_cells = np.triu(np.ones((q_len, k_len), dtype=bool), 1) & hidden if causal else np.zeros_like(hidden)
     distance = np.abs(np.subtract.outer(np.arange(q_len), np.arange(k_len)))  # |query - key|
     far = distance >= window if window else np.zeros_like(hidden)
     window_cells = far & hidden & ~causal_cells
+    chunk_cells = _apart(np.arange(q_len), k_len, chunk) & hidden & ~causal_cells & ~window_cells
     blocked_cells = np.zeros_like(hidden)
     for query, key in blocked:
         if query < q_len and key < k_len:
             blocked_cells[query, key] = True
-    blocked_cells &= hidden & ~causal_cells & ~window_cells
-    reasons = {"causal": causal_cells, "window": window_cells, "blocked": blocked_cells,
-               "padding": hidden & ~causal_cells & ~window_cells & ~blocked_cells}
+    blocked_cells &= hidden & ~causal_cells & ~window_cells & ~chunk_cells
+    reasons = {"causal": causal_cells, "window": window_cells, "chunk": chunk_cells, "blocked": blocked_cells,
+               "padding": hidden & ~causal_cells & ~window_cells & ~chunk_cells & ~blocked_cells}
     return {name: cells for name, cells in reasons.items() if cells.any()}
 
 
+def _apart(rows: np.ndarray, k_len: int, chunk: int) -> np.ndarray:
+    """(len(rows), k_len) bool: whether each key is outside the chunk of `chunk` positions of each query (at `rows`);
+    all False without chunks."""
+    if not chunk:
+        return np.zeros((len(rows), k_len), dtype=bool)
+    return rows[:, None] // chunk != np.arange(k_len)[None] // chunk
+
+
 def hidden_counts(visible: np.ndarray, causal: bool, blocked: Sequence[tuple[int, int]] = (), window: int = 0,
-                  rows_at_once: int = 512) -> dict[str, int]:
+                  rows_at_once: int = 512, chunk: int = 0) -> dict[str, int]:
     """reason -> how many cells it hides, as `hidden_reasons` marks them, counted a block of rows at a time (no
     (q_len, k_len) array made: at 8,192 tokens each was 67 MB)."""
     q_len, k_len = visible.shape
     hidden = visible.size - np.count_nonzero(visible)
-    above = far = 0  # hidden cells above the diagonal; hidden ones `window` or more away from it (and not above)
-    for first in range(0, q_len, rows_at_once):
+    above = far = apart = 0  # hidden cells above the diagonal; `window` or more away from it (and not above); in
+    for first in range(0, q_len, rows_at_once):  # another chunk (and neither)
         rows = ~visible[first : first + rows_at_once]
         above += np.count_nonzero(np.triu(rows, first + 1)) if causal else 0
+        near = rows.copy()  # the hidden cells neither above the diagonal nor too far
+        if causal:
+            near = np.tril(near, first)
         if window:
             far += np.count_nonzero(np.tril(rows, first - window))
             far += 0 if causal else np.count_nonzero(np.triu(rows, first + window))
+            near = np.triu(np.tril(near, first + window - 1), first - window + 1)
+        if chunk:
+            apart += np.count_nonzero(near & _apart(np.arange(first, first + len(rows)), k_len, chunk))
     pairs = {(q, k) for q, k in blocked if q < q_len and k < k_len and not visible[q, k] and not (causal and k > q)
-             and not (window and abs(q - k) >= window)}
-    counts = {"causal": above, "window": far, "blocked": len(pairs), "padding": hidden - above - far - len(pairs)}
+             and not (window and abs(q - k) >= window) and not (chunk and q // chunk != k // chunk)}
+    counts = {"causal": above, "window": far, "chunk": apart, "blocked": len(pairs),
+              "padding": hidden - above - far - apart - len(pairs)}
     return {name: count for name, count in counts.items() if count}
 
 

@@ -31,16 +31,20 @@ def hiding(trace: Trace, site: str) -> tuple[bool, tuple[tuple[int, int], ...]]:
     return not s.is_cross and trace.options.causal_for(s.stack), tuple(blocked)
 
 
-def layer_mask(trace: Trace, site: str, layer: int | None) -> tuple[int, np.ndarray]:
-    """(the layer's sliding window, 0 for none; the mask (q_len, k_len) bool its attention read): the site's mask,
-    and in a sliding-window layer only the keys less than the window away (back, with a causal mask)."""
-    self_attention = not Site.of(site).is_cross and trace.facts.windows and layer is not None
-    window = trace.facts.windows[layer] if self_attention else 0
+def layer_mask(trace: Trace, site: str, layer: int | None) -> tuple[int, int, np.ndarray]:
+    """(the layer's sliding window, 0 for none; its chunk, 0 for none; the mask (q_len, k_len) bool its attention
+    read): the site's mask, and in a sliding-window layer only the keys less than the window away (back, with a
+    causal mask), in a chunked layer (Llama 4) only the keys of the query's own chunk."""
+    self_attention = not Site.of(site).is_cross and layer is not None
+    window = trace.facts.windows[layer] if self_attention and trace.facts.windows else 0
+    chunk = trace.facts.chunks[layer] if self_attention and trace.facts.chunks else 0
     visible = trace.masks[site]
+    positions = np.arange(visible.shape[0]), np.arange(visible.shape[1])
     if window:
-        distance = np.subtract.outer(np.arange(visible.shape[0]), np.arange(visible.shape[1]))  # query - key
-        visible = visible & (np.abs(distance) < window)
-    return window, visible
+        visible = visible & (np.abs(np.subtract.outer(*positions)) < window)  # |query - key|
+    if chunk:
+        visible = visible & np.equal.outer(positions[0] // chunk, positions[1] // chunk)
+    return window, chunk, visible
 
 
 def corner_figure(matrix: np.ndarray, trace: Trace, site: str, title: str,
@@ -56,34 +60,40 @@ def corner_figure(matrix: np.ndarray, trace: Trace, site: str, title: str,
 
 @dataclass(frozen=True)
 class SiteMask:
-    """The mask one site's attention read in a run (a sliding layer's with its window), and what hides its cells."""
+    """The mask one site's attention read in a run (a sliding layer's with its window, a chunked layer's with its
+    chunks), and what hides its cells."""
 
     site: str
     layer: int | None  # the layer whose window it includes (None: the site's mask alone)
     window: int  # that layer's sliding window, 0 for none
+    chunk: int  # that layer's chunk (Llama 4), 0 for none
     visible: np.ndarray  # (q_len, k_len) bool, True = may attend
     causal: bool  # whether the causal mask hides keys here
     blocked: tuple[tuple[int, int], ...]  # the custom mask's (query, key) pairs that apply here
 
     @classmethod
     def of(cls, trace: Trace, site: str, layer: int | None = None) -> SiteMask:
-        window, visible = layer_mask(trace, site, layer)
-        return cls(site, layer, window, visible, *hiding(trace, site))
+        window, chunk, visible = layer_mask(trace, site, layer)
+        return cls(site, layer, window, chunk, visible, *hiding(trace, site))
 
     @property
     def title(self) -> str:
-        return f"mask · {Site.of(self.site).label}" + (f" · layer {self.layer} (a window of {self.window})"
-                                                         if self.window else "")
+        label = f"mask · {Site.of(self.site).label}"
+        if self.window or self.chunk:
+            label += f" · layer {self.layer} (" + " and ".join(
+                [*([f"a window of {self.window}"] if self.window else []),
+                 *([f"chunks of {self.chunk}"] if self.chunk else [])]) + ")"
+        return label
 
     def counts(self) -> dict[str, int]:
         """Hidden cells by what hides them (`hidden_counts`)."""
-        return hidden_counts(self.visible, self.causal, self.blocked, self.window)
+        return hidden_counts(self.visible, self.causal, self.blocked, self.window, chunk=self.chunk)
 
     def figure(self, trace: Trace) -> go.Figure:
         """Its first DRAWN rows and columns: visible cells blue, hidden ones hatched and tinted by their reason."""
 
         def draw(matrix: np.ndarray, *labels: Any, **options: Any) -> go.Figure:  # the drawn corner of the mask
-            reasons = hidden_reasons(matrix, self.causal, self.blocked, self.window)
+            reasons = hidden_reasons(matrix, self.causal, self.blocked, self.window, self.chunk)
             return mask_figure(matrix, reasons, *labels, **options)
 
         return corner_figure(self.visible, trace, self.site, self.title, draw=draw)

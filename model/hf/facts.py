@@ -11,6 +11,7 @@ from torch import nn
 from attention_atlas.model.core.capture.host_copies import SIXTEEN_BITS
 from attention_atlas.model.core.devices import precision_name
 from attention_atlas.model.core.trace.facts import ModelFacts
+from attention_atlas.model.hf.chunks import chunk_words, layer_chunks
 from attention_atlas.model.hf.families import adapter_of
 from attention_atlas.model.hf.placement import device_words
 from attention_atlas.model.hf.taps import Family
@@ -78,6 +79,8 @@ def _layout_notes(config: Any, family: Family) -> dict[str, str]:
     notes = {}
     if family.windows:
         notes["sliding-window attention"] = window_words(family.windows, family.kind != "encoder")
+    if layer_chunks(config):
+        notes["chunked attention"] = chunk_words(layer_chunks(config))
     partial = rotated_fraction(config)
     if family.positional == "rotary" and partial < 1:
         notes["rotary dimensions"] = f"{partial:.0%} of each head's dimensions are rotated, the rest are not"
@@ -115,4 +118,5 @@ def model_facts(model_id: str, model: nn.Module, family: Family, notes: dict[str
         notes=notes,
         precision=precision_name(model.dtype),
         windows=list(family.windows),
+        chunks=layer_chunks(c),
     )

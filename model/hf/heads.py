@@ -90,7 +90,7 @@ def attention(
     softcap = kwargs.get("softcap")
     window = kwargs.get("sliding_window") or 0
     mask = windowed(attention_mask, window, query.size(-2), key.size(-2), query.device)
-    mask = chunked(mask, chunk_size(module), query.size(-2), key.size(-2), query.device)  # Llama 4's chunked layers
+    mask = chunked(mask, chunk_size(module), query.size(-2), key.size(-2), query.device, made_once)  # Llama 4's chunks
     if "window" in wanted:  # what the layer slides by (model/hf/discovery.py asks once, when a model loads)
         active_recorder()(wanted["window"], torch.tensor(window))
     computed = _report_inputs(wanted, query, key, value, scale, bias, mask, softcap) if wanted else None

@@ -10,35 +10,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import transformers
 
 from attention_atlas.model.core.generation.decoding import generate
 from attention_atlas.model.core.options import RunOptions
+from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.hf.chunks import chunked
+from attention_atlas.model.hf.heads import made_once
 from attention_atlas.model.hf.loading import load_hf_runner
 from attention_atlas.model.hf.runner import CONTINUATION_TOKENS
-from tests.tiny_hf import LM_SPECIALS, SHARED, WORDS, _tokenizer
+from attention_atlas.plot.masking import SiteMask
+from tests.tiny_llama4 import CHUNK, VARIANTS, build_llama4
 
 TEXT = "the quick brown fox jumps over the lazy dog"
-CHUNK = 3
-LLAMA4 = {"head_dim": 8, "attention_chunk_size": CHUNK, "intermediate_size_mlp": 64, "num_local_experts": 2,
-          "no_rope_layers": [1, 0], "layer_types": ["chunked_attention", "full_attention"]}
-VARIANTS = {  # transformers' defaults tune the temperature and norm q/k; a floor_scale of 2 makes tuning matter here
-    "plain": {"attn_temperature_tuning": False, "use_qk_norm": False},
-    "qk-norm": {"attn_temperature_tuning": False, "use_qk_norm": True},
-    "temperature": {"attn_temperature_tuning": True, "floor_scale": 2, "attn_scale": 0.5, "use_qk_norm": False},
-    "both": {"attn_temperature_tuning": True, "floor_scale": 2, "attn_scale": 0.5, "use_qk_norm": True},
-}
-
-
-def build_llama4(folder: Path, **overrides: object) -> Path:
-    """A tiny random Llama 4 text model (layer 0 chunked and rotary, layer 1 full and NoPE) and its tokenizer."""
-    torch.manual_seed(0)
-    vocab = len(dict.fromkeys(LM_SPECIALS.values())) + len(WORDS)
-    config = transformers.AutoConfig.for_model("llama4_text", vocab_size=vocab, **(SHARED | LLAMA4 | overrides))
-    transformers.AutoModelForCausalLM.from_config(config).eval().save_pretrained(folder)
-    _tokenizer(LM_SPECIALS, "<s> $A").save_pretrained(folder)
-    return folder
 
 
 @pytest.fixture(scope="module")
@@ -49,11 +32,12 @@ def folders(tmp_path_factory) -> dict[str, Path]:
 
 def test_the_chunk_mask_hides_the_keys_of_other_chunks() -> None:
     mask = torch.zeros(1, 1, 7, 7).masked_fill(torch.ones(7, 7, dtype=torch.bool).triu(1), float("-inf"))
-    seen = chunked(mask, CHUNK, 7, 7, mask.device)[0, 0] == 0  # (7, 7)
+    seen = chunked(mask, CHUNK, 7, 7, mask.device, made_once)[0, 0] == 0  # (7, 7)
     expected = [[k <= q and k // CHUNK == q // CHUNK for k in range(7)] for q in range(7)]
     assert seen.tolist() == expected
-    assert chunked(mask, CHUNK, 7, 7, mask.device) is chunked(mask, CHUNK, 7, 7, mask.device)  # made once
-    assert chunked(mask[..., -1:, :], CHUNK, 1, 7, mask.device) is not None  # a cached step: transformers' own mask
+    assert chunked(mask, CHUNK, 7, 7, mask.device, made_once) is chunked(mask, CHUNK, 7, 7, mask.device, made_once)
+    step = mask[..., -1:, :]  # a cached step's row: transformers' own mask, which knows where the cache starts
+    assert chunked(step, CHUNK, 1, 7, mask.device, made_once) is step
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -94,3 +78,24 @@ def test_it_generates_what_transformers_generates(folders, variant: str) -> None
     cached = list(generate(runner.stepper(TEXT, RunOptions()), [], 5, greedy))
     full = list(generate(runner.stepper(TEXT, RunOptions(), use_cache=False), [], 5, greedy))
     assert [s.token_id for s in cached] == [s.token_id for s in full] == generated[:5]
+
+
+def test_the_trace_says_which_layers_read_in_chunks_and_draws_the_mask_they_read(folders, tmp_path) -> None:
+    """The facts hold each layer's chunk (kept by a trace file) and the card says it in words; the Masks page's mask
+    of the chunked layer is exactly where its attention is not zero, its cells hidden by the chunk counted apart from
+    the causal ones."""
+    runner = load_hf_runner(str(folders["plain"]))
+    trace = runner.run(TEXT)
+    assert trace.facts.chunks == [CHUNK, 0]
+    runner.run(TEXT, options=RunOptions(hooks=("*.hook_pattern",))).save(tmp_path / "llama4.npz")
+    assert Trace.load(tmp_path / "llama4.npz").facts.chunks == [CHUNK, 0]
+    assert trace.facts.notes["chunked attention"] == (
+        "layer 0: each token sees only the tokens of its own chunk of 3 positions (0–2, 3–5, …) up to itself; the "
+        "other layers see every token before it")
+    for layer in (0, 1):
+        mask = SiteMask.of(trace, "decoder.attn", layer)
+        attended = trace.pattern_source("decoder.attn", layer).pattern(dtype=np.float32).sum(0) > 0  # (len, len)
+        np.testing.assert_array_equal(mask.visible, attended)
+        assert mask.chunk == (CHUNK if layer == 0 else 0)
+    n = len(trace.ids)  # 10: <s> and nine words; chunks 0-2, 3-5, 6-8, 9
+    assert SiteMask.of(trace, "decoder.attn", 0).counts() == {"causal": n * (n - 1) // 2, "chunk": 3 * 3 + 6 * 3 + 9}

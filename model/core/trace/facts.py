@@ -55,6 +55,8 @@ class ModelFacts:
     precision: str = "float32"  # the weights' and activations' dtype ("bfloat16", "float16")
     windows: list[int] = field(default_factory=list)  # per layer of its self-attention, a sliding window w: a query
     # sees the keys less than w positions away (before it, with a causal mask), 0 for all; empty: no layer slides
+    chunks: list[int] = field(default_factory=list)  # per layer of its self-attention, a chunk c (Llama 4): a query
+    # sees only the keys of its own chunk of c positions (0..c-1, c..2c-1, ...); 0 for all; empty: no layer is chunked
 
 
 @dataclass

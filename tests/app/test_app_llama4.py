@@ -1,0 +1,37 @@
+"""Llama 4 (a chunked layer, a NoPE layer) in the app: every page and view opens, the Masks page draws the chunked
+layer's mask with the keys of other chunks hidden by the chunk."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from tests.app.app_session import open_app_page
+from tests.tiny_llama4 import VARIANTS, build_llama4
+
+TEXT = "the cat sat on the mat"  # <s> and six words: chunks 0-2, 3-5, 6
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    return build_llama4(tmp_path_factory.mktemp("llama4") / "both", **VARIANTS["both"])
+
+
+def _ok(at: AppTest, where: str) -> None:
+    assert not at.exception, f"{where}: {at.exception[0].message}"
+    assert not at.error, f"{where}: {[e.value for e in at.error]}"
+
+
+def test_the_masks_page_draws_the_chunks(folder) -> None:
+    at = open_app_page("app_pages/masks.py", folder=str(folder), text=TEXT)
+    _ok(at, "masks")
+    words = " ".join(m.value for m in at.markdown)
+    assert ("**Chunked attention.** Layer 0: each token sees only the tokens of its own chunk of 3 positions (0–2, "
+            "3–5, …) up to itself; the other layers see every token before it.") in words
+    titles = [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart")]
+    assert "mask · decoder self-attention · layer 0 (chunks of 3)" in titles
+    counts = [c.value for c in at.caption if "hidden (" in c.value]
+    assert counts[-1] == "36 of 49 cells hidden (21 causal, 15 chunk)."  # rows 3-5 hide keys 0-2, row 6 keys 0-5
