@@ -12,7 +12,9 @@ from attention_atlas.model.core.capture.host_copies import SIXTEEN_BITS
 from attention_atlas.model.core.devices import precision_name
 from attention_atlas.model.core.trace.facts import ModelFacts
 from attention_atlas.model.hf.chunks import chunk_words, layer_chunks
+from attention_atlas.model.hf.discovery.stack import block_list
 from attention_atlas.model.hf.families import adapter_of
+from attention_atlas.model.hf.nope import nope_words, qk_norm_words
 from attention_atlas.model.hf.placement import device_words
 from attention_atlas.model.hf.taps import Family
 
@@ -74,6 +76,38 @@ def window_words(windows: list[int] | tuple[int, ...], causal: bool) -> str:
             f"{'before it' if causal else 'on either side'}{rest}")
 
 
+MIXERS = (("deltanet", "gated delta-net (linear attention)"), ("mamba", "Mamba (state space)"),
+          ("conv", "short convolution"))  # what a block's part is, read from its name and class's name, first match
+
+
+def layer_map(model: nn.Module, family: Family) -> dict[int, str]:
+    """What mixes the tokens in each block of a decoder, by its true layer number, where some block has more than
+    softmax attention or none (a hybrid, or Falcon-H1's attention and Mamba side by side); {} otherwise."""
+    if family.kind != "decoder":
+        return {}
+    layers = block_list(model)[1]
+    attending = set(family.blocks or range(len(layers)))
+    found = {}
+    for number, block in enumerate(layers):
+        parts = [f"{name} {type(child).__name__}".lower() for name, child in block.named_children()]
+        other = next((words for key, words in MIXERS if any(key in part for part in parts)), None)
+        found[number] = " + ".join(w for w in ("softmax attention" if number in attending else "", other) if w) \
+            or "no token mixing (an MLP only)"
+    return found if any(words != "softmax attention" for words in found.values()) else {}
+
+
+def layer_map_words(blocks: dict[int, str], attention: tuple[int, ...]) -> str:
+    """The model card's layer map: "layers 1, 3: softmax attention (attention layers 0, 1 here); layers 0, 2: Mamba
+    (state space)" (the kinds in the order of their first layer)."""
+    kinds: dict[str, list[int]] = {}
+    for number, words in blocks.items():
+        kinds.setdefault(words, []).append(number)
+    shown = f" (attention layers 0–{len(attention) - 1} here)" if len(attention) > 1 else " (attention layer 0 here)"
+    return "; ".join(f"layer{'s' if len(numbers) > 1 else ''} {', '.join(map(str, numbers))}: {words}"
+                     f"{shown if attention and words == 'softmax attention' else ''}"
+                     for words, numbers in kinds.items())
+
+
 def _layout_notes(config: Any, family: Family) -> dict[str, str]:
     """What the model card says of this layout beyond the facts' fields."""
     notes = {}
@@ -81,6 +115,9 @@ def _layout_notes(config: Any, family: Family) -> dict[str, str]:
         notes["sliding-window attention"] = window_words(family.windows, family.kind != "encoder")
     if layer_chunks(config):
         notes["chunked attention"] = chunk_words(layer_chunks(config))
+    for name, words in (("no positional encoding (NoPE)", nope_words(config)), ("qk-norm", qk_norm_words(config))):
+        if words:
+            notes[name] = words
     partial = rotated_fraction(config)
     if family.positional == "rotary" and partial < 1:
         notes["rotary dimensions"] = f"{partial:.0%} of each head's dimensions are rotated, the rest are not"
@@ -97,6 +134,9 @@ def model_facts(model_id: str, model: nn.Module, family: Family, notes: dict[str
     n_heads, n_kv, d_model = sizes.n_heads, sizes.n_kv_heads, sizes.d_model
     layers = {stack: count(c) for stack, count in family.layer_counts.items()}
     notes = {**notes, **_layout_notes(c, family), **adapter_of(c.model_type).notes(c)}
+    blocks = layer_map(model, family)
+    if blocks:
+        notes["layer map"] = layer_map_words(blocks, family.blocks)
     if n_kv != n_heads:
         notes = {**notes, "grouped-query attention": f"query head h reads key/value head h // {n_heads // n_kv}"}
     return ModelFacts(
@@ -119,4 +159,5 @@ def model_facts(model_id: str, model: nn.Module, family: Family, notes: dict[str
         precision=precision_name(model.dtype),
         windows=list(family.windows),
         chunks=layer_chunks(c),
+        attention_blocks=list(family.blocks),
     )

@@ -199,6 +199,8 @@ class Family:
     final_norm: str | None = None  # path of the last stack's final norm (what the logit lens reads through)
     unplaced: tuple[str, ...] = ()  # hooks a model of this layout has that could not be placed (model/hf/discovery.py)
     windows: tuple[int, ...] = ()  # per layer: the sliding window its attention reads (0: none); () if none slides
+    blocks: tuple[int, ...] = ()  # per decoder layer: the number of its block, where only some blocks have softmax
+    # attention (hybrids: model/hf/discovery); (): layer i is block i
 
     def taps(self, model: nn.Module) -> dict[str, ModuleTap | ReportedTap]:
         """Every hook name of this model, mapped to its module and reader."""
@@ -207,7 +209,8 @@ class Family:
         for stack, count in self.layer_counts.items():
             for i in range(count(model.config)):
                 for name, (path, read) in self.layer_taps[stack].items():
-                    taps[f"{stack}.{i}.{name}"] = _tap(modules[path.format(i=i)], read)
+                    block = self.blocks[i] if self.blocks else i
+                    taps[f"{stack}.{i}.{name}"] = _tap(modules[path.format(i=block)], read)
             for name, (path, read) in self.stack_taps.get(stack, {}).items():
                 taps[f"{stack}.{name}"] = _tap(modules[path], read)
         return taps

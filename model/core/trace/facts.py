@@ -57,6 +57,15 @@ class ModelFacts:
     # sees the keys less than w positions away (before it, with a causal mask), 0 for all; empty: no layer slides
     chunks: list[int] = field(default_factory=list)  # per layer of its self-attention, a chunk c (Llama 4): a query
     # sees only the keys of its own chunk of c positions (0..c-1, c..2c-1, ...); 0 for all; empty: no layer is chunked
+    attention_blocks: list[int] = field(default_factory=list)  # per decoder layer, its true layer number where only
+    # some of the model's layers are softmax attention (a hybrid; notes["layer map"] names the others); empty: i is i
+
+    def layer_words(self, layer: int) -> str:
+        """How a page names decoder attention layer `layer`: "layer 3 (attention layer 0)" in a hybrid, where the
+        app's layers are its softmax attention layers only, numbered 0 .. n - 1; "layer 3" otherwise."""
+        if not self.attention_blocks:
+            return f"layer {layer}"
+        return f"layer {self.attention_blocks[layer]} (attention layer {layer})"
 
 
 @dataclass

@@ -47,7 +47,7 @@ from attention_atlas.model.hf.discovery.norms import is_parallel, norm_kind, nor
 from attention_atlas.model.hf.discovery.stack import block_list, stack_table
 from attention_atlas.model.hf.discovery.values import rounding
 from attention_atlas.model.hf.probe import Probe, probe_run
-from attention_atlas.model.hf.taps import Family
+from attention_atlas.model.hf.taps import Family, TapTable
 
 LAYER_ORDER = (  # what a decoder block may offer, in the order of its computation
     "hook_resid_pre", "ln1.hook_scale", "ln1.hook_normalized", "attn.hook_q", "attn.hook_k", "attn.hook_v",
@@ -71,9 +71,11 @@ def discover(model: nn.Module, kind: str = "decoder") -> Family:
     with rounding(model):
         tables = [block_table(block, probe, rotary) for block in layers]
         found = stack_table(model, layers, probe)
-    if not all(any(name.startswith("attn.") for name in table) for table in tables):
+    blocks = attention_blocks(tables)
+    if not blocks:
         raise UserError(f"{type(model).__name__} computes attention in its own code, not through transformers' "
                          "attention interface, so its attention cannot be read here yet.")
+    tables = [tables[i] for i in blocks]  # a hybrid's softmax attention layers: the app's layers 0 .. n - 1
     first = tables[0]
     layer_taps = {name: (f"{layers_path}.{{i}}{'.' + first[name][0] if first[name][0] else ''}", first[name][1])
                   for name in LAYER_ORDER if name in first and all(t.get(name) == first[name] for t in tables)}
@@ -82,7 +84,7 @@ def discover(model: nn.Module, kind: str = "decoder") -> Family:
     parallel = is_parallel(first)
     unplaced = tuple(name for name in LAYER_ORDER if name not in layer_taps and _expected(name, rotary, parallel)) + \
         tuple(name for name in STACK_ORDER if name not in stack_taps and name != "hook_pos_embed")
-    windows = tuple(_window(block, probe) for block in layers)
+    windows = tuple(_window(layers[i], probe) for i in blocks)
     return Family(
         name=type(base).__name__.removesuffix("Model"),
         kind=kind,
@@ -90,11 +92,18 @@ def discover(model: nn.Module, kind: str = "decoder") -> Family:
         norm=norm_layout(first, parallel, norm_kind(layers[0])),
         stack_taps={stack: stack_taps},
         layer_taps={stack: layer_taps},
-        layer_counts={stack: _count(len(layers))},
+        layer_counts={stack: _count(len(blocks))},
         final_norm=stack_taps["ln_final.hook_scale"][0] if "ln_final.hook_scale" in stack_taps else None,
         unplaced=unplaced,
         windows=windows if any(windows) else (),
+        blocks=blocks if len(blocks) < len(layers) else (),
     )
+
+
+def attention_blocks(tables: list[TapTable]) -> tuple[int, ...]:
+    """The numbers of the blocks whose attention reports (every block, but in a hybrid only those of softmax
+    attention: its state-space, linear-attention or convolution layers report nothing)."""
+    return tuple(i for i, table in enumerate(tables) if any(name.startswith("attn.") for name in table))
 
 
 def _window(block: nn.Module, probe: Probe) -> int:

@@ -21,8 +21,10 @@ def attention_table(attention: tuple[str, nn.Module], probe: Probe, rotary: bool
     path = name + "".join(f".{n}" for n, m in module.named_modules() if m is reporting and n)
     separate = all(isinstance(getattr(reporting, p, None), nn.Linear) for p in ("q_proj", "k_proj"))
     changed = _changed(reporting, probe) if separate else "same"
-    rotated = rotary and (changed == "other" if separate else True)
+    rotated = rotary and (changed in ("other", "more") if separate else True)
     table = dict(attention_hooks("attn", path, rotary=rotated, projected=changed != "same"))
+    if changed == "more":  # the projection makes more than the queries (Qwen3.5/Next: each head's query and gate)
+        del table["attn.hook_q"]
     if rotated and not separate:  # one fused projection: the queries and keys before the rotation are read from it
         fused = _fused_heads(reporting, probe)
         table = {k: v for k, v in table.items() if k not in ("attn.hook_q", "attn.hook_k")}
@@ -54,7 +56,10 @@ def _fused_heads(module: nn.Module, probe: Probe) -> tuple[FusedHeads, FusedHead
 
 def _changed(module: nn.Module, probe: Probe) -> str:
     """How the queries attention read differ from what its `q_proj` made: "same", "scaled" (OPT scales them when
-    projecting, and passes a scale of 1), or "other" (rotated, or normalised)."""
+    projecting, and passes a scale of 1), "other" (rotated, or normalised), or "more" (more heads' worth: the
+    projection makes the queries and something else, as a gate)."""
     reported = probe.queries[module]  # (heads, len, d_head)
     projected = ProjectionHeads("q_proj").tap(module).read((), {}, probe.calls[module.q_proj].output)[0]
+    if projected.shape != reported.shape:
+        return "more"
     return "same" if same(reported, projected) else "scaled" if scaled_copy(reported, projected) else "other"

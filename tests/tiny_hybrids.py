@@ -1,0 +1,42 @@
+"""Tiny random hybrid models (softmax attention layers among state-space, linear-attention or convolution layers),
+each built from its own transformers config class: four layers, two of them softmax attention (blocks 1 and 3),
+except Falcon-H1, whose every layer runs attention and Mamba-2 side by side."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import transformers
+
+from tests.tiny_hf import LM_SPECIALS, SHARED, WORDS, _tokenizer
+
+MAMBA2 = {"mamba_n_heads": 4, "mamba_d_head": 16, "mamba_n_groups": 1, "mamba_d_state": 8, "mamba_d_conv": 4,
+          "mamba_expand": 2, "mamba_chunk_size": 8}  # 4 heads x 16 = 2 x hidden_size
+DELTA_NET = {"head_dim": 8, "linear_key_head_dim": 8, "linear_value_head_dim": 8, "linear_num_key_heads": 2,
+             "linear_num_value_heads": 4, "layer_types": ["linear_attention", "full_attention"] * 2}
+HYBRID_TYPES: dict[str, dict[str, object]] = {  # model type -> its config's settings beyond tiny_hf.SHARED
+    "qwen3_next": DELTA_NET | {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+                               "shared_expert_intermediate_size": 32},  # gated delta-net, gated attention, experts
+    "qwen3_5_text": DELTA_NET,  # AutoModelForCausalLM's Qwen3.5 (its text model)
+    "jamba": {"attn_layer_period": 2, "attn_layer_offset": 1, "expert_layer_period": 2, "expert_layer_offset": 1,
+              "num_experts": 4, "num_experts_per_tok": 2, "mamba_d_state": 8, "mamba_d_conv": 4, "mamba_expand": 2,
+              "mamba_dt_rank": 4},  # Mamba (v1); experts in the attention layers
+    "granitemoehybrid": MAMBA2 | {"layer_types": ["mamba", "attention"] * 2, "num_local_experts": 4,
+                                  "num_experts_per_tok": 2, "shared_intermediate_size": 32},
+    "nemotron_h": MAMBA2 | {"layers_block_type": ["mamba", "attention", "mlp", "attention"], "head_dim": 8},
+    "lfm2": {"layer_types": ["conv", "full_attention"] * 2, "conv_L_cache": 3},  # short convolutions
+    "falcon_h1": MAMBA2 | {"num_hidden_layers": 2, "head_dim": 8, "mamba_d_ssm": 64},  # attention + Mamba-2, parallel
+}
+ATTENTION_BLOCKS = {model_type: (1, 3) for model_type in HYBRID_TYPES} | {"falcon_h1": (0, 1)}
+
+
+def build_hybrid(model_type: str, folder: Path) -> Path:
+    """Save a tiny random `model_type` (one of HYBRID_TYPES) and a word-level tokenizer into `folder`."""
+    torch.manual_seed(0)
+    vocab = len(dict.fromkeys(LM_SPECIALS.values())) + len(WORDS)
+    settings = SHARED | {"num_hidden_layers": 4} | HYBRID_TYPES[model_type]
+    config = transformers.AutoConfig.for_model(model_type, vocab_size=vocab, **settings)
+    transformers.AutoModelForCausalLM.from_config(config).eval().save_pretrained(folder)
+    _tokenizer(LM_SPECIALS, "<s> $A").save_pretrained(folder)
+    return folder
