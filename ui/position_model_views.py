@@ -23,6 +23,8 @@ def table_frame(matrix: np.ndarray, rows: list[str]) -> pd.DataFrame:
 def model_view(scheme: PositionScheme, length: int, measure: str, name: str) -> None:
     """The model's own scheme, drawn beside the sinusoid of the same size where it adds a table."""
     st.markdown(f"**{scheme.kind.capitalize()}** · from `{scheme.source}`. {scheme.about}")
+    if scheme.nope:
+        st.markdown(f"**NoPE** · {scheme.nope[0].upper()}{scheme.nope[1:]}.")
     if scheme.table is not None:
         absolute_view(scheme, length, measure, name)
     elif scheme.inv_freq is not None:

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from attention_atlas.model.hf.families import adapter_of
+from attention_atlas.model.hf.nope import nope_layers, nope_words
 from attention_atlas.model.hf.placement import weights_at_hand
 from attention_atlas.model.inspect.rotary import rotary_tables, rotate
 
@@ -39,6 +40,7 @@ class PositionScheme:
     bias: np.ndarray | None = None  # relative: (heads, 2 len - 1) bias for key - query = -(len-1) .. len-1
     buckets: np.ndarray | None = None  # relative: (2 len - 1,) the relative position embedding each distance reads
     formula: str = ""  # relative: the score of query i and key j, in LaTeX
+    nope: str = ""  # rotary: what the layers that do not rotate do, in words (Llama 4's NoPE layers); "" for none
 
     @property
     def nbytes(self) -> int:
@@ -125,9 +127,11 @@ def _rotary(causal_lm: torch.nn.Module, length: int) -> PositionScheme:
     diagonals = [np.diagonal(scores, -d) for d in range(length)]  # distance m - n = d
     part = (f" Only the first {rotated_dims} of each head's {head_dim} dimensions are rotated; the rest carry no "
             "position." if rotated_dims < head_dim else "")
-    return PositionScheme("rotary", "rotary_emb", "Nothing is added to the embeddings. In every layer, "
+    every = "every rotary layer (see NoPE below)" if nope_layers(config) else "every layer"
+    return PositionScheme("rotary", "rotary_emb", f"Nothing is added to the embeddings. In {every}, "
                           "each pair of dimensions of a head's query and key is rotated by the angle position × its "
                           "frequency, so q·k depends on the distance between them, not on where they are." + part,
                           inv_freq=inv_freq.numpy(), rotary_base=base,
                           rotary_profile=np.array([d[0] for d in diagonals]),
-                          rotary_spread=max(float(np.ptp(d)) for d in diagonals), interleaved=interleaved)
+                          rotary_spread=max(float(np.ptp(d)) for d in diagonals), interleaved=interleaved,
+                          nope=nope_words(config))

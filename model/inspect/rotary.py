@@ -14,14 +14,19 @@ def rotary_tables(model: nn.Module, length: int, layer_type: str | None = None
     of a head it rotates (all of them, or a part); interleaved: pairs are dimensions (2i, 2i + 1) (GPT-J, Cohere),
     else (i, i + r/2) (Llama and most). Read from what the module returns, whatever its order and layout: the table
     that is 0 at position 0 is the sine; cos repeats within each pair, or holds one number a pair (GPT-J), then
-    spread to both. layer_type: the layer's kind where the model rotates kinds differently (Gemma 3's local layers)."""
+    spread to both; or one complex table e^{i position θ} of the pairs (2i, 2i + 1) (Llama 4). layer_type: the
+    layer's kind where the model rotates kinds differently (Gemma 3's local layers)."""
     rotary = next(m for m in model.base_model.modules() if "rotary" in type(m).__name__.lower())
     kinds = "layer_type" in inspect.signature(rotary.forward).parameters
     extra = {"layer_type": layer_type or "full_attention"} if kinds else {}
     device = next(iter(rotary.buffers()), torch.zeros(0)).device
     with torch.inference_mode():
         positions = torch.arange(max(length, 2), device=device)[None]  # (1, len)
-        first, second = (t[0].double().cpu() for t in rotary(torch.zeros(1, 1, device=device), positions, **extra))
+        tables = rotary(torch.zeros(1, 1, device=device), positions, **extra)
+    if isinstance(tables, torch.Tensor) and tables.is_complex():  # (1, len, r / 2): cos + i sin of each pair
+        turns = tables[0].cpu().to(torch.complex128)
+        return turns.real.repeat_interleave(2, -1)[:length], turns.imag.repeat_interleave(2, -1)[:length], True
+    first, second = (t[0].double().cpu() for t in tables)
     cos, sin = (second, first) if bool((first[0].abs() < 1e-9).all()) else (first, second)
     half = cos.shape[-1] // 2
     if torch.allclose(cos[:, :half], cos[:, half:]):

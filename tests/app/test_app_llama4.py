@@ -35,3 +35,18 @@ def test_the_masks_page_draws_the_chunks(folder) -> None:
     assert "mask · decoder self-attention · layer 0 (chunks of 3)" in titles
     counts = [c.value for c in at.caption if "hidden (" in c.value]
     assert counts[-1] == "36 of 49 cells hidden (21 causal, 15 chunk)."  # rows 3-5 hide keys 0-2, row 6 keys 0-5
+
+
+def test_the_positional_page_and_the_model_card_name_the_nope_layer(folder) -> None:
+    at = open_app_page("app_pages/overview.py", folder=str(folder), text=TEXT)
+    _ok(at, "overview")
+    card = " ".join(str(table.value.to_dict()) for table in at.table)
+    assert "no positional encoding (NoPE)" in card and "layer 1: q and k are not rotated" in card
+    assert "chunked attention" in card and "qk-norm" in card
+    at.switch_page("app_pages/positions.py").run()
+    at.session_state["positions_view"] = "This model"
+    at.run()
+    _ok(at, "positions · This model")
+    words = " ".join(m.value for m in at.markdown)
+    assert "**NoPE** · Layer 1: q and k are not rotated" in words and "temperature tuning" in words
+    assert "In every rotary layer (see NoPE below)" in words
