@@ -88,18 +88,19 @@ def attention(
     scale = _scale(query, kwargs.get("scaling"))
     bias = kwargs.get("position_bias")  # (batch or 1, heads, q_len, k_len)
     softcap = kwargs.get("softcap")
+    sinks = kwargs.get("s_aux")  # (heads,): GPT-OSS's learned sink logit a head, one more key in every row's softmax
     window = kwargs.get("sliding_window") or 0
     mask = windowed(attention_mask, window, query.size(-2), key.size(-2), query.device)
     mask = chunked(mask, chunk_size(module), query.size(-2), key.size(-2), query.device, made_once)  # Llama 4's chunks
     if "window" in wanted:  # what the layer slides by (model/hf/discovery.py asks once, when a model loads)
         active_recorder()(wanted["window"], torch.tensor(window))
-    computed = _report_inputs(wanted, query, key, value, scale, bias, mask, softcap) if wanted else None
+    computed = _report_inputs(wanted, query, key, value, scale, bias, mask, softcap, sinks) if wanted else None
     if computed is not None:  # by the capture, from the probabilities it summarised (model/core/attention/source.py)
         out = computed
     elif getattr(module, "reorder_and_upcast_attn", False):  # GPT-2's own float32 path, as eager takes it
         out, _ = module._upcast_and_reordered_attn(query, key, value, mask)
-    elif softcap is not None:  # scores capped before the mask: no fused kernel does that
-        out = _capped(query, key, value, mask, scale, softcap)
+    elif softcap is not None or sinks is not None:  # scores capped before the mask, or a sink: no fused kernel
+        out = _capped(query, key, value, mask, scale, softcap, sinks)  # does that
     else:
         out = _fused(query, key, value, mask, scale, bias)
     edit = reported_edit(module, "z")
@@ -153,15 +154,19 @@ _made = threading.local()  # .cache: (id of a tensor, *key) -> what was made fro
 
 
 def _capped(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None, scale: float,
-            softcap: float) -> torch.Tensor:
-    """softmax(c tanh(Q K^T x scale / c) + M) V, as eager computes it with logit soft-capping (Gemma 2) ->
-    (batch, q_len, heads, d_head)."""
+            softcap: float | None, sinks: torch.Tensor | None = None) -> torch.Tensor:
+    """softmax(c tanh(Q K^T x scale / c) + M) V, as eager computes it with logit soft-capping (Gemma 2), or with a
+    sink logit a head (GPT-OSS: one more key whose probability is dropped) -> (batch, q_len, heads, d_head)."""
     group = query.size(1) // key.size(1)
     key, value = key.repeat_interleave(group, 1), value.repeat_interleave(group, 1)
-    scores = torch.tanh(torch.matmul(query, key.transpose(2, 3)) * scale / softcap) * softcap
+    scores = torch.matmul(query, key.transpose(2, 3)) * scale
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
     if mask is not None:
         scores = scores + mask[..., : key.size(-2)]
-    probabilities = scores.softmax(-1, dtype=torch.float32).to(query.dtype)
+    if sinks is not None:  # (batch, heads, q_len, k_len + 1), the sink's column dropped after the softmax
+        scores = torch.cat([scores, sinks.to(scores.dtype)[:, None, None].expand(*scores.shape[:-1], 1)], -1)
+    probabilities = scores.softmax(-1, dtype=torch.float32)[..., : key.size(-2)].to(query.dtype)
     return torch.matmul(probabilities, value).transpose(1, 2)
 
 
@@ -201,6 +206,7 @@ def hides_ahead(mask: torch.Tensor) -> bool:
 def _report_inputs(
     wanted: Mapping[str, str], query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float,
     position_bias: torch.Tensor | None, mask: torch.Tensor | None, softcap: float | None,
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor | None:
     """Hand the wanted values going into attention to the thread's recorder; the scores are computed only if
     wanted, and a pattern is handed over as what it is computed from (model/core/attention/source.py). Returns
@@ -214,7 +220,7 @@ def _report_inputs(
         elif quantity == "scores":
             record(name, _scores(query, key, scale, position_bias, softcap))
         elif quantity == "pattern":
-            pattern = PatternInputs(query, key, value, scale, mask, position_bias, softcap)
+            pattern = PatternInputs(query, key, value, scale, mask, position_bias, softcap, sinks)
             record(name, pattern)
             output = pattern.output
     return output

@@ -25,6 +25,7 @@ class PatternInputs:
     mask: torch.Tensor | None  # additive (batch or 1, 1, q_len, >= k_len): the dtype's minimum where hidden
     bias: torch.Tensor | None  # (batch or 1, heads, q_len, k_len) or None
     softcap: float | None = None  # scores capped to c tanh(score / c) before the mask (Gemma 2)
+    sinks: torch.Tensor | None = None  # (heads,): a learned sink logit a head, in every row's softmax (GPT-OSS)
     output: torch.Tensor | None = None  # (batch, q_len, heads, d_value) in the query's dtype, once computed
 
     def summary_rows(self, source: PatternSource, layout: RowLayout, scratch: Scratch) -> Iterator[ReducedRows]:
@@ -61,5 +62,6 @@ class PatternInputs:
             allowed = once(self.mask, lambda m: m[:, 0, :, :k_len] > minimum / 2)  # (batch or 1, q_len, k_len)
         bias = None if self.bias is None else once(self.bias, lambda b: b.float())
         dtype = kept_dtype(self.query.dtype, self.query.device)
+        sinks = None if self.sinks is None else self.sinks.detach().float().contiguous()
         return PatternSource(query=self.query.to(dtype), key=self.key.to(dtype), scale=self.scale, allowed=allowed,
-                             bias=bias, softcap=self.softcap, device=str(self.query.device))
+                             bias=bias, softcap=self.softcap, sinks=sinks, device=str(self.query.device))

@@ -5,8 +5,8 @@ the slow eager path and O(tokens²) memory per head. Instead the Hugging Face mo
 and, where a capture asks for `hook_pattern`, keep what attention read: the queries and keys as it received
 them (rotated, in rotary models), its scale, any bias added to the scores (T5's relative positions) and the
 mask it applied. `PatternSource.pattern(...)` then computes softmax(Q K^T x scale + bias + M) (the scores
-soft-capped where the model caps them) for the heads and query rows a view asks for, exactly as eager attention
-does (float32: equal to the model's own eager probabilities to 1e-5, tests/model/test_hf_heads.py).
+soft-capped where the model caps them; a head's sink logit one more key, dropped after) for the heads and query rows a
+view asks for, exactly as eager attention does (float32: equal to eager's to 1e-5, tests/model/test_hf_heads.py).
 
 Arrays may keep a leading batch dimension until a Trace is made (`source[0]` takes one run of a batch).
 """
@@ -25,6 +25,7 @@ from attention_atlas.model.core.attention.arrays import Array, as_index, as_tens
 from attention_atlas.model.core.attention.block_means import BlockMeans
 from attention_atlas.model.core.attention.row_reduction import STATISTICS, ReducedRows, RowLayout, reduce_rows
 from attention_atlas.model.core.attention.scratch import Scratch, head_passes
+from attention_atlas.model.core.attention.sinks import LOG2_E, sink_bits
 
 ROW_BLOCK = 128  # query rows computed at once on the CPU (and MPS), at most: fewer rows skip more of a causal mask's
 # hidden keys, at a fixed cost a block (128 was the fastest at 512 and 2,048 tokens)
@@ -32,29 +33,24 @@ SEEN_ROW_BLOCK = 512  # and where every row sees every key (an encoder's text, c
 # to skip, so fewer blocks' fixed costs (MiniLM's summary at 512 tokens: 4% of its frame's run)
 BLOCK_BYTES = 32 << 20  # and fewer rows where one (heads, rows, k_len) float32 block would be larger (long texts)
 PASS_BYTES = 16 << 20  # the CPU's kernel reads a block's heads in passes of whole key heads' groups, each pass's scores
-# at most this (where one key head's group is not larger): scores made by Q K^T, reduced by the kernel and read by P V
-# while they are still in the L3 cache. SmolLM2 at 8,190 tokens, 33 MB blocks of 113 rows in 3 passes of 11 MB on a
-# 2-core CPU with 32 MiB of L3: a block's products and kernel 25-30% faster, the frame's run 56.3 -> 52.6 s
-DEVICE_ROW_BLOCK = 8192  # on CUDA, where each block costs its twenty-odd kernel launches whatever its size: rows a
-# block at most (a whole text up to 8,192 tokens where it fits)
+# at most this, still in the L3 cache for the kernel and P V (SmolLM2 at 8,190 tokens, 32 MiB of L3: 56.3 -> 52.6 s)
+DEVICE_ROW_BLOCK = 8192  # on CUDA (a block costs its twenty-odd kernel launches whatever its size): rows a block
 DEVICE_BLOCK_BYTES = 1 << 30  # and the memory a block works in at most (`WORKING_FLOATS` float32 blocks)
 FREE_SHARE = 0.25  # nor more than this share of the memory the GPU has free when a pass starts
 WORKING_FLOATS = 4  # float32 (heads, rows, k_len) blocks' worth of memory the torch ops work in: the scores, the
 # probabilities, their bfloat16 copy for the matrix products, the reductions' temporaries
-LOG2_E = float(np.log2(np.e))  # scores are computed in bits (x log2 e): exp2 took a quarter of exp's time on the CPU
-EXP_FLOOR = -112.0  # scores in bits (less each row's greatest) are raised to this before exp2: 2^-112 over a row's
-# sum (at most 8,192 = 2^13 keys) stays above 2^-126, float32's smallest normal number. exp2 took four times as long
-# where its results are smaller (subnormal or 0; exp, 60x), and so do products with them. A key's probability then
-# differs from eager attention's by under 1e-33, except hidden keys', set to exactly 0.
+EXP_FLOOR = -112.0  # scores in bits (x LOG2_E: exp2 took a quarter of exp's time on the CPU), less each row's
+# greatest, are raised to this before exp2: 2^-112 over a row's sum (at most 2^13 keys) stays above 2^-126, float32's
+# smallest normal number (exp2 of smaller ones took 4x as long). A key's probability then differs from eager's by under
+# 1e-33, except hidden keys', set to exactly 0.
 _TORCH = {np.dtype(np.float16): torch.float16, np.dtype(np.float32): torch.float32}
 
 
 def block_rows(device_type: str, heads: int, k_len: int, free_bytes: int | None = None,
                every_key_seen: bool = False) -> int:
-    """Query rows a block of (heads, rows, k_len) scores: on CUDA, as many as `DEVICE_BLOCK_BYTES` or `FREE_SHARE` of
-    `free_bytes` (the memory free when the pass started) hold, up to `DEVICE_ROW_BLOCK`; elsewhere (the CPU, MPS) up to
-    `ROW_BLOCK` (`SEEN_ROW_BLOCK` where every row sees every key), one float32 block at most `BLOCK_BYTES`. 16 at
-    least."""
+    """Query rows a block of (heads, rows, k_len) scores, 16 at least: on CUDA, as many as `DEVICE_BLOCK_BYTES` or
+    `FREE_SHARE` of `free_bytes` hold, up to `DEVICE_ROW_BLOCK`; elsewhere up to `ROW_BLOCK` (`SEEN_ROW_BLOCK` where
+    every row sees every key), one float32 block at most `BLOCK_BYTES`."""
     if device_type == "cuda" and free_bytes is not None:
         working = min(int(free_bytes * FREE_SHARE), DEVICE_BLOCK_BYTES)
         budget, most = working // WORKING_FLOATS, DEVICE_ROW_BLOCK
@@ -65,8 +61,7 @@ def block_rows(device_type: str, heads: int, k_len: int, free_bytes: int | None 
 
 def kept_dtype(dtype: torch.dtype, device: torch.device) -> torch.dtype:
     """The dtype a capture keeps the queries and keys of a model running in `dtype` on `device` in: bfloat16 off the
-    CPU where the model runs in it (a summary's Q K^T and P V then run on tensor cores, `products_dtype`), else float32
-    (what the CPU's kernel reads)."""
+    CPU where the model runs in it (tensor cores: `products_dtype`), else float32 (what the CPU's kernel reads)."""
     return torch.bfloat16 if dtype == torch.bfloat16 and device.type != "cpu" else torch.float32
 
 
@@ -85,10 +80,11 @@ class PatternSource:
     bias: Array | None = None  # (heads, q_len, k_len) added to the scores: T5's and ALiBi (one tensor every layer
     # shares), DeBERTa's position terms (each layer's own)
     softcap: float | None = None  # scores capped to c tanh(score / c) before the mask (Gemma 2's logit soft-capping)
+    sinks: Array | None = None  # (heads,) float32: a learned sink logit a head (GPT-OSS), one more key in every row's
+    # softmax whose probability is dropped, as eager attention drops it: a row sums to 1 less the sink's share
     device: str = "cpu"  # where the probabilities are computed: the model's device
 
-    def __getitem__(self, index: int) -> PatternSource:
-        """Run `index` of a batch (the arrays' leading dimension)."""
+    def __getitem__(self, index: int) -> PatternSource:  # run `index` of a batch (the arrays' leading dimension)
         return replace(self, query=self.query[index], key=self.key[index], allowed=run_of(self.allowed, index),
                        bias=None if self.bias is None else run_of(self.bias, index))
 
@@ -99,7 +95,7 @@ class PatternSource:
 
     def arrays(self) -> list[np.ndarray]:
         """The arrays held (the bias and the mask may be shared with other layers: count them once)."""
-        return [self.query, self.key, self.allowed, *([] if self.bias is None else [self.bias])]
+        return [self.query, self.key, self.allowed, *(a for a in (self.bias, self.sinks) if a is not None)]
 
     def pattern(self, heads: Any = slice(None), rows: Any = slice(None), dtype: type = np.float16) -> np.ndarray:
         """(len(heads), len(rows), k_len) probabilities of the chosen heads and query rows (all by default)."""
@@ -110,10 +106,15 @@ class PatternSource:
             out[:, start : start + rows, :seen] = probabilities.to(_TORCH[np.dtype(dtype)]).cpu().numpy()
         return out
 
+    def sink_shares(self, heads: Any = slice(None), rows: Any = slice(None)) -> np.ndarray:
+        """(len(heads), len(rows)) float32: the share of each row its head's sink took, 1 less its sum (0: no sink)."""
+        if self.sinks is None:
+            return np.zeros(tuple(len(ids) for ids in self._ids(heads, rows)), np.float32)
+        return 1 - self.pattern(heads, rows, np.float32).sum(-1)
+
     def shrunk(self, size: int, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
-        """(heads, size, size) float32: the pattern's query `rows` x key `cols` shrunk by block means, with the
-        blocks of `viz.thumbnails.resample`, one block of query rows at a time (never the whole pattern). When
-        rows or cols are fewer than `size`, the pattern's rows x cols themselves (the caller resamples)."""
+        """(heads, size, size) float32: query `rows` x key `cols` shrunk by block means (`viz.thumbnails.resample`'s
+        blocks), a block of rows at a time; where fewer than `size`, the rows x cols themselves (caller resamples)."""
         if len(rows) < size or len(cols) < size:
             return self.pattern(rows=rows, dtype=np.float32)[:, :, cols]
         every_key = len(cols) == self.key.shape[1] and bool((np.asarray(cols) == np.arange(len(cols))).all())
@@ -133,22 +134,18 @@ class PatternSource:
 
     @property
     def products_dtype(self) -> torch.dtype:
-        """What a summary's Q K^T and P V run in (`reduced_rows`): bfloat16 where the queries kept are (`kept_dtype`:
-        a bfloat16 model off the CPU), else float32. The softmax and every sum are float32 either way, as eager
-        attention's in bfloat16; the patterns a page reads (`pattern`, `shrunk`, `blocks`) are float32 products."""
+        """What a summary's Q K^T and P V run in: bfloat16 where the queries kept are (`kept_dtype`), else float32.
+        The softmax and sums are float32 either way; the patterns a page reads are float32 products."""
         bf16 = isinstance(self.query, torch.Tensor) and self.query.dtype == torch.bfloat16
         return torch.bfloat16 if bf16 else torch.float32
 
     def reduced_rows(self, layout: RowLayout, value: torch.Tensor | None = None, output: torch.Tensor | None = None,
                      scratch: Scratch | None = None) -> Iterator[ReducedRows]:
-        """Every head's pattern reduced a block of query rows at a time (model/core/attention/row_reduction.py), for the
-        one pass that summarises a layer (model/core/attention/summary.py). Given the layer's `value` (kv_heads, k_len,
-        d_head) on `device`, each block's attention output (its probabilities times the values) is written into `output`
-        (heads, q_len, d_head) as well: the layer's attention computed once for the forward pass and for the summary.
-        On the CPU the native kernel makes a block's probabilities and reductions in one pass over each row
-        (model/core/attention/native), elsewhere (or where it did not compile) torch ops, the matrix products in
-        `products_dtype`. Nothing waits for the device: the reductions stay where they are made. `scratch`: buffers to
-        compute in, kept by a caller that reads many layers."""
+        """Every head's pattern reduced a block of query rows at a time (row_reduction.py), for the pass that summarises
+        a layer (summary.py). Given `value` (kv_heads, k_len, d_head) on `device`, each block's attention output is
+        written into `output` (heads, q_len, d_head) too: the layer's attention computed once for both. On the CPU the
+        native kernel makes a block's probabilities and reductions in one pass over each row, elsewhere (or where it
+        did not compile) torch ops, products in `products_dtype`. Nothing waits for the device. `scratch`: buffers."""
         scratch = scratch or Scratch()
         kernel = native.attention_rows() if torch.device(self.device).type == "cpu" else None
         dtype = torch.float32 if kernel is not None else self.products_dtype
@@ -169,16 +166,15 @@ class PatternSource:
     def _native_blocks(self, kernel: Callable, layout: RowLayout, scratch: Scratch, value: torch.Tensor | None = None,
                        output: torch.Tensor | None = None
                        ) -> Iterator[tuple[slice, int, torch.Tensor | None, ReducedRows | None]]:
-        """(the heads of a pass, the block's first row, their probabilities (heads, rows, seen), the block reduced once
-        its last pass is read, else None) from the native kernel, a block of rows at a time, in passes of heads
-        (`PASS_BYTES`). The kernel makes the scores too where it can (AVX-512; no bias or soft cap to add): a few rows
-        at a time, reduced while in the cache, and then, given `value` and `output`, writes their attention output
-        into `output` itself (the probabilities yielded as None)."""
+        """(a pass's heads, the block's first row, their probabilities (heads, rows, seen), the block reduced after its
+        last pass, else None) from the native kernel, in passes of heads (`PASS_BYTES`). It makes the scores too where
+        it can (AVX-512; no bias or soft cap), and given `value`, writes into `output` itself (p yielded as None)."""
         heads, positions = self.query.shape[0], np.arange(self.query.shape[1])
         makes_scores = kernel.from_queries is not None and self.bias is None and self.softcap is None
         writes = makes_scores and value is not None  # the output too, from the values
         group = heads // len(self.key)  # query heads a key (and value) head serves
         reduced: dict[str, torch.Tensor] = {}  # the block's: its passes write their heads' part (the rollout: add)
+        sinks = sink_bits(self.sinks, np.arange(heads), torch.device("cpu"))
         for part, start, first, _, scores, allowed, query, keys in self._scores(
                 np.arange(heads), positions, scratch, torch.float32, PASS_BYTES, multiply=not makes_scores):
             n, width = scores.shape[1:]
@@ -190,7 +186,8 @@ class PatternSource:
                 else None
             native.run_kernel(kernel, scores, allowed, first, start, layout.positional, EXP_FLOOR,
                               layout.thumbnail_starts, reduced["thumbnail"][part], layout.rollout_starts, rollout,
-                              reduced["statistics"][part], (query, keys) if makes_scores else None, into)
+                              reduced["statistics"][part], (query, keys) if makes_scores else None, into,
+                              None if sinks is None else sinks[part].contiguous())
             if rollout is not None:  # the heads' sums: this pass's heads added to the earlier passes'
                 reduced["rollout"] = rollout if part.start == 0 else reduced["rollout"].add_(rollout)
             ahead = row_reduction.sees_ahead(start, n, first, width)
@@ -203,43 +200,48 @@ class PatternSource:
         """`_native_blocks` made with torch ops, on `device`, Q K^T in `dtype`, every head in one pass."""
         positions = np.arange(self.query.shape[1])
         for start, first, p, shifted, total in self._blocks(np.arange(self.query.shape[0]), positions, scratch, dtype):
-            # -sum p log2 p with log2 p = shifted - log2 Z: log2 Z - sum p shifted (a hidden key adds 0 x its finite
-            # score = 0); the products made in the scores' scratch
-            entropy = total.log2_().sub_(shifted.mul_(p).sum(-1))  # (heads, rows)
+            # -sum p log2 p, log2 p = shifted - log2 Z: log2 Z x sum p (1 without a sink) - sum p shifted
+            log_total = total.log2_() if self.sinks is None else total.log2_().mul_(p.sum(-1))
+            entropy = log_total.sub_(shifted.mul_(p).sum(-1))  # (heads, rows)
             rows, width = p.shape[1:]
             ahead = row_reduction.sees_ahead(start, rows, first, width)
             yield slice(0, len(p)), start, p, reduce_rows(start, p, layout, entropy, sees_ahead=ahead)
 
     def blocks(self, head_ids: np.ndarray, row_ids: np.ndarray) -> Iterator[tuple[int, torch.Tensor]]:
-        """(offset in row_ids, float32 probabilities (heads, block, seen) on `device`) for blocks of query rows as
-        `block_rows` sizes them: softmax(Q K^T x scale + bias + M), as eager attention computes it,
-        for the keys 0..seen-1. The keys after those, hidden from every row of the block (a causal mask's future),
-        are not computed: their probability is exactly 0, as in eager attention (a causal pattern costs about half
-        the whole). A block is scratch the next one overwrites: read or copy it before asking for the next."""
+        """(offset in row_ids, float32 probabilities (heads, block, seen) on `device`) for blocks of query rows
+        (`block_rows`): softmax(Q K^T x scale + bias + M), as eager computes it, for keys 0..seen-1; the keys after,
+        hidden from every row of the block (a causal mask's future), not computed: exactly 0, as in eager. A block is
+        scratch the next one overwrites: read or copy it before asking for the next."""
         for start, _, p, _, _ in self._blocks(head_ids, row_ids, Scratch()):
             yield start, p
 
     def _blocks(self, head_ids: np.ndarray, row_ids: np.ndarray, scratch: Scratch, dtype: torch.dtype = torch.float32
                 ) -> Iterator[tuple[int, int, torch.Tensor, torch.Tensor, torch.Tensor]]:
-        """`blocks`, with the block's `first` (`_scores`), the scores they are the base-2 softmax of (in bits: eager's
-        scores x log2 e; Q K^T in `dtype`), less each row's greatest (so <= 0; floored at EXP_FLOOR, a hidden key's
-        too), computed in `scratch`, and each row's sum of 2^scores (heads, rows), Z."""
+        """`blocks`, with the block's `first` (`_scores`), the scores (bits; Q K^T in `dtype`) less each row's greatest
+        or its head's sink (<= 0, floored at EXP_FLOOR), in `scratch`, and each row's sum of 2^scores (heads, rows), Z
+        (the sink's term added)."""
         device = torch.device(self.device)
+        sinks = sink_bits(self.sinks, head_ids, device)
         for _, start, first, every_row, scores, allowed, *_ in self._scores(head_ids, row_ids, scratch, dtype):
             end = scores.shape[-1]
             # the band's mask as floats: adding and multiplying took a seventh of masked_fill's time on the CPU
             keep = as_tensor(allowed[:, first:end], device).float() if end > first else None  # (block, band): 1 seen
             if keep is not None:
                 scores[..., first:end] += (1 - keep) * torch.finfo(torch.float32).min
-            scores -= scores.amax(-1, keepdim=True)  # each row's greatest score 0
+            top = scores.amax(-1, keepdim=True)  # (heads, block, 1): each row's greatest score, or its head's sink
+            top = top if sinks is None else torch.maximum(top, sinks[:, None, None])
+            scores -= top  # 0 at most
             scores.clamp_(min=EXP_FLOOR)
             # softmax as exp2, sum, divide: torch's fused softmax (its exp) took 1.7x as long on the CPU
             p = torch.exp2(scores, out=scratch.probabilities(scores.shape, device))
             total = p.sum(-1)  # (heads, block)
+            if sinks is not None:  # the sink's 2^x joins each row's sum, its probability dropped
+                total += torch.exp2((sinks[:, None] - top[..., 0]).clamp_(min=EXP_FLOOR))
             p /= total[..., None]
             if keep is not None:
-                if not every_row:  # a row that sees no key stays uniform (its scores all the minimum), as in eager
-                    # (a broadcast mask: a boolean index would wait for the device)
+                if not every_row and sinks is None:  # a row that sees no key stays uniform (its scores all the
+                    # minimum), as in eager (a broadcast mask: a boolean index would wait for the device); with a sink,
+                    # the sink takes it all
                     keep.masked_fill_(~as_tensor(allowed, device).any(-1, keepdim=True), 1.0)
                 p[..., first:end] *= keep  # a hidden key's probability exactly 0, as in eager attention
             yield start, first, p, scores, total
@@ -247,16 +249,14 @@ class PatternSource:
     def _scores(self, head_ids: np.ndarray, row_ids: np.ndarray, scratch: Scratch, dtype: torch.dtype,
                 pass_bytes: int | None = None, multiply: bool = True
                 ) -> Iterator[tuple[slice, int, int, bool, torch.Tensor, Array, torch.Tensor, torch.Tensor]]:
-        """For each block of query rows (`block_rows`), in passes of its heads: (the pass's heads, as positions in
+        """For each block of query rows (`block_rows`), in passes of its heads: (the pass's heads as positions in
         head_ids, the block's offset in row_ids, `first`, whether every row sees some key, the pass's scores, the
-        block's rows of the mask (block, k_len), where the mask is, the pass's queries in bits (heads, block, d_head)
-        and key heads (kv_heads, d_head, k_len), contiguous). The scores (heads, block, end) are eager's
-        before the mask, in bits (x log2 e), float32, computed in `scratch` on `device` (Q K^T in `dtype`: float32,
-        or bfloat16 on tensor cores, then made float32; not `multiply`: left to the caller): every row sees every
-        key before `first`, and the keys from `end` on are hidden from every row, so not computed (`mask_spans`). A
-        pass holds whole groups of query heads reading one key head, its scores at most `pass_bytes` (`head_passes`;
-        None: every head in one pass). For a summary's every head and consecutive rows nothing here waits for the
-        device: no index is sent a block, and the spans are found once for every layer."""
+        block's rows of the mask (block, k_len), the pass's queries in bits (heads, block, d_head) and key heads
+        (kv_heads, d_head, k_len), contiguous). The scores (heads, block, end): eager's before the mask, in bits,
+        float32, in `scratch` on `device` (Q K^T in `dtype`; not `multiply`: left to the caller); every row sees every
+        key before `first`, keys from `end` on are hidden from every row, not computed (`mask_spans`). A pass: whole
+        groups of query heads reading one key head, its scores at most `pass_bytes` (None: every head). For a
+        summary's every head and consecutive rows nothing waits for the device."""
         device = torch.device(self.device)
         query = as_tensor(self.query, device).to(dtype)  # (heads, q_len, d_head)
         key = as_tensor(self.key, device).to(dtype)  # (kv_heads, k_len, d_head): head h reads h // (heads / kv_heads)

@@ -57,7 +57,8 @@ class HostCopies:
             query, key = source.query, source.key
         return replace(source, query=self.array(query, bits=True), key=self.array(key, bits=True),
                        allowed=self.array(source.allowed, shared=True),
-                       bias=None if source.bias is None else self.array(source.bias, shared=True))
+                       bias=None if source.bias is None else self.array(source.bias, shared=True),
+                       sinks=None if source.sinks is None else self.array(source.sinks))
 
     def wait(self) -> None:
         """Wait for every copy started."""

@@ -58,7 +58,7 @@ DISABLE = "ATTENTION_ATLAS_NO_NATIVE"  # set (to anything) to use the torch ops 
 _build_lock = threading.Lock()
 _log = logging.getLogger(__name__)
 _P, _I, _L, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_float
-_ARGUMENTS = (_P, _P, _L, _I, _I, _I, _I, _L, _I, _F, _P, _I, _P, _P, _I, _P, _P, _I)
+_ARGUMENTS = (_P, _P, _L, _I, _I, _I, _I, _L, _I, _F, _P, _I, _P, _P, _I, _P, _P, _I, _P)
 _QUERIES = (_P, _P, _L, _I, _I, _P, _L, _I, _P, _L)  # attention_rows_from_queries: before attention_rows's
 OUT_OF_MEMORY = 1  # what the C functions return where a working buffer was not granted (0: done)
 
@@ -212,7 +212,7 @@ def run_kernel(kernel: ctypes._CFuncPtr, scores: torch.Tensor, allowed: torch.Te
                query0: int, positional: bool, floor_bits: float, thumb_starts: np.ndarray, thumb: torch.Tensor,
                roll_starts: np.ndarray | None, roll: torch.Tensor | None, stats: torch.Tensor,
                queries: tuple[torch.Tensor, torch.Tensor] | None = None,
-               values: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
+               values: tuple[torch.Tensor, torch.Tensor] | None = None, sinks: torch.Tensor | None = None) -> None:
     """Call the kernel on one block: scores (heads, rows, width), the probabilities once it returns, allowed
     (rows, >= width) bool, thumb (heads, rows, len(thumb_starts) - 1), roll (rows, len(roll_starts) - 1) or None,
     stats (heads, rows, 5); every tensor float32, contiguous, on the CPU; starts int32, ending at width or after;
@@ -220,18 +220,19 @@ def run_kernel(kernel: ctypes._CFuncPtr, scores: torch.Tensor, allowed: torch.Te
     contiguous; keys (kv_heads, d, >= width), each of the d rows contiguous), the kernel's `from_queries` makes the
     scores itself (query . keys of its group's key head) before it reduces them: `scores` is where they go; with
     `values` as well, (value (kv_heads, >= width, dv) contiguous, output (heads, rows, dv), its rows contiguous), it
-    writes attention's output, the probabilities times the values of their group's value head, into `output`."""
+    writes attention's output, the probabilities times the values of their group's value head, into `output`.
+    `sinks` (heads,) float32, contiguous, in bits: each head's sink logit, one more key of its rows (GPT-OSS)."""
     if isinstance(allowed, np.ndarray | torch.Tensor):  # the kernel reads a row's keys one after another
         allowed = np.ascontiguousarray(allowed) if isinstance(allowed, np.ndarray) else allowed.contiguous()
     check_arguments(scores, allowed, first, query0, floor_bits, thumb_starts, thumb, roll_starts, roll, stats,
-                    getattr(kernel, "from_queries", None) is not None, queries, values)
+                    getattr(kernel, "from_queries", None) is not None, queries, values, sinks)
     heads, rows, width = scores.shape
     row_stride = allowed.strides[0] if isinstance(allowed, np.ndarray) else allowed.stride(0)
     arguments = (scores.data_ptr(), _pointer(allowed), row_stride, heads, rows, width, int(first), int(query0),
                  int(positional), floor_bits, thumb_starts.ctypes.data, len(thumb_starts) - 1, thumb.data_ptr(),
                  None if roll_starts is None else roll_starts.ctypes.data,
                  0 if roll_starts is None else len(roll_starts) - 1, None if roll is None else roll.data_ptr(),
-                 stats.data_ptr(), torch.get_num_threads())
+                 stats.data_ptr(), torch.get_num_threads(), None if sinks is None else sinks.data_ptr())
     if queries is None:
         status = kernel(*arguments)
     else:

@@ -13,6 +13,9 @@
  * - thumb[h, r, b] = the row's sum over the key columns thumb_starts[b] .. thumb_starts[b + 1] - 1;
  * - if roll is given, roll[r, b] = the heads' sums of the same over roll_starts (the heads' rows added first, then
  *   summed over the blocks once: a long text's rollout blocks hold a few keys each).
+ * Where `sinks` is given (heads,), in bits, head h's sink logit is one more key of each of its rows, as GPT-OSS's
+ * eager attention has it: it joins the row's greatest score and its sum (max' = max(max, sink), sum' += 2^(sink -
+ * max')), and its probability is dropped, so the row sums to 1 less the sink's share (the entropy is the keys').
  * Column blocks of a few keys (a long text's rollout, a short one's thumbnail) are summed sixteen blocks at once by
  * AVX-512 gathers where the processor has them (one loop a block cost its set-up for a handful of adds).
  * A score that is NaN, or +inf, makes its row's every number NaN, as the torch ops and eager attention do (a hidden
@@ -192,7 +195,7 @@ static void column_sums(const float *restrict row, int width, const int32_t *res
 }
 
 static void softmax_row(float *restrict row, const uint8_t *restrict seen, const float *restrict distance,
-                        int width, int first, float floor_bits, float *restrict st) {
+                        int width, int first, float floor_bits, float sink, float *restrict st) {
     /* row: the scores in, the probabilities out (each key's score read before its probability is written). As the
      * torch ops compute it: a hidden key's score is score - FLT_MAX, its 2^x counts in the row's sum (2^floor_bits
      * where any key is seen), and its probability is then 0. */
@@ -212,6 +215,7 @@ static void softmax_row(float *restrict row, const uint8_t *restrict seen, const
         any_seen |= seen[k];
     }
     top = any_nan ? NAN : top;
+    top = sink > top ? sink : top; /* -INFINITY: no sink; a NaN row stays NaN */
     float total = 0.0f, bits = 0.0f, far = 0.0f; /* sum 2^x, sum 2^x x, sum 2^x |i - k| over the keys seen */
     if (!any_seen && top == -FLT_MAX) { /* no key seen (every score finite): uniform over every key, as in eager */
         for (int k = 0; k < width; k++) {
@@ -240,17 +244,24 @@ static void softmax_row(float *restrict row, const uint8_t *restrict seen, const
             }
         }
     }
+    float keys = total; /* the keys' part of the sum; the sink's joins it */
+    if (sink > -INFINITY) {
+        float x = sink - top;
+        total += exp2_normal(x < floor_bits ? floor_bits : x);
+    }
     float inv = 1.0f / total;
     for (int k = 0; k < width; k++) row[k] *= inv;
-    st[0] = log2f(total) - bits * inv; /* -sum p log2 p, with log2 p = x - log2 total */
+    /* -sum p log2 p, with log2 p = x - log2 total, over keys whose p sum to keys / total (1 without a sink) */
+    st[0] = (keys == total ? log2f(total) : log2f(total) * (keys * inv)) - bits * inv;
     st[1] = far * inv;
 }
 
 static void reduce_row(float *restrict p, const uint8_t *restrict seen, const float *restrict distance, int width,
-                       int first, int64_t i, int positional, float floor_bits, const int32_t *thumb_starts,
-                       int thumb_blocks, int thumb_longest, float *restrict thumb, float *restrict st) {
+                       int first, int64_t i, int positional, float floor_bits, float sink,
+                       const int32_t *thumb_starts, int thumb_blocks, int thumb_longest, float *restrict thumb,
+                       float *restrict st) {
     /* one row of one head (query i): its softmax in place, its statistics and its thumbnail's column sums */
-    softmax_row(p, seen, distance, width, first, floor_bits, st);
+    softmax_row(p, seen, distance, width, first, floor_bits, sink, st);
     st[2] = p[0];
     st[3] = positional && i >= 1 && i - 1 < width ? p[i - 1] : 0.0f;
     st[4] = positional && i < width ? p[i] : 0.0f;
@@ -261,7 +272,7 @@ static void reduce_row(float *restrict p, const uint8_t *restrict seen, const fl
 int attention_rows(float *scores, const uint8_t *allowed, int64_t stride, int heads, int rows,
                    int width, int first, int64_t query0, int positional, float floor_bits,
                    const int32_t *thumb_starts, int thumb_blocks, float *thumb, const int32_t *roll_starts,
-                   int roll_blocks, float *roll, float *stats, int threads) {
+                   int roll_blocks, float *roll, float *stats, int threads, const float *sinks) {
     int thumb_longest = longest_block(thumb_starts, thumb_blocks);
     int roll_longest = roll ? longest_block(roll_starts, roll_blocks) : 0;
     int failed = 0; /* a thread's buffers were not granted */
@@ -282,8 +293,9 @@ int attention_rows(float *scores, const uint8_t *allowed, int64_t stride, int he
             for (int h = 0; h < heads; h++) {
                 int64_t row = (int64_t)h * rows + r;
                 float *p = scores + row * width;
-                reduce_row(p, allowed + r * stride, distance, width, first, i, positional, floor_bits, thumb_starts,
-                           thumb_blocks, thumb_longest, thumb + row * thumb_blocks, stats + row * 5);
+                reduce_row(p, allowed + r * stride, distance, width, first, i, positional, floor_bits,
+                           sinks ? sinks[h] : -INFINITY, thumb_starts, thumb_blocks, thumb_longest,
+                           thumb + row * thumb_blocks, stats + row * 5);
                 if (roll)
                     for (int k = 0; k < width; k++) heads_sum[k] = h > 0 ? heads_sum[k] + p[k] : p[k];
             }
@@ -372,7 +384,7 @@ int attention_rows_from_queries(const float *query, const float *keys, int64_t k
                                  int width, int first, int64_t query0, int positional, float floor_bits,
                                  const int32_t *thumb_starts, int thumb_blocks, float *thumb,
                                  const int32_t *roll_starts, int roll_blocks, float *roll, float *stats,
-                                 int threads) {
+                                 int threads, const float *sinks) {
     /* attention_rows, the scores made here: scores[h, r, k] = query[h, r, :] . keys[h / group, :, k] for k < width
      * (query (heads, rows, d), in bits; keys (heads / group, d, key_stride)), TILE_ROWS rows of a head at a time,
      * each reduced while its scores are in the cache; and where `values` is given, attention's output from them:
@@ -406,8 +418,8 @@ int attention_rows_from_queries(const float *query, const float *keys, int64_t k
                 for (int t = 0; t < tile; t++) {
                     float *p = scores + (row + t) * width;
                     reduce_row(p, allowed + (r0 + t) * stride, distance + t * width, width, first, query0 + r0 + t,
-                               positional, floor_bits, thumb_starts, thumb_blocks, thumb_longest,
-                               thumb + (row + t) * thumb_blocks, stats + (row + t) * 5);
+                               positional, floor_bits, sinks ? sinks[h] : -INFINITY, thumb_starts, thumb_blocks,
+                               thumb_longest, thumb + (row + t) * thumb_blocks, stats + (row + t) * 5);
                     if (heads_sum)
                         for (int k = 0; k < width; k++)
                             heads_sum[t * width + k] = h > 0 ? heads_sum[t * width + k] + p[k] : p[k];
@@ -434,7 +446,7 @@ int attention_rows_from_queries(const float *query, const float *keys, int64_t k
     (void)output_stride, (void)scores, (void)allowed, (void)stride;
     (void)heads, (void)rows, (void)width, (void)first, (void)query0, (void)positional, (void)floor_bits;
     (void)thumb_starts, (void)thumb_blocks, (void)thumb, (void)roll_starts, (void)roll_blocks, (void)roll;
-    (void)stats, (void)threads;
+    (void)stats, (void)threads, (void)sinks;
     return CANNOT;
 #endif
 }

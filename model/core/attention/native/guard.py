@@ -17,7 +17,7 @@ def check_arguments(scores: torch.Tensor, allowed: torch.Tensor | np.ndarray, fi
                     floor_bits: float, thumb_starts: np.ndarray, thumb: torch.Tensor, roll_starts: np.ndarray | None,
                     roll: torch.Tensor | None, stats: torch.Tensor, makes_scores: bool,
                     queries: tuple[torch.Tensor, torch.Tensor] | None,
-                    values: tuple[torch.Tensor, torch.Tensor] | None) -> None:
+                    values: tuple[torch.Tensor, torch.Tensor] | None, sinks: torch.Tensor | None = None) -> None:
     """ValueError where any argument of run_kernel (it says what each is) is not what the kernel reads and writes;
     `allowed` as the kernel gets it (contiguous), `makes_scores`: whether the kernel has `from_queries`."""
     _floats("the scores", scores, 3)
@@ -46,6 +46,9 @@ def check_arguments(scores: torch.Tensor, allowed: torch.Tensor | np.ndarray, fi
         _floats("the rollout sums `roll`", roll, 2)
         _require(roll.shape == (rows, len(roll_starts) - 1),
                  f"the rollout sums `roll` {tuple(roll.shape)} are not (rows, blocks of roll_starts)")
+    if sinks is not None:
+        _floats("the sink logits `sinks`", sinks, 1)
+        _require(sinks.shape == (heads,), f"the sink logits `sinks` {tuple(sinks.shape)} are not one a head ({heads})")
     if queries is not None:
         _require(makes_scores, "this kernel makes no scores from queries (it was built without AVX-512)")
         _check_queries(*queries, heads, rows, width)
