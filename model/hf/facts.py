@@ -97,12 +97,13 @@ def layer_map(model: nn.Module, family: Family) -> dict[int, str]:
 
 
 def layer_map_words(blocks: dict[int, str], attention: tuple[int, ...]) -> str:
-    """The model card's layer map: "layers 1, 3: softmax attention (attention layers 0, 1 here); layers 0, 2: Mamba
-    (state space)" (the kinds in the order of their first layer)."""
+    """The model card's layer map: "layers 0, 2: Mamba (state space); layers 1, 3: softmax attention (shown as
+    attention layers 0–1, of 4 layers)" (the kinds in the order of their first layer)."""
     kinds: dict[str, list[int]] = {}
     for number, words in blocks.items():
         kinds.setdefault(words, []).append(number)
-    shown = f" (attention layers 0–{len(attention) - 1} here)" if len(attention) > 1 else " (attention layer 0 here)"
+    shown = f" (shown as attention layer{f's 0–{len(attention) - 1}' if len(attention) > 1 else ' 0'}, of " \
+        f"{len(blocks)} layers)"
     return "; ".join(f"layer{'s' if len(numbers) > 1 else ''} {', '.join(map(str, numbers))}: {words}"
                      f"{shown if attention and words == 'softmax attention' else ''}"
                      for words, numbers in kinds.items())

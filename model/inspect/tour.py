@@ -165,8 +165,9 @@ def _stack_steps(trace: Trace, stack: str) -> list[Step]:
     if layers > 1:
         steps.append(Step(f"{stack}.blocks", f"The other {layers - 1} blocks", (
             f"Each of the {layers} blocks does the same with its own weights, reading the stream and adding to it. "
-            "Below, the length of each token's vector after each block: the stream grows as the blocks write."),
-            "layers"))
+            "Below, the length of each token's vector after each block: the stream grows as the blocks write."
+            + (f" Here these are the softmax attention layers only ({facts.notes.get('layer map')})."
+               if facts.attention_blocks else "")), "layers"))
     if f"{stack}.ln_final.hook_normalized" in held:
         steps.append(Step(f"{stack}.final_norm", f"The final {_norm_name(facts)}", (
             "A last normalisation of each token's vector, after the last block."), "matrix",

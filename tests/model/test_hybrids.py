@@ -19,20 +19,23 @@ from attention_atlas.model.core.trace.facts import ModelFacts
 from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.hf.loading import load_hf_runner
 from attention_atlas.model.inspect.attribution import attribute, attribution_options
+from attention_atlas.model.inspect.tour import tour_options, tour_steps
 from tests.tiny_hybrids import ATTENTION_BLOCKS, HYBRID_TYPES, build_hybrid
 
 TEXT = "the quick brown fox jumps over the lazy dog"
 LAYER_MAPS = {  # model type -> the model card's layer map
-    "qwen3_next": "layers 0, 2: gated delta-net (linear attention); layers 1, 3: softmax attention (attention "
-                  "layers 0–1 here)",
-    "qwen3_5_text": "layers 0, 2: gated delta-net (linear attention); layers 1, 3: softmax attention (attention "
-                    "layers 0–1 here)",
-    "jamba": "layers 0, 2: Mamba (state space); layers 1, 3: softmax attention (attention layers 0–1 here)",
-    "granitemoehybrid": "layers 0, 2: Mamba (state space); layers 1, 3: softmax attention (attention layers 0–1 "
-                        "here)",
-    "nemotron_h": "layer 0: Mamba (state space); layers 1, 3: softmax attention (attention layers 0–1 here); "
-                  "layer 2: no token mixing (an MLP only)",
-    "lfm2": "layers 0, 2: short convolution; layers 1, 3: softmax attention (attention layers 0–1 here)",
+    "qwen3_next": "layers 0, 2: gated delta-net (linear attention); layers 1, 3: softmax attention (shown as "
+                  "attention layers 0–1, of 4 layers)",
+    "qwen3_5_text": "layers 0, 2: gated delta-net (linear attention); layers 1, 3: softmax attention (shown as "
+                    "attention layers 0–1, of 4 layers)",
+    "jamba": "layers 0, 2: Mamba (state space); layers 1, 3: softmax attention (shown as attention layers 0–1, of 4 "
+             "layers)",
+    "granitemoehybrid": "layers 0, 2: Mamba (state space); layers 1, 3: softmax attention (shown as attention "
+                        "layers 0–1, of 4 layers)",
+    "nemotron_h": "layer 0: Mamba (state space); layers 1, 3: softmax attention (shown as attention layers 0–1, of "
+                  "4 layers); layer 2: no token mixing (an MLP only)",
+    "lfm2": "layers 0, 2: short convolution; layers 1, 3: softmax attention (shown as attention layers 0–1, of 4 "
+            "layers)",
     "falcon_h1": "layers 0, 1: softmax attention + Mamba (state space)",
 }
 
@@ -175,3 +178,10 @@ def test_ablating_a_head_zeroes_it_in_its_true_layer(hybrid_runners, model_type:
         handle.remove()
     np.testing.assert_allclose(outcome.values[1, -1], logits[-1].log_softmax(-1).numpy(), atol=1e-5)
     assert not np.allclose(outcome.values[0, -1], outcome.values[1, -1], atol=1e-7)
+
+
+def test_the_tour_says_its_blocks_are_the_attention_layers(hybrid_runners) -> None:
+    runner = hybrid_runners["lfm2"]
+    trace = runner.run(TEXT, options=tour_options(runner.facts))
+    blocks = next(step.text for step in tour_steps(trace) if step.key == "decoder.blocks")
+    assert blocks.endswith(f"Here these are the softmax attention layers only ({LAYER_MAPS['lfm2']}).")

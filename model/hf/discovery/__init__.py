@@ -29,9 +29,16 @@ received and returned, and places a hook only where the values show its meaning:
 - per stack: hook_embed (the token embeddings, x the model's scale where it scales them), hook_pos_embed (a learned
   position table), ln_final and hook_resid_final (the norm read after the last block).
 
-A hook must be placed alike in every block, or it is not placed; the hooks a decoder has that could not be placed
-are listed (`Family.unplaced`), and the model card says so. A model whose attention reports nothing (it computes
-attention in its own code: BLOOM, for one) cannot be shown, and says why.
+Hybrids (Qwen3-Next and Qwen3.5, Jamba, Granite 4, Nemotron-H, LFM2) put softmax attention in some blocks only, the
+others mixing tokens by Mamba, a gated delta-net or a short convolution, which report nothing: the app's layers are
+then the softmax attention blocks alone, numbered 0 .. n - 1 as transformers' `attentions` output numbers them, and
+each layer's hooks (its residual stream's too: hook_resid_pre is that block's input) are placed in its true block
+(`Family.blocks`; ModelFacts.attention_blocks, `layer_words`: "layer 3 (attention layer 0)"). The other blocks
+offer no hooks; the model card's layer map names what each block is (model/hf/facts.py).
+
+A hook must be placed alike in every block (of attention), or it is not placed; the hooks a decoder has that could
+not be placed are listed (`Family.unplaced`), and the model card says so. A model whose attention reports nothing
+(it computes attention in its own code: BLOOM, for one) cannot be shown, and says why.
 """
 
 from __future__ import annotations

@@ -1,0 +1,60 @@
+"""A hybrid in the app (a tiny Qwen3.5: gated delta-net layers 0 and 2, softmax attention layers 1 and 3, tests/
+tiny_hybrids.py): the Overview's model card names the layer map, and every page and view opens on its two attention
+layers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from tests.app.app_session import TABBED, open_app_page
+from tests.tiny_hybrids import build_hybrid
+
+TEXT = "the cat sat on the mat"
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    return build_hybrid("qwen3_5_text", tmp_path_factory.mktemp("hybrid") / "qwen3_5_text")
+
+
+def _ok(at: AppTest, where: str) -> None:
+    assert not at.exception, f"{where}: {at.exception[0].message}"
+    assert not at.error, f"{where}: {[e.value for e in at.error]}"
+
+
+def test_the_overview_names_the_layer_map(folder) -> None:
+    at = open_app_page("app_pages/overview.py", folder=str(folder), text=TEXT)
+    _ok(at, "overview")
+    card = at.table[0].value["value"]
+    assert card["decoder layers"] == "2"
+    assert card["layer map"] == ("layers 0, 2: gated delta-net (linear attention); layers 1, 3: softmax attention "
+                                 "(shown as attention layers 0–1, of 4 layers)")
+
+
+@pytest.mark.parametrize("page", TABBED)
+def test_every_view_opens(folder, page: str) -> None:
+    at = open_app_page(page, folder=str(folder), text=TEXT)
+    _ok(at, page)
+    views = [tab.label for tab in at.tabs]
+    assert len(views) >= (4 if page == "app_pages/step_through.py" else 6), page
+    for view in views:
+        at.session_state[TABBED[page]] = view
+        at.run()
+        _ok(at, f"{page} · {view}")
+
+
+def test_the_other_pages_open(folder) -> None:
+    """Generation (with a step), ablation, and attribution, which says why it shows no split of a hybrid's logit."""
+    at = open_app_page("app_pages/overview.py", folder=str(folder), text=TEXT)
+    for page in ("app_pages/generate.py", "app_pages/ablation.py", "app_pages/tour.py"):
+        at.switch_page(page).run()
+        _ok(at, page)
+    at.switch_page("app_pages/attribution.py").run()  # Qwen3.5 gates each head's output: z · W_O is not what it adds
+    assert not at.exception and "do not add up" in " ".join(e.value for e in at.error)
+    at.switch_page("app_pages/generate.py").run()
+    if "generate_step" in [button.key for button in at.button]:
+        at.button(key="generate_step").click().run()
+        _ok(at, "a generated step")
