@@ -58,3 +58,9 @@ def test_the_other_pages_open(folder) -> None:
     if "generate_step" in [button.key for button in at.button]:
         at.button(key="generate_step").click().run()
         _ok(at, "a generated step")
+
+
+def test_the_layer_picker_shows_the_true_layer_numbers(folder) -> None:
+    at = open_app_page("app_pages/attention.py", folder=str(folder), text=TEXT)
+    _ok(at, "attention")
+    assert at.selectbox(key="layer").options == ["layer 1 (attention layer 0)", "layer 3 (attention layer 1)"]
