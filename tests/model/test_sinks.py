@@ -1,7 +1,7 @@
 """Attention sinks (GPT-OSS: a learned logit a head, one more key in every row's softmax whose probability is
 dropped): the model opens through the Hugging Face path (its guard proves it), its patterns are transformers' eager
 ones in a plain and a summarised run (by the native kernel and by the torch ops), rows sum to 1 less the sink's share,
-its prediction and its greedy generation are transformers' own."""
+its prediction and its greedy generation are transformers' own, and a trace file keeps the sinks."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ import torch
 from attention_atlas.model.core.attention import native
 from attention_atlas.model.core.generation.decoding import generate
 from attention_atlas.model.core.options import RunOptions
+from attention_atlas.model.core.trace.file import NotATraceFile
 from attention_atlas.model.core.trace.summaries import summarise_site
+from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.hf.loading import load_hf_runner
 from tests.tiny_sinks import SINKS, build_gpt_oss
 
@@ -111,3 +113,23 @@ def test_greedy_generation_is_transformers_own(runner, eager) -> None:
     assert [s.token_id for s in steps] == reference[0, len(ids):].tolist()
     rows = steps[-1].self_rows  # (layers, heads, context): the last step's query, with its cache
     assert ((rows.sum(-1) < 1 - 1e-3) & (rows.sum(-1) > 0)).all()  # every row gave a share to its sink
+
+
+def test_a_trace_file_keeps_the_sinks(runner, eager, tmp_path) -> None:
+    """A saved trace's sources keep their sinks (`source:<hook>:sinks`): its patterns read back are eager's, rows
+    short of 1 by the sink's share; a file whose sinks are not one a head is refused with a sentence."""
+    _, out = eager
+    trace = runner.run(TEXT, options=RunOptions(hooks=("*.hook_pattern",)))
+    trace.save(tmp_path / "sinks.npz")
+    read = Trace.load(tmp_path / "sinks.npz")
+    for layer, reference in enumerate(out.attentions):
+        source = read.pattern_source("decoder.attn", layer)
+        np.testing.assert_array_equal(source.sinks, np.array(SINKS, dtype=np.float32))
+        np.testing.assert_allclose(source.pattern(dtype=np.float32), reference[0].numpy(), atol=1e-5)
+    with np.load(tmp_path / "sinks.npz") as arrays:
+        parts = dict(arrays)
+    name = next(key for key in parts if key.endswith(":sinks"))
+    parts[name] = parts[name][:3]
+    np.savez(tmp_path / "bad.npz", **parts)
+    with pytest.raises(NotATraceFile, match=r"pattern source of .* has parts of shapes that do not match"):
+        Trace.load(tmp_path / "bad.npz")

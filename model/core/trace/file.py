@@ -68,6 +68,7 @@ def write(path: str | Path | IO[bytes], trace: dict[str, Any], dense: bool = Fal
         parts |= {} if source.allowed is trace["masks"].get(_site(name)) else {"allowed": source.allowed}
         parts |= {} if source.bias is None else {"bias": source.bias}
         parts |= {} if source.softcap is None else {"softcap": np.array(source.softcap)}
+        parts |= {} if source.sinks is None else {"sinks": np.asarray(source.sinks, dtype=np.float32)}
         arrays.update({f"source:{name}:{part}": value for part, value in parts.items()})
     for i, step in enumerate(trace["steps"]):
         arrays.update({f"step:{i}:{k}": v for k, v in step.attention.items()})

@@ -21,7 +21,7 @@ from attention_atlas.model.core.trace.sites import PATTERN_SUFFIX, Site
 
 PLAIN = {"format", "text", "target", "tokens", "ids", "target_tokens", "target_ids", "facts", "options", "output_text",
          "output_kind", "cautions", "fallback", "step_ids"}
-SOURCE_PARTS = {"query", "key", "scale", "allowed", "bias", "softcap"}
+SOURCE_PARTS = {"query", "key", "scale", "allowed", "bias", "softcap", "sinks"}
 SITES = {"encoder.attn", "decoder.attn", "decoder.cross_attn"}
 _FACT_TYPES = {f.name: f.type for f in dataclasses.fields(ModelFacts)}
 _REQUIRED_FACTS = {f.name for f in dataclasses.fields(ModelFacts) if f.default is dataclasses.MISSING
@@ -179,12 +179,15 @@ def _sources(parts: dict[str, np.ndarray], masks: dict[str, np.ndarray]) -> dict
         allowed = _array(f"{name} mask", p["allowed"], np.bool_, 2) if "allowed" in p else \
             masks.get(Site.of_pattern(name)[0].name)
         bias = _array(f"{name} bias", p["bias"], "f", 3) if "bias" in p else None
+        sinks = _array(f"{name} sinks", p["sinks"], "f", 1).astype(np.float32) if "sinks" in p else None
         if (key.dtype != query.dtype or key.shape[0] < 1 or heads % key.shape[0] or key.shape[2] != query.shape[2]
                 or allowed is None or allowed.shape != (q_len, key.shape[1])
-                or (bias is not None and bias.shape != (heads, q_len, key.shape[1]))):
+                or (bias is not None and bias.shape != (heads, q_len, key.shape[1]))
+                or (sinks is not None and sinks.shape != (heads,))):
             raise ValueError(f"its pattern source of {name} has parts of shapes that do not match")
         sources[name] = PatternSource(query=query, key=key, scale=_float(name, p["scale"]), allowed=allowed,
-                                      bias=bias, softcap=_float(name, p["softcap"]) if "softcap" in p else None)
+                                      bias=bias, softcap=_float(name, p["softcap"]) if "softcap" in p else None,
+                                      sinks=sinks)
     return sources
 
 
