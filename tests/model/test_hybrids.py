@@ -19,6 +19,7 @@ from attention_atlas.model.core.trace.facts import ModelFacts
 from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.hf.loading import load_hf_runner
 from attention_atlas.model.inspect.attribution import attribute, attribution_options
+from attention_atlas.model.inspect.patching import patch
 from attention_atlas.model.inspect.tour import tour_options, tour_steps
 from tests.tiny_hybrids import ATTENTION_BLOCKS, HYBRID_TYPES, build_hybrid
 
@@ -185,3 +186,19 @@ def test_the_tour_says_its_blocks_are_the_attention_layers(hybrid_runners) -> No
     trace = runner.run(TEXT, options=tour_options(runner.facts))
     blocks = next(step.text for step in tour_steps(trace) if step.key == "decoder.blocks")
     assert blocks.endswith(f"Here these are the softmax attention layers only ({LAYER_MAPS['lfm2']}).")
+
+
+@pytest.mark.parametrize("model_type", HYBRID_TYPES)
+def test_patching_runs_or_names_the_hook_it_lacks(hybrid_runners, model_type: str) -> None:
+    """Patching the last token's stream into either attention layer's input gives the clean logit difference (the
+    texts differ only there); where the attention blocks offer no hook_attn_out or hook_mlp_out (Granite's and
+    Falcon-H1's scaled sums, Nemotron-H's blocks of attention alone) patching says which it lacks."""
+    runner = hybrid_runners[model_type]
+    lacking = {"granitemoehybrid": "hook_attn_out", "falcon_h1": "hook_attn_out", "nemotron_h": "hook_mlp_out"}
+    if model_type in lacking:
+        with pytest.raises(UserError, match=f"The clean run has no decoder.0.{lacking[model_type]}"):
+            patch(runner, "the quick brown fox", "the quick brown dog", " fox", " dog")
+        return
+    found = patch(runner, "the quick brown fox", "the quick brown dog", " fox", " dog")
+    assert found.complete and found.results["head_out"].shape == (2, 4)
+    np.testing.assert_allclose(found.normalised("resid_pre")[:, -1], [1.0, 1.0], atol=1e-4)
