@@ -40,3 +40,19 @@ def build_hybrid(model_type: str, folder: Path) -> Path:
     transformers.AutoModelForCausalLM.from_config(config).eval().save_pretrained(folder)
     _tokenizer(LM_SPECIALS, "<s> $A").save_pretrained(folder)
     return folder
+
+
+def build_qwen3_5_checkpoint(folder: Path) -> transformers.PreTrainedModel:
+    """Save a tiny Qwen3.5 as its checkpoints come (model type "qwen3_5": a vision tower beside the language model,
+    whose weights are under model.language_model) into `folder`; returns the model saved."""
+    vocab = len(dict.fromkeys(LM_SPECIALS.values())) + len(WORDS)
+    text = transformers.AutoConfig.for_model("qwen3_5_text", vocab_size=vocab, **(
+        SHARED | {"num_hidden_layers": 4} | HYBRID_TYPES["qwen3_5_text"]))
+    vision = {"depth": 1, "hidden_size": 16, "intermediate_size": 32, "num_heads": 2, "out_hidden_size": 32,
+              "num_position_embeddings": 16, "patch_size": 4}
+    torch.manual_seed(0)
+    model = transformers.Qwen3_5ForConditionalGeneration(
+        transformers.Qwen3_5Config(text_config=text.to_dict(), vision_config=vision)).eval()
+    model.save_pretrained(folder)
+    _tokenizer(LM_SPECIALS, "<s> $A").save_pretrained(folder)
+    return model

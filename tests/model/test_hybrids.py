@@ -21,7 +21,7 @@ from attention_atlas.model.hf.loading import load_hf_runner
 from attention_atlas.model.inspect.attribution import attribute, attribution_options
 from attention_atlas.model.inspect.patching import patch
 from attention_atlas.model.inspect.tour import tour_options, tour_steps
-from tests.tiny_hybrids import ATTENTION_BLOCKS, HYBRID_TYPES, build_hybrid
+from tests.tiny_hybrids import ATTENTION_BLOCKS, HYBRID_TYPES, build_hybrid, build_qwen3_5_checkpoint
 
 TEXT = "the quick brown fox jumps over the lazy dog"
 LAYER_MAPS = {  # model type -> the model card's layer map
@@ -202,3 +202,13 @@ def test_patching_runs_or_names_the_hook_it_lacks(hybrid_runners, model_type: st
     found = patch(runner, "the quick brown fox", "the quick brown dog", " fox", " dog")
     assert found.complete and found.results["head_out"].shape == (2, 4)
     np.testing.assert_allclose(found.normalised("resid_pre")[:, -1], [1.0, 1.0], atol=1e-4)
+
+
+def test_a_qwen3_5_checkpoint_opens_as_its_language_model(tmp_path) -> None:
+    """A Qwen3.5 folder as published (model type "qwen3_5", a vision tower beside the language model) opens as
+    AutoModelForCausalLM's Qwen3_5ForCausalLM with the checkpoint's own language-model weights, past the guard."""
+    saved = build_qwen3_5_checkpoint(tmp_path / "qwen3_5").state_dict()
+    runner = load_hf_runner(str(tmp_path / "qwen3_5"))
+    assert type(runner.model).__name__ == "Qwen3_5ForCausalLM" and runner.family.blocks == (1, 3)
+    for name, value in runner.model.state_dict().items():
+        torch.testing.assert_close(value, saved[name.replace("model.", "model.language_model.", 1)], rtol=0, atol=0)
