@@ -159,6 +159,8 @@ def show_qkv(h: Head, values: bool) -> None:
     show_matrix(s.q, h.rows, d_head, "Q", ("tokens", "d_head"), "step_q", show_values=values, stem=h.stem)
     show_matrix(s.k, h.cols, d_head, "K", ("key tokens", "d_head"), "step_k", show_values=values, stem=h.stem)
     show_matrix(s.v, h.cols, d_head, "V", ("key tokens", "d_head"), "step_v", show_values=values, stem=h.stem)
+    if h.trace.facts.positional == "rotary" and h.weights.rotary is None:
+        st.caption("This layer rotates neither Q nor K (NoPE): its scores carry no position.")
     if s.rot_q is not None and s.rot_k is not None:
         w, done = h.weights, []
         if w.q_norm is not None:
@@ -175,6 +177,14 @@ def show_qkv(h: Head, values: bool) -> None:
                         "proportional to the token's position, so Q·K depends on the two positions' distance.")
             st.latex(r"\tilde q_p = q_p \cos(p\,\theta) + \mathrm{rotate}(q_p) \sin(p\,\theta)")
             done.append("the rotation")
+        if w.l2_eps is not None:
+            st.markdown("**qk-norm**: after the rotation, Q and K are each divided by their root mean square.")
+            done.append("the norm after it")
+        if w.query_scale is not None:
+            st.markdown(f"**Temperature tuning**: each query is multiplied by a factor of its position p, from "
+                        f"{w.query_scale[0]:.3g} to {w.query_scale[-1]:.3g} here (a: attn_scale, f: floor_scale).")
+            st.latex(r"q_p \times \big(1 + a \ln(1 + \lfloor (p + 1) / f \rfloor)\big)")
+            done.append("the temperature")
         what = " and ".join(done)
         show_matrix(s.rot_q, h.rows, d_head, f"Q after {what}", ("tokens", "d_head"), "step_rot_q",
                     show_values=values, stem=h.stem)

@@ -32,8 +32,14 @@ def output(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> torch.Ten
 
 
 def first_output(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> torch.Tensor:
-    """The hidden states of a module that returns a tensor or a tuple starting with one."""
-    return out if isinstance(out, torch.Tensor) else out[0]
+    """The hidden states of a module that returns a tensor or a tuple starting with one; returned flattened, (batch x
+    len, d) for an input (batch, len, d) (Llama 4's mixture of experts), they are read as (batch, len, d)."""
+    hidden = out if isinstance(out, torch.Tensor) else out[0]
+    given = args[0] if args else kwargs.get("hidden_states")
+    if hidden.dim() == 2 and isinstance(given, torch.Tensor) and given.dim() == 3 and \
+            hidden.size(0) == given.size(0) * given.size(1):
+        return hidden.view(given.size(0), given.size(1), -1)
+    return hidden
 
 
 def first_input(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> torch.Tensor:

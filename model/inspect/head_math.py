@@ -1,7 +1,8 @@
 """One attention head computed again by hand, in numpy, from its weights and its input: every step kept.
 
 softmax(mask(scale · Q Kᵀ + bias)) V with Q = X W_Q + b_Q, K = X_kv W_K + b_K, V = X_kv W_V + b_V; where the model
-has them, Q and K normalised (query/key norms), then rotated (rotary), and the scores soft-capped. In float64, so
+has them, Q and K normalised (query/key norms), then rotated (rotary), normalised again (Llama 4's qk-norm), the
+queries scaled by position (Llama 4's temperature tuning), and the scores soft-capped. In float64, so
 that what differs from the model's own float32 numbers is the model's rounding, not this file's.
 """
 
@@ -54,13 +55,17 @@ def compute_head(weights: HeadWeights, x: np.ndarray, x_kv: np.ndarray, mask: np
     q, k, v = (_project(x, weights.w_q, weights.b_q), _project(x_kv, weights.w_k, weights.b_k),
                _project(x_kv, weights.w_v, weights.b_v))
     rot_q = rot_k = None
-    if weights.rotary is not None or weights.q_norm is not None:  # what attention reads: normalised, rotated
-        rot_q, rot_k = _normalised(q, x, weights.q_norm), _normalised(k, x_kv, weights.k_norm)
-        if weights.rotary is not None:
+    if any(a is not None for a in (weights.rotary, weights.q_norm, weights.l2_eps, weights.query_scale)):
+        rot_q, rot_k = _normalised(q, x, weights.q_norm), _normalised(k, x_kv, weights.k_norm)  # what attention
+        if weights.rotary is not None:  # reads: normalised, rotated, normalised again (Llama 4), the queries scaled
             r = weights.rotary
             cos, sin = torch.from_numpy(r.cos).double(), torch.from_numpy(r.sin).double()  # (len, r)
             rot_q, rot_k = (rotate(torch.from_numpy(a), cos[: len(a)], sin[: len(a)], r.interleaved).numpy()
                             for a in (rot_q, rot_k))
+        if weights.l2_eps is not None:
+            rot_q, rot_k = (a / np.sqrt((a**2).mean(-1, keepdims=True) + weights.l2_eps) for a in (rot_q, rot_k))
+        if weights.query_scale is not None:
+            rot_q = rot_q * weights.query_scale[: len(rot_q), None]
     qk = (q if rot_q is None else rot_q) @ (k if rot_k is None else rot_k).T  # (q_len, k_len)
     scores = qk * weights.scale
     if weights.softcap is not None:

@@ -3,7 +3,8 @@
 Every family stores W_Q, W_K, W_V and W_O in its own way: the from-scratch model as one fused `in_proj` (rows
 [W_Q; W_K; W_V]) and `out_proj`; a Hugging Face model as its family's adapter reads them (model/hf/families/: separate,
 fused, transposed, W_O outside attention, and the scale). `head_weights` returns them all in one layout, x @ W + b,
-with what the model does around QK^T: its scale, rotation, position bias, query/key norms, soft-capping.
+with what the model does around QK^T: its scale, rotation (none in a NoPE layer), position bias, query/key norms
+(before the rotation, or after it: Llama 4), its queries' temperature (Llama 4), soft-capping.
 
 Nothing here changes the model: weights are copied out under `torch.no_grad`.
 """
@@ -21,6 +22,7 @@ from attention_atlas.model.core.runner import Runner
 from attention_atlas.model.core.trace.sites import Site
 from attention_atlas.model.hf.families import adapter_of
 from attention_atlas.model.hf.families.adapter import Adapter, Affine, LayerWeights, affine
+from attention_atlas.model.hf.nope import l2_norm_eps, query_scales, rotates
 from attention_atlas.model.hf.taps import norm_eps
 from attention_atlas.model.inspect.norm_output import norm_affine
 from attention_atlas.model.inspect.rotary import rotary_tables
@@ -72,13 +74,16 @@ class HeadWeights:
     q_norm: QueryKeyNorm | None = None
     k_norm: QueryKeyNorm | None = None
     softcap: float | None = None  # scores capped to c tanh(score / c) before the mask (Gemma 2)
+    l2_eps: float | None = None  # q and k divided by √(mean² + ε) after the rotation, no gain (Llama 4's qk-norm)
+    query_scale: np.ndarray | None = None  # (q_len,) each query's factor after that (Llama 4's temperature tuning)
 
     @property
     def nbytes(self) -> int:
         """Bytes of the arrays held (a cache counts them)."""
         norms = [a for n in (self.q_norm, self.k_norm) if n is not None for a in (n.gain, *(n.whole or ()))]
         arrays = [self.w_q, self.b_q, self.w_k, self.b_k, self.w_v, self.b_v, self.w_o, self.b_o,
-                  self.position_bias, *norms, *((self.rotary.cos, self.rotary.sin) if self.rotary else ())]
+                  self.position_bias, self.query_scale, *norms,
+                  *((self.rotary.cos, self.rotary.sin) if self.rotary else ())]
         return sum(a.nbytes for a in arrays if a is not None)
 
 
@@ -96,7 +101,8 @@ def head_weights(runner: Runner, site: str, layer: int, head: int, q_len: int, k
     if source is not None and not math.isclose(source.scale, scale):  # the scale the model's attention received
         scale, scale_text = source.scale, f"{source.scale:.4g} (the model's own scale)"
     kinds = getattr(model.config, "layer_types", None)  # each layer's kind, where a model rotates kinds differently
-    rotary = _rotary(model, k_len, kinds[layer] if kinds else None) if runner.facts.positional == "rotary" else None
+    rotated = runner.facts.positional == "rotary" and rotates(module)  # not in a NoPE layer (Llama 4)
+    rotary = _rotary(model, k_len, kinds[layer] if kinds else None) if rotated else None
     bias = adapter.score_bias(model, site, head, q_len, k_len)
     if bias is None and source is not None and source.bias is not None:  # computed from the run (DeBERTa's terms)
         bias = np.asarray(source.bias[head], np.float32)
@@ -105,7 +111,8 @@ def head_weights(runner: Runner, site: str, layer: int, head: int, q_len: int, k
     d_head, affines = layer_weights.d_head, layer_weights.affines
     return replace(weights, q_norm=_query_key_norm(module, ("q_norm", "q_layernorm"), affines["q"], head, d_head),
                    k_norm=_query_key_norm(module, ("k_norm", "k_layernorm"), affines["k"], weights.kv_head, d_head),
-                   softcap=None if source is None else source.softcap)
+                   softcap=None if source is None else source.softcap, l2_eps=l2_norm_eps(module),
+                   query_scale=query_scales(module, q_len))
 
 
 def output_projection(runner: Runner, site: str, layer: int) -> Affine:

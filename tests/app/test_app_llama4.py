@@ -1,5 +1,6 @@
 """Llama 4 (a chunked layer, a NoPE layer) in the app: every page and view opens, the Masks page draws the chunked
-layer's mask with the keys of other chunks hidden by the chunk."""
+layer's mask with the keys of other chunks hidden by the chunk, the model card and the Positional encoding page name
+the NoPE layer, and Step through checks itself in both layers."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from tests.app.app_session import open_app_page
+from tests.app.app_session import TABBED, open_app_page
 from tests.tiny_llama4 import VARIANTS, build_llama4
 
+STEP_QKV = "2 · Q, K, V"  # Step through's tab that says what it applies to Q and K
 TEXT = "the cat sat on the mat"  # <s> and six words: chunks 0-2, 3-5, 6
 
 
@@ -50,3 +52,36 @@ def test_the_positional_page_and_the_model_card_name_the_nope_layer(folder) -> N
     words = " ".join(m.value for m in at.markdown)
     assert "**NoPE** · Layer 1: q and k are not rotated" in words and "temperature tuning" in words
     assert "In every rotary layer (see NoPE below)" in words
+
+
+def test_step_through_checks_itself_in_the_chunked_and_the_nope_layer(folder) -> None:
+    """Both layers recomputed from the weights match the model: the chunked rotary layer with its qk-norm, the NoPE
+    layer with no rotation and its queries' temperature; the page says what it applied."""
+    at = open_app_page("app_pages/step_through.py", folder=str(folder), text=TEXT)
+    for layer in (0, 1):
+        at.selectbox(key="layer").set_value(layer).run()
+        at.session_state["step_view"] = STEP_QKV
+        at.run()
+        _ok(at, f"step through · layer {layer}")
+        table = at.table[0].value
+        worst = dict(zip(table["step"], map(float, table["max |recomputed − model|"]), strict=True))
+        assert worst["scores before the mask"] < 1e-5 and worst["head output Z = A V"] < 1e-5, worst
+        assert worst["Concat(heads) W_O + b_O"] < 1e-5 and worst["pattern (softmax)"] < 1e-3, worst
+        words = " ".join(m.value for m in at.markdown) + " ".join(c.value for c in at.caption)
+        if layer == 0:
+            assert "**qk-norm**" in words and "**Rotary positions**" in words and "NoPE" not in words
+        else:
+            assert "(NoPE)" in words and "**Temperature tuning**" in words and "**Rotary positions**" not in words
+
+
+def test_every_page_and_view_opens(folder) -> None:
+    at = open_app_page("app_pages/overview.py", folder=str(folder), text=TEXT)
+    for page in ("app_pages/generate.py", "app_pages/ablation.py"):
+        at.switch_page(page).run()
+        _ok(at, page)
+    for page, key in TABBED.items():
+        at.switch_page(page).run()
+        for view in [tab.label for tab in at.tabs]:
+            at.session_state[key] = view
+            at.run()
+            _ok(at, f"{page} · {view}")

@@ -87,7 +87,7 @@ def test_the_trace_says_which_layers_read_in_chunks_and_draws_the_mask_they_read
     runner = load_hf_runner(str(folders["plain"]))
     trace = runner.run(TEXT)
     assert trace.facts.chunks == [CHUNK, 0]
-    runner.run(TEXT, options=RunOptions(hooks=("*.hook_pattern",))).save(tmp_path / "llama4.npz")
+    trace.save(tmp_path / "llama4.npz")
     assert Trace.load(tmp_path / "llama4.npz").facts.chunks == [CHUNK, 0]
     assert trace.facts.notes["chunked attention"] == (
         "layer 0: each token sees only the tokens of its own chunk of 3 positions (0–2, 3–5, …) up to itself; the "
@@ -99,3 +99,17 @@ def test_the_trace_says_which_layers_read_in_chunks_and_draws_the_mask_they_read
         assert mask.chunk == (CHUNK if layer == 0 else 0)
     n = len(trace.ids)  # 10: <s> and nine words; chunks 0-2, 3-5, 6-8, 9
     assert SiteMask.of(trace, "decoder.attn", 0).counts() == {"causal": n * (n - 1) // 2, "chunk": 3 * 3 + 6 * 3 + 9}
+
+
+def test_the_experts_output_is_read_per_position_and_the_hooks_add_up(folders, tmp_path) -> None:
+    """Llama 4's mixture of experts returns its output flattened, (tokens, d_model): hook_mlp_out is still (len,
+    d_model), hook_resid_post = hook_resid_mid + hook_mlp_out, and the trace is written and read back (it was refused
+    as damaged, its hook_mlp_out one token's)."""
+    trace = load_hf_runner(str(folders["both"])).run(TEXT, options=RunOptions(hooks=("*",)))
+    c = {name: torch.from_numpy(np.asarray(value)) for name, value in trace.captured.items()}
+    for layer in (0, 1):
+        assert c[f"decoder.{layer}.hook_mlp_out"].shape == (len(trace.ids), 32)
+        torch.testing.assert_close(c[f"decoder.{layer}.hook_resid_post"],
+                                   c[f"decoder.{layer}.hook_resid_mid"] + c[f"decoder.{layer}.hook_mlp_out"])
+    trace.save(tmp_path / "hooks.npz")
+    assert set(Trace.load(tmp_path / "hooks.npz").captured) == set(trace.captured)

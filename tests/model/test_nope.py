@@ -1,21 +1,30 @@
 """Llama 4's layers without rotary positions (NoPE), its temperature tuning and qk-norm, named where the app says what
 a model does with positions: its rotary tables (a complex e^{iθ} table, pairs 2i and 2i + 1) rotate q as the model
-does, the Positional encoding page's scheme names the NoPE layers, and the model card says both."""
+does, the Positional encoding page's scheme names the NoPE layers, and the model card says both; Step through
+recomputes each head with them."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from transformers.models.llama4.modeling_llama4 import apply_rotary_emb
 
+from attention_atlas.model.core.options import RunOptions
+from attention_atlas.model.core.trace.sites import Site
 from attention_atlas.model.hf.loading import load_hf_runner
+from attention_atlas.model.inspect.head_math import compute_head
+from attention_atlas.model.inspect.head_weights import head_weights
+from attention_atlas.model.inspect.norm_output import block_input
 from attention_atlas.model.inspect.positions import position_scheme
 from attention_atlas.model.inspect.rotary import rotary_tables, rotate
+from attention_atlas.model.inspect.step_hooks import step_names
 from tests.tiny_hf import build
 from tests.tiny_llama4 import VARIANTS, build_llama4
 
+TEXT = "the quick brown fox jumps over the lazy dog"
 NOPE = ("layer 1: q and k are not rotated, so their scores carry no position and order reaches them only through the "
         "causal mask")
 TUNED = ("; its queries are multiplied by 1 + 0.5·ln(1 + ⌊(p + 1) / 2⌋) at position p (temperature tuning: 1 up to "
@@ -58,3 +67,33 @@ def test_a_model_that_rotates_every_layer_has_no_nope(tmp_path: Path) -> None:
     scheme = position_scheme(runner, "decoder", 10)
     assert scheme.nope == "" and "In every layer" in scheme.about
     assert "no positional encoding (NoPE)" not in runner.facts.notes and "qk-norm" not in runner.facts.notes
+
+
+@pytest.fixture(scope="module")
+def every_variant(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("variants")
+    return {name: load_hf_runner(str(build_llama4(root / name, **settings))) for name, settings in VARIANTS.items()}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_step_through_recomputes_every_head_as_the_model(every_variant, variant: str) -> None:
+    """Step through's recomputation from the weights (no rotation in the NoPE layer, qk-norm after the rotation, the
+    NoPE queries' temperature) gives the model's scores, what attention read (where hooked) and each head's output."""
+    runner = every_variant[variant]
+    for layer in (0, 1):
+        names = step_names(runner.facts, "decoder.attn", layer)
+        trace = runner.run(TEXT, options=RunOptions(hooks=names.hooks()))
+        c, prefix = trace.captured, names.attention
+        x = block_input(runner, names.x, c[names.x])
+        source = trace.pattern_sources[Site.of("decoder.attn").pattern_name(layer)]  # the layer's mask and scale
+        for head in range(runner.facts.n_heads):
+            weights = head_weights(runner, "decoder.attn", layer, head, len(x), len(x), source)
+            assert (weights.rotary is None) == (layer == 1)  # layer 1 is NoPE
+            assert (weights.l2_eps is not None) == (layer == 0 and VARIANTS[variant]["use_qk_norm"])
+            assert (weights.query_scale is not None) == (layer == 1 and VARIANTS[variant]["attn_temperature_tuning"])
+            steps = compute_head(weights, x, x, np.asarray(source.allowed))
+            np.testing.assert_allclose(steps.scores, c[f"{prefix}.hook_attn_scores"][head], atol=2e-6)
+            np.testing.assert_allclose(steps.z, c[f"{prefix}.hook_z"][head], atol=1e-6)
+            if f"{prefix}.hook_rot_q" in c:
+                np.testing.assert_allclose(steps.rot_q, c[f"{prefix}.hook_rot_q"][head], atol=1e-5)
+                np.testing.assert_allclose(steps.rot_k, c[f"{prefix}.hook_rot_k"][weights.kv_head], atol=1e-5)
