@@ -29,12 +29,15 @@ from attention_atlas.viz.heatmap import (
     attention_heatmap,
     block_labels,
     layer_head_heatmap,
+    sink_bars,
 )
 from attention_atlas.viz.thumbnails import masked_pixels, thumbnail_figure, thumbnail_grid
 from attention_atlas.viz.tokens import visible_token
 
 VIEWS = ["Model view", "One head", "All heads of this layer", "Token lines", "Head statistics", "Rollout", "Compare"]
 LAYER_THUMBNAIL = 96  # pixels per head when showing one layer
+SINK = "to the sink"  # the head statistic of a model with sinks: the mean share of a row its sink took
+SINK_SEEN = 1e-4  # a head's rows short of 1 by more than this on average: more than float32 rounding
 
 
 def model_view_image(trace: Trace, site: str, size: int, hide_special: bool) -> np.ndarray:
@@ -78,7 +81,11 @@ def window(c: Choice) -> Choice:
 
 
 def one_head(c: Choice) -> None:
-    st.latex(r"\mathrm{Attention}(Q,K,V)=\mathrm{softmax}\!\left(\frac{QK^\top}{\sqrt{d_k}}+M\right)V")
+    if not c.has_sinks:
+        st.latex(r"\mathrm{Attention}(Q,K,V)=\mathrm{softmax}\!\left(\frac{QK^\top}{\sqrt{d_k}}+M\right)V")
+    else:  # the head's sink logit s_h: one more column of the softmax, dropped after
+        st.latex(r"A=\mathrm{softmax}\!\left(\Big[\frac{QK^\top}{\sqrt{d_k}}+M,\ s_h\Big]\right)_{:,\,1..n},"
+                 r"\qquad\mathrm{Attention}(Q,K,V)=AV")
     st.caption(f"Row = a query token, column = a key token. {c.rows_note} "
                "M is 0 where the mask lets a query see a key and −∞ where it does not (hatched cells).")
     shown = window(c)
@@ -90,6 +97,16 @@ def one_head(c: Choice) -> None:
     whole = whole_csv(len(c.rows), len(c.cols))
     downloads(figure, f"{c.name}.{c.head}", "attention_one_head", c.table(c.head_pattern) if whole else
               shown.table(drawn))
+    if shown.has_sinks:
+        sink(shown, shown.sink_shares)
+
+
+def sink(c: Choice, shares: np.ndarray) -> None:
+    """Where the rest of each row went: the head's learned sink (GPT-OSS), a bar a query row drawn."""
+    st.caption(f"The sink took {shares.mean():.1%} of head {c.head}'s attention, on average over the query rows "
+               f"drawn (from {shares.min():.1%} to {shares.max():.1%}); the tokens got the rest.")
+    figure = sink_bars(shares, c.queries, c.rows, f"{c.where} · head {c.head} · sink")
+    st.plotly_chart(figure, key="attention_sink")
 
 
 def layer_heads(c: Choice) -> None:
@@ -134,10 +151,16 @@ def token_lines(c: Choice) -> None:
 
 
 def site_statistics(trace: Trace, site: str) -> pd.DataFrame:
-    """Every head's statistics (the site's summary), indexed by (layer, head)."""
-    values = site_summary(trace, site).statistics  # (layers, heads, len(STATISTICS))
+    """Every head's statistics (the site's summary), indexed by (layer, head); with a column SINK where some head's
+    rows sum to less than 1 (a learned sink took the rest: GPT-OSS)."""
+    summary = site_summary(trace, site)
+    values = summary.statistics  # (layers, heads, len(STATISTICS))
     index = pd.MultiIndex.from_product([range(values.shape[0]), range(values.shape[1])], names=["layer", "head"])
-    return pd.DataFrame(values.reshape(-1, len(STATISTICS)), index=index, columns=list(STATISTICS))
+    table = pd.DataFrame(values.reshape(-1, len(STATISTICS)), index=index, columns=list(STATISTICS))
+    shares = 1 - summary.row_sums(*trace.masks[site].shape)  # (layers, heads)
+    if (shares > SINK_SEEN).any():
+        table[SINK] = shares.reshape(-1)
+    return table
 
 
 def statistics(c: Choice) -> None:
@@ -154,6 +177,9 @@ def statistics(c: Choice) -> None:
         st.caption("Entropy H: how spread a head's attention is (0 = one key). Mean distance d: how far it looks. "
                    "The last three: the average share of attention on the first token, the previous one, itself. "
                    "Computed on every token, special ones included.")
+    if SINK in table:
+        st.caption("To the sink: the average share of a row that the head's learned sink took (one more key, no "
+                   "token); the other measures read the weights on the tokens, which sum to 1 less it.")
     st.dataframe(table.loc[c.layer, measures].style.format("{:.3f}"), key="attention_stats")
     keep_valid("attention_stats_measure", measures)
     measure = st.selectbox("Every head of every layer by", measures, key="attention_stats_measure")

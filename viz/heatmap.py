@@ -130,3 +130,22 @@ def layer_head_heatmap(values: np.ndarray, value_name: str, title: str = "", col
             "height": max(260, min(900, 120 + 24 * z.shape[0])), "margin": {"l": 60, "r": 20, "t": 80, "b": 20},
         },
     })
+
+
+def sink_bars(shares: np.ndarray, query_tokens: Sequence[str], positions: Sequence[int], title: str = "") -> go.Figure:
+    """shares: (rows,) the part of each query row's attention a head's learned sink took (GPT-OSS: one more key,
+    not a token; the row's weights on the tokens sum to 1 less it), as horizontal bars named "sink", rows top to
+    bottom as the heatmap draws them."""
+    rows = position_labels(query_tokens, positions)
+    x = np.asarray(shares, dtype=np.float32)
+    return go.Figure({
+        "data": [{"type": "bar", "orientation": "h", "name": "sink", "x": x, "y": rows, "showlegend": True,
+                  "hovertemplate": "%{y} → sink<br>weight %{x:.3f}<extra></extra>"}],
+        "layout": {
+            "title": {"text": plotly_text(title), "x": 0, "xanchor": "left"},
+            "xaxis": {"title": {"text": "weight on the sink"}, "range": [0.0, 1.0]},
+            "yaxis": _axis("query", rows, query_tokens, autorange="reversed", automargin=True),
+            "height": max(320, min(900, 40 + 28 * len(rows))), "margin": {"l": 60, "r": 20, "t": 40, "b": 20},
+            "legend": LEGEND_ABOVE,
+        },
+    })

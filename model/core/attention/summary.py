@@ -60,6 +60,13 @@ class SiteSummary:
         flows = sum(flow.nbytes for flow in self.layer_flows)
         return self.thumbnails.nbytes + self.statistics.nbytes + flows + 4 * b * b + self.rollout_starts.nbytes
 
+    def row_sums(self, q_len: int, k_len: int) -> np.ndarray:
+        """(layers, heads) float64: each head's mean over its q_len queries of a row's sum over the k_len keys, from
+        the thumbnails' block means (1 where every row sums to 1; less by the share a sink took: GPT-OSS)."""
+        t_q, t_k = self.thumbnails.shape[-2:]
+        rows, cols = np.diff(block_starts(q_len, t_q)), np.diff(block_starts(k_len, t_k))  # positions a block
+        return np.einsum("lhij,i,j->lh", self.thumbnails.astype(np.float64), rows, cols) / q_len
+
     @property
     def rollout_is_exact(self) -> bool:
         """Whether every rollout block is one position."""
