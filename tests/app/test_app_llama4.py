@@ -75,10 +75,17 @@ def test_step_through_checks_itself_in_the_chunked_and_the_nope_layer(folder) ->
 
 
 def test_every_page_and_view_opens(folder) -> None:
+    """Every page and view, a generated step, the scan of every head's ablation and activation patching."""
     at = open_app_page("app_pages/overview.py", folder=str(folder), text=TEXT)
-    for page in ("app_pages/generate.py", "app_pages/ablation.py"):
+    for page in ("app_pages/generate.py", "app_pages/ablation.py", "app_pages/attribution.py"):
         at.switch_page(page).run()
         _ok(at, page)
+    for page, button in (("app_pages/generate.py", "generate_step"), ("app_pages/ablation.py", "ablation_scan_button"),
+                         ("app_pages/attribution.py", "attribution_offer_swap"),
+                         ("app_pages/attribution.py", "attribution_patch")):
+        at.switch_page(page).run()
+        at.button(key=button).click().run()
+        _ok(at, f"{page} · {button}")
     for page, key in TABBED.items():
         at.switch_page(page).run()
         for view in [tab.label for tab in at.tabs]:
