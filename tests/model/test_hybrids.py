@@ -12,6 +12,7 @@ import pytest
 import torch
 import transformers
 
+from attention_atlas.model.core.attention import native
 from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.generation.decoding import generate
 from attention_atlas.model.core.options import RunOptions
@@ -212,3 +213,19 @@ def test_a_qwen3_5_checkpoint_opens_as_its_language_model(tmp_path) -> None:
     assert type(runner.model).__name__ == "Qwen3_5ForCausalLM" and runner.family.blocks == (1, 3)
     for name, value in runner.model.state_dict().items():
         torch.testing.assert_close(value, saved[name.replace("model.", "model.language_model.", 1)], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("model_type", ["qwen3_next", "nemotron_h"])
+def test_a_summarised_run_by_the_torch_ops_gives_the_plain_runs_patterns(hybrid_runners, monkeypatch,
+                                                                          model_type: str) -> None:
+    """The summarised run as a GPU makes it (the torch ops, here on the CPU) keeps each attention layer's pattern."""
+    runner = hybrid_runners[model_type]
+    plain = runner.run(TEXT, options=RunOptions(hooks=("*.hook_pattern", "*.hook_z")))
+    monkeypatch.setattr(native, "attention_rows", lambda: None)
+    made = runner.run(TEXT, options=RunOptions(hooks=("*.hook_pattern", "*.hook_z"), summarised=True))
+    for layer in range(2):
+        np.testing.assert_allclose(made.pattern_source("decoder.attn", layer).pattern(dtype=np.float32),
+                                   plain.pattern_source("decoder.attn", layer).pattern(dtype=np.float32), atol=1e-6)
+        np.testing.assert_allclose(made.captured[f"decoder.{layer}.attn.hook_z"],
+                                   plain.captured[f"decoder.{layer}.attn.hook_z"], atol=1e-5)
+    np.testing.assert_allclose(made.outputs["top_next_probs"], plain.outputs["top_next_probs"], atol=1e-5)
