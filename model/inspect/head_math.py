@@ -73,7 +73,10 @@ def compute_head(weights: HeadWeights, x: np.ndarray, x_kv: np.ndarray, mask: np
     if weights.position_bias is not None:
         scores = scores + weights.position_bias
     masked = np.where(mask, scores, -np.inf)
-    pattern = softmax_rows(masked)
+    if weights.sink is None:
+        pattern = softmax_rows(masked)
+    else:  # the sink's logit one more column of every row, its probability dropped (GPT-OSS)
+        pattern = softmax_rows(np.concatenate([masked, np.full((len(masked), 1), weights.sink)], -1))[:, :-1]
     steps = (q, k, v, rot_q, rot_k, qk, scores, masked, pattern, pattern @ v)
     return HeadSteps(*(None if a is None else a.astype(np.float32) for a in steps))
 

@@ -76,6 +76,7 @@ class HeadWeights:
     softcap: float | None = None  # scores capped to c tanh(score / c) before the mask (Gemma 2)
     l2_eps: float | None = None  # q and k divided by √(mean² + ε) after the rotation, no gain (Llama 4's qk-norm)
     query_scale: np.ndarray | None = None  # (q_len,) each query's factor after that (Llama 4's temperature tuning)
+    sink: float | None = None  # the head's learned sink logit (GPT-OSS): one more key of every row's softmax, dropped
 
     @property
     def nbytes(self) -> int:
@@ -112,7 +113,8 @@ def head_weights(runner: Runner, site: str, layer: int, head: int, q_len: int, k
     return replace(weights, q_norm=_query_key_norm(module, ("q_norm", "q_layernorm"), affines["q"], head, d_head),
                    k_norm=_query_key_norm(module, ("k_norm", "k_layernorm"), affines["k"], weights.kv_head, d_head),
                    softcap=None if source is None else source.softcap, l2_eps=l2_norm_eps(module),
-                   query_scale=query_scales(module, q_len))
+                   query_scale=query_scales(module, q_len),
+                   sink=None if source is None or source.sinks is None else float(source.sinks[head]))
 
 
 def output_projection(runner: Runner, site: str, layer: int) -> Affine:

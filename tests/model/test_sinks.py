@@ -5,19 +5,27 @@ its prediction and its greedy generation are transformers' own, and a trace file
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
+from transformers.models.gpt_oss.modeling_gpt_oss import eager_attention_forward
 
 from attention_atlas.model.core.attention import native
 from attention_atlas.model.core.generation.decoding import generate
 from attention_atlas.model.core.options import RunOptions
 from attention_atlas.model.core.trace.file import NotATraceFile
+from attention_atlas.model.core.trace.sites import Site
 from attention_atlas.model.core.trace.summaries import summarise_site
 from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.hf.loading import load_hf_runner
+from attention_atlas.model.inspect.head_math import compute_head
+from attention_atlas.model.inspect.head_weights import head_weights
+from attention_atlas.model.inspect.norm_output import block_input
+from attention_atlas.model.inspect.step_hooks import step_names
 from tests.tiny_sinks import SINKS, build_gpt_oss
 
 TEXT = "the quick brown fox jumps over the lazy dog the cat sat on the mat"
@@ -133,3 +141,24 @@ def test_a_trace_file_keeps_the_sinks(runner, eager, tmp_path) -> None:
     np.savez(tmp_path / "bad.npz", **parts)
     with pytest.raises(NotATraceFile, match=r"pattern source of .* has parts of shapes that do not match"):
         Trace.load(tmp_path / "bad.npz")
+
+
+def test_step_through_puts_each_heads_sink_in_its_softmax(runner) -> None:
+    """Step through's recomputation from the weights (model/inspect/head_math.py) takes the head's sink logit into
+    every row's softmax as transformers' GPT-OSS eager attention does: its pattern and output equal that function's on
+    the same queries, keys and values (unrotated here: the softmax and the sink are what this checks)."""
+    names = step_names(runner.facts, "decoder.attn", 1)
+    trace = runner.run(TEXT, options=RunOptions(hooks=names.hooks()))
+    x = block_input(runner, names.x, trace.captured[names.x])
+    source = trace.pattern_sources[Site.of("decoder.attn").pattern_name(1)]
+    allowed = np.asarray(source.allowed)
+    additive = torch.from_numpy(np.where(allowed, 0.0, torch.finfo(torch.float32).min).astype(np.float32))[None, None]
+    for head in range(runner.facts.n_heads):
+        weights = replace(head_weights(runner, "decoder.attn", 1, head, len(x), len(x), source), rotary=None)
+        assert weights.sink == SINKS[head]
+        steps = compute_head(weights, x, x, allowed)
+        module = SimpleNamespace(sinks=torch.tensor([weights.sink]), num_key_value_groups=1, training=False)
+        q, k, v = (torch.from_numpy(a)[None, None] for a in (steps.q, steps.k, steps.v))  # (1, 1, len, d_head)
+        out, pattern = eager_attention_forward(module, q, k, v, additive, scaling=weights.scale)
+        np.testing.assert_allclose(steps.pattern, pattern[0, 0].numpy(), atol=1e-6)
+        np.testing.assert_allclose(steps.z, out[0, :, 0].numpy(), atol=1e-6)
