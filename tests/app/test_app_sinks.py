@@ -1,6 +1,6 @@
 """The Attention page on a tiny GPT-OSS (a learned sink a head): the head view shows where the rest of each row
 went, a bar named "sink" a query row with a caption of the sink's share, and the head statistics gain the sink's
-share, each equal to what transformers' eager attention leaves off the tokens."""
+share, each equal to what transformers' eager attention leaves off the tokens; every page and view opens on it."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import torch
 import transformers
 from streamlit.testing.v1 import AppTest
 
-from tests.app.app_session import open_app_page
+from tests.app.app_session import TABBED, open_app_page
 from tests.tiny_sinks import build_gpt_oss
 
 TEXT = "the cat sat on the mat"
@@ -66,3 +66,19 @@ def test_the_head_statistics_gain_the_sink_share(folder, eager_sums) -> None:
     table = at.dataframe[0].value  # layer 1's heads
     np.testing.assert_allclose(table["to the sink"].to_numpy(), 1 - eager_sums[1].mean(-1), atol=1e-5)
     assert any(re.match(r"To the sink: the average share", c.value) for c in at.caption)
+
+
+def test_every_page_and_view_opens(folder) -> None:
+    at = open_app_page("app_pages/overview.py", folder=str(folder), text=TEXT)
+    for page in ("app_pages/overview.py", "app_pages/generate.py", "app_pages/ablation.py"):
+        at.switch_page(page).run()
+        assert not at.exception and not at.error, page
+    at.switch_page("app_pages/generate.py").run()
+    at.button(key="generate_step").click().run()
+    assert not at.exception and not at.error, "a generated step"
+    for page, key in TABBED.items():
+        at.switch_page(page).run()
+        for view in [tab.label for tab in at.tabs]:
+            at.session_state[key] = view
+            at.run()
+            assert not at.exception and not at.error, f"{page} · {view}"
