@@ -31,6 +31,7 @@ from attention_atlas.model.inspect.head_weights import output_projection
 from attention_atlas.model.inspect.lens import Unembedding
 from attention_atlas.model.inspect.norm_output import norm_affine, norm_centres, norm_module
 from attention_atlas.model.inspect.readout import logit_map, unembedding_for
+from attention_atlas.model.inspect.stream_parts import position_in, refuse_other_layers
 
 SUM_TOLERANCE = 1e-3  # relative, float32: heads that do not add up to what their attention writes (a norm inside it),
 # or parts that do not add up to the model's logit, are refused; 16-bit models: 4 epsilons of their dtype
@@ -181,20 +182,20 @@ def _offered(runner: Runner) -> Collection[str]:
 
 
 def attribute(runner: Runner, trace: Trace, answer: str, wrong: str | None = None, position: int = -1) -> Attribution:
-    """Direct logit attribution at `position` of the decoder's sequence (-1: its last, the next token's prediction),
-    from a `trace` recorded with `attribution_options`. UserError where the model has no next-token readout, the
-    trace lacks a hook it reads (`refuse_missing`), or the parts do not add up: the heads to their attention's
-    output (a norm inside it), or every part to the model's own logit (`refuse_wrong_sum`)."""
+    """Direct logit attribution at `position` of the decoder's sequence (-1: the next token's prediction), from a
+    `trace` recorded with `attribution_options`. UserError where the model has no next-token readout, is a hybrid, the
+    trace lacks a hook it reads (`refuse_missing`), or the parts do not add up (to a layer's or the model's output)."""
     facts = runner.facts
     if facts.kind == "encoder":
         raise UserError(f"{facts.model_id} is an encoder: it reads the whole text at once and predicts no next token, "
                         "so there is no logit to attribute. Choose a causal language model (SmolLM2, toy-gpt-date).")
+    refuse_other_layers(facts, "direct logit attribution")
     unembedding = unembedding_for(runner)
     if isinstance(unembedding, str):
         raise UserError(unembedding)
     ids = [token_id(runner, answer, "answer")] + ([token_id(runner, wrong, "wrong answer")] if wrong else [])
     length = len(trace.target_ids if facts.kind == "encoder-decoder" else trace.ids)
-    p = position % length if -length <= position < length else _refuse_position(position, length)
+    p = position_in(position, length)
     refuse_missing(runner, trace, needed_hooks(runner, unembedding))
     readout = logit_map(runner, ids)
     sign = np.array([1.0, -1.0][:len(ids)])
@@ -253,10 +254,6 @@ def heads_add_up(rebuilt: np.ndarray, written: np.ndarray) -> bool:
     the stream, `written` (..., d_model), within SUM_TOLERANCE of its largest entry (at least 1): not where a norm
     lies inside the attention's output (Gemma 2)."""
     return bool(np.abs(rebuilt - written).max() <= SUM_TOLERANCE * max(float(np.abs(written).max()), 1.0))
-
-
-def _refuse_position(position: int, length: int) -> int:
-    raise UserError(f"Position {position} is outside the sequence of {length} tokens.")
 
 
 class _Walk:

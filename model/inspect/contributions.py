@@ -27,6 +27,7 @@ from attention_atlas.model.core.runner import Runner
 from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.inspect.attribution import heads_add_up
 from attention_atlas.model.inspect.head_weights import output_projection
+from attention_atlas.model.inspect.stream_parts import position_in, refuse_other_layers
 
 EPS = 1e-5  # the least proximity a part has (every part keeps a share above 0)
 THRESHOLD = 0.04  # the share below which an edge is not followed (the paper's default)
@@ -90,14 +91,13 @@ def contribution_graph(runner: Runner, trace: Trace, position: int = -1, thresho
     if facts.kind != "decoder":
         raise UserError(f"{facts.model_id} is {'an' if facts.kind[0] == 'e' else 'a'} {facts.kind}: the contribution "
                         "graph here follows a causal language model's prediction.")
+    refuse_other_layers(facts, "the contribution graph")
     if facts.norm.startswith("post") or "parallel" in facts.norm or "decoder.0.hook_resid_mid" not in trace:
         raise UserError(f"{facts.model_id}: its residual stream is not attention's sum, then the MLP's (a norm after "
                         "each block, or both side by side), so the graph's two steps a layer do not apply.")
-    length, layers = len(trace.ids), facts.n_decoder_layers
-    if not -length <= position < length:
-        raise UserError(f"Position {position} is outside the sequence of {length} tokens.")
+    layers, predicted = facts.n_decoder_layers, position_in(position, len(trace.ids))
     found = _Splitter(runner, trace)
-    edges, frontier = [], {position % length}
+    edges, frontier = [], {predicted}
     for level in reversed(range(2 * layers)):
         reached: set[int] = set()
         for target in sorted(frontier):
@@ -106,7 +106,7 @@ def contribution_graph(runner: Runner, trace: Trace, position: int = -1, thresho
                     edges.append(edge)
                     reached.add(edge.source)
         frontier = reached
-    return ContributionGraph(trace.tokens, layers, position % length, threshold, edges)
+    return ContributionGraph(trace.tokens, layers, predicted, threshold, edges)
 
 
 class _Splitter:

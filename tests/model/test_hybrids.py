@@ -20,6 +20,7 @@ from attention_atlas.model.core.trace.facts import ModelFacts
 from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.hf.loading import load_hf_runner
 from attention_atlas.model.inspect.attribution import attribute, attribution_options
+from attention_atlas.model.inspect.contributions import contribution_graph, contribution_options
 from attention_atlas.model.inspect.patching import patch
 from attention_atlas.model.inspect.tour import tour_options, tour_steps
 from tests.tiny_hybrids import ATTENTION_BLOCKS, HYBRID_TYPES, build_hybrid, build_qwen3_5_checkpoint
@@ -115,19 +116,20 @@ def test_facts_written_before_the_layer_numbers_still_read() -> None:
     assert facts.attention_blocks == [] and facts.layer_words(0) == "layer 0"
 
 
-UNREFUSED = pytest.mark.xfail(strict=True, reason="the tiny LFM2's convolutions write so little that the parts "
-                              "add up within the sum's tolerance: no refusal by the layout yet")
-
-
-@pytest.mark.parametrize("model_type", [pytest.param(t, marks=UNREFUSED) if t == "lfm2" else t for t in HYBRID_TYPES])
-def test_attribution_refuses_with_a_sentence(hybrid_runners, model_type: str) -> None:
-    """Direct logit attribution splits the logit into attention heads and MLPs: in a hybrid the Mamba, delta-net and
-    convolution layers write to the stream too (and Qwen3.5/Next gate each head's output), so its parts cannot add
-    up, and it must say so rather than draw a wrong split."""
+@pytest.mark.parametrize("model_type", HYBRID_TYPES)
+def test_attribution_and_the_contribution_graph_refuse_with_a_sentence(hybrid_runners, model_type: str) -> None:
+    """Direct logit attribution and the contribution graph split the stream into attention heads and MLPs: in a hybrid
+    the Mamba, delta-net and convolution layers write to it too, so they say so rather than draw a split without
+    them (the tiny LFM2's convolutions write so little that its parts added up within the sum's tolerance)."""
     runner = hybrid_runners[model_type]
     trace = runner.run(TEXT, options=attribution_options(runner))
-    with pytest.raises(UserError):
+    parallel = model_type == "falcon_h1"  # attention and Mamba side by side in every block: no block's sum is shown
+    with pytest.raises(UserError, match="has no decoder.*cannot be split into parts" if parallel else
+                       "is a hybrid: its blocks other than softmax attention"):
         attribute(runner, trace, " fox")
+    with pytest.raises(UserError, match="its residual stream is not attention's sum" if parallel else
+                       "the contribution graph cannot split the stream into parts"):
+        contribution_graph(runner, runner.run(TEXT, options=contribution_options()))
 
 
 @pytest.mark.parametrize("model_type", HYBRID_TYPES)
