@@ -69,12 +69,18 @@ def family_of(model: nn.Module, config: Any, kind: Kind) -> Family:
     return adapter_of(config.model_type).family(model, config, kind)
 
 
-def description(facts: Any, family: Family) -> dict[str, str]:
-    """A model type as docs/models.md lists it, from a loaded model's facts and family."""
+def description(facts: Any, family: Family, sinks: bool = False) -> dict[str, str]:
+    """A model type as docs/models.md lists it, from a loaded model's facts and family; `sinks`: a run found learned
+    sink logits in its attention (GPT-OSS), which the facts do not hold."""
+    notes = facts.notes
     attention = ["grouped-query" if facts.n_kv_heads < facts.n_heads else "multi-head"]
+    attention[0] += " latent (MLA)" if "multi-head latent attention" in notes else ""
     attention += ["sliding window" if any(facts.windows) and not all(facts.windows) else
                   "sliding window, every layer" if facts.windows else ""]
-    attention += ["soft-capped scores" if "soft-capping" in facts.notes else ""]
+    attention += ["soft-capped scores" if "soft-capping" in notes else "", "learned sinks" if sinks else ""]
+    attention += ["chunked" if "chunked attention" in notes else "",
+                  "NoPE layers" if "no positional encoding (NoPE)" in notes else ""]
+    attention += [f"layer map: {notes['layer map']}" if "layer map" in notes else ""]
     positions = facts.positional + (f" ({facts.notes['rotary dimensions'].split(' ')[0]} of each head)"
                                     if "rotary dimensions" in facts.notes else "")
     return {"kind": facts.kind, "positions": positions, "attention": ", ".join(a for a in attention if a),
