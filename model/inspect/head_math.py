@@ -30,7 +30,9 @@ class HeadSteps:
     scores: np.ndarray  # (q_len, k_len): x scale (+ position bias)
     masked: np.ndarray  # (q_len, k_len): -inf where the mask hides the key
     pattern: np.ndarray  # (q_len, k_len): softmax over keys
-    z: np.ndarray  # (q_len, d_head): pattern @ V
+    z: np.ndarray  # (q_len, d_value): pattern @ V
+    c_q: np.ndarray | None = None  # (q_len, q_rank) multi-head latent attention: the queries' normalised latent
+    c_kv: np.ndarray | None = None  # (k_len, rank) the keys' and values' normalised latent
 
     @property
     def nbytes(self) -> int:
@@ -52,6 +54,9 @@ def softmax_rows(scores: np.ndarray) -> np.ndarray:
 def compute_head(weights: HeadWeights, x: np.ndarray, x_kv: np.ndarray, mask: np.ndarray) -> HeadSteps:
     """x: (q_len, d_model) what the queries read; x_kv: (k_len, d_model) what keys and values read (x itself in
     self-attention); mask: (q_len, k_len) bool, True = may attend (a sliding-window layer's: its window too)."""
+    if weights.latent is not None:
+        q, k, v, rot_q, rot_k, c_q, c_kv = _latent_heads(weights, x)
+        return _scored(weights, q, k, v, rot_q, rot_k, mask, c_q, c_kv)
     q, k, v = (_project(x, weights.w_q, weights.b_q), _project(x_kv, weights.w_k, weights.b_k),
                _project(x_kv, weights.w_v, weights.b_v))
     rot_q = rot_k = None
@@ -66,6 +71,12 @@ def compute_head(weights: HeadWeights, x: np.ndarray, x_kv: np.ndarray, mask: np
             rot_q, rot_k = (a / np.sqrt((a**2).mean(-1, keepdims=True) + weights.l2_eps) for a in (rot_q, rot_k))
         if weights.query_scale is not None:
             rot_q = rot_q * weights.query_scale[: len(rot_q), None]
+    return _scored(weights, q, k, v, rot_q, rot_k, mask)
+
+
+def _scored(weights: HeadWeights, q: np.ndarray, k: np.ndarray, v: np.ndarray, rot_q: np.ndarray | None,
+            rot_k: np.ndarray | None, mask: np.ndarray, *latents: np.ndarray | None) -> HeadSteps:
+    """The steps from Q and K as attention reads them to Z."""
     qk = (q if rot_q is None else rot_q) @ (k if rot_k is None else rot_k).T  # (q_len, k_len)
     scores = qk * weights.scale
     if weights.softcap is not None:
@@ -77,8 +88,30 @@ def compute_head(weights: HeadWeights, x: np.ndarray, x_kv: np.ndarray, mask: np
         pattern = softmax_rows(masked)
     else:  # the sink's logit one more column of every row, its probability dropped (GPT-OSS)
         pattern = softmax_rows(np.concatenate([masked, np.full((len(masked), 1), weights.sink)], -1))[:, :-1]
-    steps = (q, k, v, rot_q, rot_k, qk, scores, masked, pattern, pattern @ v)
+    steps = (q, k, v, rot_q, rot_k, qk, scores, masked, pattern, pattern @ v, *latents)
     return HeadSteps(*(None if a is None else a.astype(np.float32) for a in steps))
+
+
+def _latent_heads(weights: HeadWeights, x: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Multi-head latent attention's q, k, v, rotated q and k (heads [nope | rope]), and its two latents (self-attention
+    only): the rotation turns the rope part, of the query and of the key part every head shares."""
+    latent = weights.latent
+    assert latent is not None
+    c_q = None if latent.q_a is None else _normalised(_project(x, *latent.q_a), x, latent.q_norm)
+    q = _project(x if c_q is None else c_q, weights.w_q, weights.b_q)  # (len, nope + rope)
+    both = _project(x, *latent.kv_a)  # (len, rank + rope)
+    c_kv = _normalised(both[:, : latent.rank], x, latent.kv_norm)
+    k, v = np.concatenate([c_kv @ weights.w_k, both[:, latent.rank:]], -1), c_kv @ weights.w_v.astype(np.float64)
+    rot_q, rot_k = q.copy(), k.copy()
+    if weights.rotary is not None:
+        r = weights.rotary
+        cos, sin = torch.from_numpy(r.cos).double(), torch.from_numpy(r.sin).double()  # (len, rope)
+        for a in (rot_q, rot_k):
+            part = a[:, latent.nope:]
+            if latent.deinterleaved:  # (2i, 2i + 1) rotated, then laid out [evens | odds]: the same as the halves
+                part = np.concatenate([part[:, 0::2], part[:, 1::2]], -1)  # of [evens | odds] rotated
+            a[:, latent.nope:] = rotate(torch.from_numpy(part), cos[: len(a)], sin[: len(a)], r.interleaved).numpy()
+    return q, k, v, rot_q, rot_k, c_q, c_kv
 
 
 def _normalised(projected: np.ndarray, x: np.ndarray, norm: QueryKeyNorm | None) -> np.ndarray:

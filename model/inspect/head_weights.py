@@ -50,6 +50,24 @@ class QueryKeyNorm:
 
 
 @dataclass(frozen=True)
+class LatentHead:
+    """Multi-head latent attention (DeepSeek-V2/V3) before a head's own weights: the queries' low-rank latent
+    X W_qa and its RMSNorm (where the model has them: else W_Q reads X), the keys' and values' latent (the first
+    `rank` columns of X W_kva, through its RMSNorm) and the rotary key part every head shares (its last `rope`).
+    The head's W_Q (q_rank or d_model, nope + rope) makes [nope | rope] queries; W_K (rank, nope) and W_V (rank,
+    d_value) read the normalised latent; the key is [latent W_K | shared rotary part]."""
+
+    q_a: Affine | None  # (d_model, q_rank) every head's
+    q_norm: QueryKeyNorm | None  # gain (q_rank,)
+    kv_a: Affine  # (d_model, rank + rope)
+    kv_norm: QueryKeyNorm  # gain (rank,)
+    rank: int
+    nope: int
+    rope: int
+    deinterleaved: bool  # the rotated pairs (2i, 2i + 1) laid out [evens | odds] after the rotation (V3)
+
+
+@dataclass(frozen=True)
 class HeadWeights:
     """One head's slices of the projections, and what the model does around QK^T."""
 
@@ -77,13 +95,21 @@ class HeadWeights:
     l2_eps: float | None = None  # q and k divided by √(mean² + ε) after the rotation, no gain (Llama 4's qk-norm)
     query_scale: np.ndarray | None = None  # (q_len,) each query's factor after that (Llama 4's temperature tuning)
     sink: float | None = None  # the head's learned sink logit (GPT-OSS): one more key of every row's softmax, dropped
+    latent: LatentHead | None = None  # multi-head latent attention: w_q, w_k, w_v then read latents (LatentHead)
+
+    @property
+    def d_value(self) -> int:
+        """A value head's width (narrower than d_head in multi-head latent attention)."""
+        return self.w_v.shape[1]
 
     @property
     def nbytes(self) -> int:
         """Bytes of the arrays held (a cache counts them)."""
         norms = [a for n in (self.q_norm, self.k_norm) if n is not None for a in (n.gain, *(n.whole or ()))]
+        latent = [] if self.latent is None else [*(self.latent.q_a or ()), self.latent.kv_a[0],
+                                                   self.latent.kv_norm.gain]
         arrays = [self.w_q, self.b_q, self.w_k, self.b_k, self.w_v, self.b_v, self.w_o, self.b_o,
-                  self.position_bias, self.query_scale, *norms,
+                  self.position_bias, self.query_scale, *norms, *latent,
                   *((self.rotary.cos, self.rotary.sin) if self.rotary else ())]
         return sum(a.nbytes for a in arrays if a is not None)
 
@@ -107,6 +133,8 @@ def head_weights(runner: Runner, site: str, layer: int, head: int, q_len: int, k
     bias = adapter.score_bias(model, site, head, q_len, k_len)
     if bias is None and source is not None and source.bias is not None:  # computed from the run (DeBERTa's terms)
         bias = np.asarray(source.bias[head], np.float32)
+    if layer_weights.latent is not None:
+        return _latent(layer_weights, head, scale, scale_text, rotary)
     weights = _slice(layer_weights.affines, head, layer_weights.n_heads, layer_weights.n_kv_heads,
                      layer_weights.d_head, scale, scale_text, rotary, bias)
     d_head, affines = layer_weights.d_head, layer_weights.affines
@@ -149,6 +177,28 @@ def _slice(affines: dict[str, Affine], head: int, n_heads: int, n_kv: int, d_hea
     w_o, b_o = affines["o"]
     return HeadWeights(head, kv_head, n_heads, n_kv, d_head, w_q, b_q, w_k, b_k, w_v, b_v, w_o, b_o, scale,
                        scale_text, rotary, position_bias)
+
+
+def _latent(layers: LayerWeights, head: int, scale: float, scale_text: str, rotary: Rotary | None) -> HeadWeights:
+    """One head of multi-head latent attention: its columns of q_proj/q_b_proj and kv_b_proj, and the latents."""
+    found, n = layers.latent, layers.n_heads
+    assert found is not None
+
+    def cut(name: str) -> np.ndarray:
+        w = layers.affines[name][0]
+        width = w.shape[1] // n
+        return w[:, head * width:(head + 1) * width]
+
+    def norm(module: nn.Module | None) -> QueryKeyNorm | None:
+        return None if module is None else QueryKeyNorm(norm_affine(module)[0], norm_eps(module))
+
+    kv_norm = norm(found.kv_norm)
+    assert kv_norm is not None
+    latent = LatentHead(found.q_a, norm(found.q_norm), found.kv_a, kv_norm, found.rank, found.nope, found.rope,
+                        found.deinterleaved)
+    w_o, b_o = layers.affines["o"]
+    return HeadWeights(head, head, n, n, layers.d_head, cut("q"), None, cut("k"), None, cut("v"), None, w_o, b_o,
+                       scale, scale_text, rotary, latent=latent)
 
 
 def _query_key_norm(module: nn.Module, names: tuple[str, ...], whole: Affine, head: int,

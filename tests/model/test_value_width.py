@@ -1,7 +1,7 @@
 """Value heads narrower than the query heads (DeepSeek-V2/V3's multi-head latent attention: q/k heads 12 wide, value
 heads 6): the models open through the Hugging Face path, their patterns are transformers' eager ones, and a summarised
 run (each layer's output made from the probabilities the summary reads), its statistics, hook_z and the attention
-output hold with the value's width; what reads one W_Q, W_K, W_V a head is refused with a sentence."""
+output hold with the value's width (Step through and attribution on them: tests/model/test_step_through_2026.py)."""
 
 from __future__ import annotations
 
@@ -12,12 +12,9 @@ import pytest
 import torch
 
 from attention_atlas.model.core.attention import native
-from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.options import RunOptions
 from attention_atlas.model.core.trace.summaries import summarise_site
 from attention_atlas.model.hf.loading import load_hf_runner
-from attention_atlas.model.inspect.attribution import attribute, attribution_options
-from attention_atlas.model.inspect.head_weights import head_weights
 from tests.tiny_hf import MLA, MLA_TYPES, build_type
 
 TEXT = "the quick brown fox jumps over the lazy dog the cat sat on the mat"
@@ -78,15 +75,3 @@ def test_a_summarised_run_holds_with_the_values_width(mla_folders, model_type: s
         with torch.no_grad():
             out = block.self_attn.o_proj(torch.from_numpy(z).transpose(0, 1).reshape(n, -1))
         np.testing.assert_allclose(out.numpy(), made.captured[f"decoder.{layer}.hook_attn_out"], atol=1e-5)
-
-
-@pytest.mark.parametrize("model_type", MLA_TYPES)
-def test_what_reads_one_matrix_per_head_is_refused_with_a_sentence(mla_folders, model_type: str) -> None:
-    """MLA's keys and values come from a latent through a norm (and V3's queries too): no W_Q, W_K, W_V a head, so
-    the head weights and the attribution that reads them say so instead of drawing a wrong number."""
-    runner = load_hf_runner(str(mla_folders[model_type]))
-    with pytest.raises(UserError, match="multi-head latent attention"):
-        head_weights(runner, "decoder.attn", 0, 0, 4, 4)
-    trace = runner.run(TEXT, options=attribution_options(runner))
-    with pytest.raises(UserError, match="multi-head latent attention"):
-        attribute(runner, trace, " fox")

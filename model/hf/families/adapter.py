@@ -22,7 +22,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.hf.discovery import discover
 from attention_atlas.model.hf.placement import weights_at_hand
 from attention_atlas.model.hf.taps import Family
@@ -40,6 +39,23 @@ class LayerWeights:
     d_head: int
     scale: float  # what Q K^T is multiplied by
     scale_text: str  # how a person reads it: "1/√8", "1 (T5 does not scale)"
+    latent: Latent | None = None  # multi-head latent attention: "q" is then q_b_proj (or q_proj), "k"/"v" kv_b_proj's
+
+
+@dataclass(frozen=True)
+class Latent:
+    """Multi-head latent attention (DeepSeek-V2/V3): queries from X, or from a low-rank latent X W_qa through its
+    RMSNorm; keys and values from one latent a token (the first `rank` columns of X W_kva, through its RMSNorm) and one
+    rotary key part every head shares (its last `rope` columns); each query and key head is [nope | rope] wide."""
+
+    q_a: Affine | None  # (d_model, q_rank): q_a_proj, None where q_proj reads X itself
+    q_norm: nn.Module | None  # q_a_layernorm
+    kv_a: Affine  # (d_model, rank + rope): kv_a_proj_with_mqa
+    kv_norm: nn.Module  # kv_a_layernorm
+    rank: int
+    nope: int
+    rope: int
+    deinterleaved: bool  # the rotary pairs (2i, 2i + 1), laid out after the rotation as [evens | odds] (V3)
 
 
 @dataclass(frozen=True)
@@ -141,16 +157,29 @@ class Adapter:
         """The projections of the attention module `attention` (where its pattern is read); `attn_out` is the module
         whose output is the layer's hook_attn_out (where a family keeps W_O outside attention, as BERT)."""
         out = next(getattr(attention, n) for n in ("o_proj", "out_proj", "dense") if hasattr(attention, n))
-        if any(getattr(attention, f"{name}_proj", None) is None for name in "qkv"):
-            raise UserError(
-                f"{type(attention).__name__} makes its queries, keys and values through a compressed latent and a norm "
-                "(multi-head latent attention, as DeepSeek's), not one matrix per head, so its heads' weights (and "
-                "what reads them: the score decomposition, the attribution) cannot be shown here yet.")
+        if getattr(attention, "kv_b_proj", None) is not None:
+            return self._latent_weights(attention, affine(out), layer)
         affines = {name: affine(getattr(attention, f"{name}_proj")) for name in "qkv"} | {"o": affine(out)}
         d_head = attention.head_dim
         scale, text = self.scale(attention, d_head, layer)
         return LayerWeights(affines, affines["q"][0].shape[1] // d_head, affines["k"][0].shape[1] // d_head, d_head,
                             scale, text)
+
+    def _latent_weights(self, attention: nn.Module, out: Affine, layer: int) -> LayerWeights:
+        """Multi-head latent attention's projections (`Latent`); "k" and "v" the key and value columns of
+        kv_b_proj (rank, heads x nope and heads x v_head_dim)."""
+        nope, rope, heads = attention.qk_nope_head_dim, attention.qk_rope_head_dim, attention.num_heads
+        w, _ = affine(attention.kv_b_proj)  # (rank, heads x (nope + v)): each head's k_nope, then its v
+        per_head = w.reshape(len(w), heads, -1)
+        queries = attention.q_proj if attention.q_proj is not None else attention.q_b_proj
+        affines = {"q": affine(queries), "k": (per_head[..., :nope].reshape(len(w), -1), None),
+                   "v": (per_head[..., nope:].reshape(len(w), -1), None), "o": out}
+        q_a = None if attention.q_proj is not None else affine(attention.q_a_proj)
+        latent = Latent(q_a, getattr(attention, "q_a_layernorm", None), affine(attention.kv_a_proj_with_mqa),
+                        attention.kv_a_layernorm, attention.kv_lora_rank, nope, rope,
+                        bool(getattr(attention.config, "rope_interleave", False)))
+        scale, text = self.scale(attention, nope + rope, layer)
+        return LayerWeights(affines, heads, heads, nope + rope, scale, text, latent)
 
     def scale(self, attention: nn.Module, d_head: int, layer: int) -> tuple[float, str]:
         """What Q K^T is multiplied by, and how a person reads it: the module's own `scaling` where it is not
