@@ -53,7 +53,8 @@ def choose(trace: Trace) -> tuple[tuple[Head, ...], AblationMode]:
     st.session_state["ablation_heads"] = [head for head in kept if head in heads]
     left, right = st.columns([3, 2])
     every = right.toggle("Every head", key="ablation_every", help="Ablate all the model's heads at once.")
-    label = partial(head_label, with_site=len(trace.masks) > 1)  # plain values only: the session keeps format_func
+    label = partial(head_label, with_site=len(trace.masks) > 1, words=trace.facts.layer_words)  # no trace: the
+    # session keeps format_func
     chosen = left.multiselect("Heads to ablate", heads, format_func=label, key="ablation_heads",
                               disabled=every, placeholder="Choose heads, or scan every head below")
     mode = right.radio("Replace each head's output by", ABLATION_MODES, format_func=MODE_LABELS.get,
@@ -179,7 +180,7 @@ def show_scan(trace: Trace, scan: HeadScan) -> None:
         table = pd.DataFrame(effects, index=pd.Index(range(len(effects)), name="layer"))
         downloads(figure, file_name(trace.facts.model_id, "scan", site, scan.mode), f"ablation_scan_{site}",
                   constant(table))
-    st.dataframe(pd.DataFrame({"head": [head_label(head) for head, _ in ranked[:TOP_K]],
+    st.dataframe(pd.DataFrame({"head": [head_label(head, words=trace.facts.layer_words) for head, _ in ranked[:TOP_K]],
                                scan.measure: [value for _, value in ranked[:TOP_K]]}), hide_index=True)
 
 

@@ -108,7 +108,8 @@ def neurons(trace: Trace, stack: str) -> None:
     layers = layer_count(trace, stack)
     fall_back("activations_layer", layers, "layer")
     layer_col, neuron_col, k_col = st.columns(3)
-    layer = layer_col.selectbox("Layer", list(range(layers)), key="activations_layer")
+    layer = layer_col.selectbox("Layer", list(range(layers)), key="activations_layer",
+                                format_func=trace.facts.layer_words)
     hook = f"{stack}.{layer}.mlp.hook_post"
     hooked = trace_with((hook,))
     if missing_hooks(hooked, (hook,)):
@@ -128,7 +129,8 @@ def neurons(trace: Trace, stack: str) -> None:
     st.dataframe(top_table(tokens, top_n, top_v), key="activations_top_table", height=260)
     start = window_start(len(tokens), TEXT_WINDOW, "activations_text_start", "First token shown")
     shown = slice(start, start + TEXT_WINDOW)
-    text = coloured_text(tokens[shown], hidden[shown, neuron], f"layer {layer} · neuron {neuron} on the text", start)
+    named = trace.facts.layer_words(layer)  # a hybrid's true layer number
+    text = coloured_text(tokens[shown], hidden[shown, neuron], f"{named} · neuron {neuron} on the text", start)
     st.plotly_chart(text, key="activations_text")
     column = pd.DataFrame({"token": [position_label(i, t) for i, t in enumerate(tokens)],
                            "activation": hidden[:, neuron]})  # (pos,): the maker keeps this, not the layer
@@ -137,7 +139,7 @@ def neurons(trace: Trace, stack: str) -> None:
     names = [f"n{n}" for n in strongest]
     drawn = hidden[:, strongest].T  # (neurons, pos)
     shown = colour_scale(drawn, "activation", "activations_neuron_scale", signed=True)
-    grid = layer_token_heatmap(drawn, names, tokens, f"layer {layer}: the {len(names)} most active neurons (by "
+    grid = layer_token_heatmap(drawn, names, tokens, f"{named}: the {len(names)} most active neurons (by "
                                "their peak)", "activation", "RdBu_r", shown.zrange)
     st.plotly_chart(grid, key="activations_neurons")
     if shown.note:
@@ -245,14 +247,15 @@ def shapes(trace: Trace, stack: str) -> None:
     downloads_table(shown, f"{file_stem(trace, stack)}.shapes")
     layers = layer_count(trace, stack)
     fall_back("activations_shape_layer", layers, "layer")
-    layer = st.selectbox("Diagram of layer", list(range(layers)), key="activations_shape_layer")
+    layer = st.selectbox("Diagram of layer", list(range(layers)), key="activations_shape_layer",
+                         format_func=trace.facts.layer_words)
     rows = table[(table["stack"] == stack) & (table["layer"] == layer)]
     if not len(rows):  # paths without a stack name (GPT-2's h.0, Llama's layers.0)
         rows = table[table["layer"] == layer]
     st.caption("The diagram: the layer's leaf modules in the order they ran (dropout left out), each arrow labelled "
                "with the shape the module above it returned. Modules that read the same input (the Q, K and V "
                "projections) run one after the other, so they appear one under the other.")
-    figure = layer_diagram(rows, f"{stack} layer {layer}: the shapes on the arrows (batch left out)")
+    figure = layer_diagram(rows, f"{stack} {trace.facts.layer_words(layer)}: the shapes on the arrows (batch left out)")
     st.plotly_chart(figure, key="activations_shape_diagram")
     downloads(figure, f"{file_stem(trace, stack)}.{layer}.diagram", "activations_shape_diagram")
 

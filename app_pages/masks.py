@@ -8,6 +8,7 @@ import numpy as np
 import streamlit as st
 import torch
 
+from attention_atlas.model.core.attention.source import PatternSource
 from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.masks import check_every_query_sees_a_key
 from attention_atlas.model.core.trace.sites import Site
@@ -86,10 +87,11 @@ def scores_view(trace: Trace, site: str, layer: int, head: int) -> None:
     scores = run.captured[scores_hook][head]  # (q_len, k_len)
     window, chunk, visible = layer_mask(run, site, layer)  # (q_len, k_len), a sliding window's or chunks' too
     low, high = visible_range(scores, visible)
-    st.caption(f"Layer {layer} · head {head}. The raw scores are coloured from the smallest visible one ({low:.3g}) "
-               f"to the largest ({high:.3g}); after the mask a hidden score is −∞, drawn hatched (no colour means it), "
-               "and the softmax gives it exactly 0.")
-    where = f"{site_label(run, site)} · layer {layer} · head {head}"
+    named = run.facts.layer_words(layer)  # a hybrid's true layer number
+    st.caption(f"{named.capitalize()} · head {head}. The raw scores are coloured from the smallest visible one "
+               f"({low:.3g}) to the largest ({high:.3g}); after the mask a hidden score is −∞, drawn hatched (no "
+               "colour means it), and the softmax gives it exactly 0.")
+    where = f"{site_label(run, site)} · {named} · head {head}"
     raw_col, masked_col, prob_col = st.columns(3)
     with raw_col:
         heatmap(scores, run, site, f"scores {qk}", "masks_scores", name(run, site, layer, head, "scores"),
@@ -104,8 +106,20 @@ def scores_view(trace: Trace, site: str, layer: int, head: int) -> None:
     st.caption(f"All three: {where}." + (f" This layer slides: a query sees no key {window} or more positions away."
                                          if window else "")
                + (f" This layer reads in chunks of {chunk}: a query sees no key of another chunk." if chunk else ""))
+    if source is not None and source.sinks is not None:
+        st.caption(sink_words(source, head))
     if bias is not None:  # (q_len, k_len)
         bias_view(run, site, layer, head, (scores - bias, qk), bias, visible)
+
+
+def sink_words(source: PatternSource, head: int) -> str:
+    """Where the rest of each row of softmax(scores + M) went: the head's learned sink (GPT-OSS), one more key
+    that is no token, its logit in every row's softmax and its share of each row dropped after it."""
+    shares = source.sink_shares(heads=[head])[0]  # (q_len,)
+    return (f"This head has a learned sink: one more key that is no token, with the logit {source.sinks[head]:.3g} "
+            "(not drawn among the scores) in every row's softmax, its probability dropped after. It took "
+            f"{shares.mean():.1%} of a row on average (from {shares.min():.1%} to {shares.max():.1%}), so each row of "
+            "softmax(scores + M) sums to 1 less the sink's share.")
 
 
 def bias_view(run: Trace, site: str, layer: int, head: int, content: tuple[np.ndarray, str], bias: np.ndarray,
@@ -124,9 +138,10 @@ def bias_view(run: Trace, site: str, layer: int, head: int, content: tuple[np.nd
     with bias_col:
         heatmap(bias, run, site, f"B ({named})", "masks_bias", name(run, site, layer, head, "position-bias"),
                 zrange=(low, high), value_name="bias", masked=~visible)
-    st.caption(f"B for {site_label(run, site)} · layer {layer} · head {head}: from {low:.3g} to {high:.3g}, hatched "
-               "where the mask then hides the key." + (" ALiBi's is this head's slope × (key − query): keys further "
-                                                       "back lose more." if named == "ALiBi" else ""))
+    st.caption(f"B for {site_label(run, site)} · {run.facts.layer_words(layer)} · head {head}: from {low:.3g} to "
+               f"{high:.3g}, hatched where the mask then hides the key."
+               + (" ALiBi's is this head's slope × (key − query): keys further back lose more."
+                  if named == "ALiBi" else ""))
 
 
 def on_off_view(trace: Trace, site: str, layer: int, head: int) -> None:
@@ -196,8 +211,9 @@ def padding_view(trace: Trace, site: str, layer: int, head: int) -> None:
     with mask_col:
         draw_mask(padded, pad_site, "masks_padding_mask")
     with head_col:
-        heatmap(pattern, padded, pad_site, f"padded · layer {layer} · head {head}", "masks_padding_head",
-                name(padded, pad_site, layer, head, f"pad{pad_to}"), masked=~padded.masks[pad_site])
+        heatmap(pattern, padded, pad_site, f"padded · {padded.facts.layer_words(layer)} · head {head}",
+                "masks_padding_head", name(padded, pad_site, layer, head, f"pad{pad_to}"),
+                masked=~padded.masks[pad_site])
 
 
 def example_row(visible: np.ndarray) -> int | None:
@@ -226,11 +242,12 @@ def why_view(trace: Trace, site: str, layer: int, head: int) -> None:
     kept = float(table["softmax(s), hidden zeroed after"].sum())
     query = literal(position_label(row, run.query_tokens(site)[row]))
     st.markdown(
-        f"Query {query}, layer {layer} · head {head}. A hidden key's score set to **0** still counts: e⁰ = 1 stays in "
-        f"the sum, and the hidden keys take **{leak:.1%}** of the attention. Zeroing them after the softmax leaves a "
-        f"row that sums to **{kept:.4f}**, not 1. Adding **−∞** gives them exactly 0 and the rest sum to 1. Models "
-        f"often add the dtype's minimum instead (float32: {np.finfo(np.float32).min:.3g}): e to the power of it "
-        "underflows to exactly 0 too, and a row with every key hidden stays a number instead of NaN.")
+        f"Query {query}, {run.facts.layer_words(layer)} · head {head}. A hidden key's score set to **0** still "
+        f"counts: e⁰ = 1 stays in the sum, and the hidden keys take **{leak:.1%}** of the attention. Zeroing them "
+        f"after the softmax leaves a row that sums to **{kept:.4f}**, not 1. Adding **−∞** gives them exactly 0 and "
+        f"the rest sum to 1. Models often add the dtype's minimum instead (float32: {np.finfo(np.float32).min:.3g}): "
+        "e to the power of it underflows to exactly 0 too, and a row with every key hidden stays a number instead of "
+        "NaN.")
     if row is not None and (visible_row == visible[row]).all():
         model_row = softmax(np.where(visible_row, scores[row], -np.inf))
         st.caption(f"softmax(s + M) against the model's own pattern row: max difference "

@@ -31,7 +31,7 @@ def head_section(trace: Trace) -> None:
     site_of_note, layer_of_note, head_of_note, share = opening_head(trace)
     site, layer, head = choose_head(trace)
     if (site, layer, head) == (site_of_note, layer_of_note, head_of_note):
-        st.caption(opening_caption(layer, head, share))
+        st.caption(opening_caption(trace.facts.layer_words(layer), head, share))
     visible = trace.masks[site]  # (q_len, k_len)
     n_q, n_k = visible.shape
     rows, cols = np.arange(n_q), np.arange(n_k)
@@ -42,8 +42,9 @@ def head_section(trace: Trace) -> None:
     drawn = trace.head_pattern(site, layer, head, rows)[:, cols]  # (q_shown, k_shown): only the rows drawn computed
     queries, keys = trace.query_tokens(site), trace.key_tokens(site)
     figure = attention_heatmap(drawn, [queries[i] for i in rows], [keys[i] for i in cols],
-                               f"{site_label(trace, site)} · layer {layer} · head {head}", row_positions=rows,
-                               col_positions=cols, masked=~visible[np.ix_(rows, cols)], height=HEAD_HEIGHT)
+                               f"{site_label(trace, site)} · {trace.facts.layer_words(layer)} · head {head}",
+                               row_positions=rows, col_positions=cols, masked=~visible[np.ix_(rows, cols)],
+                               height=HEAD_HEIGHT)
     st.plotly_chart(figure, key="overview_heatmap")
     name = f"{trace.facts.model_id}.{site}.{layer}.{head}".replace("/", "_")
     if whole_csv(n_q, n_k):  # the whole matrix: a copy, not a view (the CSV's maker outlives the run)
@@ -53,13 +54,14 @@ def head_section(trace: Trace) -> None:
     downloads(figure, name, "overview_heatmap", table)
 
 
-def opening_caption(layer: int, head: int, share: float) -> str:
-    """What the head the page opened on does; called a previous-token head only when it mostly is one."""
+def opening_caption(layer_words: str, head: int, share: float) -> str:
+    """What the head the page opened on (in `layer_words`: "layer 3") does; called a previous-token head only when it
+    mostly is one."""
     if share >= PREVIOUS_TOKEN_HEAD:
-        return (f"Layer {layer} · head {head} puts {percent(share)} of each token's attention (on average) on the "
-                "token before it: a *previous-token head*, the clearest pattern of this run.")
-    return (f"Layer {layer} · head {head} looks at the token before each token more than any other head of this "
-            f"run: {percent(share)} of its attention on average.")
+        return (f"{layer_words.capitalize()} · head {head} puts {percent(share)} of each token's attention (on "
+                "average) on the token before it: a *previous-token head*, the clearest pattern of this run.")
+    return (f"{layer_words.capitalize()} · head {head} looks at the token before each token more than any other "
+            f"head of this run: {percent(share)} of its attention on average.")
 
 
 def output_section(trace: Trace) -> None:

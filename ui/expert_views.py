@@ -30,7 +30,8 @@ def experts_view(trace: Trace, stack: str) -> None:
     routed_layers = list(chosen)  # a model may keep some blocks' MLP whole (Qwen-MoE's mlp_only_layers)
     if st.session_state.get("activations_layer") not in routed_layers:
         st.session_state["activations_layer"] = routed_layers[0]
-    layer = st.selectbox("Layer", routed_layers, key="activations_layer")
+    layer = st.selectbox("Layer", routed_layers, key="activations_layer", format_func=trace.facts.layer_words)
+    named = trace.facts.layer_words(layer)  # a hybrid's true layer number
     url_state.write(activations_layer=layer)
     scores = np.asarray(routed.captured[f"{stack}.{layer}.mlp.hook_expert_weights"], np.float32)  # (pos, experts)
     scoring = scoring_of(scores)
@@ -38,7 +39,7 @@ def experts_view(trace: Trace, stack: str) -> None:
     indices = chosen[layer]
     experts, k = scores.shape[1], indices.shape[1]
     tokens = stack_tokens(trace, stack)
-    st.caption(f"The router of layer {layer}'s MLP scores its {experts} experts for every token ({scoring.words}) "
+    st.caption(f"The router of {named}'s MLP scores its {experts} experts for every token ({scoring.words}) "
                f"and sends it to {k} of them (marked: the first choice 1, the second 2 …), mixing their outputs by "
                "weights w_e made from the chosen scores (an expert every token goes through, as Qwen-MoE's shared "
                "one, is not drawn here)."
@@ -48,7 +49,7 @@ def experts_view(trace: Trace, stack: str) -> None:
                + ("" if len(routed_layers) == len(range(layer_count(trace, stack))) else
                   f" Only layers {', '.join(map(str, routed_layers))} route their tokens."))
     name = file_name(trace.facts.model_id, stack, layer)
-    figure = routing_heatmap(scores, indices, tokens, f"layer {layer}: each token's experts", scoring.value_name)
+    figure = routing_heatmap(scores, indices, tokens, f"{named}: each token's experts", scoring.value_name)
     st.plotly_chart(figure, key="activations_experts")
     rows = [f"expert {e}" for e in range(experts)]
     downloads(figure, f"{name}.experts", "activations_experts", lambda: pd.concat(
@@ -56,12 +57,12 @@ def experts_view(trace: Trace, stack: str) -> None:
          pd.DataFrame(indices.T, index=[f"choice {c + 1}" for c in range(k)],
                       columns=[position_label(p, t) for p, t in enumerate(tokens)])]))
     counts = tokens_per_expert(list(chosen.values()), experts)  # (routed layers, experts)
-    names = [f"layer {i}" for i in routed_layers]
+    names = [trace.facts.layer_words(i) for i in routed_layers]
     load = expert_load_heatmap(counts, names, f"{stack}: tokens each expert received, by layer")
     st.plotly_chart(load, key="activations_expert_load")
     downloads(load, f"{file_name(trace.facts.model_id, stack)}.expert-load", "activations_expert_load",
               lambda: pd.DataFrame(counts, index=names, columns=rows))
     row = routed_layers.index(layer)
     idle = [f"{e}" for e in range(experts) if counts[row, e] == 0]
-    st.caption(f"Layer {layer}: {len(tokens)} tokens × {k} choices = {int(counts[row].sum())} routings"
+    st.caption(f"{named.capitalize()}: {len(tokens)} tokens × {k} choices = {int(counts[row].sum())} routings"
                + (f"; expert{'s' if len(idle) > 1 else ''} {', '.join(idle)} received none." if idle else "."))

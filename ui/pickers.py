@@ -6,7 +6,7 @@ head chosen on one page is the head the next page opens on.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -32,10 +32,12 @@ def site_label(trace: Trace, site: str) -> str:
     return plot_site_label(trace, site)
 
 
-def head_label(head: Head, with_site: bool = True) -> str:
-    """("decoder.3.cross_attn", 2) -> "cross · layer 3 · head 2" ("layer 3 · head 2" without its site)."""
+def head_label(head: Head, with_site: bool = True, words: Callable[[int], str] | None = None) -> str:
+    """("decoder.3.cross_attn", 2) -> "cross · layer 3 · head 2" ("layer 3 · head 2" without its site); `words`
+    names a decoder layer (ModelFacts.layer_words: a hybrid's true layer number)."""
     site, layer = head_site(head)
-    return f"{SHORT_SITES[site] + ' · ' if with_site else ''}layer {layer} · head {head[1]}"
+    named = words(layer) if words is not None and site == "decoder.attn" else f"layer {layer}"
+    return f"{SHORT_SITES[site] + ' · ' if with_site else ''}{named} · head {head[1]}"
 
 
 def keep_valid(key: str, options: Sequence[Any]) -> None:

@@ -99,7 +99,7 @@ class HeadChoice:
 
     @property
     def where(self) -> str:
-        return f"{self.label} · layer {self.layer}"
+        return f"{self.label} · {self.trace.facts.layer_words(self.layer)}"
 
     def windowed(self, first_row: int | None = None, first_col: int | None = None) -> HeadChoice:
         """Long texts: a window of at most WINDOW x WINDOW cells. Rows from `first_row` (None: the last rows), keys
