@@ -70,17 +70,19 @@ class SiteMask:
     visible: np.ndarray  # (q_len, k_len) bool, True = may attend
     causal: bool  # whether the causal mask hides keys here
     blocked: tuple[tuple[int, int], ...]  # the custom mask's (query, key) pairs that apply here
+    layer_name: str = ""  # how the page names that layer (ModelFacts.layer_words: a hybrid's true layer number)
 
     @classmethod
     def of(cls, trace: Trace, site: str, layer: int | None = None) -> SiteMask:
         window, chunk, visible = layer_mask(trace, site, layer)
-        return cls(site, layer, window, chunk, visible, *hiding(trace, site))
+        named = "" if layer is None else trace.facts.layer_words(layer)
+        return cls(site, layer, window, chunk, visible, *hiding(trace, site), named)
 
     @property
     def title(self) -> str:
         label = f"mask · {Site.of(self.site).label}"
         if self.window or self.chunk:
-            label += f" · layer {self.layer} (" + " and ".join(
+            label += f" · {self.layer_name} (" + " and ".join(
                 [*([f"a window of {self.window}"] if self.window else []),
                  *([f"chunks of {self.chunk}"] if self.chunk else [])]) + ")"
         return label
