@@ -31,9 +31,26 @@ def rotary_tables(model: nn.Module, length: int, layer_type: str | None = None
     half = cos.shape[-1] // 2
     if torch.allclose(cos[:, :half], cos[:, half:]):
         return cos[:length], sin[:length], False
-    if not torch.allclose(cos[:, 0::2], cos[:, 1::2]):  # one number a pair
-        cos, sin = cos.repeat_interleave(2, -1), sin.repeat_interleave(2, -1)
-    return cos[:length], sin[:length], True
+    if torch.allclose(cos[:, 0::2], cos[:, 1::2]):
+        return cos[:length], sin[:length], True
+    if _pairs_halves(rotary, cos[1], sin[1]):  # one number a pair (i, i + r/2): GPT-OSS
+        return torch.cat([cos, cos], -1)[:length], torch.cat([sin, sin], -1)[:length], False
+    return cos.repeat_interleave(2, -1)[:length], sin.repeat_interleave(2, -1)[:length], True  # (2i, 2i + 1): GPT-J
+
+
+def _pairs_halves(rotary: nn.Module, cos: torch.Tensor, sin: torch.Tensor) -> bool:
+    """Whether the model's own `apply_rotary_pos_emb` (in the rotary module's source file) turns a table of one number
+    a pair (r / 2,) on the pairs (i, i + r/2), not (2i, 2i + 1): read from what it does to one probe vector."""
+    apply = getattr(inspect.getmodule(type(rotary)), "apply_rotary_pos_emb", None)
+    names = list(inspect.signature(apply).parameters) if apply is not None else []
+    probe = torch.linspace(-1, 1, 2 * len(cos), dtype=torch.float64)[None, None, None]  # (1, 1, 1, r)
+    given = {"cos": cos[None, None], "sin": sin[None, None]} | {n: probe for n in ("q", "k", "tensor") if n in names}
+    try:
+        out = apply(**given)
+    except (TypeError, RuntimeError):
+        return False
+    out = (out[0] if isinstance(out, tuple) else out)[0, 0, 0]
+    return bool(torch.allclose(out, rotate(probe[0, 0, 0], torch.cat([cos, cos]), torch.cat([sin, sin]), False)))
 
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool) -> torch.Tensor:

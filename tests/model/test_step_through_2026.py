@@ -1,7 +1,8 @@
 """Step through on the attention of 2026's models: DeepSeek-V2/V3's multi-head latent attention recomputed from its
 weights (the queries' latent and norm, the keys' and values' latent, its norm and the shared rotary key part, V3's
 rotary pairs laid out after the rotation) equals every hook the model recorded, and direct logit attribution (which
-reads each head's z and o_proj only) runs on it."""
+reads each head's z and o_proj only) runs on it; GPT-OSS's rotation (one cos a pair (i, i + d/2), YaRN's scaling in
+the tables) is the model's."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from attention_atlas.model.inspect.head_weights import head_weights
 from attention_atlas.model.inspect.norm_output import block_input
 from attention_atlas.model.inspect.step_hooks import step_names
 from tests.tiny_hf import MLA, MLA_TYPES, build_type
+from tests.tiny_sinks import build_gpt_oss
 
 TEXT = "the quick brown fox jumps over the lazy dog the cat sat on the mat"
 
@@ -78,3 +80,22 @@ def test_direct_logit_attribution_reads_each_heads_z_and_o_proj(mla_runners, mod
     found = attribute(runner, trace, " fox")  # raises where its parts do not add up to the model's own logit
     assert found.heads.shape == (2, 4) and np.abs(found.heads).max() > 0
     assert found.total == pytest.approx(found.model_logit, abs=1e-3)
+
+
+def test_gpt_oss_queries_and_keys_are_rotated_as_the_model_rotates_them(tmp_path) -> None:
+    """GPT-OSS's rotary module gives one cos and sin a pair of dimensions (i, i + d/2) (as GPT-J does for its pairs
+    (2i, 2i + 1)), times YaRN's attention scaling: Step through rotates as the model's own attention read them."""
+    runner = load_hf_runner(str(build_gpt_oss(tmp_path / "gpt_oss")))
+    assert runner.model.config.rope_parameters["rope_type"] == "yarn"
+    names = step_names(runner.facts, "decoder.attn", 1)
+    trace = runner.run(TEXT, options=RunOptions(hooks=names.hooks()))
+    x = block_input(runner, names.x, trace.captured[names.x])
+    source = trace.pattern_sources[Site.of("decoder.attn").pattern_name(1)]
+    for head in range(runner.facts.n_heads):
+        weights = head_weights(runner, "decoder.attn", 1, head, len(x), len(x), source)
+        steps = compute_head(weights, x, x, np.asarray(source.allowed))
+        for mine, hook in ((steps.rot_q, "hook_rot_q"), (steps.rot_k, "hook_rot_k")):
+            np.testing.assert_allclose(mine, trace.captured[f"{names.attention}.{hook}"][weights.kv_head if hook
+                                       == "hook_rot_k" else head], atol=1e-5, err_msg=f"head {head} {hook}")
+        np.testing.assert_allclose(steps.pattern, trace.head_pattern("decoder.attn", 1, head), atol=1e-3)
+        np.testing.assert_allclose(steps.z, trace.captured[f"{names.attention}.hook_z"][head], atol=1e-5)
