@@ -139,13 +139,12 @@ def sink_bars(shares: np.ndarray, query_tokens: Sequence[str], positions: Sequen
     rows = position_labels(query_tokens, positions)
     x = np.asarray(shares, dtype=np.float32)
     return go.Figure({
-        "data": [{"type": "bar", "orientation": "h", "name": "sink", "x": x, "y": rows, "showlegend": True,
+        "data": [{"type": "bar", "orientation": "h", "name": "sink", "x": x, "y": rows, "showlegend": False,
                   "hovertemplate": "%{y} → sink<br>weight %{x:.3f}<extra></extra>"}],
         "layout": {
             "title": {"text": plotly_text(title), "x": 0, "xanchor": "left"},
             "xaxis": {"title": {"text": "weight on the sink"}, "range": [0.0, 1.0]},
             "yaxis": _axis("query", rows, query_tokens, autorange="reversed", automargin=True),
             "height": max(320, min(900, 40 + 28 * len(rows))), "margin": {"l": 60, "r": 20, "t": 40, "b": 20},
-            "legend": LEGEND_ABOVE,
-        },
+        },  # no legend: the axis names the sink, and one beside the title would sit under the chart's buttons
     })

@@ -78,6 +78,9 @@ def hidden_counts(visible: np.ndarray, causal: bool, blocked: Sequence[tuple[int
     return {name: count for name, count in counts.items() if count}
 
 
+LEGEND_GAP = 75  # pixels from the plot's bottom edge to the legend: below the keys and the axis title
+
+
 def _legend(name: str, colour: str) -> dict[str, Any]:
     return {"type": "scatter", "x": [None], "y": [None], "mode": "markers", "name": name, "showlegend": True,
             "hoverinfo": "skip", "marker": {"symbol": "square", "size": 14, "color": colour}}
@@ -100,7 +103,8 @@ def mask_figure(visible: np.ndarray, reasons: dict[str, np.ndarray], row_tokens:
                                  hovertemplate=f"%{{y}} → %{{x}}<br>{REASON_TEXT[name]}<extra></extra>"))
         fig.add_trace(_legend(REASON_TEXT[name], REASON_RGB[name]))
     fig.add_trace(_legend("may attend", VISIBLE_RGB))
-    fig.update_layout(legend={"orientation": "h", "x": 0, "xanchor": "left", "y": -0.12, "yanchor": "top"},
+    below = -LEGEND_GAP / max(fig.layout.height - 60, 100)  # the plot's height less its top and bottom margins
+    fig.update_layout(legend={"orientation": "h", "x": 0, "xanchor": "left", "y": below, "yanchor": "top"},
                       margin={"t": 40, "b": 20})  # below the key axis: three entries above would cover the title
     return fig
 

@@ -81,6 +81,7 @@ BUILDERS: dict[str, Build] = {
         RNG.random((2, 2)), ["a", "b"], ["a", "b"], h, categories=([h, "b"], [h, "b"]), masked=np.eye(2, dtype=bool)),
     "heatmap.similarity_heatmap": lambda h: heatmap.similarity_heatmap(RNG.random((3, 3)), _tokens(h), h),
     "heatmap.layer_head_heatmap": lambda h: heatmap.layer_head_heatmap(RNG.random((2, 3)), h, h),
+    "heatmap.sink_bars": lambda h: heatmap.sink_bars(RNG.random(3).astype(np.float32), _tokens(h), [0, 1, 2], h),
     "logit_lens.lens_grid": lambda h: logit_lens.lens_grid(np.zeros((2, 3, 2), np.int64), RNG.random((2, 3, 2)),
                                                            lambda ids: [h] * len(ids), _tokens(h), [0, 1, 2], h),
     "logit_lens.rank_lines": lambda h: logit_lens.rank_lines(np.ones((2, 1), np.int64), RNG.random((2, 1)), [h], h),
