@@ -24,7 +24,7 @@ from attention_atlas.ui.page import current_runner, current_trace, show_open_tab
 from attention_atlas.ui.pickers import choose_head, keep_valid
 from attention_atlas.ui.score_terms import score_terms_view
 from attention_atlas.ui.trace_cache import per_trace
-from attention_atlas.viz.step_through import dimension_names
+from attention_atlas.viz.step_through import dimension_names, latent_latex, latent_matrices, scores_latex, softmax_latex
 from attention_atlas.viz.tokens import position_label
 
 STEPS = ["1 · X and the weights", "2 · Q, K, V", "3 · Scores → pattern", "4 · × V, W_O, residual, norm"]  # the
@@ -139,11 +139,12 @@ def show_inputs(h: Head, values: bool) -> None:
     show_matrix(h.x, h.rows, d_model, f"X ({source})", ("tokens", "d_model"), "step_x", show_values=values,
                 stem=h.stem)
     if Site.of(h.site).is_cross:
-        keys = h.cols
         st.caption("Cross-attention: keys and values read the encoder's output.")
-        show_matrix(h.x_kv, keys, d_model, "X_enc (the encoder's output)", ("source tokens", "d_model"),
+        show_matrix(h.x_kv, h.cols, d_model, "X_enc (the encoder's output)", ("source tokens", "d_model"),
                     "step_x_enc", show_values=values, stem=h.stem)
     w = h.weights
+    if w.latent is not None:
+        return show_latent(h, values)
     st.latex(rf"W_Q^{{({w.head})}},\ W_K^{{({w.kv_head})}},\ W_V^{{({w.kv_head})}} \in "
              rf"\mathbb{{R}}^{{d_{{\text{{model}}}} \times d_{{\text{{head}}}}}},\ d_{{\text{{head}}}} = {w.d_head}")
     d_head = dimension_names(w.d_head, "h")
@@ -152,17 +153,33 @@ def show_inputs(h: Head, values: bool) -> None:
                     f"step_{name.lower()}", show_values=values, stem=h.stem)
 
 
+def show_latent(h: Head, values: bool) -> None:
+    """Multi-head latent attention's weights and latents (DeepSeek-V2/V3), each with its real shape."""
+    w, s, lat = h.weights, h.steps, h.weights.latent
+    assert lat is not None
+    st.markdown("**Multi-head latent attention**: keys and values are made from one latent a token (through an "
+                "RMSNorm) and a rotary key part every head shares; Q and K are [nope | rope], V narrower.")
+    matrices = {"w_qa": None if lat.q_a is None else lat.q_a[0], "c_q": s.c_q, "w_q": w.w_q, "w_kva": lat.kv_a[0],
+                "c_kv": s.c_kv, "w_k": w.w_k, "w_v": w.w_v}
+    for formula in latent_latex(matrices):
+        st.latex(formula)
+    for matrix, rows, cols, title, axes in latent_matrices(matrices, w.head, h.rows, h.cols):
+        show_matrix(matrix, rows, cols, title, axes, f"step_{title[:4]}", show_values=values, stem=h.stem)
+
+
 def show_qkv(h: Head, values: bool) -> None:
-    st.latex(r"Q = X W_Q + b_Q,\quad K = X_{kv} W_K + b_K,\quad V = X_{kv} W_V + b_V")
-    d_head = dimension_names(h.weights.d_head, "h")
-    s = h.steps
+    w, s = h.weights, h.steps
+    st.latex(r"Q = X W_Q + b_Q,\quad K = X_{kv} W_K + b_K,\quad V = X_{kv} W_V + b_V" if w.latent is None else
+             r"Q,\ K,\ V\ \text{from the latents of step 1}")
+    d_head = dimension_names(w.d_head, "h")
     show_matrix(s.q, h.rows, d_head, "Q", ("tokens", "d_head"), "step_q", show_values=values, stem=h.stem)
     show_matrix(s.k, h.cols, d_head, "K", ("key tokens", "d_head"), "step_k", show_values=values, stem=h.stem)
-    show_matrix(s.v, h.cols, d_head, "V", ("key tokens", "d_head"), "step_v", show_values=values, stem=h.stem)
+    show_matrix(s.v, h.cols, dimension_names(w.d_value, "h"), "V", ("key tokens", "d_value"), "step_v",
+                show_values=values, stem=h.stem)
     if h.trace.facts.positional == "rotary" and h.weights.rotary is None:
         st.caption("This layer rotates neither Q nor K (NoPE): its scores carry no position.")
     if s.rot_q is not None and s.rot_k is not None:
-        w, done = h.weights, []
+        done: list[str] = []
         if w.q_norm is not None:
             spans = "every head's numbers at once" if w.q_norm.whole is not None else "the head's own d_head numbers"
             st.markdown(f"**Query and key norms**: Q and K are each normalised (an RMSNorm over {spans}, times a "
@@ -172,7 +189,8 @@ def show_qkv(h: Head, values: bool) -> None:
         if w.rotary is not None:
             r = w.rotary.cos.shape[-1]
             pairs = "(2i, 2i + 1)" if w.rotary.interleaved else f"(i, i + {r // 2})"
-            part = f"the first {r} of its {w.d_head} dimensions" if r < w.d_head else "its dimensions"
+            part = f"the {'last' if w.latent else 'first'} {r} of its {w.d_head} dimensions" if r < w.d_head else \
+                "its dimensions"
             st.markdown(f"**Rotary positions**: each pair {pairs} of {part} of Q and K is rotated by an angle "
                         "proportional to the token's position, so Q·K depends on the two positions' distance.")
             st.latex(r"\tilde q_p = q_p \cos(p\,\theta) + \mathrm{rotate}(q_p) \sin(p\,\theta)")
@@ -192,23 +210,12 @@ def show_qkv(h: Head, values: bool) -> None:
                     show_values=values, stem=h.stem)
 
 
-def scores_latex(w: HeadWeights, positional: str) -> str:
-    """S as this model computes it: ÷√d_k, T5's unscaled scores + its position bias (ALiBi, DeBERTa's c2p + p2c)..."""
-    bias = rf" + B_{{\text{{{bias_name(positional)}}}}}" if w.position_bias is not None else ""
-    if w.softcap is not None:
-        return rf"S = c \tanh\Big(\frac{{Q K^\top \times {w.scale:.4g}}}{{c}}\Big),\quad c = {w.softcap:g}"
-    if w.scale == 1.0:
-        return rf"S = Q K^\top{bias}\quad\text{{(no division by }}\sqrt{{d_k}})"
-    if np.isclose(w.scale, w.d_head ** -0.5):
-        return rf"S = \frac{{Q K^\top}}{{\sqrt{{d_k}}}}{bias},\quad d_k = {w.d_head}"
-    return rf"S = Q K^\top \times {w.scale:.4g}{bias}"
-
-
 def show_scores(h: Head, values: bool) -> None:
     s, w = h.steps, h.weights
     axes = ("query tokens", "key tokens")
     show_matrix(s.qk, h.rows, h.cols, "Q Kᵀ", axes, "step_qk", show_values=values, stem=h.stem)
-    st.latex(scores_latex(w, h.trace.facts.positional))
+    bias = None if w.position_bias is None else bias_name(h.trace.facts.positional)
+    st.latex(scores_latex(w.scale, w.d_head, w.softcap, bias))
     st.caption(f"Scale: {w.scale_text}.")
     show_matrix(s.scores, h.rows, h.cols, "S, the scaled scores", axes, "step_scores", show_values=values, stem=h.stem)
     score_terms_view(current_runner(), h.trace, h.layer, w.head, h.captured, s.qk * w.scale, (h.rows, h.cols),
@@ -216,7 +223,7 @@ def show_scores(h: Head, values: bool) -> None:
     st.latex(r"S_{\text{masked}} = S + M,\quad M_{ij} = \begin{cases}0 & \text{key } j \text{ visible to } i\\"
              r"-\infty & \text{hidden}\end{cases}")
     show_matrix(s.masked, h.rows, h.cols, "S + M (hatched: −∞)", axes, "step_masked", show_values=values, stem=h.stem)
-    st.latex(r"A = \mathrm{softmax}(S + M) \quad\text{(each row sums to 1; } e^{-\infty} = 0)")
+    st.latex(softmax_latex(w.sink))
     show_matrix(s.pattern, h.rows, h.cols, "A, the attention pattern", axes, "step_pattern", show_values=values,
                 stem=h.stem, zrange=(0.0, 1.0), colorscale="Viridis")
     show_row(h)
@@ -237,10 +244,10 @@ def show_row(h: Head) -> None:
 def show_output(h: Head, values: bool) -> None:
     s, w = h.steps, h.weights
     st.latex(r"Z = A V \in \mathbb{R}^{\text{tokens} \times d_{\text{head}}}")
-    show_matrix(s.z, h.rows, dimension_names(w.d_head, "h"), f"Z, head {w.head}'s output", ("tokens", "d_head"),
+    show_matrix(s.z, h.rows, dimension_names(w.d_value, "h"), f"Z, head {w.head}'s output", ("tokens", "d_value"),
                 "step_z", show_values=values, stem=h.stem)
     z_all = h.captured("hook_z")  # (heads, q_len, d_head)
-    concat_cols = [f"head{i}·h{j}" for i in range(w.n_heads) for j in range(w.d_head)]
+    concat_cols = [f"head{i}·h{j}" for i in range(w.n_heads) for j in range(w.d_value)]
     st.latex(r"\mathrm{Concat}(Z_0, \dots, Z_{h-1})\, W_O + b_O")
     show_matrix(concat_heads(z_all), h.rows, concat_cols, "Concat of every head's Z", ("tokens", "heads·d_head"),
                 "step_concat", show_values=values, stem=h.stem)

@@ -82,3 +82,71 @@ def step_heatmap(
 def dimension_names(count: int, prefix: str = "d") -> list[str]:
     """["d0", "d1", ...]: column names of a vector's components."""
     return [f"{prefix}{i}" for i in range(count)]
+
+
+def scores_latex(scale: float, d_head: int, softcap: float | None, bias: str | None) -> str:
+    """S as a model computes it: ÷√d_k, T5's unscaled scores, a soft-cap (Gemma 2), + `bias`, the name of what it adds
+    for positions (ALiBi, DeBERTa's c2p + p2c), if it adds any."""
+    added = rf" + B_{{\text{{{bias}}}}}" if bias is not None else ""
+    if softcap is not None:
+        return rf"S = c \tanh\Big(\frac{{Q K^\top \times {scale:.4g}}}{{c}}\Big),\quad c = {softcap:g}"
+    if scale == 1.0:
+        return rf"S = Q K^\top{added}\quad\text{{(no division by }}\sqrt{{d_k}})"
+    if np.isclose(scale, d_head ** -0.5):
+        return rf"S = \frac{{Q K^\top}}{{\sqrt{{d_k}}}}{added},\quad d_k = {d_head}"
+    return rf"S = Q K^\top \times {scale:.4g}{added}"
+
+
+def softmax_latex(sink: float | None) -> str:
+    """A = softmax(S + M); with a sink (GPT-OSS) its logit s joins each row's denominator and takes a share no token
+    gets, so rows sum to less than 1."""
+    if sink is None:
+        return r"A = \mathrm{softmax}(S + M) \quad\text{(each row sums to 1; } e^{-\infty} = 0)"
+    return (rf"A_{{ij}} = \frac{{e^{{(S + M)_{{ij}}}}}}{{\sum_k e^{{(S + M)_{{ik}}}} + e^{{s}}}},\quad s = {sink:.4g}"
+            r"\quad\text{(the head's sink: each row sums to less than 1)}")
+
+
+def latent_latex(m: dict[str, np.ndarray | None]) -> list[str]:
+    """Multi-head latent attention's steps to Q, K and V with their widths, read from the shapes of its matrices
+    (`latent_matrices`): queries through a latent of q_rank (or straight from X), keys and values from one latent of
+    `rank` a token and a rotary key part of `rope` every head shares; each query and key [nope | rope]."""
+    w_qa, w_kva, c_kv, w_k, w_v = m["w_qa"], m["w_kva"], m["c_kv"], m["w_k"], m["w_v"]
+    assert w_kva is not None and c_kv is not None and w_k is not None and w_v is not None
+    q_rank, rank, nope, d_value = None if w_qa is None else w_qa.shape[1], c_kv.shape[1], w_k.shape[1], w_v.shape[1]
+    rope = w_kva.shape[1] - rank
+    query = (r"Q = X W_Q" if q_rank is None else
+             rf"c_Q = \mathrm{{RMSNorm}}(X W_{{qa}}) \in \mathbb{{R}}^{{\text{{tokens}} \times {q_rank}}},\quad "
+             r"Q = c_Q W_Q")
+    tokens = r"\in \mathbb{R}^{\text{tokens} \times "
+    return [rf"{query} = [\,Q_{{\text{{nope}}}}\ |\ Q_{{\text{{rope}}}}\,] {tokens}({nope} + {rope})}}",
+            rf"X W_{{kva}} = [\,a\ |\ K_{{\text{{rope}}}}\,] {tokens}({rank} + {rope})}}"
+            rf",\quad c_{{KV}} = \mathrm{{RMSNorm}}(a) {tokens}{rank}}}",
+            rf"K = [\,c_{{KV}} W_K\ |\ K_{{\text{{rope}}}}\,] {tokens}({nope} + {rope})}}"
+            rf",\quad V = c_{{KV}} W_V {tokens}{d_value}}}"]
+
+
+def latent_matrices(m: dict[str, np.ndarray | None], head: int, rows: list[str], cols: list[str]
+                    ) -> list[tuple[np.ndarray, list[str], list[str], str, tuple[str, str]]]:
+    """Multi-head latent attention's matrices as (values, row names, column names, title, axis titles), in the order
+    they are used: "w_qa" (d_model, q_rank) and "c_q" (tokens, q_rank), None where the queries read X; "w_q" (q_rank or
+    d_model, nope + rope) the head's; "w_kva" (d_model, rank + rope), "c_kv" (key tokens, rank); "w_k" (rank, nope),
+    "w_v" (rank, d_value) the head's. rows, cols: the query and key tokens' names."""
+    w_qa, c_q, w_kva, c_kv = m["w_qa"], m["c_q"], m["w_kva"], m["c_kv"]
+    assert w_kva is not None and c_kv is not None
+    d_model, latent = dimension_names(w_kva.shape[0]), dimension_names(c_kv.shape[1], "c")
+    found: list[tuple[np.ndarray, list[str], list[str], str, tuple[str, str]]] = []
+    q_in, q_axis = d_model, "d_model"
+    if w_qa is not None and c_q is not None:
+        q_in, q_axis = dimension_names(w_qa.shape[1], "c"), "q_rank"
+        found += [(w_qa, d_model, q_in, "W_qa (q_a_proj), every head's", ("d_model", "q_rank")),
+                  (c_q, rows, q_in, "c_Q = RMSNorm(X W_qa)", ("tokens", "q_rank"))]
+    rope = [f"r{i}" for i in range(w_kva.shape[1] - c_kv.shape[1])]
+    for name, values, row_names, col_names, title, axes in (
+            ("w_q", m["w_q"], q_in, None, f"W_Q, head {head}'s columns", (q_axis, "nope + rope")),
+            ("w_kva", w_kva, d_model, latent + rope, "W_kva (kv_a_proj_with_mqa)", ("d_model", "rank + rope")),
+            ("c_kv", c_kv, cols, latent, "c_KV, the latent after its RMSNorm", ("key tokens", "rank")),
+            ("w_k", m["w_k"], latent, None, f"W_K, head {head}'s key columns of W_kvb", ("rank", "nope")),
+            ("w_v", m["w_v"], latent, None, f"W_V, head {head}'s value columns of W_kvb", ("rank", "d_value"))):
+        assert values is not None, name
+        found.append((values, row_names, col_names or dimension_names(values.shape[1], "h"), title, axes))
+    return found
