@@ -169,14 +169,14 @@ def attention_rows(step: Step, context: list[str], source: list[str], model_id: 
     words = current_trace().facts.layer_words  # a hybrid's true layer numbers
     layer = st.selectbox("Layer (per-head view)", range(layers), key="generate_layer", format_func=words)
     for kind in step_kinds(step):
-        fig = step_figure(step, index, context, source, kind)
+        fig = step_figure(step, index, context, source, kind, layer_words=words)
         st.plotly_chart(fig, key=f"generate_{kind}_layers")
         keys = context if kind == "self" else source
         rows = step.self_rows if kind == "self" else step.cross_rows  # (layers, heads, keys)
         table = matrix_table(layer_means(rows), [words(i) for i in range(layers)], keys)
         downloads(fig, file_name(model_id, f"step{index + 1}", kind, "layers"), f"generate_{kind}_layers",
                   constant(table))
-        st.plotly_chart(step_figure(step, index, context, source, kind, layer), key=f"generate_{kind}_heads")
+        st.plotly_chart(step_figure(step, index, context, source, kind, layer, words), key=f"generate_{kind}_heads")
 
 
 def page() -> None:

@@ -4,6 +4,7 @@ step's rows as float16 (`compact`); `generation` generates the same way, so its 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Literal
 
@@ -39,17 +40,18 @@ def layer_means(rows: np.ndarray) -> np.ndarray:
 
 
 def step_figure(step: Step, index: int, context: list[str], source: list[str], kind: Kind = "self",
-                layer: int | None = None) -> go.Figure:
+                layer: int | None = None, layer_words: Callable[[int], str] = "layer {}".format) -> go.Figure:
     """The rows of generated token `index` (0-based) over `context` (self) or `source` (cross): one row a layer, the
-    mean over heads (layer None), or one row a head of `layer`."""
+    mean over heads (layer None), or one row a head of `layer`; `layer_words` names a layer (ModelFacts.layer_words:
+    a hybrid's true layer numbers)."""
     rows = step.self_rows if kind == "self" else step.cross_rows  # (layers, heads, keys)
     keys, key_title = (context, "context") if kind == "self" else (source, "source")
     title = f"Step {index + 1} · {kind}-attention over the {key_title}"
     if layer is None:
-        names = [f"layer {i}" for i in range(rows.shape[0])]
+        names = [layer_words(i) for i in range(rows.shape[0])]
         return rows_heatmap(layer_means(rows), names, keys, f"{title} · mean over heads", key_title)
     names = [f"head {h}" for h in range(rows.shape[1])]
-    return rows_heatmap(rows[layer].astype(np.float32), names, keys, f"{title} · layer {layer}, every head",
+    return rows_heatmap(rows[layer].astype(np.float32), names, keys, f"{title} · {layer_words(layer)}, every head",
                         key_title)
 
 
@@ -82,4 +84,4 @@ def generation(model: Model | Runner, text: str, *, step: int = -1, kind: Kind =
         layer = check_index(layer, chosen.self_rows.shape[0], "layer")
     written = [token for s in steps[:index] for token in stepper.tokens([s.token_id])]  # one at a time, as the page
     context = stepper.tokens(stepper.context) + written
-    return step_figure(chosen, index, context, stepper.tokens(stepper.source), kind, layer)
+    return step_figure(chosen, index, context, stepper.tokens(stepper.source), kind, layer, runner.facts.layer_words)

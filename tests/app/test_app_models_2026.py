@@ -56,6 +56,17 @@ def test_the_masks_pages_captions_name_the_true_layer(hybrid) -> None:
     assert any(f"All three: decoder self-attention (masked) · {TRUE} · head " in c for c in captions), captions
 
 
+def test_the_generate_pages_step_names_the_true_layers(hybrid) -> None:
+    at = open_app_page("app_pages/generate.py", folder=str(hybrid), text=TEXT)
+    at.button(key="generate_step").click().run()
+    at.selectbox(key="generate_layer").set_value(1).run()
+    _ok(at, "a generated step")
+    specs = chart_specs(at)
+    layers = next(s for s in specs if "mean over heads" in s["layout"]["title"]["text"])
+    assert list(layers["data"][0]["y"]) == ["layer 1 (attention layer 0)", TRUE]
+    assert any(s["layout"]["title"]["text"].endswith(f"· {TRUE}, every head") for s in specs)
+
+
 def test_the_masks_page_says_where_the_sink_took_the_rest(tmp_path) -> None:
     """GPT-OSS layer 1, head 3 (sink logit 2.5): the caption gives the logit and the sink's shares, which are what
     transformers' eager attention leaves off the tokens."""
