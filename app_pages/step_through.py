@@ -24,7 +24,7 @@ from attention_atlas.ui.page import current_runner, current_trace, show_open_tab
 from attention_atlas.ui.pickers import choose_head, keep_valid
 from attention_atlas.ui.score_terms import score_terms_view
 from attention_atlas.ui.trace_cache import per_trace
-from attention_atlas.viz.step_through import dimension_names, latent_latex, latent_matrices, scores_latex, softmax_latex
+from attention_atlas.viz.step_through import dimension_names, gqa_text, latent_steps, scores_latex, softmax_latex
 from attention_atlas.viz.tokens import position_label
 
 STEPS = ["1 · X and the weights", "2 · Q, K, V", "3 · Scores → pattern", "4 · × V, W_O, residual, norm"]  # the
@@ -99,7 +99,7 @@ def checks(h: Head) -> pd.DataFrame:
               "hook_pattern" + (" (float16)" if hf else "")),
              ("head output Z = A V", h.steps.z, z_all[head], "hook_z")]
     if h.names.projected:
-        rows.append(("Concat(heads) W_O + b_O", output_projection(z_all, h.weights), c[h.names.out], h.names.out))
+        rows.append(("Concat(heads) W_O + b_O", output_projection(z_all, h.weights, h.x), c[h.names.out], h.names.out))
     if h.names.after is not None:
         rows.append(("residual add", h.before + c[h.names.out], c[h.names.after], h.names.after))
     return pd.DataFrame([{"step": step, "max |recomputed − model|": f"{np.abs(mine - theirs).max():.2e}",
@@ -117,16 +117,6 @@ def show_check(h: Head) -> None:
         st.table(table)
         if hf:
             st.caption(f"Pattern: {FLOAT16_NOTE}.")
-
-
-def show_gqa(w: HeadWeights) -> None:
-    if w.n_kv_heads == w.n_heads:
-        return
-    group = w.n_heads // w.n_kv_heads
-    first = w.kv_head * group
-    st.info(f"Grouped-query attention: {w.n_heads} query heads share {w.n_kv_heads} key/value heads, {group} "
-            f"each. Query head {w.head} reads key/value head {w.kv_head} (as do query heads {first}–"
-            f"{first + group - 1}): W_K, W_V, K and V below are that key/value head's.", icon=":material/share:")
 
 
 def show_inputs(h: Head, values: bool) -> None:
@@ -161,9 +151,10 @@ def show_latent(h: Head, values: bool) -> None:
                 "RMSNorm) and a rotary key part every head shares; Q and K are [nope | rope], V narrower.")
     matrices = {"w_qa": None if lat.q_a is None else lat.q_a[0], "c_q": s.c_q, "w_q": w.w_q, "w_kva": lat.kv_a[0],
                 "c_kv": s.c_kv, "w_k": w.w_k, "w_v": w.w_v}
-    for formula in latent_latex(matrices):
+    formulas, parts = latent_steps(matrices, w.head, h.rows, h.cols)
+    for formula in formulas:
         st.latex(formula)
-    for matrix, rows, cols, title, axes in latent_matrices(matrices, w.head, h.rows, h.cols):
+    for matrix, rows, cols, title, axes in parts:
         show_matrix(matrix, rows, cols, title, axes, f"step_{title[:4]}", show_values=values, stem=h.stem)
 
 
@@ -251,12 +242,16 @@ def show_output(h: Head, values: bool) -> None:
     st.latex(r"\mathrm{Concat}(Z_0, \dots, Z_{h-1})\, W_O + b_O")
     show_matrix(concat_heads(z_all), h.rows, concat_cols, "Concat of every head's Z", ("tokens", "heads·d_head"),
                 "step_concat", show_values=values, stem=h.stem)
+    if (gates := s.gates) is not None:  # Qwen3-Next, Qwen3.5: made beside each head's query
+        st.latex(r"G = \sigma(X W_G + b_G):\quad \mathrm{Concat}(Z_0, \dots, Z_{h-1}) \odot G\ \text{goes into}\ W_O")
+        show_matrix(gates, h.rows, concat_cols, "G, every head's output gate", ("tokens", "heads·d_head"), "step_gate",
+                    show_values=values, stem=h.stem)
     d_model = dimension_names(w.w_o.shape[1])
     show_matrix(w.w_o, concat_cols, d_model, "W_O", ("heads·d_head", "d_model"), "step_w_o", show_values=values,
                 stem=h.stem)
     c = h.trace.captured
     if not h.names.projected:
-        show_matrix(output_projection(z_all, w), h.rows, d_model, "Concat(Z) W_O + b_O", ("tokens", "d_model"),
+        show_matrix(output_projection(z_all, w, h.x), h.rows, d_model, "Concat(Z) W_O + b_O", ("tokens", "d_model"),
                     "step_projected", show_values=values, stem=h.stem)
         st.caption("This model normalises attention's output before adding it to the stream: what it adds is that "
                    f"norm's output ({h.names.out}).")
@@ -291,7 +286,9 @@ def page() -> None:
     show_check(chosen)
     if "shared layers" in trace.facts.notes:  # ALBERT: every block's weights are the same tensors
         st.caption(f"Weights: {trace.facts.notes['shared layers']}; the block's input is its own.")
-    show_gqa(chosen.weights)
+    w = chosen.weights
+    if (shared := gqa_text(w.n_heads, w.n_kv_heads, w.head, w.kv_head)) is not None:
+        st.info(shared, icon=":material/share:")
     show_values = st.toggle("Write the numbers in the cells (up to 16 × 16)", key="step_show_values")
     url_state.write(step_values=show_values)
     show_open_tab(STEPS, (show_inputs, show_qkv, show_scores, show_output), "step_view", chosen, show_values)

@@ -108,7 +108,7 @@ def softmax_latex(sink: float | None) -> str:
 
 def latent_latex(m: dict[str, np.ndarray | None]) -> list[str]:
     """Multi-head latent attention's steps to Q, K and V with their widths, read from the shapes of its matrices
-    (`latent_matrices`): queries through a latent of q_rank (or straight from X), keys and values from one latent of
+    (`latent_steps`): queries through a latent of q_rank (or straight from X), keys and values from one latent of
     `rank` a token and a rotary key part of `rope` every head shares; each query and key [nope | rope]."""
     w_qa, w_kva, c_kv, w_k, w_v = m["w_qa"], m["w_kva"], m["c_kv"], m["w_k"], m["w_v"]
     assert w_kva is not None and c_kv is not None and w_k is not None and w_v is not None
@@ -125,12 +125,13 @@ def latent_latex(m: dict[str, np.ndarray | None]) -> list[str]:
             rf",\quad V = c_{{KV}} W_V {tokens}{d_value}}}"]
 
 
-def latent_matrices(m: dict[str, np.ndarray | None], head: int, rows: list[str], cols: list[str]
-                    ) -> list[tuple[np.ndarray, list[str], list[str], str, tuple[str, str]]]:
-    """Multi-head latent attention's matrices as (values, row names, column names, title, axis titles), in the order
-    they are used: "w_qa" (d_model, q_rank) and "c_q" (tokens, q_rank), None where the queries read X; "w_q" (q_rank or
-    d_model, nope + rope) the head's; "w_kva" (d_model, rank + rope), "c_kv" (key tokens, rank); "w_k" (rank, nope),
-    "w_v" (rank, d_value) the head's. rows, cols: the query and key tokens' names."""
+def latent_steps(m: dict[str, np.ndarray | None], head: int, rows: list[str], cols: list[str]
+                 ) -> tuple[list[str], list[tuple[np.ndarray, list[str], list[str], str, tuple[str, str]]]]:
+    """Multi-head latent attention's formulas (`latent_latex`), and its matrices as (values, row names, column
+    names, title, axis titles) in the order they are used: "w_qa" (d_model, q_rank) and "c_q" (tokens, q_rank), None
+    where the queries read X; "w_q" (q_rank or d_model, nope + rope) the head's; "w_kva" (d_model, rank + rope),
+    "c_kv" (key tokens, rank); "w_k" (rank, nope), "w_v" (rank, d_value) the head's. rows, cols: the query and key
+    tokens' names."""
     w_qa, c_q, w_kva, c_kv = m["w_qa"], m["c_q"], m["w_kva"], m["c_kv"]
     assert w_kva is not None and c_kv is not None
     d_model, latent = dimension_names(w_kva.shape[0]), dimension_names(c_kv.shape[1], "c")
@@ -149,4 +150,15 @@ def latent_matrices(m: dict[str, np.ndarray | None], head: int, rows: list[str],
             ("w_v", m["w_v"], latent, None, f"W_V, head {head}'s value columns of W_kvb", ("rank", "d_value"))):
         assert values is not None, name
         found.append((values, row_names, col_names or dimension_names(values.shape[1], "h"), title, axes))
-    return found
+    return latent_latex(m), found
+
+
+def gqa_text(n_heads: int, n_kv_heads: int, head: int, kv_head: int) -> str | None:
+    """What a person must know where query heads share key/value heads (grouped-query attention), else None."""
+    if n_kv_heads == n_heads:
+        return None
+    group = n_heads // n_kv_heads
+    first = kv_head * group
+    return (f"Grouped-query attention: {n_heads} query heads share {n_kv_heads} key/value heads, {group} each. Query "
+            f"head {head} reads key/value head {kv_head} (as do query heads {first}–{first + group - 1}): W_K, W_V, K "
+            "and V below are that key/value head's.")

@@ -33,6 +33,7 @@ class HeadSteps:
     z: np.ndarray  # (q_len, d_value): pattern @ V
     c_q: np.ndarray | None = None  # (q_len, q_rank) multi-head latent attention: the queries' normalised latent
     c_kv: np.ndarray | None = None  # (k_len, rank) the keys' and values' normalised latent
+    gates: np.ndarray | None = None  # (q_len, heads x d_head) every head's output gate, where the model has them
 
     @property
     def nbytes(self) -> int:
@@ -71,7 +72,7 @@ def compute_head(weights: HeadWeights, x: np.ndarray, x_kv: np.ndarray, mask: np
             rot_q, rot_k = (a / np.sqrt((a**2).mean(-1, keepdims=True) + weights.l2_eps) for a in (rot_q, rot_k))
         if weights.query_scale is not None:
             rot_q = rot_q * weights.query_scale[: len(rot_q), None]
-    return _scored(weights, q, k, v, rot_q, rot_k, mask)
+    return _scored(weights, q, k, v, rot_q, rot_k, mask, None, None, output_gates(weights, x))
 
 
 def _scored(weights: HeadWeights, q: np.ndarray, k: np.ndarray, v: np.ndarray, rot_q: np.ndarray | None,
@@ -130,6 +131,19 @@ def concat_heads(z: np.ndarray) -> np.ndarray:
     return z.transpose(1, 0, 2).reshape(length, heads * d_head)
 
 
-def output_projection(z: np.ndarray, weights: HeadWeights) -> np.ndarray:
-    """(heads, len, d_head) every head's output -> (len, d_model): Concat(heads) W_O + b_O."""
-    return _project(concat_heads(z), weights.w_o, weights.b_o)
+def output_gates(weights: HeadWeights, x: np.ndarray) -> np.ndarray | None:
+    """(len, heads x d_head): sigmoid(X W_G + b_G), what each head's output is multiplied by before W_O (Qwen3-Next,
+    Qwen3.5), from x (len, d_model) what the queries read; None where the model has no gates."""
+    return None if weights.gate is None else 1 / (1 + np.exp(-_project(x, *weights.gate)))
+
+
+def output_projection(z: np.ndarray, weights: HeadWeights, x: np.ndarray | None = None) -> np.ndarray:
+    """(heads, len, d_value) every head's output -> (len, d_model): Concat(heads) W_O + b_O, each head's output
+    multiplied by its gate first where the model gates them (then x, (len, d_model) what the queries read, is
+    needed)."""
+    concat = concat_heads(z)
+    if weights.gate is not None:
+        if x is None:
+            raise ValueError("This model gates each head's output by its input: the projection needs it.")
+        concat = concat * output_gates(weights, x)
+    return _project(concat, weights.w_o, weights.b_o)

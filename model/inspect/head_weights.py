@@ -96,6 +96,7 @@ class HeadWeights:
     query_scale: np.ndarray | None = None  # (q_len,) each query's factor after that (Llama 4's temperature tuning)
     sink: float | None = None  # the head's learned sink logit (GPT-OSS): one more key of every row's softmax, dropped
     latent: LatentHead | None = None  # multi-head latent attention: w_q, w_k, w_v then read latents (LatentHead)
+    gate: Affine | None = None  # (d_model, heads x d_head): every head's output x sigmoid(X W_G + b_G) before W_O
 
     @property
     def d_value(self) -> int:
@@ -108,7 +109,7 @@ class HeadWeights:
         norms = [a for n in (self.q_norm, self.k_norm) if n is not None for a in (n.gain, *(n.whole or ()))]
         latent = [] if self.latent is None else [*(self.latent.q_a or ()), self.latent.kv_a[0],
                                                    self.latent.kv_norm.gain]
-        arrays = [self.w_q, self.b_q, self.w_k, self.b_k, self.w_v, self.b_v, self.w_o, self.b_o,
+        arrays = [*(self.gate or ()), self.w_q, self.b_q, self.w_k, self.b_k, self.w_v, self.b_v, self.w_o, self.b_o,
                   self.position_bias, self.query_scale, *norms, *latent,
                   *((self.rotary.cos, self.rotary.sin) if self.rotary else ())]
         return sum(a.nbytes for a in arrays if a is not None)
@@ -142,7 +143,8 @@ def head_weights(runner: Runner, site: str, layer: int, head: int, q_len: int, k
                    k_norm=_query_key_norm(module, ("k_norm", "k_layernorm"), affines["k"], weights.kv_head, d_head),
                    softcap=None if source is None else source.softcap, l2_eps=l2_norm_eps(module),
                    query_scale=query_scales(module, q_len),
-                   sink=None if source is None or source.sinks is None else float(source.sinks[head]))
+                   sink=None if source is None or source.sinks is None else float(source.sinks[head]),
+                   gate=layer_weights.gate)
 
 
 def output_projection(runner: Runner, site: str, layer: int) -> Affine:

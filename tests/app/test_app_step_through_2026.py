@@ -11,6 +11,7 @@ from streamlit.testing.v1 import AppTest
 
 from tests.app.app_session import open_app_page
 from tests.tiny_hf import MLA_TYPES, build_type
+from tests.tiny_hybrids import build_hybrid
 from tests.tiny_sinks import SINKS, build_gpt_oss
 
 PAGE = "app_pages/step_through.py"
@@ -73,3 +74,14 @@ def test_gpt_oss_softmax_shows_the_heads_sink(tmp_path: Path) -> None:
     assert diff["head output Z = A V"] < 1e-5
     latex = [el.value for el in _step(at, 3).get("latex")]
     assert any(f"s = {SINKS[3]:.4g}" in formula and "e^{s}" in formula for formula in latex)
+
+
+@pytest.mark.parametrize("model_type", ["qwen3_next", "qwen3_5_text"])
+def test_gated_attention_shows_each_heads_gate_and_holds_w_o(tmp_path: Path, model_type: str) -> None:
+    at = open_app_page(PAGE, text=TEXT, folder=str(build_hybrid(model_type, tmp_path / model_type)))
+    at.selectbox(key="head").set_value(1).run()
+    diff = _differences(at)
+    assert diff["Q as attention read it"] < 1e-5 and diff["head output Z = A V"] < 1e-5
+    assert diff["Concat(heads) W_O + b_O"] < 1e-5 and diff["residual add"] < 1e-5
+    assert "G, every head's output gate · (tokens, heads·d_head) = (5, 32)" in _titles(_step(at, 4))
+    assert any(r"\odot G" in el.value for el in at.get("latex"))

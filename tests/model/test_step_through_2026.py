@@ -21,6 +21,7 @@ from attention_atlas.model.inspect.head_weights import head_weights
 from attention_atlas.model.inspect.norm_output import block_input
 from attention_atlas.model.inspect.step_hooks import step_names
 from tests.tiny_hf import MLA, MLA_TYPES, build_type
+from tests.tiny_hybrids import build_hybrid
 from tests.tiny_sinks import build_gpt_oss
 
 TEXT = "the quick brown fox jumps over the lazy dog the cat sat on the mat"
@@ -99,3 +100,26 @@ def test_gpt_oss_queries_and_keys_are_rotated_as_the_model_rotates_them(tmp_path
                                        == "hook_rot_k" else head], atol=1e-5, err_msg=f"head {head} {hook}")
         np.testing.assert_allclose(steps.pattern, trace.head_pattern("decoder.attn", 1, head), atol=1e-3)
         np.testing.assert_allclose(steps.z, trace.captured[f"{names.attention}.hook_z"][head], atol=1e-5)
+
+
+@pytest.mark.parametrize("model_type", ["qwen3_next", "qwen3_5_text"])
+def test_gated_attention_heads_and_their_gates_are_the_models(tmp_path, model_type: str) -> None:
+    """Qwen3-Next and Qwen3.5 make each head's query and a gate of the same width in one projection ([query | gate] a
+    head): the query is the head's half, and the layer's output is Concat(Z ⊙ sigmoid(X W_G + b_G)) W_O."""
+    runner = load_hf_runner(str(build_hybrid(model_type, tmp_path / model_type)))
+    for layer in range(runner.run(TEXT).n_layers("decoder.attn")):
+        names = step_names(runner.facts, "decoder.attn", layer)
+        trace = runner.run(TEXT, options=RunOptions(hooks=names.hooks()))
+        x = block_input(runner, names.x, trace.captured[names.x])
+        source = trace.pattern_sources[Site.of("decoder.attn").pattern_name(layer)]
+        for head in range(runner.facts.n_heads):
+            weights = head_weights(runner, "decoder.attn", layer, head, len(x), len(x), source)
+            steps = compute_head(weights, x, x, np.asarray(source.allowed))
+            assert weights.gate is not None and weights.gate[0].shape == (x.shape[1], weights.n_heads * weights.d_head)
+            for mine, hook, index in ((steps.rot_q, "hook_rot_q", head), (steps.rot_k, "hook_rot_k", weights.kv_head),
+                                      (steps.z, "hook_z", head)):
+                np.testing.assert_allclose(mine, trace.captured[f"{names.attention}.{hook}"][index], atol=1e-5)
+        z_all = trace.captured[f"{names.attention}.hook_z"]
+        np.testing.assert_allclose(output_projection(z_all, weights, x), trace.captured[names.out], atol=1e-5)
+        ungated = replace(weights, gate=None)  # the gate changes what the layer writes: the check can fail
+        assert np.abs(output_projection(z_all, ungated) - trace.captured[names.out]).max() > 1e-3

@@ -40,6 +40,8 @@ class LayerWeights:
     scale: float  # what Q K^T is multiplied by
     scale_text: str  # how a person reads it: "1/√8", "1 (T5 does not scale)"
     latent: Latent | None = None  # multi-head latent attention: "q" is then q_b_proj (or q_proj), "k"/"v" kv_b_proj's
+    gate: Affine | None = None  # (d_model, heads x d_head): each head's output x sigmoid(X W_G + b) before W_O, where
+    # the query projection makes the gate beside each head's query (Qwen3-Next, Qwen3.5)
 
 
 @dataclass(frozen=True)
@@ -160,10 +162,15 @@ class Adapter:
         if getattr(attention, "kv_b_proj", None) is not None:
             return self._latent_weights(attention, affine(out), layer)
         affines = {name: affine(getattr(attention, f"{name}_proj")) for name in "qkv"} | {"o": affine(out)}
-        d_head = attention.head_dim
+        d_head, gate = attention.head_dim, None
+        if affines["q"][0].shape[1] == 2 * affines["o"][0].shape[0]:  # each head's [query | gate] (heads, 2, d_head)
+            w, b = affines["q"]
+            part = [(w.reshape(len(w), -1, 2, d_head)[:, :, i].reshape(len(w), -1),
+                     None if b is None else b.reshape(-1, 2, d_head)[:, i].reshape(-1)) for i in range(2)]
+            affines, gate = affines | {"q": part[0]}, part[1]
         scale, text = self.scale(attention, d_head, layer)
         return LayerWeights(affines, affines["q"][0].shape[1] // d_head, affines["k"][0].shape[1] // d_head, d_head,
-                            scale, text)
+                            scale, text, gate=gate)
 
     def _latent_weights(self, attention: nn.Module, out: Affine, layer: int) -> LayerWeights:
         """Multi-head latent attention's projections (`Latent`); "k" and "v" the key and value columns of
