@@ -28,6 +28,7 @@ from attention_atlas.model.hf.placement import input_device
 PROOF_TEXT = "the quick brown fox jumps over the lazy dog and the cat sat on the mat"  # with the target: about
 PROOF_TARGET = "while the dog ran after the fox"  # 24 tokens, past the windows and chunks of the tests' tiny models
 TOLERANCE = {torch.float32: 1e-4}  # largest difference allowed in a probability, by the model's dtype
+HOOKED_MARK = "_output_capturing_hooks_installed"  # transformers' mark of a model it hooked for output_attentions
 HALF_TOLERANCE = 2e-2  # 16-bit models: eager rounds its probabilities to the dtype, the app computes in float32
 
 
@@ -100,9 +101,29 @@ def transformers_eager(model: nn.Module) -> Iterator[None]:
     if loaded_with == ATTENTION:
         model.set_attn_implementation("eager")
     try:
-        yield
+        with _hooks_left_as_found(model):
+            yield
     finally:
         if loaded_with == ATTENTION:
             model.set_attn_implementation(ATTENTION)
         for module, name, method in swapped:
             setattr(module, name, method)
+
+
+@contextmanager
+def _hooks_left_as_found(model: nn.Module) -> Iterator[None]:
+    """Inside, transformers may hook the model for good (`output_attentions` installs its output-capturing forward
+    hooks once, and marks the model so): on leaving, every hook added inside is removed and the mark taken off, so
+    the shared model carries no hook of the probe's."""
+    found = {module: set(module._forward_hooks) for module in model.modules()}
+    marked = {module for module in model.modules() if HOOKED_MARK in vars(module)}
+    try:
+        yield
+    finally:
+        for module in model.modules():
+            for key in set(module._forward_hooks) - found.get(module, set()):
+                del module._forward_hooks[key]
+                module._forward_hooks_with_kwargs.pop(key, None)
+                module._forward_hooks_always_called.pop(key, None)
+            if module not in marked:
+                vars(module).pop(HOOKED_MARK, None)

@@ -12,7 +12,7 @@ from attention_atlas.model.hf import heads
 from attention_atlas.model.hf.heads import ATTENTION
 from attention_atlas.model.hf.loading import load_hf_runner
 from attention_atlas.model.hf.own_attention import ROUTED
-from attention_atlas.model.hf.proof import AttentionNotProven
+from attention_atlas.model.hf.proof import HOOKED_MARK, AttentionNotProven
 from tests.tiny_hf import build_type
 from tests.tiny_sinks import build_gpt_oss
 
@@ -46,7 +46,8 @@ def test_a_sink_the_app_leaves_out_is_refused(tmp_path, monkeypatch) -> None:
 @pytest.mark.parametrize("model_type", ["llama", "bloom"])
 def test_the_proof_leaves_the_model_as_the_app_runs_it(tmp_path, model_type: str) -> None:
     """After the eager reference, the model computes attention with the app's function again (loaded with it, or,
-    for a family with its own code, its modules routed through it), so runs report what the pages draw."""
+    for a family with its own code, its modules routed through it), so runs report what the pages draw, and carries
+    none of the hooks transformers installs for output_attentions."""
     folder = build_type("mistral" if model_type == "llama" else model_type, tmp_path / model_type)
     runner = load_hf_runner(str(folder))
     routed = [m for m in runner.model.modules() if ROUTED in m.__dict__]
@@ -55,5 +56,6 @@ def test_the_proof_leaves_the_model_as_the_app_runs_it(tmp_path, model_type: str
         assert runner.model.config._attn_implementation == "eager"
     else:
         assert not routed and runner.model.config._attn_implementation == ATTENTION
+    assert not any(m._forward_hooks or HOOKED_MARK in vars(m) for m in runner.model.modules())  # eager's capture
     trace = runner.run("the quick brown fox")
     assert trace.pattern_source("decoder.attn", 0) is not None
