@@ -116,8 +116,8 @@ def layer_heads(c: Choice) -> None:
     thumbnails = c.trace.layer_thumbnail(c.site, c.layer, LAYER_THUMBNAIL, c.rows, c.cols)  # one layer's pass
     grid = thumbnail_grid([thumbnails], LAYER_THUMBNAIL, ~c.masked)
     heads = c.trace.facts.n_heads
-    title = f"{c.trace.facts.layer_words(c.layer)}: all {heads} heads"  # a hybrid's true layer number
-    figure = thumbnail_figure(grid, LAYER_THUMBNAIL, title, c.colorscale)
+    words = c.trace.facts.layer_words(c.layer)  # a hybrid's true layer number
+    figure = thumbnail_figure(grid, LAYER_THUMBNAIL, f"{words}: all {heads} heads", c.colorscale, [words])
     st.plotly_chart(figure, key="attention_layer_heads", on_select="rerun", selection_mode="points")
     downloads(figure, f"{c.name}.heads", "attention_layer_heads")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import base64
 import io
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import plotly.colors
@@ -94,8 +94,10 @@ def colour_png(image: np.ndarray, colorscale: str) -> str:
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
 
 
-def thumbnail_figure(image: np.ndarray, size: int, title: str = "", colorscale: str = "Viridis") -> go.Figure:
-    """The grid image with layer and head tick labels, and the "masked" legend entry where pixels are masked.
+def thumbnail_figure(image: np.ndarray, size: int, title: str = "", colorscale: str = "Viridis",
+                     layer_words: Sequence[str] | None = None) -> go.Figure:
+    """The grid image with layer and head tick labels, and the "masked" legend entry where pixels are masked;
+    `layer_words` names each row's layer ("layer 3 (attention layer 1)" in a hybrid; default "layer 0", "layer 1" ...).
 
     Over each thumbnail lies an invisible marker (trace 1, point index = layer * heads + head), so a
     click on a thumbnail selects a point that names its head; `head_at` reads it back."""
@@ -103,14 +105,15 @@ def thumbnail_figure(image: np.ndarray, size: int, title: str = "", colorscale: 
     layers, heads = image.shape[0] // cell, image.shape[1] // cell
     centres = np.arange(max(layers, heads)) * cell + size / 2
     layer_of, head_of = np.divmod(np.arange(layers * heads), heads)
+    words = list(layer_words) if layer_words is not None else [f"layer {layer}" for layer in range(layers)]
     masked = bool((image == MASKED).any())
     return go.Figure({  # one dict, validated once: several times faster than update_* calls
         "data": [
             {"type": "image", "source": colour_png(image, colorscale), "hoverinfo": "skip"},
             {"type": "scatter", "x": centres[head_of], "y": centres[layer_of], "mode": "markers", "showlegend": False,
              "marker": {"symbol": "square", "size": max(8, size * 0.6), "color": "rgba(0,0,0,0)"},
-             "customdata": np.stack([layer_of, head_of], axis=1),
-             "hovertemplate": "layer %{customdata[0]} · head %{customdata[1]}<br>click to open<extra></extra>"},
+             "customdata": np.stack([layer_of, head_of], axis=1), "text": [plotly_text(words[i]) for i in layer_of],
+             "hovertemplate": "%{text} · head %{customdata[1]}<br>click to open<extra></extra>"},
             *([masked_legend_entry()] if masked else []),
         ],
         "layout": {
@@ -119,9 +122,10 @@ def thumbnail_figure(image: np.ndarray, size: int, title: str = "", colorscale: 
             "xaxis": {"tickvals": centres[:heads], "ticktext": [str(h) for h in range(heads)],
                       "title": {"text": "head"}, "side": "top", "showgrid": False, "zeroline": False,
                       "range": [-0.5, image.shape[1] - 0.5], "constrain": "domain"},
-            "yaxis": {"tickvals": centres[:layers], "ticktext": [str(layer) for layer in range(layers)],
-                      "title": {"text": "layer"}, "range": [image.shape[0] - 0.5, -0.5], "showgrid": False,
-                      "zeroline": False, "scaleanchor": "x", "constrain": "domain"},  # the image's extent exactly
+            "yaxis": {"tickvals": centres[:layers], "ticktext": [plotly_text(w.removeprefix("layer ")) for w in words],
+                      "title": {"text": "layer"}, "automargin": True, "range": [image.shape[0] - 0.5, -0.5],
+                      "showgrid": False, "zeroline": False, "scaleanchor": "x",
+                      "constrain": "domain"},  # the image's extent exactly
             "height": min(2200, 120 + layers * max(cell, 24)), "clickmode": "event+select",
             "margin": {"l": 50, "r": 10, "t": 70, "b": 40 if masked else 10},
         },

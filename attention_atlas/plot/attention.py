@@ -166,7 +166,8 @@ def model_view_grid(trace: Trace, site: str, size: int, hide_special: bool = Fal
 def model_view_figure(trace: Trace, site: str, image: np.ndarray, colorscale: str = "Viridis") -> go.Figure:
     """The model view of `site` drawn from its grid (`model_view_grid`)."""
     size = thumbnail_size(trace.facts.n_heads)
-    return thumbnail_figure(image, size, f"{site_label(trace, site)}: layers × heads", colorscale)
+    words = [trace.facts.layer_words(layer) for layer in range(trace.n_layers(site))]  # a hybrid's true numbers
+    return thumbnail_figure(image, size, f"{site_label(trace, site)}: layers × heads", colorscale, words)
 
 
 def head(trace: Trace, name: str, head: int, *, hide_special: bool = False, colorscale: str = "Viridis",

@@ -49,6 +49,16 @@ def test_the_attention_pages_titles_name_the_true_layer(hybrid, view: str) -> No
     assert not any("· layer 1 ·" in title or title.startswith("layer 1:") for title in titles), titles
 
 
+@pytest.mark.parametrize(("view", "ticks"), [("Model view", ["1 (attention layer 0)", "3 (attention layer 1)"]),
+                                             ("All heads of this layer", ["3 (attention layer 1)"])])
+def test_the_thumbnail_grids_rows_are_the_true_layers(hybrid, view: str, ticks: list[str]) -> None:
+    """The model view's rows, and the one row of the layer's heads (which said 0 for any layer)."""
+    grid = next(spec for spec in chart_specs(_on_layer_1("app_pages/attention.py", hybrid, "view", view))
+                if spec["data"][0]["type"] == "image")
+    assert grid["layout"]["yaxis"]["ticktext"] == ticks
+    assert grid["data"][1]["text"][-1] == f"layer {ticks[-1]}"  # the hover of the last thumbnail
+
+
 def test_the_masks_pages_captions_name_the_true_layer(hybrid) -> None:
     at = _on_layer_1("app_pages/masks.py", hybrid, "masks_view", "Scores → probabilities")
     captions = [c.value for c in at.caption]
