@@ -16,7 +16,7 @@ from attention_atlas.model.inspect.head_math import HeadSteps, compute_head, con
 from attention_atlas.model.inspect.head_weights import HeadWeights, head_weights
 from attention_atlas.model.inspect.norm_output import block_input
 from attention_atlas.model.inspect.positions import bias_name
-from attention_atlas.model.inspect.step_hooks import StepNames, hooks_to_capture, step_names
+from attention_atlas.model.inspect.step_hooks import StepNames, hooks_to_capture, step_checks, step_names
 from attention_atlas.ui import url_state
 from attention_atlas.ui.downloads import file_name
 from attention_atlas.ui.matrix_view import show_matrix
@@ -29,6 +29,9 @@ from attention_atlas.viz.tokens import position_label
 
 STEPS = ["1 · X and the weights", "2 · Q, K, V", "3 · Scores → pattern", "4 · × V, W_O, residual, norm"]  # the
 # page's tabs (the URL's `step_view`): only the open one is drawn
+HELD = 0.01  # a recomputed step off the model's by more than this share of its largest value is refused; not
+UNHELD = ("hook_q", "hook_k", "hook_v")  # the projections, which a family may show as it folds them (OPT's scaled
+# queries): what they make is held in the scores and Z
 FLOAT16_NOTE = ("this app keeps Hugging Face attention patterns in float16 (half the memory), so they differ from "
                 "the float32 recomputation by up to about 5·10⁻⁴ of each weight; the head output, computed from the "
                 "model's float32 pattern, is the exact check")
@@ -84,30 +87,23 @@ def load_head(trace: Trace, site: str, layer: int, head: int) -> Head:
 
 
 def checks(h: Head) -> pd.DataFrame:
-    """Each recomputed step beside the model's own value: the largest absolute difference."""
-    c, head, kv = h.trace.captured, h.weights.head, h.weights.kv_head
-    z_all = h.captured("hook_z")  # (heads, q_len, d_head)
+    """Each recomputed step beside the model's own value: the largest absolute difference, and whether it is held."""
     hf = h.trace.facts.family.endswith("Hugging Face)")
-    rows = [(step, mine, h.captured(hook)[index], hook) for step, mine, hook, index in (
-        ("Q (before any rotation)", h.steps.q, "hook_q", head), ("K", h.steps.k, "hook_k", kv),
-        ("V", h.steps.v, "hook_v", kv)) if f"{h.names.attention}.{hook}" in c]  # fused projections: no hook_q
-    if h.steps.rot_q is not None and f"{h.names.attention}.hook_rot_q" in c:
-        rows += [("Q as attention read it", h.steps.rot_q, h.captured("hook_rot_q")[head], "hook_rot_q"),
-                 ("K as attention read it", h.steps.rot_k, h.captured("hook_rot_k")[kv], "hook_rot_k")]
-    rows += [("scores before the mask", h.steps.scores, h.captured("hook_attn_scores")[head], "hook_attn_scores"),
-             ("pattern (softmax)", h.steps.pattern, h.trace.head_pattern(h.site, h.layer, head),
-              "hook_pattern" + (" (float16)" if hf else "")),
-             ("head output Z = A V", h.steps.z, z_all[head], "hook_z")]
-    if h.names.projected:
-        rows.append(("Concat(heads) W_O + b_O", output_projection(z_all, h.weights, h.x), c[h.names.out], h.names.out))
-    if h.names.after is not None:
-        rows.append(("residual add", h.before + c[h.names.out], c[h.names.after], h.names.after))
+    rows = step_checks(h.trace, h.names, h.site, h.layer, h.weights, h.steps, h.x, h.before)
     return pd.DataFrame([{"step": step, "max |recomputed − model|": f"{np.abs(mine - theirs).max():.2e}",
-                          "the model's value": hook} for step, mine, theirs, hook in rows])
+                          "the model's value": hook + (" (float16)" if hf and hook == "hook_pattern" else ""),
+                          "held": "—" if hook in UNHELD else "yes" if np.abs(mine - theirs).max() <= HELD * max(
+                              1.0, float(np.abs(theirs).max())) else "no"} for step, mine, theirs, hook in rows])
 
 
-def show_check(h: Head) -> None:
+def show_check(h: Head) -> bool:
+    """The check's summary and table; False (a refusal said) where a step is not the model's."""
     table = checks(h)
+    if off := list(table["step"][table["held"] == "no"]):
+        st.error(f"Step through cannot show this head: recomputed from the weights, {', '.join(off)} differ from the "
+                 f"model's own values by more than {HELD:.0%} of their size, so its steps would not be the model's.")
+        st.table(table)
+        return False
     worst = dict(zip(table["step"], table["max |recomputed − model|"], strict=True))
     hf = h.trace.facts.family.endswith("Hugging Face)")
     st.success(f"Recomputed here from the weights and X: the pattern matches the model's to "
@@ -117,6 +113,7 @@ def show_check(h: Head) -> None:
         st.table(table)
         if hf:
             st.caption(f"Pattern: {FLOAT16_NOTE}.")
+    return True
 
 
 def show_inputs(h: Head, values: bool) -> None:
@@ -283,7 +280,8 @@ def page() -> None:
                "at every step, checked against what the model computed. Hover a cell for its value.")
     site, layer, head = choose_head(trace)
     chosen = load_head(trace, site, layer, head)
-    show_check(chosen)
+    if not show_check(chosen):
+        return
     if "shared layers" in trace.facts.notes:  # ALBERT: every block's weights are the same tensors
         st.caption(f"Weights: {trace.facts.notes['shared layers']}; the block's input is its own.")
     w = chosen.weights

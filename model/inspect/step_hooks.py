@@ -7,16 +7,20 @@ the self-attention block's normalised output, ln1's). A norm's output is its `ho
 (model/inspect/norm_output.py). Cross-attention's keys and values read the encoder's output. After the heads: W_O
 gives `hook_attn_out` (or the norm of attention's output does, in models that normalise it: Gemma 2, OLMo 2), the
 residual add gives `hook_resid_mid` (none where attention and the MLP run in parallel), and the norm that follows is
-named by its `hook_normalized`.
+named by its `hook_normalized`. `step_checks` pairs each recomputed step with the hook that holds the model's own.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from attention_atlas.model.core.trace.facts import ModelFacts
 from attention_atlas.model.core.trace.sites import Site
 from attention_atlas.model.core.trace.trace import Trace
+from attention_atlas.model.inspect.head_math import HeadSteps, output_projection
+from attention_atlas.model.inspect.head_weights import HeadWeights
 
 ALL_LAYERS_UP_TO = 64 * 2**20  # bytes: see hooks_to_capture
 
@@ -83,3 +87,30 @@ def hooks_to_capture(trace: Trace, site: str, layer: int) -> tuple[str, ...]:
     every_layer = n_layers * trace.facts.n_heads * queries * keys * 2 * 4 <= ALL_LAYERS_UP_TO
     layers = range(n_layers) if every_layer else (layer,)
     return tuple(dict.fromkeys(hook for each in layers for hook in step_names(trace.facts, site, each).hooks()))
+
+
+def step_checks(trace: Trace, names: StepNames, site: str, layer: int, weights: HeadWeights, steps: HeadSteps,
+                x: np.ndarray, before: np.ndarray) -> list[tuple[str, np.ndarray, np.ndarray, str]]:
+    """(step, recomputed, the model's own, its hook) for each step of the head that `trace` (with `names`' hooks)
+    recorded: Q, K, V where the model has their hooks, Q and K as attention read them, the scores, the pattern, Z,
+    W_O's output (gated where the model gates heads: x, (q_len, d_model), is what the queries read) and the residual
+    sum (`before` + the block's output)."""
+    c, head, kv = trace.captured, weights.head, weights.kv_head
+
+    def of(hook: str) -> np.ndarray:
+        return c[f"{names.attention}.{hook}"]
+
+    rows = [(step, mine, of(hook)[index], hook) for step, mine, hook, index in (
+        ("Q (before any rotation)", steps.q, "hook_q", head), ("K", steps.k, "hook_k", kv),
+        ("V", steps.v, "hook_v", kv)) if f"{names.attention}.{hook}" in c]  # fused projections: no hook_q
+    if steps.rot_q is not None and steps.rot_k is not None and f"{names.attention}.hook_rot_q" in c:
+        rows += [("Q as attention read it", steps.rot_q, of("hook_rot_q")[head], "hook_rot_q"),
+                 ("K as attention read it", steps.rot_k, of("hook_rot_k")[kv], "hook_rot_k")]
+    rows += [("scores before the mask", steps.scores, of("hook_attn_scores")[head], "hook_attn_scores"),
+             ("pattern (softmax)", steps.pattern, trace.head_pattern(site, layer, head), "hook_pattern"),
+             ("head output Z = A V", steps.z, of("hook_z")[head], "hook_z")]
+    if names.projected:
+        rows.append(("Concat(heads) W_O + b_O", output_projection(of("hook_z"), weights, x), c[names.out], names.out))
+    if names.after is not None:
+        rows.append(("residual add", before + c[names.out], c[names.after], names.after))
+    return rows

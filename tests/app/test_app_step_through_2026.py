@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from attention_atlas.model.inspect import head_math
 from tests.app.app_session import open_app_page
 from tests.tiny_hf import MLA_TYPES, build_type
 from tests.tiny_hybrids import build_hybrid
@@ -85,3 +87,16 @@ def test_gated_attention_shows_each_heads_gate_and_holds_w_o(tmp_path: Path, mod
     assert diff["Concat(heads) W_O + b_O"] < 1e-5 and diff["residual add"] < 1e-5
     assert "G, every head's output gate · (tokens, heads·d_head) = (5, 32)" in _titles(_step(at, 4))
     assert any(r"\odot G" in el.value for el in at.get("latex"))
+
+
+def test_a_head_whose_recomputation_is_not_the_models_is_refused(monkeypatch) -> None:
+    """Where a step recomputed from the weights is not the model's own (here: a softmax made wrong), the page says
+    which and draws no steps."""
+    monkeypatch.setattr(head_math, "softmax_rows", lambda scores: np.full(scores.shape, 0.5))
+    at = open_app_page(PAGE, text=TEXT)
+    assert not at.exception
+    assert at.error[0].value == ("Step through cannot show this head: recomputed from the weights, pattern (softmax), "
+                                 "head output Z = A V differ from the model's own values by more than 1% of their "
+                                 "size, so its steps would not be the model's.")
+    assert not at.success and not at.get("plotly_chart")
+    assert list(at.table[0].value["held"]).count("no") == 2
