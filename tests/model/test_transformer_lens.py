@@ -17,6 +17,7 @@ from transformer_lens.loading_from_pretrained import get_pretrained_model_config
 from attention_atlas.model.core.options import RunOptions
 from attention_atlas.model.hf.loading import load_hf_runner
 from tests.tiny_hf import build, build_type
+from tests.tiny_sinks import build_gpt_oss
 from tests.transformer_lens_reference import randomise_norms, reference_of
 
 PER_HEAD = ("hook_q", "hook_k", "hook_v", "hook_z", "hook_rot_q", "hook_rot_k")  # ours (heads, pos, d_head)
@@ -25,8 +26,10 @@ OURS_ONLY = {"hook_resid_final"}  # the stack's output after its final norm: Tra
 TEXT = "the quick brown fox"
 
 
-def _compare(runner, reference: HookedTransformer | HookedEncoder, encoder: bool = False) -> set[str]:
-    """Every hook of ours on TEXT against the reference's value of the same name (2e-6); the kinds compared."""
+def _compare(runner, reference: HookedTransformer | HookedEncoder, encoder: bool = False,
+             skip: frozenset[str] | set[str] = frozenset()) -> set[str]:
+    """Every hook of ours on TEXT (but the kinds in `skip`) against the reference's value of the same name (2e-6);
+    the kinds compared."""
     ids = runner.text.encode(TEXT)
     _, cache = reference.eval().run_with_cache(torch.tensor([ids]))
     trace = runner.run(TEXT, options=RunOptions(hooks=("*",)))
@@ -34,7 +37,7 @@ def _compare(runner, reference: HookedTransformer | HookedEncoder, encoder: bool
     compared = set()
     for name, value in {**trace.captured, **patterns}.items():
         rest = name.split(".")[1:]  # after the stack
-        if rest[-1] in OURS_ONLY:
+        if rest[-1] in OURS_ONLY or rest[-1] in skip:
             continue
         stack_hook = f"embed.{'.'.join(rest)}" if encoder else ".".join(rest)  # HookedEncoder's embed
         theirs = f"blocks.{'.'.join(rest)}" if rest[0].isdigit() else stack_hook
@@ -133,3 +136,18 @@ def test_t5_hooks_are_transformer_lens_own(tmp_path) -> None:
         compared.add(name.split(".", 2)[-1] if name.split(".")[1].isdigit() else name)
     assert {"attn.hook_pattern", "cross_attn.hook_pattern", "attn.hook_attn_scores", "ln_cross.hook_normalized",
             "ln2.hook_scale", "hook_resid_mid_cross", "mlp.hook_post", "encoder.ln_final.hook_normalized"} <= compared
+
+
+def test_gpt_oss_hooks_are_transformer_lens_own_sinks_included(tmp_path) -> None:
+    """GPT-OSS, which TransformerLens 3.9 supports (the only one of the 2026 types it does): its attention with the
+    sink logit in every row's softmax, scores, queries and keys after rotation, every block's sums. Not compared:
+    `mlp.hook_expert_weights`, which TransformerLens records as the softmax of the top k logits (zeros elsewhere)
+    and ours as the router's softmax over every expert (docs/hooks.md)."""
+    folder = build_gpt_oss(tmp_path / "model")
+    runner = load_hf_runner(str(folder))
+    randomise_norms(runner.model)
+    config = get_pretrained_model_config(str(folder), fold_ln=False, device="cpu", default_prepend_bos=False)
+    reference = HookedTransformer(config)
+    reference.load_state_dict(get_pretrained_state_dict(str(folder), config, hf_model=runner.model), strict=False)
+    compared = _compare(runner, reference, skip={"hook_expert_weights"})
+    assert (EVERY_BLOCK - {"hook_pre", "hook_post"}) | {"hook_rot_q", "hook_rot_k", "hook_expert_indices"} <= compared
