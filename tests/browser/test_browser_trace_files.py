@@ -50,14 +50,22 @@ def test_a_trace_file_uploaded_on_the_overview_is_shown_on_every_page(page, trac
     assert not page.dialogs
 
 
-def test_a_server_started_with_a_trace_file_opens_every_session_on_it(browser, trace_file: Path, tmp_path) -> None:
+def test_a_server_started_with_a_trace_file_opens_every_session_on_it_and_refuses_bad_uploads(browser, trace_file: Path,
+                                                                                             tmp_path) -> None:
+    """The server's budget (1.2 MiB) holds its own file's trace, and lets an upload take a quarter of it: another run's
+    file of the same size is past that share (the same file's bytes would be the trace already kept), and a damaged
+    copy is no trace file; each gets a sentence, and the app keeps working."""
     require_chromium()
+    damaged, other = tmp_path / "damaged.npz", tmp_path / "other.npz"
+    damaged.write_bytes(trace_file.read_bytes()[:4000])
+    load("toy-reverse").run("other trace", hooks="*").save(other)
+    SHOTS.mkdir(exist_ok=True)
 
     def command(port: int) -> list[str]:
         return [sys.executable, "-m", "attention_atlas", "--headless", "--address", "127.0.0.1", "--port", str(port),
                 "--trace", str(trace_file)]
 
-    for server in start_server(None, "streamlit-trace-file.log", command=command, cwd=tmp_path):
+    for server in start_server({BUDGET_VARIABLE: "1.2"}, "streamlit-trace-file.log", command=command, cwd=tmp_path):
         page = browser.new_page(viewport={"width": 1280, "height": 720})
         page.goto(server.url)
         wait_idle(page)
@@ -67,29 +75,19 @@ def test_a_server_started_with_a_trace_file_opens_every_session_on_it(browser, t
         expect(page.locator(".js-plotly-plot").first).to_be_visible()
         page.screenshot(path=str(ARTIFACTS / "trace-file-overview.png"))
         _walk_every_page(page)
-        page.close()
-
-
-def test_a_damaged_or_too_large_upload_is_refused_with_a_sentence_and_the_app_keeps_working(browser, trace_file: Path,
-                                                                                           tmp_path) -> None:
-    require_chromium()
-    damaged = tmp_path / "damaged.npz"
-    damaged.write_bytes(trace_file.read_bytes()[:4000])
-    SHOTS.mkdir(exist_ok=True)
-    for server in start_server({BUDGET_VARIABLE: "0.4"}, "streamlit-trace-upload.log"):  # uploads: 0.1 MiB at most
-        page = browser.new_page(viewport={"width": 1280, "height": 720})
-        page.goto(f"{server.url}/?model=toy-reverse")
+        page.get_by_test_id("stSidebarNavLink").filter(has_text="Overview").first.click()
         wait_idle(page)
         page.get_by_text("Trace files: save this run, or open a saved one").click()
         upload = page.get_by_test_id("stFileUploaderDropzoneInput")
         for file, sentence, shot in [(damaged, "damaged.npz is not a trace file", "trace-upload-damaged.png"),
-                                     (trace_file, "MiB of arrays; this server opens trace "
-                                      "files of up to 0.1 MiB.", "trace-upload-too-large.png")]:
+                                     (other, "MiB of arrays; this server opens trace files of up to 0.3 MiB.",
+                                      "trace-upload-too-large.png")]:
             upload.set_input_files(str(file))
             wait_idle(page)
-            expect(page.get_by_test_id("stAlert").filter(has_text=sentence)).to_be_visible()
+            alert = page.get_by_test_id("stAlert").filter(has_text=sentence)
+            expect(alert).to_be_visible()
             expect(page.get_by_test_id("stException")).to_have_count(0)
-            page.get_by_text("Trace files: save this run, or open a saved one").scroll_into_view_if_needed()
+            alert.scroll_into_view_if_needed()
             page.screenshot(path=str(SHOTS / shot))
         page.get_by_test_id("stSidebarNavLink").filter(has_text="Attention").first.click()  # the app keeps working
         wait_idle(page)
