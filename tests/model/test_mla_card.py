@@ -5,25 +5,16 @@ is what a run of the tiny models keeps."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from attention_atlas.model.core.options import RunOptions
 from attention_atlas.model.hf.facts import source_bytes
 from attention_atlas.model.hf.families import adapter_of
-from attention_atlas.model.hf.loading import load_hf_runner
-from tests.tiny_hf import MLA, MLA_TYPES, build_type
+from tests.tiny_hf import MLA, MLA_TYPES
 
 TEXT = "the quick brown fox jumps over the lazy dog the cat sat on the mat"
 QUERIES = {"deepseek_v2": "", "deepseek_v3": ", queries from one of 16"}  # V2 projects its queries directly
-
-
-@pytest.fixture(scope="module")
-def mla_runners(tmp_path_factory) -> dict:
-    root: Path = tmp_path_factory.mktemp("mla_card")
-    return {t: load_hf_runner(str(build_type(t, root / t))) for t in MLA_TYPES}
 
 
 @pytest.mark.parametrize("model_type", MLA_TYPES)

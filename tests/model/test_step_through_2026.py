@@ -7,7 +7,6 @@ the tables) is the model's."""
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,17 +19,11 @@ from attention_atlas.model.inspect.head_math import compute_head, output_project
 from attention_atlas.model.inspect.head_weights import head_weights
 from attention_atlas.model.inspect.norm_output import block_input
 from attention_atlas.model.inspect.step_hooks import step_names
-from tests.tiny_hf import MLA, MLA_TYPES, build_type
+from tests.tiny_hf import MLA, MLA_TYPES
 from tests.tiny_hybrids import build_hybrid
 from tests.tiny_sinks import build_gpt_oss
 
 TEXT = "the quick brown fox jumps over the lazy dog the cat sat on the mat"
-
-
-@pytest.fixture(scope="module")
-def mla_runners(tmp_path_factory) -> dict[str, object]:
-    root: Path = tmp_path_factory.mktemp("mla_steps")
-    return {t: load_hf_runner(str(build_type(t, root / t))) for t in MLA_TYPES}
 
 
 def _recomputed(runner, layer: int, head: int, **changes):

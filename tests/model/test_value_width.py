@@ -5,8 +5,6 @@ output hold with the value's width (Step through and attribution on them: tests/
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -15,16 +13,10 @@ from attention_atlas.model.core.attention import native
 from attention_atlas.model.core.options import RunOptions
 from attention_atlas.model.core.trace.summaries import summarise_site
 from attention_atlas.model.hf.loading import load_hf_runner
-from tests.tiny_hf import MLA, MLA_TYPES, build_type
+from tests.tiny_hf import MLA, MLA_TYPES
 
 TEXT = "the quick brown fox jumps over the lazy dog the cat sat on the mat"
 HOOKS = ("*.hook_pattern", "*.attn.hook_z", "*.hook_attn_out", "*.hook_resid_post")
-
-
-@pytest.fixture(scope="module")
-def mla_folders(tmp_path_factory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("mla")
-    return {model_type: build_type(model_type, root / model_type) for model_type in MLA_TYPES}
 
 
 @pytest.fixture(params=["native", "torch ops"])
