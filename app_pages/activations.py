@@ -109,7 +109,7 @@ def neurons(trace: Trace, stack: str) -> None:
     fall_back("activations_layer", layers, "layer")
     layer_col, neuron_col, k_col = st.columns(3)
     layer = layer_col.selectbox("Layer", list(range(layers)), key="activations_layer",
-                                format_func=trace.facts.layer_words)
+                                format_func=trace.facts.layer_choice)
     hook = f"{stack}.{layer}.mlp.hook_post"
     hooked = trace_with((hook,))
     if missing_hooks(hooked, (hook,)):
@@ -248,7 +248,7 @@ def shapes(trace: Trace, stack: str) -> None:
     layers = layer_count(trace, stack)
     fall_back("activations_shape_layer", layers, "layer")
     layer = st.selectbox("Diagram of layer", list(range(layers)), key="activations_shape_layer",
-                         format_func=trace.facts.layer_words)
+                         format_func=trace.facts.layer_choice)
     rows = table[(table["stack"] == stack) & (table["layer"] == layer)]
     if not len(rows):  # paths without a stack name (GPT-2's h.0, Llama's layers.0)
         rows = table[table["layer"] == layer]

@@ -30,7 +30,7 @@ def experts_view(trace: Trace, stack: str) -> None:
     routed_layers = list(chosen)  # a model may keep some blocks' MLP whole (Qwen-MoE's mlp_only_layers)
     if st.session_state.get("activations_layer") not in routed_layers:
         st.session_state["activations_layer"] = routed_layers[0]
-    layer = st.selectbox("Layer", routed_layers, key="activations_layer", format_func=trace.facts.layer_words)
+    layer = st.selectbox("Layer", routed_layers, key="activations_layer", format_func=trace.facts.layer_choice)
     named = trace.facts.layer_words(layer)  # a hybrid's true layer number
     url_state.write(activations_layer=layer)
     scores = np.asarray(routed.captured[f"{stack}.{layer}.mlp.hook_expert_weights"], np.float32)  # (pos, experts)

@@ -76,8 +76,8 @@ def choose_head(trace: Trace) -> tuple[str, int, int]:
     layers, heads = list(range(trace.n_layers(site))), list(range(trace.facts.n_heads))
     keep_valid("layer", layers)
     keep_valid("head", heads)
-    names = {i: trace.facts.layer_words(i) if trace.facts.attention_blocks else str(i) for i in layers}  # a hybrid's
-    layer = col_layer.selectbox("Layer", layers, key="layer", format_func=names.__getitem__)  # true layer numbers
+    names = {i: trace.facts.layer_choice(i) for i in layers}  # not a function of `trace`: the session keeps it
+    layer = col_layer.selectbox("Layer", layers, key="layer", format_func=names.__getitem__)
     head = col_head.selectbox("Head", heads, key="head")
     url_state.write(site=site, layer=layer, head=head)
     return site, layer, head

@@ -7,9 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from streamlit.testing.v1 import AppTest
 
-from tests.app.app_session import TABBED, open_app_page
+from tests.app.app_session import TABBED, assert_ok, open_app_page
 from tests.tiny_hybrids import build_hybrid
 
 TEXT = "the cat sat on the mat"
@@ -20,14 +19,9 @@ def folder(tmp_path_factory) -> Path:
     return build_hybrid("qwen3_5_text", tmp_path_factory.mktemp("hybrid") / "qwen3_5_text")
 
 
-def _ok(at: AppTest, where: str) -> None:
-    assert not at.exception, f"{where}: {at.exception[0].message}"
-    assert not at.error, f"{where}: {[e.value for e in at.error]}"
-
-
 def test_the_overview_names_the_layer_map(folder) -> None:
     at = open_app_page("app_pages/overview.py", folder=str(folder), text=TEXT)
-    _ok(at, "overview")
+    assert_ok(at, "overview")
     card = at.table[0].value["value"]
     assert card["decoder layers"] == "2"
     assert card["layer map"] == ("layers 0, 2: gated delta-net (linear attention); layers 1, 3: softmax attention "
@@ -37,13 +31,13 @@ def test_the_overview_names_the_layer_map(folder) -> None:
 @pytest.mark.parametrize("page", TABBED)
 def test_every_view_opens(folder, page: str) -> None:
     at = open_app_page(page, folder=str(folder), text=TEXT)
-    _ok(at, page)
+    assert_ok(at, page)
     views = [tab.label for tab in at.tabs]
     assert len(views) >= (4 if page == "app_pages/step_through.py" else 6), page
     for view in views:
         at.session_state[TABBED[page]] = view
         at.run()
-        _ok(at, f"{page} · {view}")
+        assert_ok(at, f"{page} · {view}")
 
 
 def test_the_other_pages_open(folder) -> None:
@@ -51,16 +45,16 @@ def test_the_other_pages_open(folder) -> None:
     at = open_app_page("app_pages/overview.py", folder=str(folder), text=TEXT)
     for page in ("app_pages/generate.py", "app_pages/ablation.py", "app_pages/tour.py"):
         at.switch_page(page).run()
-        _ok(at, page)
+        assert_ok(at, page)
     at.switch_page("app_pages/attribution.py").run()  # its delta-net blocks write to the stream: no split without them
     assert not at.exception and "is a hybrid" in " ".join(e.value for e in at.error)
     at.switch_page("app_pages/generate.py").run()
     if "generate_step" in [button.key for button in at.button]:
         at.button(key="generate_step").click().run()
-        _ok(at, "a generated step")
+        assert_ok(at, "a generated step")
 
 
 def test_the_layer_picker_shows_the_true_layer_numbers(folder) -> None:
     at = open_app_page("app_pages/attention.py", folder=str(folder), text=TEXT)
-    _ok(at, "attention")
+    assert_ok(at, "attention")
     assert at.selectbox(key="layer").options == ["layer 1 (attention layer 0)", "layer 3 (attention layer 1)"]

@@ -8,9 +8,8 @@ import json
 from pathlib import Path
 
 import pytest
-from streamlit.testing.v1 import AppTest
 
-from tests.app.app_session import TABBED, open_app_page
+from tests.app.app_session import assert_ok, open_app_page, open_every_view
 from tests.tiny_llama4 import VARIANTS, build_llama4
 
 STEP_QKV = "2 · Q, K, V"  # Step through's tab that says what it applies to Q and K
@@ -22,14 +21,9 @@ def folder(tmp_path_factory) -> Path:
     return build_llama4(tmp_path_factory.mktemp("llama4") / "both", **VARIANTS["both"])
 
 
-def _ok(at: AppTest, where: str) -> None:
-    assert not at.exception, f"{where}: {at.exception[0].message}"
-    assert not at.error, f"{where}: {[e.value for e in at.error]}"
-
-
 def test_the_masks_page_draws_the_chunks(folder) -> None:
     at = open_app_page("app_pages/masks.py", folder=str(folder), text=TEXT)
-    _ok(at, "masks")
+    assert_ok(at, "masks")
     words = " ".join(m.value for m in at.markdown)
     assert ("**Chunked attention.** Layer 0: each token sees only the tokens of its own chunk of 3 positions (0–2, "
             "3–5, …) up to itself; the other layers see every token before it.") in words
@@ -41,14 +35,14 @@ def test_the_masks_page_draws_the_chunks(folder) -> None:
 
 def test_the_positional_page_and_the_model_card_name_the_nope_layer(folder) -> None:
     at = open_app_page("app_pages/overview.py", folder=str(folder), text=TEXT)
-    _ok(at, "overview")
+    assert_ok(at, "overview")
     card = " ".join(str(table.value.to_dict()) for table in at.table)
     assert "no positional encoding (NoPE)" in card and "layer 1: q and k are not rotated" in card
     assert "chunked attention" in card and "qk-norm" in card
     at.switch_page("app_pages/positions.py").run()
     at.session_state["positions_view"] = "This model"
     at.run()
-    _ok(at, "positions · This model")
+    assert_ok(at, "positions · This model")
     words = " ".join(m.value for m in at.markdown)
     assert "**NoPE** · Layer 1: q and k are not rotated" in words and "temperature tuning" in words
     assert "In every rotary layer (see NoPE below)" in words
@@ -62,7 +56,7 @@ def test_step_through_checks_itself_in_the_chunked_and_the_nope_layer(folder) ->
         at.selectbox(key="layer").set_value(layer).run()
         at.session_state["step_view"] = STEP_QKV
         at.run()
-        _ok(at, f"step through · layer {layer}")
+        assert_ok(at, f"step through · layer {layer}")
         table = at.table[0].value
         worst = dict(zip(table["step"], map(float, table["max |recomputed − model|"]), strict=True))
         assert worst["scores before the mask"] < 1e-5 and worst["head output Z = A V"] < 1e-5, worst
@@ -79,16 +73,11 @@ def test_every_page_and_view_opens(folder) -> None:
     at = open_app_page("app_pages/overview.py", folder=str(folder), text=TEXT)
     for page in ("app_pages/generate.py", "app_pages/ablation.py", "app_pages/attribution.py"):
         at.switch_page(page).run()
-        _ok(at, page)
+        assert_ok(at, page)
     for page, button in (("app_pages/generate.py", "generate_step"), ("app_pages/ablation.py", "ablation_scan_button"),
                          ("app_pages/attribution.py", "attribution_offer_swap"),
                          ("app_pages/attribution.py", "attribution_patch")):
         at.switch_page(page).run()
         at.button(key=button).click().run()
-        _ok(at, f"{page} · {button}")
-    for page, key in TABBED.items():
-        at.switch_page(page).run()
-        for view in [tab.label for tab in at.tabs]:
-            at.session_state[key] = view
-            at.run()
-            _ok(at, f"{page} · {view}")
+        assert_ok(at, f"{page} · {button}")
+    open_every_view(at)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from tests.app.app_session import TABBED, open_app_page
+from tests.app.app_session import LEAST_VIEWS, assert_ok, open_app_page, open_every_view
 from tests.app.test_app_model_types import _z
 from tests.tiny_hf import build_type
 
@@ -24,11 +24,6 @@ def folder(tmp_path_factory) -> Path:
     return build_type("mpt", tmp_path_factory.mktemp("mpt_app") / "mpt")
 
 
-def _ok(at: AppTest, where: str) -> None:
-    assert not at.exception, f"{where}: {at.exception[0].message}"
-    assert not at.error, f"{where}: {[e.value for e in at.error]}"
-
-
 def _figures(at: AppTest) -> dict[str, dict]:
     return {json.loads(c.proto.spec)["layout"]["title"]["text"]: json.loads(c.proto.spec)
             for c in at.get("plotly_chart")}
@@ -38,18 +33,11 @@ def test_every_page_and_view_opens(folder) -> None:
     at = open_app_page("app_pages/overview.py", folder=str(folder), text=TEXT)
     for page in PLAIN:
         at.switch_page(page).run()
-        _ok(at, page)
+        assert_ok(at, page)
     at.switch_page("app_pages/generate.py").run()
     at.button(key="generate_step").click().run()
-    _ok(at, "a generated step")
-    for page, key in TABBED.items():
-        at.switch_page(page).run()
-        views = [tab.label for tab in at.tabs]
-        assert len(views) >= (4 if page == "app_pages/step_through.py" else 6), page
-        for view in views:
-            at.session_state[key] = view
-            at.run()
-            _ok(at, f"{page} · {view}")
+    assert_ok(at, "a generated step")
+    open_every_view(at, LEAST_VIEWS)
 
 
 def test_the_masks_page_draws_its_alibi_apart_from_the_content_scores(folder) -> None:
@@ -59,7 +47,7 @@ def test_the_masks_page_draws_its_alibi_apart_from_the_content_scores(folder) ->
     at.selectbox(key="head").set_value(1).run()
     at.session_state["masks_view"] = "Scores → probabilities"
     at.run()
-    _ok(at, "MPT masks")
+    assert_ok(at, "MPT masks")
     figures = _figures(at)
     bias, content, scores = (_z(figures[title]) for title in ("B (ALiBi)", "QKᵀ/√d_k (without the bias)",
                                                                "scores QKᵀ/√d_k"))
@@ -75,7 +63,7 @@ def test_the_positional_encoding_page_draws_each_heads_slope_times_the_distance(
     at = open_app_page("app_pages/positions.py", folder=str(folder), text=TEXT)
     at.session_state["positions_view"] = "This model"
     at.run()
-    _ok(at, "MPT positions")
+    assert_ok(at, "MPT positions")
     text = " ".join(m.value for m in (*at.markdown, *at.caption))
     assert "ALiBi" in text and "MPT" in text
     bias = _z(_figures(at)["relative position bias per head"])  # (heads, 2 len - 1)

@@ -67,6 +67,10 @@ class ModelFacts:
             return f"layer {layer}"
         return f"layer {self.attention_blocks[layer]} (attention layer {layer})"
 
+    def layer_choice(self, layer: int) -> str:
+        """A layer picker's option: the layer's number, or a hybrid's `layer_words` (its true number)."""
+        return self.layer_words(layer) if self.attention_blocks else str(layer)
+
 
 @dataclass
 class DecodeStep:
