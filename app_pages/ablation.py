@@ -177,7 +177,8 @@ def show_scan(trace: Trace, scan: HeadScan) -> None:
     for site, effects in scan.effects.items():
         figure = scan_heatmap(effects, f"{Site.of(site).label}: the change each head's ablation makes", scan.measure)
         st.plotly_chart(figure, key=f"ablation_scan_{site}")
-        table = pd.DataFrame(effects, index=pd.Index(range(len(effects)), name="layer"))
+        table = pd.DataFrame(effects, index=pd.Index([trace.facts.layer_choice(i) for i in range(len(effects))],
+                                                     name="layer"))  # a hybrid's true layer numbers
         downloads(figure, file_name(trace.facts.model_id, "scan", site, scan.mode), f"ablation_scan_{site}",
                   constant(table))
     st.dataframe(pd.DataFrame({"head": [head_label(head, words=trace.facts.layer_words) for head, _ in ranked[:TOP_K]],

@@ -138,7 +138,8 @@ def _layers(trace: Trace, step: Step) -> StepFigure:
         else "hook_resid_post"
     outputs = [trace.captured[f"{stack}.{layer}.{post}"] for layer in range(layers)]  # each (tokens, d_model)
     lengths = np.stack([norms(output) for output in outputs])  # (layers, tokens): no copy of every layer's vectors
-    blocks = [f"after block {layer}" for layer in range(layers)]
+    true = trace.facts.attention_blocks or list(range(layers))  # a hybrid's attention layers: their own blocks
+    blocks = [f"after block {true[layer]}" for layer in range(layers)]
     figure = layer_token_heatmap(lengths, blocks, tokens, f"‖{stack}.*.{post}‖ for each token", "length")
     shape = shape_label(("layers", "tokens", "d_model"), (layers, *outputs[0].shape))
     return StepFigure(figure, lengths, blocks, _labels(tokens), shape)

@@ -23,6 +23,7 @@ from attention_atlas.model.inspect.attribution import attribute, attribution_opt
 from attention_atlas.model.inspect.contributions import contribution_graph, contribution_options
 from attention_atlas.model.inspect.patching import patch
 from attention_atlas.model.inspect.tour import tour_options, tour_steps
+from attention_atlas.plot.tour import step_figure
 from tests.tiny_hybrids import ATTENTION_BLOCKS, HYBRID_TYPES, build_hybrid, build_qwen3_5_checkpoint
 
 TEXT = "the quick brown fox jumps over the lazy dog"
@@ -187,8 +188,9 @@ def test_ablating_a_head_zeroes_it_in_its_true_layer(hybrid_runners, model_type:
 def test_the_tour_says_its_blocks_are_the_attention_layers(hybrid_runners) -> None:
     runner = hybrid_runners["lfm2"]
     trace = runner.run(TEXT, options=tour_options(runner.facts))
-    blocks = next(step.text for step in tour_steps(trace) if step.key == "decoder.blocks")
-    assert blocks.endswith(f"Here these are the softmax attention layers only ({LAYER_MAPS['lfm2']}).")
+    step = next(step for step in tour_steps(trace) if step.key == "decoder.blocks")
+    assert step.text.endswith(f"Here these are the softmax attention layers only ({LAYER_MAPS['lfm2']}).")
+    assert step_figure(trace, step).rows == [f"after block {i}" for i in ATTENTION_BLOCKS["lfm2"]]  # true blocks
 
 
 @pytest.mark.parametrize("model_type", HYBRID_TYPES)
