@@ -90,6 +90,27 @@ class RelativePositions:
     buckets: np.ndarray | None = None  # (2 len - 1,) int: the relative position embedding each distance reads
 
 
+def alibi_positions(slopes: np.ndarray, length: int, source: str) -> RelativePositions:
+    """ALiBi over `length` positions from each head's slope (heads,): slope x (key - query), as the scores add it;
+    `source` says where the slopes come from."""
+    distance = np.arange(-(length - 1), length)  # key - query
+    shown = ", ".join(f"{s:.3g}" for s in slopes[:8]) + (" …" if len(slopes) > 8 else "")
+    return RelativePositions(
+        source,
+        "Nothing is added to the embeddings, and nothing here is learned. Each head adds its slope × (key − query) "
+        f"to every score (ALiBi): a key d tokens back costs d × slope. The slopes ({shown}) shrink geometrically "
+        "from head to head, so the first heads look near and the last ones far. Keys ahead would gain as much; "
+        "the causal mask hides them.", r"\mathrm{score}_{ij}=\frac{q_i\cdot k_j}{\sqrt{d_k}}+m_h\,(j-i)",
+        bias=(slopes[:, None] * distance[None]).astype(np.float32))
+
+
+def alibi_bias(slope: float, q_len: int, k_len: int) -> np.ndarray:
+    """(q_len, k_len): ALiBi of one head, its slope x (key position - query position), the queries being the last
+    q_len of the k_len positions."""
+    distance = np.arange(k_len)[None] - np.arange(k_len - q_len, k_len)[:, None]
+    return (slope * distance).astype(np.float32)
+
+
 def affine(layer: nn.Module) -> Affine:
     """A Linear (weight (out, in)) or a GPT-2 Conv1D (weight (in, out)) as x @ W + b, float32 numpy (copied)."""
     with torch.no_grad(), weights_at_hand(layer):

@@ -21,6 +21,8 @@ from attention_atlas.model.hf.families.adapter import (
     RelativePositions,
     Sizes,
     affine,
+    alibi_bias,
+    alibi_positions,
     interleaved,
 )
 from attention_atlas.model.hf.heads import attention, made_once
@@ -91,24 +93,11 @@ class BloomAdapter(Adapter):
         return Sizes(config.n_head, config.n_head, d_model, d_model // config.n_head, 4 * d_model)
 
     def relative_positions(self, model: nn.Module, stack: str, length: int) -> RelativePositions:
-        """ALiBi over `length` positions: each head's slope x (key - query), as its scores add it."""
-        slopes = alibi_slopes(model.config.n_head).numpy()  # (heads,)
-        distance = np.arange(-(length - 1), length)  # key - query
-        shown = ", ".join(f"{s:.3g}" for s in slopes[:8]) + (" …" if len(slopes) > 8 else "")
-        return RelativePositions(
-            "ALiBi slopes, fixed by the number of heads (transformers' BLOOM), not learned",
-            "Nothing is added to the embeddings, and nothing here is learned. Each head adds its slope × (key − query) "
-            f"to every score (ALiBi): a key d tokens back costs d × slope. The slopes ({shown}) shrink geometrically "
-            "from head to head, so the first heads look near and the last ones far. Keys ahead would gain as much; "
-            "the causal mask hides them.", r"\mathrm{score}_{ij}=\frac{q_i\cdot k_j}{\sqrt{d_k}}+m_h\,(j-i)",
-            bias=(slopes[:, None] * distance[None]).astype(np.float32))
+        return alibi_positions(alibi_slopes(model.config.n_head).numpy(), length,
+                               "ALiBi slopes, fixed by the number of heads (transformers' BLOOM), not learned")
 
     def score_bias(self, model: nn.Module, site: str, head: int, q_len: int, k_len: int) -> np.ndarray | None:
-        """(q_len, k_len): ALiBi, the head's slope x (key position - query position), the queries being the last
-        q_len of the k_len positions."""
-        slope = float(alibi_slopes(model.config.n_head)[head])
-        distance = np.arange(k_len)[None] - np.arange(k_len - q_len, k_len)[:, None]
-        return (slope * distance).astype(np.float32)
+        return alibi_bias(float(alibi_slopes(model.config.n_head)[head]), q_len, k_len)
 
 
 def alibi_slopes(heads: int, device: torch.device | str = "cpu") -> torch.Tensor:
