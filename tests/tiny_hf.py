@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import torch
 import transformers
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
@@ -189,3 +190,21 @@ def build_type(model_type: str, folder: Path, **overrides: object) -> Path:
     model.eval().save_pretrained(folder)
     _tokenizer(specials, template).save_pretrained(folder)
     return folder
+
+
+def log_probs_with_columns_zeroed(model: torch.nn.Module, projection: torch.nn.Module, ids: list[int],
+                                  columns: slice) -> np.ndarray:
+    """(len, vocab): the model's next-token log-probabilities on `ids` with `columns` of `projection`'s input
+    zeroed (a head's share of the output projection's input: the ablation by zero, done by hand)."""
+
+    def zero(module: torch.nn.Module, args: tuple[torch.Tensor]) -> tuple[torch.Tensor]:
+        x = args[0].clone()  # (1, len, heads * d_head)
+        x[..., columns] = 0
+        return (x,)
+
+    handle = projection.register_forward_pre_hook(zero)
+    try:
+        with torch.inference_mode():
+            return model(input_ids=torch.tensor([ids]), use_cache=False).logits[0].log_softmax(-1).numpy()
+    finally:
+        handle.remove()

@@ -24,6 +24,7 @@ from attention_atlas.model.inspect.contributions import contribution_graph, cont
 from attention_atlas.model.inspect.patching import patch
 from attention_atlas.model.inspect.tour import tour_options, tour_steps
 from attention_atlas.plot.tour import step_figure
+from tests.tiny_hf import log_probs_with_columns_zeroed
 from tests.tiny_hybrids import ATTENTION_BLOCKS, HYBRID_TYPES, build_hybrid, build_qwen3_5_checkpoint
 
 TEXT = "the quick brown fox jumps over the lazy dog"
@@ -169,19 +170,8 @@ def test_ablating_a_head_zeroes_it_in_its_true_layer(hybrid_runners, model_type:
     attention = runner.model.base_model.get_submodule(runner.family.layer_taps["decoder"]["attn.hook_z"][0]
                                                       .format(i=ATTENTION_BLOCKS[model_type][1]))
     projection = next(getattr(attention, name) for name in ("o_proj", "out_proj") if hasattr(attention, name))
-
-    def zero_head(module: torch.nn.Module, args: tuple[torch.Tensor]) -> tuple[torch.Tensor]:
-        x = args[0].clone()  # (1, len, heads * d_head)
-        x[..., :8] = 0
-        return (x,)
-
-    handle = projection.register_forward_pre_hook(zero_head)
-    try:
-        with torch.inference_mode():
-            logits = runner.model(input_ids=torch.tensor([trace.ids]), use_cache=False).logits[0]
-    finally:
-        handle.remove()
-    np.testing.assert_allclose(outcome.values[1, -1], logits[-1].log_softmax(-1).numpy(), atol=1e-5)
+    zeroed = log_probs_with_columns_zeroed(runner.model, projection, trace.ids, slice(0, 8))  # head 0: d_head 8
+    np.testing.assert_allclose(outcome.values[1, -1], zeroed[-1], atol=1e-5)
     assert not np.allclose(outcome.values[0, -1], outcome.values[1, -1], atol=1e-7)
 
 

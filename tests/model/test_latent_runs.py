@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 from attention_atlas.model.core.generation.decoding import generate
 from attention_atlas.model.core.options import RunOptions
 from attention_atlas.model.inspect.patching import patch
-from tests.tiny_hf import MLA_TYPES
+from tests.tiny_hf import MLA_TYPES, log_probs_with_columns_zeroed
 
 TEXT = "the quick brown fox jumps over the lazy dog"
 
@@ -34,20 +33,9 @@ def test_an_ablated_head_is_its_values_width_of_o_proj_input_zeroed(mla_runners,
     trace = runner.run(TEXT, options=RunOptions(hooks=()))
     outcome = runner.ablation_outcomes(trace, [(), (("decoder.1.attn", 1),)], "zero")
     width = runner.model.config.v_head_dim
-    projection = runner.model.model.layers[1].self_attn.o_proj
-
-    def zero_head(module: torch.nn.Module, args: tuple[torch.Tensor]) -> tuple[torch.Tensor]:
-        x = args[0].clone()  # (1, len, heads * v_head_dim)
-        x[..., width:2 * width] = 0
-        return (x,)
-
-    handle = projection.register_forward_pre_hook(zero_head)
-    try:
-        with torch.inference_mode():
-            logits = runner.model(input_ids=torch.tensor([trace.ids]), use_cache=False).logits[0]
-    finally:
-        handle.remove()
-    np.testing.assert_allclose(outcome.values[1, -1], logits[-1].log_softmax(-1).numpy(), atol=1e-5)
+    projection = runner.model.model.layers[1].self_attn.o_proj  # input (1, len, heads * v_head_dim)
+    zeroed = log_probs_with_columns_zeroed(runner.model, projection, trace.ids, slice(width, 2 * width))
+    np.testing.assert_allclose(outcome.values[1, -1], zeroed[-1], atol=1e-5)
     assert not np.allclose(outcome.values[0, -1], outcome.values[1, -1], atol=1e-7)
 
 
