@@ -4,11 +4,12 @@ them (masking_utils.chunked_overlay, with no left padding: the app pads on the r
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
+
+from attention_atlas.model.hf.made_once import made_once
 
 
 def layer_chunks(config: Any) -> list[int]:
@@ -41,16 +42,13 @@ def chunk_size(module: nn.Module) -> int:
     return int(getattr(config, "attention_chunk_size", None) or 0)
 
 
-Once = Callable[[torch.Tensor, tuple, Callable[[], torch.Tensor]], torch.Tensor]  # heads.made_once
-
-
-def chunked(mask: torch.Tensor | None, chunk: int, q_len: int, k_len: int, device: torch.device,
-            once: Once) -> torch.Tensor | None:
+def chunked(mask: torch.Tensor | None, chunk: int, q_len: int, k_len: int, device: torch.device
+            ) -> torch.Tensor | None:
     """The additive mask (batch or 1, 1, q_len, >= k_len) with the keys outside each query's chunk hidden too, where
     the queries are the keys (q_len == k_len: positions 0..len-1, as in the app's runs and a first pass of
     `generate`). With a KV cache (q_len < k_len) the mask is transformers' own, made knowing where the cache starts
-    (a chunked layer's cache keeps only its last keys), and stays what it is. Made `once` per mask and chunk on a
-    thread (heads.made_once), since every chunked layer reads the same; kept while `mask` lives."""
+    (a chunked layer's cache keeps only its last keys), and stays what it is. Made once per mask and chunk on a
+    thread (`made_once`), since every chunked layer reads the same; kept while `mask` lives."""
     if not chunk or q_len != k_len or chunk >= k_len:
         return mask
 
@@ -63,4 +61,4 @@ def chunked(mask: torch.Tensor | None, chunk: int, q_len: int, k_len: int, devic
 
     if mask is None:
         return hide_other_chunks()
-    return once(mask, ("chunk", chunk, q_len, k_len), hide_other_chunks)
+    return made_once(mask, ("chunk", chunk, q_len, k_len), hide_other_chunks)

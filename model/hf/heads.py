@@ -23,11 +23,9 @@ from the projections' outputs with a forward hook instead (ProjectionHeads).
 
 from __future__ import annotations
 
-import threading
-import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -43,9 +41,9 @@ from attention_atlas.model.core.capture.hooks import (
 )
 from attention_atlas.model.core.masks import causal_mask
 from attention_atlas.model.hf.chunks import chunk_size, chunked
+from attention_atlas.model.hf.made_once import made_once
 
 ATTENTION = "atlas"  # the attn_implementation models are loaded with
-Made = TypeVar("Made")
 
 
 @dataclass(frozen=True)
@@ -91,7 +89,7 @@ def attention(
     sinks = kwargs.get("s_aux")  # (heads,): GPT-OSS's learned sink logit a head, one more key in every row's softmax
     window = kwargs.get("sliding_window") or 0
     mask = windowed(attention_mask, window, query.size(-2), key.size(-2), query.device)
-    mask = chunked(mask, chunk_size(module), query.size(-2), key.size(-2), query.device, made_once)  # Llama 4's chunks
+    mask = chunked(mask, chunk_size(module), query.size(-2), key.size(-2), query.device)  # Llama 4's chunks
     if "window" in wanted:  # what the layer slides by (model/hf/discovery.py asks once, when a model loads)
         active_recorder()(wanted["window"], torch.tensor(window))
     computed = _report_inputs(wanted, query, key, value, scale, bias, mask, softcap, sinks) if wanted else None
@@ -137,20 +135,6 @@ def windowed(mask: torch.Tensor | None, window: int | None, q_len: int, k_len: i
     if mask is None:
         return hide_too_far()
     return made_once(mask, ("window", window, q_len, k_len), hide_too_far)  # every layer of this window reads it
-
-
-def made_once(tensor: torch.Tensor, key: tuple, make: Callable[[], Made]) -> Made:
-    """`make()`, made once per `tensor` and `key` on this thread and kept while `tensor` lives: what every layer of a
-    forward pass makes alike from a tensor they all read (a windowed mask, BLOOM's relative ALiBi)."""
-    cache = _made.__dict__.setdefault("cache", {})
-    entry = (id(tensor), *key)
-    if entry not in cache:
-        cache[entry] = make()
-        weakref.finalize(tensor, cache.pop, entry, None)
-    return cache[entry]
-
-
-_made = threading.local()  # .cache: (id of a tensor, *key) -> what was made from it
 
 
 def _capped(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None, scale: float,

@@ -15,7 +15,6 @@ from attention_atlas.model.core.generation.decoding import generate
 from attention_atlas.model.core.options import RunOptions
 from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.hf.chunks import chunked
-from attention_atlas.model.hf.heads import made_once
 from attention_atlas.model.hf.loading import load_hf_runner
 from attention_atlas.model.hf.runner import CONTINUATION_TOKENS
 from attention_atlas.plot.masking import SiteMask
@@ -32,12 +31,12 @@ def folders(tmp_path_factory) -> dict[str, Path]:
 
 def test_the_chunk_mask_hides_the_keys_of_other_chunks() -> None:
     mask = torch.zeros(1, 1, 7, 7).masked_fill(torch.ones(7, 7, dtype=torch.bool).triu(1), float("-inf"))
-    seen = chunked(mask, CHUNK, 7, 7, mask.device, made_once)[0, 0] == 0  # (7, 7)
+    seen = chunked(mask, CHUNK, 7, 7, mask.device)[0, 0] == 0  # (7, 7)
     expected = [[k <= q and k // CHUNK == q // CHUNK for k in range(7)] for q in range(7)]
     assert seen.tolist() == expected
-    assert chunked(mask, CHUNK, 7, 7, mask.device, made_once) is chunked(mask, CHUNK, 7, 7, mask.device, made_once)
+    assert chunked(mask, CHUNK, 7, 7, mask.device) is chunked(mask, CHUNK, 7, 7, mask.device)
     step = mask[..., -1:, :]  # a cached step's row: transformers' own mask, which knows where the cache starts
-    assert chunked(step, CHUNK, 1, 7, mask.device, made_once) is step
+    assert chunked(step, CHUNK, 1, 7, mask.device) is step
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

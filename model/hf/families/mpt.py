@@ -25,7 +25,8 @@ from attention_atlas.model.hf.families.adapter import (
     alibi_positions,
     split_columns,
 )
-from attention_atlas.model.hf.heads import attention, made_once
+from attention_atlas.model.hf.heads import attention
+from attention_atlas.model.hf.made_once import made_once
 from attention_atlas.model.hf.own_attention import route_modules
 from attention_atlas.model.hf.taps import (
     LAYER_NORM,
