@@ -13,18 +13,20 @@ import streamlit as st
 from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.inspect.lens import Lens
 from attention_atlas.model.inspect.readout import spell_for, unembedding_for
+from attention_atlas.plot.block_stream import blockwise
 from attention_atlas.plot.common import layer_count, stack_tokens
 from attention_atlas.plot.stream import (
     LENS_WINDOW,
-    MEASURES,
     NORMS,
     STREAM,
     lens_figure,
     lens_positions,
+    measures_of,
     residual_figure,
     residual_rows,
     residual_scale,
     stream_boundaries,
+    stream_hooks,
 )
 from attention_atlas.ui import url_state
 from attention_atlas.ui.activations import (
@@ -77,11 +79,16 @@ def residual(trace: Trace, stack: str) -> None:
                "models then normalise it, and the next layer reads the normalised vector). The share is "
                "‖block output‖ / ‖the sum it went into‖; the cosine compares what a layer reads and what it hands on.")
     streamed = stream_trace(stack)
-    needed = (*stream_boundaries(streamed, stack), *STREAM[3:5])
-    if missing_hooks(streamed, tuple(f"{stack}.0.{hook}" for hook in needed)):
+    by_block = blockwise(streamed, stack)
+    if by_block:
+        st.caption("A hybrid: its stream is read at every block, softmax attention or not (the model card's layer "
+                   "map); a block's write is its output minus its input, its token mixer and MLP together.")
+    needed = stream_hooks(streamed, stack) if by_block else tuple(
+        f"{stack}.0.{hook}" for hook in (*stream_boundaries(streamed, stack), *STREAM[3:5]))
+    if missing_hooks(streamed, tuple(needed)):
         return
     measures, tokens = residual_measures(streamed, stack), stack_tokens(streamed, stack)
-    labels = {label: measure for measure, (label, _) in MEASURES.items()}
+    labels = {label: measure for measure, (label, _) in measures_of(streamed, stack).items()}
     name = labels[st.selectbox("Measure", list(labels), key="activations_residual_measure")]
     values, rows = measures[name], residual_rows(streamed, stack, name)  # (rows, pos)
     choice = choose_scale(values, "activations_residual_scale") if name in NORMS else WHOLE  # a massive activation
@@ -95,8 +102,13 @@ def residual(trace: Trace, stack: str) -> None:
     largest = (f"Largest residual norm: {measures['boundaries'][peak]:.4g}, at {at} of token "
                f"{position_label(int(peak[1]), tokens[peak[1]])}.")
     st.caption(f"{shown.note} {largest}" if shown.note else largest)
-    lines = layer_lines(np.stack([measures["attn"].mean(1), measures["mlp"].mean(1)]), ["‖attn_out‖", "‖mlp_out‖"],
-                        f"{stack}: what each block writes, mean over tokens", "mean norm")
+    if by_block:
+        lines = layer_lines(measures["block"].mean(1)[None], ["‖output − input‖"],
+                            f"{stack}: what each block writes, mean over tokens", "mean norm")
+    else:
+        lines = layer_lines(np.stack([measures["attn"].mean(1), measures["mlp"].mean(1)]),
+                            ["‖attn_out‖", "‖mlp_out‖"], f"{stack}: what each block writes, mean over tokens",
+                            "mean norm")
     st.plotly_chart(lines, key="activations_writes")
     downloads(lines, f"{file_stem(trace, stack)}.writes", "activations_writes")
 

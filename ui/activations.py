@@ -13,7 +13,7 @@ from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.inspect.lens import Lens, Unembedding
 from attention_atlas.model.inspect.readout import forward_for
 from attention_atlas.model.inspect.shapes import calls_table, shape_trace
-from attention_atlas.plot.stream import MEASURES, layer_outputs, lens_read, residual_measure, stream_patterns
+from attention_atlas.plot.stream import layer_outputs, lens_read, measures_of, residual_measure, stream_patterns
 from attention_atlas.ui.page import trace_with
 from attention_atlas.ui.run_scheduler import run_slots
 from attention_atlas.ui.trace_cache import per_trace
@@ -30,10 +30,11 @@ def stream_trace(stack: str) -> Trace:
 
 
 def residual_measures(trace: Trace, stack: str) -> dict[str, np.ndarray]:
-    """Every measure of the residual view (`residual_measure`), each (rows, pos), computed once per trace."""
+    """Every measure of the residual view (`residual_measure`, `measures_of`), each (rows, pos), once per trace."""
+    measures = measures_of(trace, stack)
     values = per_trace(trace, ("activations residual", stack),
-                       lambda: tuple(residual_measure(trace, stack, measure) for measure in MEASURES))
-    return dict(zip(MEASURES, values, strict=True))
+                       lambda: tuple(residual_measure(trace, stack, measure) for measure in measures))
+    return dict(zip(measures, values, strict=True))
 
 
 def projection(trace: Trace, stack: str) -> tuple[Projection, np.ndarray]:

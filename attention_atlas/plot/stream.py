@@ -17,6 +17,7 @@ from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.inspect.lens import Lens, Unembedding
 from attention_atlas.model.inspect.lens import logit_lens as read_lens
 from attention_atlas.model.inspect.readout import spell_for, unembedding_for
+from attention_atlas.plot.block_stream import BLOCK_MEASURES, block_hooks, block_measure, block_rows, blockwise
 from attention_atlas.plot.common import (
     check_index,
     check_same_model,
@@ -41,9 +42,10 @@ MEASURES = {  # the residual view's measures: name -> (label, value name)
     "mlp_share": ("the MLP's share of resid_post", "share"),
     "cosine": ("cosine between consecutive layers", "cosine"),
 }
-NORMS = ("boundaries", "attn", "mlp")  # measures a massive activation flattens: drawn on a chosen colour scale
+NORMS = ("boundaries", "attn", "mlp", "block")  # measures a massive activation flattens: drawn on a chosen colour scale
 SCALES = {"auto": None, "whole": WHOLE, "log": LOG, "clipped": CLIPPED}  # residual(scale=…) -> the page's scale
-Measure = Literal["boundaries", "attn", "mlp", "attn_share", "mlp_share", "cosine"]  # the keys of MEASURES
+Measure = Literal["boundaries", "attn", "mlp", "attn_share", "mlp_share", "cosine", "block", "block_share"]  # the
+#                                                           keys of MEASURES and of a hybrid's BLOCK_MEASURES
 ScaleName = Literal["auto", "whole", "log", "clipped"]  # the keys of SCALES
 LENS_WINDOW = 32  # positions the logit lens reads at once (SmolLM2's readout: about 5 ms a position a layer)
 
@@ -53,14 +55,24 @@ def stream_patterns(stack: str) -> tuple[str, ...]:
     return tuple(f"{stack}.*.{hook}" for hook in STREAM)
 
 
+def stream_hooks(trace: Trace, stack: str) -> list[str]:
+    """The hooks of the stream before layer 0, then after each layer: what the next layer reads (post-norm layers:
+    their normalised output; a hybrid's decoder: after each block, attention or not)."""
+    if blockwise(trace, stack):
+        return block_hooks(trace)
+    after = [f"{stack}.{i}.hook_normalized_resid_post" for i in range(layer_count(trace, stack))]
+    return [f"{stack}.0.hook_resid_pre",
+            *(hook if hook in trace.captured else hook.replace("normalized_", "") for hook in after)]
+
+
 def layer_outputs(trace: Trace, stack: str) -> Iterator[np.ndarray]:
-    """The stream before layer 0, then after each layer, each (pos, d_model): what the next layer reads
-    (post-norm layers: their normalised output)."""
-    layers = layer_count(trace, stack)
-    yield trace.captured[f"{stack}.0.hook_resid_pre"]
-    for i in range(layers):
-        normalized = f"{stack}.{i}.hook_normalized_resid_post"
-        yield trace.captured.get(normalized, trace.captured[f"{stack}.{i}.hook_resid_post"])
+    """The stream before layer 0, then after each layer (`stream_hooks`), each (pos, d_model)."""
+    return (trace.captured[hook] for hook in stream_hooks(trace, stack))
+
+
+def measures_of(trace: Trace, stack: str) -> dict[str, tuple[str, str]]:
+    """The residual view's measures of this stack: MEASURES, or a hybrid decoder's BLOCK_MEASURES."""
+    return BLOCK_MEASURES if blockwise(trace, stack) else MEASURES
 
 
 def stream_boundaries(trace: Trace, stack: str) -> tuple[str, ...]:
@@ -81,7 +93,9 @@ def measure_hooks(trace: Trace, stack: str, measure: str) -> tuple[str, ...]:
 
 def residual_measure(trace: Trace, stack: str, measure: str) -> np.ndarray:
     """One measure of the residual view (MEASURES), (rows, pos): boundaries x layers rows for "boundaries", one row a
-    layer for the others."""
+    layer for the others; a hybrid's decoder: block_measure."""
+    if blockwise(trace, stack):
+        return block_measure(trace, measure)
     captured, layers = trace.captured, layer_count(trace, stack)
 
     def norm_of(hook: str) -> np.ndarray:  # (layers, pos)
@@ -103,14 +117,17 @@ def residual_measure(trace: Trace, stack: str, measure: str) -> np.ndarray:
 def residual_scale(measure: str, values: np.ndarray, choice: str) -> Scale:
     """How a measure's values are drawn: the norms on the colour scale `choice` (WHOLE, LOG, CLIPPED), the shares
     over their own range, the cosine from −1 to 1."""
-    value_name = MEASURES[measure][1]
+    value_name = (MEASURES | BLOCK_MEASURES)[measure][1]
     if measure in NORMS:
         return scaled(values, value_name, choice)
     return Scale(values, (-1.0, 1.0) if measure == "cosine" else None, value_name, None)
 
 
 def residual_rows(trace: Trace, stack: str, measure: str) -> list[str]:
-    """The row names of a measure: "L0 pre", "L0 mid", "L0 post", … for the boundaries, "L0", "L1", … else."""
+    """The row names of a measure: "L0 pre", "L0 mid", "L0 post", … for the boundaries, "L0", "L1", … else (a
+    hybrid's decoder: block_rows)."""
+    if blockwise(trace, stack):
+        return block_rows(trace, measure)
     layers = layer_count(trace, stack)
     where = [hook.removeprefix("hook_resid_") for hook in stream_boundaries(trace, stack)]
     return boundary_labels(layers, where) if measure == "boundaries" else [f"L{i}" for i in range(layers)]
@@ -119,7 +136,7 @@ def residual_rows(trace: Trace, stack: str, measure: str) -> list[str]:
 def residual_figure(trace: Trace, stack: str, measure: str, shown: Scale) -> go.Figure:
     """A measure of the residual view drawn: layers (or layer boundaries) down, the stack's tokens across."""
     return layer_token_heatmap(shown.values, residual_rows(trace, stack, measure), stack_tokens(trace, stack),
-                               f"{stack}: {MEASURES[measure][0]}", shown.value_name,
+                               f"{stack}: {measures_of(trace, stack)[measure][0]}", shown.value_name,
                                "RdBu" if measure == "cosine" else "Viridis", shown.zrange)
 
 
@@ -132,19 +149,32 @@ def residual(trace: Trace, stack: str | None = None, *, measure: Measure = "boun
     scale (the norms): "auto" (the outliers left out of the colours where a few values dwarf the rest), "whole",
     "log" or "clipped". stack: "encoder" or "decoder" (default: the first whose stream the trace holds). Needs the
     stream recorded: model.run(text, hooks="*hook_resid*"); "attn", "mlp" and the shares also "*hook_attn_out" and
-    "*hook_mlp_out"; "cosine" of a post-norm model "*hook_normalized_resid_post" (the stream its next layer reads)."""
-    if measure not in MEASURES:
-        raise UserError(f"measure is one of {', '.join(map(repr, MEASURES))}, not {measure!r}")
+    "*hook_mlp_out"; "cosine" of a post-norm model "*hook_normalized_resid_post" (the stream its next layer reads).
+    A hybrid's decoder (blocks other than attention among its layers) is read at every block, from
+    "decoder.blocks.*": its measures are "boundaries", "block" (‖its output − its input‖), "block_share" and
+    "cosine"."""
     if scale not in SCALES:
         raise UserError(f"scale is one of {', '.join(map(repr, SCALES))}, not {scale!r}")
-    held = [s for s in ("encoder", "decoder") if f"{s}.0.hook_resid_pre" in trace]
+    held = [s for s in ("encoder", "decoder") if f"{s}.0.hook_resid_pre" in trace or f"{s}.blocks.0.hook_resid_pre"
+            in trace]
     stack = check_stack(trace, stack, held[0] if held else None)
+    measures = measures_of(trace, stack)
+    if measure not in measures:
+        raise UserError(f"measure is one of {', '.join(map(repr, measures))}, not {measure!r}")
+    if blockwise(trace, stack):
+        need_hooks(trace, block_hooks(trace), [f"{stack}.blocks.*"], f"residual(measure={measure!r}) of the {stack}")
+        return _drawn(trace, stack, measure, scale)
     hooks = measure_hooks(trace, stack, measure)
     stream = any(hook.startswith("hook_resid_") for hook in hooks)  # one pattern for every boundary of the stream
     patterns = [f"{stack}.*.{hook}" for hook in hooks if not hook.startswith("hook_resid_")]
     patterns += [f"{stack}.*.hook_resid_*"] if stream else []
     need_hooks(trace, [f"{stack}.{i}.{hook}" for hook in hooks for i in range(layer_count(trace, stack))], patterns,
                f"residual(measure={measure!r}) of the {stack}")
+    return _drawn(trace, stack, measure, scale)
+
+
+def _drawn(trace: Trace, stack: str, measure: str, scale: ScaleName) -> go.Figure:
+    """A measure of the residual view drawn on the scale named `scale` ("auto": the opening one)."""
     values = residual_measure(trace, stack, measure)
     shown = residual_scale(measure, values, SCALES[scale] or opening_scale(values))
     return residual_figure(trace, stack, measure, shown)
@@ -157,10 +187,16 @@ def lens_positions(n: int, start: int | None = None) -> np.ndarray:
 
 
 def lens_read(trace: Trace, unembedding: Unembedding, positions: np.ndarray) -> Lens:
-    """The logit lens at `positions` of the unembedding's stack, at every layer."""
-    layers = layer_count(trace, unembedding.stack)
-    residuals = np.stack([trace.captured[unembedding.hook(i)][positions] for i in range(layers)])
+    """The logit lens at `positions` of the unembedding's stack, at every layer (a hybrid's: every block)."""
+    residuals = np.stack([trace.captured[hook][positions] for hook in lens_hooks(trace, unembedding)])
     return read_lens(unembedding, residuals, positions)
+
+
+def lens_hooks(trace: Trace, unembedding: Unembedding) -> list[str]:
+    """The hooks the logit lens reads: each layer's output (a hybrid's decoder: each block's, attention or not)."""
+    if blockwise(trace, unembedding.stack):
+        return block_hooks(trace)[1:]
+    return [unembedding.hook(i) for i in range(layer_count(trace, unembedding.stack))]
 
 
 def lens_figure(trace: Trace, unembedding: Unembedding, read: Lens, spell: Callable[[list[int]], list[str]]
@@ -179,15 +215,15 @@ def logit_lens(trace: Trace, model: Model | Runner, *, start: int | None = None)
 
     model: the `attention_atlas.Model` that made the trace (its unembedding is read). start: the first of the 32
     positions read (default: the last 32). Needs each layer's output recorded: model.run(text,
-    hooks="decoder.*.hook_resid_post") (post-norm models: "decoder.*.hook_normalized_resid_post")."""
+    hooks="decoder.*.hook_resid_post") (post-norm models: "decoder.*.hook_normalized_resid_post"; a hybrid reads
+    every block's, which that pattern records too)."""
     runner = runner_of(model)
     check_same_model(trace, runner)
     unembedding = unembedding_for(runner)
     if isinstance(unembedding, str):
         raise UserError(unembedding)
-    layers = layer_count(trace, unembedding.stack)
     pattern = f"{unembedding.stack}.*.{unembedding.layer_output}"
-    need_hooks(trace, [unembedding.hook(i) for i in range(layers)], [pattern], "logit_lens")
+    need_hooks(trace, lens_hooks(trace, unembedding), [pattern], "logit_lens")
     n = len(stack_tokens(trace, unembedding.stack))
     positions = lens_positions(n, None if start is None else check_index(start, n, "start position"))
     return lens_figure(trace, unembedding, lens_read(trace, unembedding, positions), spell_for(runner))

@@ -161,4 +161,5 @@ def model_facts(model_id: str, model: nn.Module, family: Family, notes: dict[str
         windows=list(family.windows),
         chunks=layer_chunks(c),
         attention_blocks=list(family.blocks),
+        block_kinds=[blocks[b] for b in sorted(blocks)] if family.blocks else [],
     )

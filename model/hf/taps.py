@@ -207,6 +207,8 @@ class Family:
     windows: tuple[int, ...] = ()  # per layer: the sliding window its attention reads (0: none); () if none slides
     blocks: tuple[int, ...] = ()  # per decoder layer: the number of its block, where only some blocks have softmax
     # attention (hybrids: model/hf/discovery); (): layer i is block i
+    block_list: str = ""  # a hybrid's: the path of its decoder's block list, whose every block, attention or not,
+    n_blocks: int = 0  # offers `decoder.blocks.{b}.hook_resid_pre` and `hook_resid_post` (the stream at each block)
 
     def taps(self, model: nn.Module) -> dict[str, ModuleTap | ReportedTap]:
         """Every hook name of this model, mapped to its module and reader."""
@@ -219,6 +221,10 @@ class Family:
                     taps[f"{stack}.{i}.{name}"] = _tap(modules[path.format(i=block)], read)
             for name, (path, read) in self.stack_taps.get(stack, {}).items():
                 taps[f"{stack}.{name}"] = _tap(modules[path], read)
+        for b in range(self.n_blocks):
+            block = modules[f"{self.block_list}.{b}"]
+            taps |= {f"decoder.blocks.{b}.hook_resid_pre": ModuleTap(block, first_input),
+                     f"decoder.blocks.{b}.hook_resid_post": ModuleTap(block, first_output)}
         return taps
 
 

@@ -4,11 +4,12 @@ layers."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
-from tests.app.app_session import TABBED, assert_ok, open_app_page
+from tests.app.app_session import CUSTOM, TABBED, assert_ok, open_app_page
 from tests.tiny_hybrids import build_hybrid
 
 TEXT = "the cat sat on the mat"
@@ -58,3 +59,24 @@ def test_the_layer_picker_shows_the_true_layer_numbers(folder) -> None:
     at = open_app_page("app_pages/attention.py", folder=str(folder), text=TEXT)
     assert_ok(at, "attention")
     assert at.selectbox(key="layer").options == ["layer 1 (attention layer 0)", "layer 3 (attention layer 1)"]
+
+
+def test_the_residual_views_read_every_block(folder) -> None:
+    """Its residual stream and logit lens have a row for each of its 4 blocks (delta-net or attention), not for its
+    2 attention layers only, and a measure kept from another model falls back to this one's first."""
+    at = open_app_page("app_pages/activations.py", model_id="toy-gpt-date", text=TEXT)
+    at.selectbox(key="activations_residual_measure").set_value("‖attn_out‖: what attention writes").run()
+    at.sidebar.selectbox(key="model_id").set_value(CUSTOM).run()
+    at.sidebar.text_input(key="custom_model").set_value(str(folder)).run()
+    assert_ok(at, "residual stream")
+    figure = at.get("plotly_chart")[0].proto.spec
+    assert '"L0 pre"' in figure and '"L3 post"' in figure
+    at.selectbox(key="activations_residual_measure").set_value(
+        "‖what each block writes‖ (its output − its input)").run()
+    figure = at.get("plotly_chart")[0].proto.spec
+    assert '"L0 gated delta-net"' in figure and '"L3 softmax attention"' in figure
+    at.session_state["activations_view"] = "Logit lens"
+    at.run()
+    assert_ok(at, "logit lens")
+    lens = json.loads(at.get("plotly_chart")[0].proto.spec)
+    assert lens["data"][0]["y"] == [0, 1, 2, 3]

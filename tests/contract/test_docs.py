@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from attention_atlas.model.core.options import RunOptions
-from attention_atlas.model.core.trace.hook_names import PER_LAYER, PER_STACK, in_vocabulary
+from attention_atlas.model.core.trace.hook_names import PER_BLOCK, PER_LAYER, PER_STACK, in_vocabulary
 from attention_atlas.model.registry import load_runner
 from tests.contract.test_layers import defined_at_top
 from tests.tiny_hf import build
@@ -99,6 +99,8 @@ def test_the_hook_tables_are_the_vocabulary() -> None:
     text = (DOCS / "hooks.md").read_text()
     for name, meaning in {**PER_LAYER, **PER_STACK}.items():
         assert f"| `{name}` | {meaning} |" in text, name
+    for name, meaning in PER_BLOCK.items():
+        assert f"| `{name}` | {meaning} |" in text.split("(after `decoder.blocks.{b}.`)")[1], name
 
 
 def test_a_trace_files_keys_are_the_documented_ones(tmp_path: Path) -> None:

@@ -59,6 +59,8 @@ class ModelFacts:
     # sees only the keys of its own chunk of c positions (0..c-1, c..2c-1, ...); 0 for all; empty: no layer is chunked
     attention_blocks: list[int] = field(default_factory=list)  # per decoder layer, its true layer number where only
     # some of the model's layers are softmax attention (a hybrid; notes["layer map"] names the others); empty: i is i
+    block_kinds: list[str] = field(default_factory=list)  # a hybrid's: per block (every one, attention or not), what
+    # mixes its tokens ("softmax attention", "Mamba (state space)", ...); its stream: `decoder.blocks.{b}.` hooks
 
     def layer_words(self, layer: int) -> str:
         """How a page names decoder attention layer `layer`: "layer 3 (attention layer 0)" in a hybrid, where the

@@ -133,11 +133,12 @@ def _facts(record: dict[str, Any]) -> ModelFacts:
     """ModelFacts from its JSON, each field of its type."""
     if not _REQUIRED_FACTS <= set(record) <= set(_FACT_TYPES):
         raise ValueError("its model facts are not the fields a trace writes")
-    kinds = {"str": str, "int": int, "dict[str, Any]": dict, "list[int]": list}
+    kinds = {"str": str, "int": int, "dict[str, Any]": dict, "list[int]": list, "list[str]": list}
+    items = {"list[int]": int, "list[str]": str}  # what a list's elements are
     for name, value in record.items():
-        kind = kinds[_FACT_TYPES[name]]
+        kind, item = kinds[_FACT_TYPES[name]], items.get(_FACT_TYPES[name])
         if not isinstance(value, kind) or isinstance(value, bool) or \
-                (kind is list and not all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
+                (item and not all(isinstance(v, item) and not isinstance(v, bool) for v in value)):
             raise ValueError(f"its model fact {name} is not a {kind.__name__}")
     if record["kind"] not in ("encoder", "decoder", "encoder-decoder") or record["n_heads"] < 1 or \
             min(record["n_encoder_layers"], record["n_decoder_layers"]) < 0:

@@ -7,6 +7,10 @@ post-norm models (the paper's model, BERT, BART, Marian), whose layer output, th
 `hook_normalized_resid_post`. A norm's `hook_normalized` is its input (centred, for LayerNorm) divided by its
 `hook_scale`, before its weight and bias: the norm's output is hook_normalized x weight + bias.
 
+A hybrid (model/hf/discovery: softmax attention in some blocks only) numbers its layers by its attention blocks
+alone; its residual stream at every block, attention or not, is `decoder.blocks.{b}.hook_resid_pre` and
+`hook_resid_post`, b the block's own number (PER_BLOCK).
+
 Shapes are as a Trace stores them: the batch dimension removed. pos = a position of the stack's own
 sequence; key_pos = a position of the sequence attended to (the source, for cross-attention).
 """
@@ -61,12 +65,21 @@ PER_STACK: dict[str, str] = {
     **{f"ln_final.{name}": meaning for name, meaning in _NORM.items()},
     "hook_resid_final": "(pos, d_model): the stack's output, after its final norm where it has one",
 }
+PER_BLOCK: dict[str, str] = {  # a hybrid's every block (`decoder.blocks.{b}.`), numbered as the model numbers them
+    "hook_resid_pre": "(pos, d_model): the residual stream going into the block, whatever mixes its tokens (softmax "
+                      "attention, a state space, linear attention, a convolution)",
+    "hook_resid_post": "(pos, d_model): the residual stream the block hands on, before any norm",
+}
+_BLOCK_NAME = re.compile(r"^decoder\.blocks\.\d+\.(.+)$")
 _LAYER_NAME = re.compile(r"^(encoder|decoder)\.\d+\.(.+)$")
 _STACK_NAME = re.compile(r"^(encoder|decoder)\.(.+)$")
 
 
 def meaning(name: str) -> str:
     """Shape and meaning of a full hook name ('decoder.3.attn.hook_pattern'); KeyError outside the vocabulary."""
+    per_block = _BLOCK_NAME.match(name)
+    if per_block:
+        return PER_BLOCK[per_block.group(1)]
     per_layer = _LAYER_NAME.match(name)
     if per_layer:
         return PER_LAYER[per_layer.group(2)]

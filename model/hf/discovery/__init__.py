@@ -33,8 +33,9 @@ Hybrids (Qwen3-Next and Qwen3.5, Jamba, Granite 4, Nemotron-H, LFM2) put softmax
 others mixing tokens by Mamba, a gated delta-net or a short convolution, which report nothing: the app's layers are
 then the softmax attention blocks alone, numbered 0 .. n - 1 as transformers' `attentions` output numbers them, and
 each layer's hooks (its residual stream's too: hook_resid_pre is that block's input) are placed in its true block
-(`Family.blocks`; ModelFacts.attention_blocks, `layer_words`: "layer 3 (attention layer 0)"). The other blocks
-offer no hooks; the model card's layer map names what each block is (model/hf/facts.py).
+(`Family.blocks`; ModelFacts.attention_blocks, `layer_words`: "layer 3 (attention layer 0)"). Every block, attention
+or not, offers the stream going in and out (`decoder.blocks.{b}.hook_resid_pre`, `hook_resid_post`: the residual
+views read the stream at every block); the model card's layer map names what each block is (model/hf/facts.py).
 
 A hook must be placed alike in every block (of attention), or it is not placed; the hooks a decoder has that could
 not be placed are listed (`Family.unplaced`), and the model card says so. A model whose attention reports nothing
@@ -104,6 +105,8 @@ def discover(model: nn.Module, kind: str = "decoder") -> Family:
         unplaced=unplaced,
         windows=windows if any(windows) else (),
         blocks=blocks if len(blocks) < len(layers) else (),
+        block_list=layers_path if len(blocks) < len(layers) else "",
+        n_blocks=len(layers) if len(blocks) < len(layers) else 0,
     )
 
 
