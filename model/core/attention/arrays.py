@@ -8,8 +8,6 @@ import numpy as np
 import torch
 
 Array = np.ndarray | torch.Tensor  # numpy on the host; torch on the model's device while a capture summarises
-warnings.filterwarnings("ignore", "The given NumPy array is not writable", UserWarning)  # torch's, where it shares a
-# read-only host array (a Trace's: `as_tensor`), which nothing here writes into
 BFLOAT16_BITS = np.dtype(np.uint16)  # a host array of bfloat16 numbers (numpy has none) holds their bits as uint16
 
 
@@ -36,7 +34,9 @@ def as_tensor(array: Array, device: torch.device) -> torch.Tensor:
         return array.to(device)
     if any(stride < 0 for stride in array.strides):
         array = array.copy()
-    tensor = torch.from_numpy(array)
+    with warnings.catch_warnings():  # torch's, where it shares a read-only host array (a Trace's): nothing writes it
+        warnings.filterwarnings("ignore", "The given NumPy array is not writable", UserWarning)
+        tensor = torch.from_numpy(array)
     return (tensor.view(torch.bfloat16) if array.dtype == BFLOAT16_BITS else tensor).to(device)
 
 
