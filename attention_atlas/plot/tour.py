@@ -23,7 +23,9 @@ from attention_atlas.model.core.runner import Runner
 from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.inspect.attribution import likeliest
 from attention_atlas.model.inspect.tour import Step, shape_label, tour_steps
+from attention_atlas.plot.block_stream import blockwise, kind_word
 from attention_atlas.plot.common import check_same_model, runner_of, stack_tokens
+from attention_atlas.plot.stream import stream_hooks
 from attention_atlas.viz.outputs import next_token_bars, token_table
 from attention_atlas.viz.residual import layer_token_heatmap, norms
 from attention_atlas.viz.step_through import dimension_names, step_heatmap, truncation_note
@@ -133,13 +135,13 @@ def _layers(trace: Trace, step: Step) -> StepFigure:
     """Each block's output, as the length of each token's vector: (layers, tokens)."""
     stack = step.stack
     tokens = stack_tokens(trace, stack)
-    layers = trace.n_layers(f"{stack}.attn")
-    post = "hook_normalized_resid_post" if f"{stack}.0.hook_normalized_resid_post" in trace.captured \
-        else "hook_resid_post"
-    outputs = [trace.captured[f"{stack}.{layer}.{post}"] for layer in range(layers)]  # each (tokens, d_model)
+    hooks = stream_hooks(trace, stack)[1:]  # after each block (a hybrid's: every block, attention or not)
+    outputs = [trace.captured[hook] for hook in hooks]  # each (tokens, d_model)
+    layers = len(outputs)
     lengths = np.stack([norms(output) for output in outputs])  # (layers, tokens): no copy of every layer's vectors
-    true = trace.facts.attention_blocks or list(range(layers))  # a hybrid's attention layers: their own blocks
-    blocks = [f"after block {true[layer]}" for layer in range(layers)]
-    figure = layer_token_heatmap(lengths, blocks, tokens, f"‖{stack}.*.{post}‖ for each token", "length")
+    kinds = trace.facts.block_kinds if blockwise(trace, stack) else []
+    blocks = [f"after block {b}" + (f" ({kind_word(kinds[b])})" if kinds else "") for b in range(layers)]
+    title = f"‖{hooks[0].replace('.0.', '.*.', 1)}‖ for each token"
+    figure = layer_token_heatmap(lengths, blocks, tokens, title, "length")
     shape = shape_label(("layers", "tokens", "d_model"), (layers, *outputs[0].shape))
     return StepFigure(figure, lengths, blocks, _labels(tokens), shape)

@@ -161,13 +161,15 @@ def _stack_steps(trace: Trace, stack: str) -> list[Step]:
             f"{first}.hook_mlp_out")]
     steps += _sum_steps(facts, stack, "2", f"{first}.hook_resid_post", f"{first}.ln2.hook_normalized", held,
                         "feed-forward network")
-    layers = trace.n_layers(f"{stack}.attn")
+    hybrid = stack == "decoder" and bool(facts.block_kinds)  # its blocks: attention or not (its stream: each block's)
+    layers = len(facts.block_kinds) if hybrid else trace.n_layers(f"{stack}.attn")
     if layers > 1:
-        steps.append(Step(f"{stack}.blocks", f"The other {layers - 1} blocks", (
-            f"Each of the {layers} blocks does the same with its own weights, reading the stream and adding to it. "
-            "Below, the length of each token's vector after each block: the stream grows as the blocks write."
-            + (f" Here these are the softmax attention layers only ({facts.notes.get('layer map')})."
-               if facts.attention_blocks else "")), "layers"))
+        alike = (f"Its {layers} blocks are not all alike ({facts.notes.get('layer map')}), but each reads the "
+                 "stream and adds to it. " if hybrid else f"Each of the {layers} blocks does the same with its own "
+                 "weights, reading the stream and adding to it. ")
+        steps.append(Step(f"{stack}.blocks", f"The other {layers - 1} blocks", alike + (
+            "Below, the length of each token's vector after each block: the stream grows as the blocks write."),
+            "layers"))
     if f"{stack}.ln_final.hook_normalized" in held:
         steps.append(Step(f"{stack}.final_norm", f"The final {_norm_name(facts)}", (
             "A last normalisation of each token's vector, after the last block."), "matrix",

@@ -175,12 +175,13 @@ def test_ablating_a_head_zeroes_it_in_its_true_layer(hybrid_runners, model_type:
     assert not np.allclose(outcome.values[0, -1], outcome.values[1, -1], atol=1e-7)
 
 
-def test_the_tour_says_its_blocks_are_the_attention_layers(hybrid_runners) -> None:
+def test_the_tour_shows_every_block_of_its_stream(hybrid_runners) -> None:
     runner = hybrid_runners["lfm2"]
     trace = runner.run(TEXT, options=tour_options(runner.facts))
     step = next(step for step in tour_steps(trace) if step.key == "decoder.blocks")
-    assert step.text.endswith(f"Here these are the softmax attention layers only ({LAYER_MAPS['lfm2']}).")
-    assert step_figure(trace, step).rows == [f"after block {i}" for i in ATTENTION_BLOCKS["lfm2"]]  # true blocks
+    assert step.title == "The other 3 blocks" and f"not all alike ({LAYER_MAPS['lfm2']})" in step.text
+    assert step_figure(trace, step).rows == ["after block 0 (short convolution)", "after block 1 (softmax attention)",
+                                             "after block 2 (short convolution)", "after block 3 (softmax attention)"]
 
 
 @pytest.mark.parametrize("model_type", HYBRID_TYPES)
