@@ -175,10 +175,12 @@ def show_scan(trace: Trace, scan: HeadScan) -> None:
     top = [head for head, _ in ranked[:SCAN_PICKS]]
     st.button(f"Ablate the top {SCAN_PICKS} heads", key="ablation_pick_top", on_click=choose_heads, args=(top,))
     for site, effects in scan.effects.items():
-        figure = scan_heatmap(effects, f"{Site.of(site).label}: the change each head's ablation makes", scan.measure)
+        names = [trace.facts.layer_words(i) for i in range(len(effects))]  # a hybrid's true layer numbers
+        figure = scan_heatmap(effects, f"{Site.of(site).label}: the change each head's ablation makes", scan.measure,
+                              names)
         st.plotly_chart(figure, key=f"ablation_scan_{site}")
         table = pd.DataFrame(effects, index=pd.Index([trace.facts.layer_choice(i) for i in range(len(effects))],
-                                                     name="layer"))  # a hybrid's true layer numbers
+                                                     name="layer"))
         downloads(figure, file_name(trace.facts.model_id, "scan", site, scan.mode), f"ablation_scan_{site}",
                   constant(table))
     st.dataframe(pd.DataFrame({"head": [head_label(head, words=trace.facts.layer_words) for head, _ in ranked[:TOP_K]],
