@@ -25,6 +25,12 @@ HYBRID_TYPES: dict[str, dict[str, object]] = {  # model type -> its config's set
     "granitemoehybrid": MAMBA2 | {"layer_types": ["mamba", "attention"] * 2, "num_local_experts": 4,
                                   "num_experts_per_tok": 2, "shared_intermediate_size": 32},
     "nemotron_h": MAMBA2 | {"layers_block_type": ["mamba", "attention", "mlp", "attention"], "head_dim": 8},
+    "kimi_linear": {"num_key_value_heads": 4, "kv_lora_rank": 16, "q_lora_rank": None, "qk_nope_head_dim": 8,
+                    "qk_rope_head_dim": 4, "v_head_dim": 6, "qk_head_dim": 12, "linear_head_dim": 8,
+                    "linear_num_heads": 4, "num_experts": 4, "num_experts_per_token": 2, "moe_intermediate_size": 32,
+                    "layer_types": ["linear_attention", "full_attention"] * 2,
+                    "mlp_layer_types": ["dense", "sparse"] * 2},
+    # Kimi delta attention; latent attention (DeepSeek's) in its softmax layers, experts there
     "lfm2": {"layer_types": ["conv", "full_attention"] * 2, "conv_L_cache": 3},  # short convolutions
     "falcon_h1": MAMBA2 | {"num_hidden_layers": 2, "head_dim": 8, "mamba_d_ssm": 64},  # attention + Mamba-2, parallel
 }

@@ -76,7 +76,8 @@ def window_words(windows: list[int] | tuple[int, ...], causal: bool) -> str:
             f"{'before it' if causal else 'on either side'}{rest}")
 
 
-MIXERS = (("deltanet", "gated delta-net (linear attention)"), ("mamba", "Mamba (state space)"),
+MIXERS = (("deltanet", "gated delta-net (linear attention)"),
+          ("deltaattention", "Kimi delta attention (linear attention)"), ("mamba", "Mamba (state space)"),
           ("conv", "short convolution"))  # what a block's part is, read from its name and class's name, first match
 
 

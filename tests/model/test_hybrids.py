@@ -39,6 +39,8 @@ LAYER_MAPS = {  # model type -> the model card's layer map
                         "layers 0–1, of 4 layers)",
     "nemotron_h": "layer 0: Mamba (state space); layers 1, 3: softmax attention (shown as attention layers 0–1, of "
                   "4 layers); layer 2: no token mixing (an MLP only)",
+    "kimi_linear": "layers 0, 2: Kimi delta attention (linear attention); layers 1, 3: softmax attention (shown as "
+                   "attention layers 0–1, of 4 layers)",
     "lfm2": "layers 0, 2: short convolution; layers 1, 3: softmax attention (shown as attention layers 0–1, of 4 "
             "layers)",
     "falcon_h1": "layers 0, 1: softmax attention + Mamba (state space)",
@@ -136,12 +138,13 @@ def test_attribution_and_the_contribution_graph_refuse_with_a_sentence(hybrid_ru
 
 @pytest.mark.parametrize("model_type", HYBRID_TYPES)
 def test_attention_hooks_hold_the_models_heads(hybrid_runners, model_type: str) -> None:
-    """Every per-head hook placed holds 4 query heads or 2 key/value heads; Qwen3.5/Next's query projection makes
-    each head's query and its output gate, so its output is no hook_q and the card lists hook_q as not found."""
+    """Every per-head hook placed holds 4 query heads or 2 key/value heads (Kimi-Linear's latent attention: a key and
+    a value for each of the 4 heads); Qwen3.5/Next's query projection makes each head's query and its output gate, so
+    its output is no hook_q and the card lists hook_q as not found."""
     runner = hybrid_runners[model_type]
     trace = runner.run(TEXT, options=RunOptions(hooks=("*.attn.*",)))
     for name, value in trace.captured.items():
-        heads = 2 if name.endswith(("hook_k", "hook_v", "hook_rot_k")) else 4
+        heads = 2 if name.endswith(("hook_k", "hook_v", "hook_rot_k")) and model_type != "kimi_linear" else 4
         assert value.shape[0] == heads, name
     gated = model_type in ("qwen3_next", "qwen3_5_text")
     assert ("attn.hook_q" in runner.family.unplaced) == gated
@@ -170,7 +173,9 @@ def test_ablating_a_head_zeroes_it_in_its_true_layer(hybrid_runners, model_type:
     attention = runner.model.base_model.get_submodule(runner.family.layer_taps["decoder"]["attn.hook_z"][0]
                                                       .format(i=ATTENTION_BLOCKS[model_type][1]))
     projection = next(getattr(attention, name) for name in ("o_proj", "out_proj") if hasattr(attention, name))
-    zeroed = log_probs_with_columns_zeroed(runner.model, projection, trace.ids, slice(0, 8))  # head 0: d_head 8
+    d_value = runner.run(TEXT, options=RunOptions(hooks=("decoder.1.attn.hook_z",))).captured[
+        "decoder.1.attn.hook_z"].shape[-1]  # 8 (Kimi-Linear's latent attention: values 6 wide)
+    zeroed = log_probs_with_columns_zeroed(runner.model, projection, trace.ids, slice(0, d_value))  # head 0
     np.testing.assert_allclose(outcome.values[1, -1], zeroed[-1], atol=1e-5)
     assert not np.allclose(outcome.values[0, -1], outcome.values[1, -1], atol=1e-7)
 
