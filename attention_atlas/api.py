@@ -22,6 +22,8 @@ from attention_atlas.model.inspect.contributions import (
     contribution_options,
 )
 from attention_atlas.model.inspect.patching import Patching, attribution_patching, patch
+from attention_atlas.model.inspect.score_parts import PatternParts, ScoreParts, explain_pattern, explain_score
+from attention_atlas.model.inspect.score_setup import score_options
 from attention_atlas.model.inspect.tour import tour_options
 from attention_atlas.model.registry import list_model_ids, load_runner
 
@@ -120,6 +122,35 @@ class Model:
         `threshold`. UserError for models whose stream is not attention's sum, then the MLP's."""
         trace = self._runner.run(text, None, contribution_options())
         return contribution_graph(self._runner, trace, position, threshold)
+
+    def explain_score(self, text: str, *, layer: int, head: int, query: int, key: int, site: str | None = None,
+                      target: str | None = None) -> ScoreParts:
+        """Why `head` of `layer` attends from position `query` to position `key` (-1: the last): its score taken
+        apart into what each part of the residual stream wrote (the embeddings, each earlier head, each attention
+        output bias, each MLP, the norms' and projection's biases), on the query side and on the key side, every
+        norm's scale frozen at this run's. `.query_shares` and `.key_shares` each add up, with `.position_bias`, to
+        `.score` (the model's own, scale included, before any soft-capping, the mask and the softmax); `.pairs`
+        (query parts x key parts) too. site: "decoder.attn", "encoder.attn" or "decoder.cross_attn" (queries from
+        the decoder, keys from the encoder's output); None: the self-attention over `trace.tokens` (the encoder's in
+        an encoder-decoder), which the positions index. target: as for `run`. UserError for a hybrid, latent
+        attention, a key the mask hides, a norm inside the attention's output (Gemma 2), or parts that do not add up
+        to the model's score."""
+        chosen = self._self_site() if site is None else site
+        trace = self._runner.run(text, target, score_options(self._runner, chosen, layer))
+        return explain_score(self._runner, trace, chosen, layer, head, query, key)
+
+    def explain_pattern(self, text: str, *, layer: int, head: int, query: int, site: str | None = None,
+                        target: str | None = None) -> PatternParts:
+        """`explain_score` for one whole row: every key the query at `query` may see (`.keys`), each score taken
+        apart: `.query_shares` and `.key_shares` (parts, keys), `.scores` and `.pattern` (keys,). Arguments and
+        refusals as `explain_score`."""
+        chosen = self._self_site() if site is None else site
+        trace = self._runner.run(text, target, score_options(self._runner, chosen, layer))
+        return explain_pattern(self._runner, trace, chosen, layer, head, query)
+
+    def _self_site(self) -> str:
+        """The self-attention over the text's own tokens: the encoder's, or a decoder-only model's."""
+        return "decoder.attn" if self.facts.kind == "decoder" else "encoder.attn"
 
     def names(self) -> list[str]:
         """Every hook name this model records (on its first example text; an encoder-decoder's cross-attention

@@ -6,7 +6,9 @@ commands:
   attention-atlas trace --model toy-reverse --text "hello" --out t.npz   run a model on text, save its trace
   attention-atlas train --task reverse [--out DIR]                       train a toy model on the CPU
   attention-atlas train --all                                            retrain every shipped toy model
-  (`attention-atlas trace --help`, `attention-atlas train --help`: their options)
+  attention-atlas explain --model toy-induction --text qwertyuiop --layer 1 --head 2 --query 14 --key 5
+                                                                         why a head attends there
+  (`attention-atlas trace --help`, `attention-atlas train --help`, `attention-atlas explain --help`: their options)
 """
 
 from __future__ import annotations
@@ -19,12 +21,13 @@ from pathlib import Path
 
 FRAME = Path(__file__).resolve().parent / "app.py"  # the script Streamlit runs, with its .streamlit/ beside it
 COMMANDS = {"trace": "attention_atlas.trace_command", "train": "attention_atlas.model.toy.train",  # name -> its main
-            "attribute": "attention_atlas.attribute_command"}
+            "attribute": "attention_atlas.attribute_command", "explain": "attention_atlas.explain_command"}
 USAGE = """%(prog)s [-h] [--port PORT] [--address ADDRESS] [--model MODEL] [--trace FILE] [--headless]
                        [streamlit options ...]
        %(prog)s trace [-h] [--list] [--model MODEL] [--text TEXT] [--out FILE] ...
        %(prog)s train [-h] (--task TASK [--out DIR] | --all) ...
-       %(prog)s attribute [-h] --model MODEL --text TEXT --answer TOKEN [--wrong TOKEN] [--out FILE] ..."""
+       %(prog)s attribute [-h] --model MODEL --text TEXT --answer TOKEN [--wrong TOKEN] [--out FILE] ...
+       %(prog)s explain [-h] --model MODEL --text TEXT --layer L --head H --query I --key J [--out FILE] ..."""
 
 
 class TraceFileError(ValueError):

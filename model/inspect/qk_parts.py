@@ -30,6 +30,7 @@ from attention_atlas.model.inspect.norm_output import norm_affine, norm_centres,
 Reading = Literal["attn", "cross_query", "output"]  # what reads the stream: self-attention at a layer, the
 # cross-attention's queries at a layer, or what the stack hands on (its output: the cross-attention's keys)
 Step = tuple[Literal["norm", "attn", "cross", "mlp"], str]  # (kind, hook prefix: "decoder.3.ln1", "decoder.3")
+CHECKED = 32  # positions at which a layer's heads are checked to add up to what its attention writes
 
 
 @dataclass(frozen=True)
@@ -79,11 +80,11 @@ def walk_steps(post_norm: bool, stack: str, layer: int, reading: Reading, cross:
 
 
 def stream_shares(runner: Runner, trace: Trace, steps: list[Step], stack: str, positions: np.ndarray,
-                  directions: np.ndarray, prefix: str = "") -> StreamShares:
-    """Each part's share along `directions` (n, d_model) float64, row r at position positions[r], of the stream
-    read at the top of `steps`; `prefix` names the parts ("encoder."). UserError where a layer's heads do not add
-    up to what its attention writes (a norm inside the attention's output)."""
-    walk = _Walk(runner, trace, positions, directions.copy())
+                  coefficients: np.ndarray, basis: np.ndarray, prefix: str = "") -> StreamShares:
+    """Each part's share along directions coefficients @ basis ((n, k) @ (k, d_model) float64: n directions), row r
+    at position positions[r], of the stream read at the top of `steps`; `prefix` names the parts ("encoder.").
+    UserError where a layer's heads do not add up to what its attention writes (a norm inside its output)."""
+    walk = _Walk(runner, trace, positions, coefficients, basis)
     groups: list[tuple[list[str], list[np.ndarray]]] = []  # one a block, from the reader down
     for kind, where in steps:
         if kind == "norm":
@@ -120,17 +121,25 @@ def _embeddings(trace: Trace, stack: str, positions: np.ndarray) -> list[tuple[s
 
 
 class _Walk:
-    """Directions (n, d_model), row r at position positions[r], carried down the stream."""
+    """Directions (n, d_model), row r at position positions[r], carried down the stream, kept as
+    rows[:, None] x coefficients @ basis: (n,) x (n, k) @ (k, d_model), k = d_head. Every norm on the way is a row's
+    scale and a map of the basis alone, so a layer's heads cost n x k x d_head a head, not n x d_model x d_head."""
 
-    def __init__(self, runner: Runner, trace: Trace, positions: np.ndarray, directions: np.ndarray) -> None:
+    def __init__(self, runner: Runner, trace: Trace, positions: np.ndarray, coefficients: np.ndarray,
+                 basis: np.ndarray) -> None:
         self.runner, self.trace, self.positions = runner, trace, positions
-        self.directions = directions  # (n, d_model) float64
+        self.rows = np.ones(len(positions))  # (n,) float64
+        self.coefficients, self.basis = coefficients, basis  # (n, k), (k, d_model) float64
         self.bias = np.zeros(len(positions))  # (n,)
 
     def share(self, value: np.ndarray, at_positions: bool = True) -> np.ndarray:
         """(n,): value (pos, d_model) at each row's position (or already (n, d_model)) · its direction."""
-        rows = value[self.positions] if at_positions else value
-        return np.einsum("nd,nd->n", rows.astype(np.float64), self.directions)
+        rows = (value[self.positions] if at_positions else value).astype(np.float64)
+        return self.rows * np.einsum("nk,nk->n", self.coefficients, rows @ self.basis.T)
+
+    def along(self, vector: np.ndarray) -> np.ndarray:
+        """(n,): one vector (d_model,) · each row's direction."""
+        return self.rows * (self.coefficients @ (self.basis @ vector))
 
     def back_through(self, norm: str) -> None:
         """Across the norm `norm` ("decoder.3.ln1") where the model has one (its scale in the trace)."""
@@ -138,25 +147,36 @@ class _Walk:
             return
         module = norm_module(self.runner, f"{norm}.hook_normalized")
         gain, bias = norm_affine(module)  # (d_model,) each
-        self.bias = self.bias + self.directions @ bias
-        scale = self.trace[f"{norm}.hook_scale"][self.positions, 0].astype(np.float64)  # (n,)
-        turned = self.directions * gain / scale[:, None]
-        self.directions = turned - turned.mean(-1, keepdims=True) if norm_centres(module) else turned
+        self.bias = self.bias + self.along(bias)
+        self.rows = self.rows / self.trace[f"{norm}.hook_scale"][self.positions, 0].astype(np.float64)
+        turned = self.basis * gain
+        self.basis = turned - turned.mean(-1, keepdims=True) if norm_centres(module) else turned
 
     def attention(self, prefix: str, cross: bool) -> tuple[np.ndarray, np.ndarray | None]:
         """((heads, n), (n,)): each head's share and the output bias's (None where it has none), of the self- or
         cross-attention at `prefix` ("decoder.2"); UserError where they do not add up to what it writes."""
         stack, layer = prefix.split(".")
-        site, out = ("cross_attn", "hook_cross_attn_out") if cross else ("attn", "hook_attn_out")
+        site = "cross_attn" if cross else "attn"
         z = self.trace[f"{prefix}.{site}.hook_z"][:, self.positions].astype(np.float64)  # (heads, n, d_head)
         w_o, b_o = output_projection(self.runner, f"{stack}.{site}", int(layer))  # (heads x d_head, d_model)
         heads, n, d_head = z.shape
-        w_o = w_o.astype(np.float64).reshape(heads, d_head, -1)
+        w_o = w_o.astype(np.float64)
         bias = None if b_o is None else b_o.astype(np.float64)
-        written = self.trace[f"{prefix}.{out}"][self.positions].astype(np.float64)  # (n, d_model)
-        if not heads_add_up(np.einsum("hnk,hkd->nd", z, w_o) + (0 if bias is None else bias), written):
+        self._check(prefix, cross, w_o, bias)
+        read = (self.coefficients @ (self.basis @ w_o.T)).reshape(n, heads, d_head)  # (n, heads, d_head)
+        shares = self.rows * np.einsum("hnk,nhk->hn", z, read)
+        return shares, None if bias is None else self.along(bias)
+
+    def _check(self, prefix: str, cross: bool, w_o: np.ndarray, bias: np.ndarray | None) -> None:
+        """UserError where the heads' z · W_O and b_O do not add up to what the attention writes, at up to
+        CHECKED of the rows' positions (a norm inside the attention's output differs at every one; the score's own
+        check holds every row)."""
+        site, out = ("cross_attn", "hook_cross_attn_out") if cross else ("attn", "hook_attn_out")
+        distinct = np.unique(self.positions)
+        at = distinct[np.linspace(0, len(distinct) - 1, min(CHECKED, len(distinct))).astype(int)]
+        z = self.trace[f"{prefix}.{site}.hook_z"][:, at].astype(np.float64)  # (heads, m, d_head)
+        rebuilt = z.transpose(1, 0, 2).reshape(len(at), -1) @ w_o + (0 if bias is None else bias)
+        if not heads_add_up(rebuilt, self.trace[f"{prefix}.{out}"][at].astype(np.float64)):
             raise UserError(f"{self.runner.facts.model_id}: the heads of {prefix}.{site} do not add up to what the "
                             "layer writes to the residual stream (a norm after the attention, as in Gemma 2 and "
                             "OLMo 2), so what each earlier head adds to a score cannot be told apart.")
-        read = (self.directions @ w_o.reshape(heads * d_head, -1).T).reshape(n, heads, d_head)  # (n, heads, d_head)
-        return np.einsum("hnk,nhk->hn", z, read), None if bias is None else self.directions @ bias

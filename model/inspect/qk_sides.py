@@ -38,10 +38,11 @@ class Side:
         return self.c[:, None] * self._turn((x @ self.w + self.b) * self.f, 1)
 
     def back(self, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """((n, d_model), (n,)): for directions u (n, d_head) of what the scores read, the directions of x and the
-        constant's share: read(x) · u = x · direction + constant."""
+        """((n, d_head), (n,)): for directions u (n, d_head) of what the scores read, the coefficients of the
+        directions of x in the basis Wᵀ (d_head, d_model), and the constant's share: read(x) · u = x · (coefficients
+        @ Wᵀ) + constant."""
         pulled = self.c[:, None] * self.f * self._turn(u, -1)  # (n, d_head)
-        return pulled @ self.w.T, pulled @ self.b
+        return pulled, pulled @ self.b
 
     def _turn(self, a: np.ndarray, sign: int) -> np.ndarray:
         """a (n, d_head) rotated by R (sign 1) or Rᵀ (sign -1) at each row's position."""

@@ -100,7 +100,7 @@ def explain_score(runner: Runner, trace: Trace, site: str, layer: int, head: int
     trace recorded with `score_options` (model/inspect/score_setup.py). UserError for what cannot be split, or a
     split that does not add up to the model's score."""
     setup = setup_head(runner, trace, site, layer, head, query, [key])
-    j = setup.keys[0]
+    j = int(setup.keys[0])
     q_names, q_parts = setup.query_vectors()  # (Pq, d_head) each part's q_i, "bias" last
     k_names, k_parts = setup.key_vectors(j)  # (Pk, d_head)
     q_whole, k_whole = setup.q_whole[0], setup.k_whole[0]

@@ -98,16 +98,16 @@ class HeadSetup:
 
     def key_shares(self, u: np.ndarray) -> tuple[list[str], np.ndarray]:
         """(names, (parts, n)): each part's key at every key's position · u (d_head,), `bias` last."""
-        directions, constant = self.k_side.back(np.broadcast_to(u, (len(self.keys), len(u))))
+        coefficients, constant = self.k_side.back(np.broadcast_to(u, (len(self.keys), len(u))))
         found = stream_shares(self.runner, self.trace, self.readers[1].steps, self.readers[1].stack, self.keys,
-                              directions, self.readers[1].prefix)
+                              coefficients, self.k_side.w.T, self.readers[1].prefix)
         return [*found.names, "bias"], np.vstack([found.shares, found.bias + constant])
 
     def _vectors(self, reader: Reader, side: Side, position: int) -> tuple[list[str], np.ndarray]:
         d_head = side.w.shape[1]
-        directions, constant = side.back(np.eye(d_head))  # row r: the direction of what the scores read's r-th
+        coefficients, constant = side.back(np.eye(d_head))  # row r: what the scores read's r-th number
         found = stream_shares(self.runner, self.trace, reader.steps, reader.stack, np.full(d_head, position),
-                              directions, reader.prefix)
+                              coefficients, side.w.T, reader.prefix)
         return [*found.names, "bias"], np.vstack([found.shares, found.bias + constant])
 
 
@@ -128,7 +128,8 @@ def setup_head(runner: Runner, trace: Trace, site: str, layer: int, head: int, q
         raise UserError(f"Head {head} is outside the {facts.n_heads} heads of {site}.")
     query_tokens, key_tokens = trace.query_tokens(site), trace.key_tokens(site)
     i = position_in(query, len(query_tokens))
-    allowed = np.asarray(trace.masks[site][i], bool)  # (k_len,)
+    source = trace.pattern_source(site, layer)  # the mask this layer applied (its sliding window too)
+    allowed = np.asarray((trace.masks[site] if source is None else source.allowed)[i], bool)  # (k_len,)
     if keys is None:
         chosen = np.flatnonzero(allowed)
     else:
@@ -137,7 +138,6 @@ def setup_head(runner: Runner, trace: Trace, site: str, layer: int, head: int, q
         if hidden:
             raise UserError(f"The query at {i} ({query_tokens[i]!r}) cannot see the key at {hidden[0]} "
                             f"({key_tokens[hidden[0]]!r}): the mask hides it, so the model used no score there.")
-    source = trace.pattern_source(site, layer)
     weights = head_weights(runner, site, layer, head, len(query_tokens), len(key_tokens), source)
     if weights.latent is not None:
         raise UserError(f"{facts.model_id} uses multi-head latent attention: its keys are read through a shared "

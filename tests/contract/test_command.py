@@ -99,3 +99,32 @@ def test_python_m_attention_atlas_is_the_command_and_imports_no_streamlit_for_he
     imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
     assert "attention_atlas.cli" in imported
     assert not {name for name in imported if name.split(".")[0] in {"streamlit", "torch"}}
+
+
+def test_explain_has_its_own_help(capsys) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(["explain", "--help"])
+    assert stopped.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: attention-atlas explain ") and "--query" in out and "--key" in out
+
+
+def test_explain_prints_a_scores_parts_and_writes_every_share(tmp_path, capsys) -> None:
+    """The command's numbers are Model.explain_score's: the induction head of toy-induction, from the second 'r' to
+    the 't' after the first, led on the key side by what layer 0's head 3 wrote there."""
+    import json
+
+    import attention_atlas as aa
+
+    out = tmp_path / "e.json"
+    arguments = ["--model", "toy-induction", "--text", "qwertyuiop", "--layer", "1", "--head", "2", "--query", "14"]
+    assert cli.main(["explain", *arguments, "--key", "5", "--out", str(out)]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    found = aa.load("toy-induction").explain_score("qwertyuiop", layer=1, head=2, query=14, key=5)
+    assert (summary["query_token"], summary["key_token"]) == ("r", "t")
+    assert summary["score"] == pytest.approx(found.score) and summary["key_side"][0]["part"] == "L0H3"
+    every = json.loads(out.read_text())
+    assert sum(every["key_shares"]) == pytest.approx(found.score, rel=1e-4)
+    assert np.asarray(every["pairs"]).shape == (len(every["query_parts"]), len(every["key_parts"]))
+    assert cli.main(["explain", *arguments[:-1], "3", "--key", "5"]) == 2  # a key after the query: hidden
+    assert "the mask hides it" in capsys.readouterr().err
