@@ -8,7 +8,9 @@ import re
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
+from attention_atlas.model.core.attention.arrays import as_tensor
 from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.options import RunOptions
 from attention_atlas.model.core.runner import Runner
@@ -173,8 +175,9 @@ def _recorded(trace: Trace, where: Site, layer: int, head: int, i: int, keys: np
     source = trace.pattern_source(where.name, layer)
     if source is None:
         return trace[f"{where.stack}.{layer}.{where.kind}.hook_attn_scores"][head, i, keys].astype(np.float64)
-    query, key = np.asarray(source.query, np.float64), np.asarray(source.key, np.float64)
-    scores = source.scale * key[head // (len(query) // len(key)), keys] @ query[head, i]  # (n,)
+    query, key = (as_tensor(a, torch.device("cpu")) for a in (source.query, source.key))  # (bfloat16 kept as bits)
+    group = len(query) // len(key)
+    scores = source.scale * key[head // group, keys].double().numpy() @ query[head, i].double().numpy()  # (n,)
     if source.bias is not None:
         bias = np.broadcast_to(np.asarray(source.bias), (len(query), *source.shape[1:]))
         scores = scores + bias[head, i, keys]

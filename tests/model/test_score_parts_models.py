@@ -162,3 +162,33 @@ def test_a_hybrid_is_refused(tmp_path) -> None:
     trace = runner.run(TEXT, None, RunOptions(hooks=("*.hook_pattern",)))
     with pytest.raises(UserError, match="is a hybrid"):
         explain_score(runner, trace, "decoder.attn", 1, 0, 5, 2)
+
+
+def test_a_bfloat16_models_scores_are_read_from_the_bits_its_trace_keeps(tmp_path) -> None:
+    """A bfloat16 run keeps its queries and keys as bfloat16 bits (uint16 on the host): its split adds up to its
+    scores, which are the float32 model's to bfloat16's precision."""
+    import attention_atlas as aa
+
+    folder = build("llama", tmp_path / "llama")
+    rows = [aa.load(folder, precision=p).explain_pattern(TEXT, layer=1, head=0, query=8)
+            for p in ("float32", "bfloat16")]
+    size = np.abs(rows[0].scores).max()
+    assert size > 0.01
+    np.testing.assert_allclose(rows[1].scores, rows[0].scores, atol=0.05 * size)
+    for shares in (rows[1].query_shares, rows[1].key_shares):
+        np.testing.assert_allclose(shares.sum(0), rows[1].scores, atol=0.03 * size)
+
+
+def test_the_api_reads_the_texts_own_tokens_unless_told_another_site() -> None:
+    """An encoder-decoder (toy-date, post-norm, from scratch): no site is its encoder's self-attention, over the
+    text's tokens; its decoder's cross-attention reads the decoder's stream for queries, the encoder's for keys."""
+    import attention_atlas as aa
+
+    model = aa.load("toy-date")
+    own = model.explain_score("march 3 2021", layer=1, head=0, query=2, key=5)
+    assert own.site == "encoder.attn" and own.query_tokens == model.run("march 3 2021").tokens
+    cross = model.explain_pattern("march 3 2021", layer=1, head=0, query=3, site="decoder.cross_attn")
+    assert cross.query_tokens[0] == "<s>" and len(cross.keys) == len(own.key_tokens)
+    assert "encoder.L1.mlp" in cross.key_parts and "L1H0" in cross.query_parts  # the layer's own self-attention
+    for shares in (cross.query_shares, cross.key_shares):
+        np.testing.assert_allclose(shares.sum(0), cross.scores, atol=1e-4 * np.abs(cross.scores).max())
