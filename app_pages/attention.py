@@ -21,6 +21,7 @@ from attention_atlas.ui.page import current_trace, show_open_tab
 from attention_atlas.ui.pickers import choose_head, keep_valid, open_clicked_head
 from attention_atlas.ui.site_summary import site_summary
 from attention_atlas.ui.trace_cache import per_trace
+from attention_atlas.ui.why_here import why_here
 from attention_atlas.viz.head_lines import DEFAULT_THRESHOLD
 from attention_atlas.viz.heatmap import (
     COLOR_SCALES,
@@ -99,6 +100,8 @@ def one_head(c: Choice) -> None:
               shown.table(drawn))
     if shown.has_sinks:
         sink(shown, shown.sink_shares)
+    if c.site.endswith("attn"):
+        why_here(c.trace, c.site, c.layer, c.head, "attention")
 
 
 def sink(c: Choice, shares: np.ndarray) -> None:

@@ -12,6 +12,7 @@ import streamlit as st
 
 from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.trace.trace import Trace
+from attention_atlas.model.inspect.score_words import PREVIOUS_TOKEN
 from attention_atlas.ui.downloads import downloads, file_name, matrix_table, whole_csv
 from attention_atlas.ui.messages import literal, show_error
 from attention_atlas.ui.page import current_request, current_trace
@@ -22,7 +23,6 @@ from attention_atlas.viz.outputs import forced_table, model_card, next_token_bar
 from attention_atlas.viz.tokens import visible_token
 
 HEAD_HEIGHT = 400  # px: the head and the lines above it fit a 1280 x 720 projector without scrolling
-PREVIOUS_TOKEN_HEAD = 0.5  # the share of attention on the previous token from which a head is called one
 OPENED_UPLOADS = "_opened_trace_uploads"  # session key: {upload's file id: its id in the model list}
 
 
@@ -57,7 +57,7 @@ def head_section(trace: Trace) -> None:
 def opening_caption(layer_words: str, head: int, share: float) -> str:
     """What the head the page opened on (in `layer_words`: "layer 3") does; called a previous-token head only when it
     mostly is one."""
-    if share >= PREVIOUS_TOKEN_HEAD:
+    if share >= PREVIOUS_TOKEN:
         return (f"{layer_words.capitalize()} · head {head} puts {percent(share)} of each token's attention (on "
                 "average) on the token before it: a *previous-token head*, the clearest pattern of this run.")
     return (f"{layer_words.capitalize()} · head {head} looks at the token before each token more than any other "

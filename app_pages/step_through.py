@@ -24,6 +24,7 @@ from attention_atlas.ui.page import current_runner, current_trace, show_open_tab
 from attention_atlas.ui.pickers import choose_head, keep_valid
 from attention_atlas.ui.score_terms import score_terms_view
 from attention_atlas.ui.trace_cache import per_trace
+from attention_atlas.ui.why_here import why_here
 from attention_atlas.viz.step_through import dimension_names, gqa_text, latent_steps, scores_latex, softmax_latex
 from attention_atlas.viz.tokens import position_label
 
@@ -215,6 +216,7 @@ def show_scores(h: Head, values: bool) -> None:
     show_matrix(s.pattern, h.rows, h.cols, "A, the attention pattern", axes, "step_pattern", show_values=values,
                 stem=h.stem, zrange=(0.0, 1.0), colorscale="Viridis")
     show_row(h)
+    why_here(current_trace(), h.site, h.layer, h.weights.head, "step")
 
 
 def show_row(h: Head) -> None:

@@ -41,6 +41,8 @@ class Page:
 
 
 HEAD_KEYS = ("site", "layer", "head")  # the head picker's (ui/pickers.py): one choice for every page that draws it
+WHY_KEYS = ("why_open", "why_query", "why_key", "why_view")  # the cell "Why here?" explains (ui/why_here.py): one
+# choice for both pages that draw it
 PAGES = (  # the navigation, in order; the first is where the app opens
     Page("app_pages/overview.py", "Overview", ":material/summarize:", HEAD_KEYS),
     Page("app_pages/tour.py", "Tour", ":material/route:", ("tour_step", "tour_head", "tour_present", "tour_predict")),
@@ -48,14 +50,14 @@ PAGES = (  # the navigation, in order; the first is where the app opens
         *HEAD_KEYS, "attention_hide_special", "attention_colorscale", "attention_show_values", "attention_window_row",
         "attention_window_col", "attention_window_diagonal", "attention_stats_measure",
         "attention_compare_kind", "attention_compare_text", "attention_compare_heads", "attention_compare_mode",
-        "attention_compare_model", "attention_compare_folder")),
+        "attention_compare_model", "attention_compare_folder", *WHY_KEYS)),
     Page("app_pages/masks.py", "Masks", ":material/visibility_off:", (
         *HEAD_KEYS, "masks_editor", "masks_hide", "masks_for", "masks_window", "masks_pad_to")),
     Page("app_pages/positions.py", "Positional encoding", ":material/waves:", (
         "positions_stack", "positions_measure", "positions_length", "positions_d_model", "positions_dims",
         "positions_offset", "positions_pos", "positions_pair")),
     Page("app_pages/step_through.py", "Step through", ":material/footprint:", (
-        *HEAD_KEYS, "step_show_values", "step_query")),
+        *HEAD_KEYS, "step_show_values", "step_query", *WHY_KEYS)),
     Page("app_pages/activations.py", "Activations", ":material/stacked_line_chart:", (
         "activations_stack", "activations_residual_measure", "activations_layer", "activations_neuron",
         "activations_topk", "activations_norm_log", "activations_lens_start", "activations_shape_filter",

@@ -31,7 +31,7 @@ PACKED_TEXT_MOST_BYTES = 4 * MAX_TEXT_CHARS  # a link's compressed text is unpac
 FLAGS = {"hide_special": "attention_hide_special", "values": "attention_show_values",
          "diagonal": "attention_window_diagonal", "step_values": "step_show_values",
          "activations_norm_log": "activations_norm_log", "present": "tour_present",
-         "predict": "tour_predict"}  # URL name -> key, "1"/"0"
+         "predict": "tour_predict", "why_open": "why_open"}  # URL name -> key, "1"/"0"
 NUMBERS = {"layer": "layer", "head": "head", "row": "attention_window_row", "col": "attention_window_col",
            "masks_window": "masks_window", "masks_pad_to": "masks_pad_to", "step_query": "step_query",
            **{name: name for name in ("positions_length", "positions_d_model", "positions_offset", "positions_pos",
@@ -39,9 +39,10 @@ NUMBERS = {"layer": "layer", "head": "head", "row": "attention_window_row", "col
            **{name: name for name in ("activations_layer", "activations_neuron", "activations_topk",
                                       "activations_lens_start")},
            "top_k": "generate_top_k", "seed": "generate_seed", "max_new": "generate_max_new", "step": "tour_step",
-           "tour_head": "tour_head"}
+           "tour_head": "tour_head", "why_query": "why_query", "why_key": "why_key"}
 DECIMALS = {"temperature": "generate_temperature", "top_p": "generate_top_p"}  # finite numbers only
-CHOICES = {"decoding": ("generate_method", ("greedy", "sample"))}  # URL name -> (key, the values allowed)
+CHOICES = {"decoding": ("generate_method", ("greedy", "sample")),
+           "why": ("why_view", ("cell", "row"))}  # URL name -> (key, the values allowed)
 TEXTS = {"site": "site", "colorscale": "attention_colorscale", "masks_editor": "masks_editor",
          "positions_stack": "positions_stack", "positions_measure": "positions_measure",
          "activations_stack": "activations_stack"}  # checked by the widgets

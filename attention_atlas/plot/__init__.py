@@ -12,11 +12,12 @@ lacks: the hooks= to run with; an unknown site: the trace's sites). Nothing here
 
 from attention_atlas.model.inspect.tour import tour_steps
 from attention_atlas.plot.attention import head, lines, model_view
+from attention_atlas.plot.explain import explain
 from attention_atlas.plot.generating import generation
 from attention_atlas.plot.masking import masks
 from attention_atlas.plot.positions import positional
 from attention_atlas.plot.stream import logit_lens, residual
 from attention_atlas.plot.tour import tour
 
-__all__ = ["generation", "head", "lines", "logit_lens", "masks", "model_view", "positional", "residual", "tour",
-           "tour_steps"]
+__all__ = ["explain", "generation", "head", "lines", "logit_lens", "masks", "model_view", "positional", "residual",
+           "tour", "tour_steps"]

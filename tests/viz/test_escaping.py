@@ -29,6 +29,7 @@ from attention_atlas.viz import (
     outputs,
     positions,
     residual,
+    score_parts,
     shapes,
     step_through,
     thumbnails,
@@ -61,7 +62,12 @@ def _projection() -> trajectories.Projection:
 
 RNG = np.random.default_rng(0)
 BUILDERS: dict[str, Build] = {
-    "ablation.scan_heatmap": lambda h: ablation.scan_heatmap(RNG.random((2, 3)), h, h),
+    "ablation.scan_heatmap": lambda h: ablation.scan_heatmap(RNG.random((2, 3)), h, h, [h, "b"]),
+    "score_parts.sides_figure": lambda h: score_parts.sides_figure(([h, "b"], RNG.random(2)), ([h, "c"], RNG.random(2)),
+                                                                   1.0, h),
+    "score_parts.pairs_figure": lambda h: score_parts.pairs_figure([h, "b"], [h, "c"], RNG.random((2, 2)), h),
+    "score_parts.row_figure": lambda h: score_parts.row_figure([h, "b"], _tokens(h), np.arange(3), RNG.random((2, 3)),
+                                                               RNG.random(3), h),
     "ablation.change_bars": lambda h: ablation.change_bars(_tokens(h), RNG.random(3), h, h),
     "attribution.head_shares_heatmap": lambda h: attribution.head_shares_heatmap(RNG.random((2, 3)), h, h),
     "attribution.layer_shares_bars": lambda h: attribution.layer_shares_bars({h: RNG.random(2)}, h, h),
