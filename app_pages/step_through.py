@@ -15,6 +15,7 @@ from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.inspect.head_math import HeadSteps, compute_head, concat_heads, output_projection
 from attention_atlas.model.inspect.head_weights import HeadWeights, head_weights
 from attention_atlas.model.inspect.norm_output import block_input
+from attention_atlas.model.inspect.offered import offered_hooks
 from attention_atlas.model.inspect.positions import bias_name
 from attention_atlas.model.inspect.step_hooks import StepNames, hooks_to_capture, step_checks, step_names
 from attention_atlas.ui import url_state
@@ -72,9 +73,10 @@ class Head:
 
 def load_head(trace: Trace, site: str, layer: int, head: int) -> Head:
     """Trace the layer's hooks (cached), read the head's weights and recompute it (kept with that trace)."""
-    names = step_names(trace.facts, site, layer)
-    full = trace_with(hooks_to_capture(trace, site, layer))
     runner = current_runner()
+    offered = offered_hooks(runner)  # the steps' hooks follow what the block has
+    names = step_names(trace.facts, site, layer, offered)
+    full = trace_with(hooks_to_capture(trace, site, layer, offered))
     x = block_input(runner, names.x, full.captured[names.x])
     x_kv = next(full.captured[m] for m in names.memory if m in full.captured) if names.memory else x
     source = full.pattern_sources.get(Site.of(site).pattern_name(layer))  # what the layer's attention read
@@ -254,12 +256,11 @@ def show_output(h: Head, values: bool) -> None:
                     "step_projected", show_values=values, stem=h.stem)
         st.caption("This model normalises attention's output before adding it to the stream: what it adds is that "
                    f"norm's output ({h.names.out}).")
-    show_matrix(c[h.names.out], h.rows, d_model, "the attention block's output", ("tokens", "d_model"),
-                "step_attn_out", show_values=values, stem=h.stem)
-    if h.names.after is None:
-        st.info("Attention and the MLP run side by side in this model: both read the layer's input, and both outputs "
-                "are added to it at once (hook_resid_post), so there is no sum after attention alone.",
-                icon=":material/call_split:")
+    if h.names.out is not None:  # a hook holds it (StepNames.unshown says why not where none does)
+        show_matrix(c[h.names.out], h.rows, d_model, "the attention block's output", ("tokens", "d_model"),
+                    "step_attn_out", show_values=values, stem=h.stem)
+    if h.names.after is None:  # attention and the MLP side by side, or no hook of the sum: said
+        st.info(h.names.unshown, icon=":material/info:")
         return
     st.latex(r"x_{\text{after}} = x_{\text{before}} + \mathrm{Attention}(x)")
     show_matrix(c[h.names.after], h.rows, d_model, "the residual sum", ("tokens", "d_model"), "step_resid",

@@ -16,7 +16,6 @@ position · that direction.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,8 +29,9 @@ from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.inspect.head_weights import output_projection
 from attention_atlas.model.inspect.lens import Unembedding
 from attention_atlas.model.inspect.norm_output import norm_affine, norm_centres, norm_module
+from attention_atlas.model.inspect.offered import offered_hooks
 from attention_atlas.model.inspect.readout import logit_map, unembedding_for
-from attention_atlas.model.inspect.stream_parts import position_in, refuse_other_layers
+from attention_atlas.model.inspect.stream_parts import position_in, prediction_hook, refuse_other_layers
 
 SUM_TOLERANCE = 1e-3  # relative, float32: heads that do not add up to what their attention writes (a norm inside it),
 # or parts that do not add up to the model's logit, are refused; 16-bit models: 4 epsilons of their dtype
@@ -122,7 +122,7 @@ def likeliest(runner: Runner, trace: Trace, position: int, k: int = 2) -> list[t
     unembedding = unembedding_for(runner)
     if isinstance(unembedding, str):
         raise UserError(unembedding)
-    hook = unembedding.hook(runner.facts.n_decoder_layers - 1)
+    hook = prediction_hook(runner.facts, unembedding)
     refuse_missing(runner, trace, [hook])
     output = trace[hook][position]  # (d_model,)
     with torch.no_grad():
@@ -133,13 +133,12 @@ def likeliest(runner: Runner, trace: Trace, position: int, k: int = 2) -> list[t
 
 def attribution_options(runner: Runner) -> RunOptions:
     """What a run records for `attribute`: every head's z, what each block adds, every norm's scale, the stack's
-    input and its last layer's output."""
+    input, its last layer's output and what the prediction is read from."""
     facts = runner.facts
-    last = facts.n_decoder_layers - 1
     output = unembedding_for(runner)
-    hooks = ("decoder.*.hook_z", "decoder.*_out", "decoder.*.hook_scale", "decoder.0.hook_resid_pre",
-             *((output.hook(last),) if not isinstance(output, str) else ()))
-    return RunOptions(hooks=hooks)
+    read = () if isinstance(output, str) else (output.hook(facts.n_decoder_layers - 1), prediction_hook(facts, output))
+    hooks = ("decoder.*.hook_z", "decoder.*_out", "decoder.*.hook_scale", "decoder.0.hook_resid_pre", *read)
+    return RunOptions(hooks=tuple(dict.fromkeys(hooks)))
 
 
 def needed_hooks(runner: Runner, unembedding: Unembedding) -> list[str]:
@@ -149,7 +148,7 @@ def needed_hooks(runner: Runner, unembedding: Unembedding) -> list[str]:
     facts = runner.facts
     cross, post = facts.kind == "encoder-decoder", facts.norm.startswith("post")
     names = ["decoder.0.hook_resid_pre", unembedding.hook(facts.n_decoder_layers - 1)]
-    names += ["decoder.ln_final.hook_scale"] if "decoder.ln_final.hook_scale" in _offered(runner) else []
+    names += ["decoder.ln_final.hook_scale"] if "decoder.ln_final.hook_scale" in offered_hooks(runner) else []
     for layer in range(facts.n_decoder_layers):
         prefix = f"decoder.{layer}"
         names += [f"{prefix}.attn.hook_z", f"{prefix}.hook_attn_out", f"{prefix}.hook_mlp_out"]
@@ -163,7 +162,7 @@ def refuse_missing(runner: Runner, trace: Trace, names: list[str]) -> None:
     layout has no place for (its blocks' sums could not be shown, as in a post-norm OPT), else those the run did not
     record."""
     missing = [name for name in names if name not in trace]
-    absent = [name for name in missing if name not in _offered(runner)]
+    absent = [name for name in missing if name not in offered_hooks(runner)]
     shown = ", ".join(dict.fromkeys(re.sub(r"\.\d+\.", ".*.", name) for name in absent or missing))
     if absent:
         raise UserError(f"{runner.facts.model_id} ({runner.facts.norm}) has no {shown} here: direct logit "
@@ -173,12 +172,6 @@ def refuse_missing(runner: Runner, trace: Trace, names: list[str]) -> None:
         raise UserError(f"This run of {runner.facts.model_id} did not record {shown}: direct logit attribution "
                         "reads what each block writes and the scale of each norm on the way to the output (a norm "
                         "whose scale is not known cannot be crossed). Record the run with attribution_options.")
-
-
-def _offered(runner: Runner) -> Collection[str]:
-    """Every hook name the model offers (a Hugging Face model's taps, a from-scratch model's hook points)."""
-    taps = getattr(runner, "taps", None)
-    return taps if taps is not None else runner.toy.model.hook_points  # type: ignore[attr-defined]
 
 
 def attribute(runner: Runner, trace: Trace, answer: str, wrong: str | None = None, position: int = -1) -> Attribution:

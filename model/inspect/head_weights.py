@@ -158,11 +158,13 @@ def output_projection(runner: Runner, site: str, layer: int) -> Affine:
 
 def _hf_layer(runner: Runner, site: str, layer: int) -> tuple[nn.Module, Adapter, LayerWeights]:
     """A Hugging Face model's attention module at `site` and `layer`, its family's adapter, and what the adapter reads
-    of its weights."""
+    of its weights. A block that offers no hook_attn_out (it adds attention's output scaled, as Granite 4, or beside
+    Mamba's, as Falcon-H1) keeps W_O in the attention module, where the adapter finds its output projection."""
     taps, adapter = runner.taps, adapter_of(runner.model.config.model_type)  # type: ignore[attr-defined]
-    module = taps[Site.of(site).pattern_name(layer)].module
-    return module, adapter, adapter.layer_weights(module, taps[f"{Site.of(site).stack}.{layer}.hook_attn_out"].module,
-                                                  layer)
+    where = Site.of(site)
+    module = taps[where.pattern_name(layer)].module
+    attn_out = taps.get(f"{where.stack}.{layer}.hook_attn_out")
+    return module, adapter, adapter.layer_weights(module, module if attn_out is None else attn_out.module, layer)
 
 
 def _slice(affines: dict[str, Affine], head: int, n_heads: int, n_kv: int, d_head: int, scale: float,

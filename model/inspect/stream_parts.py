@@ -1,10 +1,12 @@
 """What the residual stream is the sum of, for the methods that split it into parts (direct logit attribution, the
-contribution graph): the embeddings, the attention heads and the MLPs, where every block is one of the app's layers."""
+contribution graph): the embeddings, the attention heads and the MLPs, where every block is one of the app's layers;
+and where the stream's last value, the one the prediction is read from, is recorded."""
 
 from __future__ import annotations
 
 from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.trace.facts import ModelFacts
+from attention_atlas.model.inspect.lens import Unembedding
 
 
 def refuse_other_layers(facts: ModelFacts, method: str) -> None:
@@ -22,3 +24,13 @@ def position_in(position: int, length: int) -> int:
     if not -length <= position < length:
         raise UserError(f"Position {position} is outside the sequence of {length} tokens.")
     return position % length
+
+
+def prediction_hook(facts: ModelFacts, unembedding: Unembedding) -> str:
+    """The hook the model's prediction is read from: its last layer's output, or a hybrid decoder's last block's
+    (`facts.block_kinds`: every block's stream is recorded, and the last block may be no attention layer of the
+    app's)."""
+    blocks = len(facts.block_kinds) if unembedding.stack == "decoder" else 0
+    if blocks:
+        return f"decoder.blocks.{blocks - 1}.hook_resid_post"
+    return unembedding.hook(facts.n_decoder_layers - 1)

@@ -27,14 +27,7 @@ VIEWS = [("app_pages/activations.py", "Residual stream"), ("app_pages/activation
          *(("app_pages/step_through.py", step) for step in STEPS)]
 SCALED = ("granitemoehybrid", "falcon_h1")  # blocks that add attention's output scaled (Granite) or beside Mamba's
 # (Falcon-H1): discovery places no hook_attn_out and no per-layer hook_resid_post in them
-STEP_THROUGH = {
-    **dict.fromkeys(SCALED, "Step through: model/inspect/head_weights._hf_layer finds W_O through the layer's "
-                            "hook_attn_out tap, which these blocks lack (KeyError decoder.N.hook_attn_out)"),
-    "nemotron_h": "Step through: model/inspect/step_hooks.step_names names ln2.hook_normalized and hook_resid_mid, "
-                  "which an attention block without an MLP lacks (KeyError decoder.1.ln2.hook_normalized in "
-                  "load_head; step_checks then reads hook_resid_mid)"}
 FAILING = {  # (page, view or None) -> {model type: why it fails}: each an xfail, strict
-    **{("app_pages/step_through.py", step): STEP_THROUGH for step in (None, *STEPS)},
     ("app_pages/tour.py", None): dict.fromkeys(SCALED, "Tour: model/inspect/tour.step_shape reads "
                                                        "decoder.0.hook_resid_post for the blocks step (KeyError)"),
     ("app_pages/activations.py", "Logit lens"): {"falcon_h1": "Logit lens: attention_atlas/plot/stream.lens_read "
@@ -122,6 +115,38 @@ def test_the_stream_the_lens_and_each_step_open(folder, model_type: str, page: s
     assert_ok(at, f"{page} · {view}")
 
 
+@pytest.mark.parametrize("model_type", ["nemotron_h", *SCALED])
+def test_step_through_checks_what_the_block_offers(folder, model_type: str) -> None:
+    """Nemotron-H's attention block has no MLP: its residual sum is the block's output (hook_resid_post), checked
+    like any other step. Granite 4's and Falcon-H1's blocks offer no hook of what attention adds (scaled, or beside
+    Mamba's): every step up to Z is checked, and the last step says why it stops at W_O."""
+    at = open_app_page("app_pages/step_through.py", folder=str(folder), text=TEXT)
+    at.selectbox(key="layer").set_value(0).run()  # attention layer 0: not the last block
+    assert_ok(at, "Step through")
+    table = at.table[0].value
+    held = dict(zip(table["step"], table["held"], strict=True))
+    assert [held[step] for step in ("scores before the mask", "pattern (softmax)", "head output Z = A V")] == \
+        ["yes"] * 3
+    hooks = dict(zip(table["step"], table["the model's value"], strict=True))
+    if model_type == "nemotron_h":
+        assert held["Concat(heads) W_O + b_O"] == held["residual add"] == "yes"
+        assert (hooks["Concat(heads) W_O + b_O"], hooks["residual add"]) == ("decoder.0.hook_attn_out",
+                                                                             "decoder.0.hook_resid_post")
+    else:
+        assert list(table["step"])[-1] == "head output Z = A V"
+    at.session_state["step_view"] = STEPS[-1]
+    at.run()
+    assert_ok(at, f"Step through · {STEPS[-1]}")
+    said = [info.value for info in at.info if "Step through stops at W_O" in info.value]
+    assert len(said) == (model_type != "nemotron_h"), said
+    if model_type == "nemotron_h":  # the sum drawn is transformers' hidden state after the layer's block
+        tokens = transformers.AutoTokenizer.from_pretrained(folder)(TEXT, return_tensors="pt")["input_ids"]
+        with torch.inference_mode():
+            hidden = eager(folder)(input_ids=tokens, output_hidden_states=True, use_cache=False).hidden_states
+        drawn = plotly_array(chart(at, "the residual sum")["data"][0]["z"])
+        np.testing.assert_allclose(drawn, hidden[ATTENTION_BLOCKS[model_type][0] + 1][0].numpy(), atol=1e-5)
+
+
 @pytest.mark.parametrize("model_type", HYBRID_TYPES)
 def test_a_generated_step_is_the_models_greedy_token(folder, model_type: str) -> None:
     """One Step: transformers' likeliest next token with its probability, and the chosen query's attention per layer
@@ -165,10 +190,7 @@ def test_ablating_a_head_zeroes_its_share_of_the_output_projection(folder, model
     np.testing.assert_allclose(shown, np.sort(zeroed)[::-1][:len(shown)], atol=1e-5)
 
 
-@pytest.mark.parametrize("model_type", [pytest.param(t, marks=pytest.mark.xfail(strict=True, reason=(
-    "Attribution: the page's choose_answers calls model/inspect/attribution.likeliest, whose refuse_missing says 'has "
-    "no decoder.*.hook_resid_post here' before attribute's refuse_other_layers says the model is a hybrid")))
-    if t == "granitemoehybrid" else t for t in HYBRID_TYPES])
+@pytest.mark.parametrize("model_type", HYBRID_TYPES)
 def test_attribution_refuses_with_why(folder, model_type: str) -> None:
     """A hybrid: its other blocks write to the stream, unrecorded. Falcon-H1 (every block attention and Mamba side
     by side): no hook holds what its blocks write, so its logit cannot be split either."""
