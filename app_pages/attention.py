@@ -5,6 +5,8 @@ Only the open tab is computed and sent."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pandas as pd
 import streamlit as st
@@ -21,7 +23,7 @@ from attention_atlas.ui.page import current_trace, show_open_tab
 from attention_atlas.ui.pickers import choose_head, keep_valid, open_clicked_head
 from attention_atlas.ui.site_summary import site_summary
 from attention_atlas.ui.trace_cache import per_trace
-from attention_atlas.ui.why_here import why_here
+from attention_atlas.ui.why_here import clicked_cell, why_here
 from attention_atlas.viz.head_lines import DEFAULT_THRESHOLD
 from attention_atlas.viz.heatmap import (
     COLOR_SCALES,
@@ -32,12 +34,14 @@ from attention_atlas.viz.heatmap import (
     layer_head_heatmap,
     sink_bars,
 )
+from attention_atlas.viz.score_parts import clickable_cells
 from attention_atlas.viz.thumbnails import masked_pixels, thumbnail_figure, thumbnail_grid
 from attention_atlas.viz.tokens import visible_token
 
 VIEWS = ["Model view", "One head", "All heads of this layer", "Token lines", "Head statistics", "Rollout", "Compare"]
 LAYER_THUMBNAIL = 96  # pixels per head when showing one layer
 SINK = "to the sink"  # the head statistic of a model with sinks: the mean share of a row its sink took
+CLICKABLE_CELLS = 64 * 64  # a head drawn with at most this many cells takes a click on a cell ("Why here?")
 SINK_SEEN = 1e-4  # a head's rows short of 1 by more than this on average: more than float32 rounding
 
 
@@ -94,7 +98,12 @@ def one_head(c: Choice) -> None:
         st.caption(f"Values are written in the cells only up to {VALUES_UP_TO} tokens; hover for the rest.")
     drawn = shown.head_pattern  # (q_shown, k_shown)
     figure = shown.head_figure(drawn)
-    st.plotly_chart(figure, key="attention_one_head")
+    if drawn.size <= CLICKABLE_CELLS and c.site.endswith("attn"):
+        clickable_cells(figure, "weight", "click: why here?")
+        st.plotly_chart(figure, key="attention_one_head", selection_mode="points",
+                        on_select=partial(clicked_cell, "attention_one_head", shown.rows, shown.cols))
+    else:
+        st.plotly_chart(figure, key="attention_one_head")
     whole = whole_csv(len(c.rows), len(c.cols))
     downloads(figure, f"{c.name}.{c.head}", "attention_one_head", c.table(c.head_pattern) if whole else
               shown.table(drawn))

@@ -6,7 +6,9 @@ that records the stream: computed on demand, once per trace and cell."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import streamlit as st
@@ -24,6 +26,7 @@ from attention_atlas.ui.runs import runner_of
 from attention_atlas.ui.site_summary import site_summary
 from attention_atlas.ui.trace_cache import per_trace
 
+
 @dataclass(frozen=True)
 class Kept:
     """Parts kept with their trace (ui.trace_cache counts what it keeps): their arrays' bytes, and their names' and
@@ -38,6 +41,7 @@ class Kept:
         return sum(v.nbytes for v in values if isinstance(v, np.ndarray)) + 64 * words
 
 
+HEAD_PART = re.compile(r"^L(\d+)H(\d+)$")  # a part that is one head ("L0H3"), not the encoder's or an MLP
 WHY_VIEWS = {"cell": "one cell", "row": "the whole row"}  # the view's value (and the link's `why`) -> its label
 
 
@@ -94,7 +98,9 @@ def show_cell(parts: ScoreParts, roles: dict[str, str], prefix: str) -> None:
                f"the model's score: {parts.score:+.4g} (scale {parts.scale_text}), weight {parts.probability:.3f}."
                + (f" The model then caps it to c·tanh(score / c), c = {parts.softcap:g}." if parts.softcap else ""))
     figure = sides_bars(parts)
-    st.plotly_chart(figure, key=f"{prefix}_why_sides")
+    st.plotly_chart(figure, key=f"{prefix}_why_sides", selection_mode="points",
+                    on_select=partial(open_clicked_part, f"{prefix}_why_sides"))
+    st.caption("Click a head's bar to open that head.")
     name = f"{parts.site}.{parts.layer}.{parts.head}.q{parts.query}k{parts.key}"
     downloads(figure, f"{name}.why", f"{prefix}_why_sides_files")
     pairs = pairs_matrix(parts)
@@ -107,6 +113,26 @@ def show_row(parts: PatternParts, roles: dict[str, str], prefix: str) -> None:
     figure = row_matrix(parts)
     st.plotly_chart(figure, key=f"{prefix}_why_row")
     downloads(figure, f"{parts.site}.{parts.layer}.{parts.head}.q{parts.query}.why-row", f"{prefix}_why_row_files")
+
+
+def clicked_cell(chart_key: str, queries: np.ndarray, keys: np.ndarray) -> None:
+    """A click on a cell of the head's heatmap (`clickable_cells` over it, drawn with this key): open "Why here?" on
+    that cell. The chart's on_select callback: it runs before the widgets it sets are drawn."""
+    event = st.session_state.get(chart_key)
+    points = [p for p in event.selection.points if p.get("curve_number", 0) > 0] if event else []
+    if points:
+        row, col = divmod(int(points[0]["point_index"]), len(keys))
+        st.session_state.update(why_open=True, why_view="cell", why_query=int(queries[row]), why_key=int(keys[col]))
+
+
+def open_clicked_part(chart_key: str) -> None:
+    """A click on a head's bar (`L1H2`) of the sides chart drawn with this key opens that head (the same site's
+    layer and head pickers); a bar of another part opens nothing. The chart's on_select callback."""
+    event = st.session_state.get(chart_key)
+    points = event.selection.points if event else []
+    head = HEAD_PART.match(str(points[0].get("y", ""))) if points else None
+    if head:
+        st.session_state.update(layer=int(head.group(1)), head=int(head.group(2)))
 
 
 def _position(key: str, label: str, n: int, default: int) -> int:

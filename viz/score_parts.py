@@ -73,3 +73,18 @@ def row_figure(part_names: Sequence[str], key_tokens: Sequence[str], keys: np.nd
     figure.update_layout(title={"text": plotly_text(title), "x": 0, "xanchor": "left"},
                          height=260 + 24 * len(part_names), margin={"l": 60, "r": 20, "t": 50, "b": 80})
     return figure
+
+
+def clickable_cells(figure: go.Figure, value_name: str, hint: str) -> go.Figure:
+    """A heatmap (trace 0) with an invisible marker over each of its cells (trace -1, point index = row x columns +
+    column), which a click selects: plotly's heatmaps report no selection. The marker's hover says what the heatmap's
+    did, and `hint` (what the click does)."""
+    heatmap = figure.data[0]
+    rows, cols, z = list(heatmap.y), list(heatmap.x), np.asarray(heatmap.z, dtype=np.float64)
+    y, x = np.repeat(np.arange(len(rows)), len(cols)), np.tile(np.arange(len(cols)), len(rows))
+    figure.add_trace(go.Scatter(
+        x=[cols[j] for j in x], y=[rows[i] for i in y], mode="markers", showlegend=False,
+        marker={"symbol": "square", "size": 12, "color": "rgba(0,0,0,0)"}, customdata=z.reshape(-1, 1),
+        hovertemplate="%{y} → %{x}<br>" + plotly_text(value_name) + " %{customdata[0]:.3f}<br>" + plotly_text(hint)
+                      + "<extra></extra>"))
+    return figure

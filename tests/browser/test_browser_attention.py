@@ -81,3 +81,31 @@ def test_a_figure_downloads_as_png(page) -> None:
     assert download.value.suggested_filename == "toy-copy.encoder.attn.0.0.png"
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
     assert page.console_errors == []
+
+
+@pytest.mark.opens("attention", model="toy-induction", text="qwertyuiop", view="One head", layer="1", head="2")
+def test_clicking_a_cell_explains_why_the_head_attends_there(page) -> None:
+    """A click on a cell of the head opens "Why here?" on it: from the second 'r' (#14) to the 't' (#5) after the first
+    one, the induction head's key side led by L0H3, which looks at the previous token (K-composition)."""
+    head = figure(page, "· head 2")
+    expect(head).to_be_visible()
+    head.locator(".scatterlayer .point").nth(14 * 21 + 5).click(force=True)  # 21 tokens a row
+    expect(page.get_by_text("L1H2 attends from ‘r’ (#14) to ‘t’ (#5) mostly because of what L0H3")).to_be_visible(
+        timeout=60_000)
+    expect(page.get_by_test_id("stMain").get_by_label("Query position (0–20)")).to_have_value("14")
+    page.set_viewport_size({"width": 1280, "height": 720})
+    page.get_by_text("mostly because of what L0H3").scroll_into_view_if_needed()
+    page.screenshot(path=str(ARTIFACTS / "why-here.png"))
+    assert page.console_errors == []
+
+
+@pytest.mark.opens("attention", model="toy-induction", text="qwertyuiop", view="One head", layer="1", head="2",
+                   why_open="1", why_query="14", why_key="5")
+def test_a_heads_bar_in_why_here_opens_that_head(page) -> None:
+    bars = figure(page, "L1H2 · from #14").first  # (the pairs matrix below shares its title's start)
+    expect(bars).to_be_visible(timeout=60_000)
+    key_side = bars.locator(".barlayer .trace").nth(1)  # the key side's bars, the largest (L0H3) first
+    key_side.locator(".point").first.click(force=True)
+    expect(page.get_by_test_id("stMain").get_by_label("Layer", exact=True)).to_have_value("0")
+    expect(figure(page, "· head 3").first).to_be_visible()
+    assert page.console_errors == []

@@ -68,6 +68,8 @@ BUILDERS: dict[str, Build] = {
     "score_parts.pairs_figure": lambda h: score_parts.pairs_figure([h, "b"], [h, "c"], RNG.random((2, 2)), h),
     "score_parts.row_figure": lambda h: score_parts.row_figure([h, "b"], _tokens(h), np.arange(3), RNG.random((2, 3)),
                                                                RNG.random(3), h),
+    "score_parts.clickable_cells": lambda h: score_parts.clickable_cells(
+        heatmap.attention_heatmap(RNG.random((3, 3)), _tokens(h), _tokens(h), h), h, h),
     "ablation.change_bars": lambda h: ablation.change_bars(_tokens(h), RNG.random(3), h, h),
     "attribution.head_shares_heatmap": lambda h: attribution.head_shares_heatmap(RNG.random((2, 3)), h, h),
     "attribution.layer_shares_bars": lambda h: attribution.layer_shares_bars({h: RNG.random(2)}, h, h),
