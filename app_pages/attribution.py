@@ -138,20 +138,21 @@ def page() -> None:
     # one run for the attribution and the graph
     tokens = trace.target_tokens if trace.facts.kind == "encoder-decoder" else trace.tokens
     position = choose_position(tokens)
-    def attribution() -> Attribution:
-        answer, wrong = choose_answers(runner, trace, position)
-        return per_trace(trace, ("attribution", answer, wrong, position),
-                         lambda: attribute(runner, trace, answer, wrong, position))
-
-    try:  # a refusal (a hook the model lacks, parts that do not add up) is its sentence; a bug is told as a failure
-        # of its kind, its details in the server's log
-        found = readable_failures("Direct logit attribution", attribution)
+    try:  # a refusal (no readout, a hook the model lacks, parts that do not add up) is its sentence; a bug is told
+        # as a failure of its kind, its details in the server's log
+        answer, wrong = readable_failures("Direct logit attribution", lambda: choose_answers(runner, trace, position))
     except UserError as error:
         show_error(str(error))
         return
-    show(trace, found)
-    contribution_section(runner, trace, position, open_head)
-    patching_section(runner, shown, found.answer, found.wrong, position)
+    try:
+        found = readable_failures("Direct logit attribution", lambda: per_trace(
+            trace, ("attribution", answer, wrong, position), lambda: attribute(runner, trace, answer, wrong, position)))
+    except UserError as error:  # a hybrid's too: its other blocks are no part of the split; patching still applies
+        show_error(str(error))
+    else:
+        show(trace, found)
+    contribution_section(runner, trace, position, open_head)  # says why where it does not apply
+    patching_section(runner, shown, answer, wrong, position)  # every path, where the split refused the direct one
 
 
 page()

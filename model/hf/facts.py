@@ -12,6 +12,7 @@ from attention_atlas.model.core.capture.host_copies import SIXTEEN_BITS
 from attention_atlas.model.core.devices import precision_name
 from attention_atlas.model.core.trace.facts import ModelFacts
 from attention_atlas.model.hf.chunks import chunk_words, layer_chunks
+from attention_atlas.model.hf.discovery.mixers import mixer_words
 from attention_atlas.model.hf.discovery.stack import block_list
 from attention_atlas.model.hf.families import adapter_of
 from attention_atlas.model.hf.nope import nope_words, qk_norm_words
@@ -76,11 +77,6 @@ def window_words(windows: list[int] | tuple[int, ...], causal: bool) -> str:
             f"{'before it' if causal else 'on either side'}{rest}")
 
 
-MIXERS = (("deltanet", "gated delta-net (linear attention)"),
-          ("deltaattention", "Kimi delta attention (linear attention)"), ("mamba", "Mamba (state space)"),
-          ("conv", "short convolution"))  # what a block's part is, read from its name and class's name, first match
-
-
 def layer_map(model: nn.Module, family: Family) -> dict[int, str]:
     """What mixes the tokens in each block of a decoder, by its true layer number, where some block has more than
     softmax attention or none (a hybrid, or Falcon-H1's attention and Mamba side by side); {} otherwise."""
@@ -90,8 +86,7 @@ def layer_map(model: nn.Module, family: Family) -> dict[int, str]:
     attending = set(family.blocks or range(len(layers)))
     found = {}
     for number, block in enumerate(layers):
-        parts = [f"{name} {type(child).__name__}".lower() for name, child in block.named_children()]
-        other = next((words for key, words in MIXERS if any(key in part for part in parts)), None)
+        other = mixer_words(block)
         found[number] = " + ".join(w for w in ("softmax attention" if number in attending else "", other) if w) \
             or "no token mixing (an MLP only)"
     return found if any(words != "softmax attention" for words in found.values()) else {}
@@ -162,5 +157,5 @@ def model_facts(model_id: str, model: nn.Module, family: Family, notes: dict[str
         windows=list(family.windows),
         chunks=layer_chunks(c),
         attention_blocks=list(family.blocks),
-        block_kinds=[blocks[b] for b in sorted(blocks)] if family.blocks else [],
+        block_kinds=[blocks[b] for b in sorted(blocks)] if family.n_blocks else [],  # as discovery's block hooks
     )

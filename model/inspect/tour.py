@@ -71,10 +71,9 @@ def step_shape(trace: Trace, step: Step) -> tuple[tuple[str, ...], tuple[int, ..
         return ("tokens",), (len(trace.target_tokens if reads_target else trace.tokens),)
     if step.kind == "pattern":
         return ("queries", "keys"), (len(trace.query_tokens(step.site)), len(trace.key_tokens(step.site)))
-    if step.kind == "layers":
-        layers = trace.n_layers(f"{step.stack}.attn")
-        tokens = trace.captured[f"{step.stack}.0.hook_resid_post"].shape[0]
-        return ("layers", "tokens", "d_model"), (layers, tokens, facts.d_model)
+    if step.kind == "layers":  # the stream after each block, as attention_atlas.plot.tour draws it
+        return ("layers", "tokens", "d_model"), (len(_block_outputs(facts, step.stack)),
+                                                 len(trace.query_tokens(f"{step.stack}.attn")), facts.d_model)
     if step.kind == "next token":
         return ("vocabulary",), (facts.vocab_size,)
     return (), ()
@@ -161,11 +160,13 @@ def _stack_steps(trace: Trace, stack: str) -> list[Step]:
             f"{first}.hook_mlp_out")]
     steps += _sum_steps(facts, stack, "2", f"{first}.hook_resid_post", f"{first}.ln2.hook_normalized", held,
                         "feed-forward network")
-    hybrid = stack == "decoder" and bool(facts.block_kinds)  # its blocks: attention or not (its stream: each block's)
-    layers = len(facts.block_kinds) if hybrid else trace.n_layers(f"{stack}.attn")
-    if layers > 1:
+    outputs = _block_outputs(facts, stack)  # the stream after each block (a hybrid's: every block, attention or not)
+    layers = len(outputs)
+    if layers > 1 and all(hook in held or hook.replace("resid_post", "normalized_resid_post") in held
+                          for hook in outputs):  # the stream it draws is recorded
+        mixed = stack == "decoder" and len(set(facts.block_kinds)) > 1
         alike = (f"Its {layers} blocks are not all alike ({facts.notes.get('layer map')}), but each reads the "
-                 "stream and adds to it. " if hybrid else f"Each of the {layers} blocks does the same with its own "
+                 "stream and adds to it. " if mixed else f"Each of the {layers} blocks does the same with its own "
                  "weights, reading the stream and adding to it. ")
         steps.append(Step(f"{stack}.blocks", f"The other {layers - 1} blocks", alike + (
             "Below, the length of each token's vector after each block: the stream grows as the blocks write."),
@@ -175,6 +176,17 @@ def _stack_steps(trace: Trace, stack: str) -> list[Step]:
             "A last normalisation of each token's vector, after the last block."), "matrix",
             f"{stack}.ln_final.hook_normalized"))
     return [step for step in steps if step.hook is None or step.hook in held]
+
+
+def _block_outputs(facts: ModelFacts, stack: str) -> list[str]:
+    """The hooks of the stream after each block, as the blocks step draws it (attention_atlas.plot.stream's
+    `stream_hooks`): a decoder read block by block (`facts.block_kinds`: a hybrid's, Falcon-H1's) after every block,
+    attention or not; else each layer's output (drawn from its hook_normalized_resid_post where a post-norm run
+    recorded it)."""
+    if stack == "decoder" and facts.block_kinds:
+        return [f"decoder.blocks.{b}.hook_resid_post" for b in range(len(facts.block_kinds))]
+    layers = facts.n_encoder_layers if stack == "encoder" else facts.n_decoder_layers
+    return [f"{stack}.{i}.hook_resid_post" for i in range(layers)]
 
 
 def _attention_steps(trace: Trace, stack: str, attention: str, site: str, held: set[str]) -> list[Step]:

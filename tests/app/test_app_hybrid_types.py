@@ -13,6 +13,8 @@ import pytest
 import torch
 import transformers
 
+from attention_atlas.model.hf.loading import load_hf_runner
+from attention_atlas.model.inspect.patching import patch
 from attention_atlas.ui.page import PAGES
 from tests.app.app_session import TABBED, assert_ok, open_app_page
 from tests.plotly_specs import chart, plotly_array
@@ -27,23 +29,13 @@ VIEWS = [("app_pages/activations.py", "Residual stream"), ("app_pages/activation
          *(("app_pages/step_through.py", step) for step in STEPS)]
 SCALED = ("granitemoehybrid", "falcon_h1")  # blocks that add attention's output scaled (Granite) or beside Mamba's
 # (Falcon-H1): discovery places no hook_attn_out and no per-layer hook_resid_post in them
-FAILING = {  # (page, view or None) -> {model type: why it fails}: each an xfail, strict
-    ("app_pages/tour.py", None): dict.fromkeys(SCALED, "Tour: model/inspect/tour.step_shape reads "
-                                                       "decoder.0.hook_resid_post for the blocks step (KeyError)"),
-    ("app_pages/activations.py", "Logit lens"): {"falcon_h1": "Logit lens: attention_atlas/plot/stream.lens_read "
-                                                              "reads decoder.0.hook_resid_post (KeyError)"},
-}
+BLOCKS = {t: int(settings.get("num_hidden_layers", 4)) for t, settings in HYBRID_TYPES.items()}  # blocks of each
 
 
 def cases(pages: list[tuple[str, str | None]], types: list[str]) -> list:
-    """(model type, page, view) for each type and page, marked xfail where FAILING says it fails."""
-    marked = []
-    for page, view in pages:
-        failing = FAILING.get((page, view), {})
-        marked += [pytest.param(t, page, view, id=f"{t}-{Path(page).stem}{'-' + view if view else ''}",
-                                marks=[pytest.mark.xfail(reason=failing[t], strict=True)] if t in failing else [])
-                   for t in types]
-    return marked
+    """(model type, page, view) for each type and page."""
+    return [pytest.param(t, page, view, id=f"{t}-{Path(page).stem}{'-' + view if view else ''}")
+            for page, view in pages for t in types]
 
 
 @pytest.fixture(scope="module")
@@ -113,6 +105,12 @@ def test_the_stream_the_lens_and_each_step_open(folder, model_type: str, page: s
     at.session_state[TABBED[page]] = view
     at.run()
     assert_ok(at, f"{page} · {view}")
+    blocks = BLOCKS[model_type]  # the stream is read at every block, attention or not
+    if view == "Residual stream":
+        assert list(chart(at, "‖residual‖ before the first block")["data"][0]["y"]) == \
+            ["L0 pre", *(f"L{b} post" for b in range(blocks))]
+    if view == "Logit lens":
+        assert len(chart(at, "logit lens · decoder")["data"][0]["y"]) == blocks
 
 
 @pytest.mark.parametrize("model_type", ["nemotron_h", *SCALED])
@@ -203,3 +201,35 @@ def test_attribution_refuses_with_why(folder, model_type: str) -> None:
     else:
         assert "is a hybrid: its blocks other than softmax attention" in errors[0], errors[0]
         assert errors[0].endswith("direct logit attribution cannot split the stream into parts."), errors[0]
+
+
+@pytest.mark.parametrize("model_type", ["lfm2", "jamba", "granitemoehybrid"])
+def test_patching_is_offered_where_attribution_refuses(folder, model_type: str) -> None:
+    """The page refuses the direct split of a hybrid (and says the contribution graph does not apply), yet patches:
+    its grids are the model layer's `patch` (which reads every path, Mamba's and convolutions' too); where the blocks
+    offer no hook of a patched kind (Granite 4's scaled sums), patching says which, and patches the kinds it has."""
+    clean, corrupted = "the quick brown fox", "the quick brown dog"
+    at = open_app_page(ATTRIBUTION, folder=str(folder), text=clean)
+    at.text_input(key="attribution_answer").set_value(" fox")
+    at.text_input(key="attribution_wrong").set_value(" dog")
+    at.text_input(key="attribution_corrupted").set_value(corrupted)
+    at.run()
+    assert [e.value.replace("\\", "") for e in at.error if "is a hybrid" in e.value] and len(at.error) == 1
+    assert any("the contribution graph cannot split the stream" in info.value.replace("\\", "") for info in at.info)
+    kinds = None
+    if model_type == "granitemoehybrid":  # tests/model/test_hybrids.py: its blocks have no hook_attn_out
+        at.button(key="attribution_patch").click().run()
+        assert any("no decoder.0.hook_attn_out" in e.value.replace("\\", "") for e in at.error), at.error
+        kinds = ("resid_pre", "head_out")
+        at.multiselect(key="attribution_patch_kinds").set_value(list(kinds))
+    at.button(key="attribution_patch").click().run()
+    others = [e.value for e in at.error if "is a hybrid" not in e.value]
+    assert not at.exception and not others, (at.exception, others)
+    expected = patch(load_hf_runner(str(folder)), clean, corrupted, " fox", " dog", kinds)
+    assert expected.complete and expected.results["head_out"].shape == (2, 4)
+    np.testing.assert_allclose(plotly_array(chart(at, "Patching the residual stream")["data"][0]["z"]),
+                               expected.normalised("resid_pre"), atol=1e-6)
+    np.testing.assert_allclose(plotly_array(chart(at, "Patching each head's output")["data"][0]["z"]),
+                               expected.normalised("head_out"), atol=1e-6)
+    said = f"clean {expected.clean:+.3f}, corrupted {expected.corrupted:+.3f}"
+    assert any(said in caption.value for caption in at.caption)

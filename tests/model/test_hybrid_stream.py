@@ -1,7 +1,7 @@
 """A hybrid's residual stream at every block, attention or not (`decoder.blocks.{b}.hook_resid_pre` and
-`hook_resid_post`): each is transformers' own hidden state at that block, the stream hands on from block to block, and
-the residual views (plot.stream) read it: its norm after every block, what each block writes, and the logit lens,
-whose last block is the model's own prediction."""
+`hook_resid_post`; Falcon-H1's too, whose every block runs attention beside Mamba): each is transformers' own hidden
+state at that block, the stream hands on from block to block, and the residual views (plot.stream) read it: its norm
+after every block, what each block writes, and the logit lens, whose last block is the model's own prediction."""
 
 from __future__ import annotations
 
@@ -25,11 +25,12 @@ from attention_atlas.plot.stream import (
     stream_hooks,
     stream_patterns,
 )
-from tests.tiny_hybrids import HYBRID_TYPES, build_hybrid
+from tests.tiny_hybrids import ATTENTION_BLOCKS, HYBRID_TYPES, build_hybrid
 
-pytestmark = pytest.mark.slow  # six hybrids built and opened (about 8 s): make test runs it, make check does not
+pytestmark = pytest.mark.slow  # eight hybrids built and opened (about 10 s): make test runs it, make check does not
 TEXT = "the quick brown fox jumps over the lazy dog"
-HYBRIDS = [t for t in HYBRID_TYPES if t != "falcon_h1"]  # Falcon-H1 attends in every block: its layers are its blocks
+HYBRIDS = list(HYBRID_TYPES)
+BLOCKS = {t: int(settings.get("num_hidden_layers", 4)) for t, settings in HYBRID_TYPES.items()}  # blocks of each
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +49,10 @@ def test_every_blocks_stream_is_the_models_hidden_state(opened, model_type: str)
     with torch.inference_mode():
         hidden = eager(input_ids=torch.tensor([trace.ids]), output_hidden_states=True, use_cache=False).hidden_states
     kinds = trace.facts.block_kinds
-    assert len(kinds) == len(hidden) - 1 == 4 and kinds[1] == kinds[3] == "softmax attention" != kinds[0]
+    assert len(kinds) == len(hidden) - 1 == BLOCKS[model_type]
+    assert [b for b, kind in enumerate(kinds) if kind.startswith("softmax attention")] == \
+        list(ATTENTION_BLOCKS[model_type])
+    assert any(kind != "softmax attention" for kind in kinds)  # a block of more than softmax attention, or none
     for b in range(len(kinds)):
         np.testing.assert_allclose(trace.captured[f"decoder.blocks.{b}.hook_resid_pre"], hidden[b][0].numpy(),
                                    atol=1e-5, err_msg=f"block {b}")
@@ -56,7 +60,7 @@ def test_every_blocks_stream_is_the_models_hidden_state(opened, model_type: str)
             np.testing.assert_array_equal(trace.captured[f"decoder.blocks.{b}.hook_resid_post"],
                                           trace.captured[f"decoder.blocks.{b + 1}.hook_resid_pre"])
     assert stream_hooks(trace, "decoder") == ["decoder.blocks.0.hook_resid_pre",
-                                              *(f"decoder.blocks.{b}.hook_resid_post" for b in range(4))]
+                                              *(f"decoder.blocks.{b}.hook_resid_post" for b in range(len(kinds)))]
 
 
 @pytest.mark.parametrize("model_type", HYBRIDS)
@@ -64,23 +68,24 @@ def test_the_residual_view_reads_every_block(opened, model_type: str) -> None:
     """The norm after every block, and what each block writes (its output minus its input), one row a block."""
     _, runner = opened[model_type]
     trace = runner.run(TEXT, options=RunOptions(hooks=stream_patterns("decoder")))
-    stream = [trace.captured[h] for h in stream_hooks(trace, "decoder")]  # 5 x (pos, d_model)
+    stream = [trace.captured[h] for h in stream_hooks(trace, "decoder")]  # blocks + 1 x (pos, d_model)
     np.testing.assert_allclose(residual_measure(trace, "decoder", "boundaries"),
                                np.stack([np.linalg.norm(x, axis=-1) for x in stream]), rtol=1e-6)
     writes = residual_measure(trace, "decoder", "block")
     np.testing.assert_allclose(writes, np.stack([np.linalg.norm(after - before, axis=-1)
                                                  for before, after in pairwise(stream)]), rtol=1e-5, atol=1e-6)
-    assert residual_rows(trace, "decoder", "block")[1] == "L1 softmax attention"
+    assert residual_rows(trace, "decoder", "block")[1] == \
+        ("L1 softmax attention + Mamba" if model_type == "falcon_h1" else "L1 softmax attention")
     assert residual_rows(trace, "decoder", "boundaries")[:2] == ["L0 pre", "L0 post"]
 
 
-@pytest.mark.parametrize("model_type", ["qwen3_5_text", "jamba"])
+@pytest.mark.parametrize("model_type", ["qwen3_5_text", "jamba", "falcon_h1"])
 def test_the_logit_lens_reads_every_block_and_ends_at_the_models_prediction(opened, model_type: str) -> None:
     _, runner = opened[model_type]
     trace = runner.run(TEXT, options=RunOptions(hooks=stream_patterns("decoder")))
     positions = np.arange(len(trace.tokens))
     read = lens_read(trace, unembedding_for(runner), positions)
-    assert read.top_ids.shape[0] == 4  # a row a block, not a row an attention layer
+    assert read.top_ids.shape[0] == BLOCKS[model_type]  # a row a block, not a row an attention layer
     assert read.top_ids[-1, -1, 0] == trace.outputs["top_next_ids"][0]
     np.testing.assert_allclose(read.top_probs[-1, -1, 0], trace.outputs["top_next_probs"][0], rtol=1e-4)
 

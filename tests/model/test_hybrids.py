@@ -19,10 +19,10 @@ from attention_atlas.model.core.options import RunOptions
 from attention_atlas.model.core.trace.facts import ModelFacts
 from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.hf.loading import load_hf_runner
-from attention_atlas.model.inspect.attribution import attribute, attribution_options
+from attention_atlas.model.inspect.attribution import attribute, attribution_options, likeliest
 from attention_atlas.model.inspect.contributions import contribution_graph, contribution_options
 from attention_atlas.model.inspect.patching import patch
-from attention_atlas.model.inspect.tour import tour_options, tour_steps
+from attention_atlas.model.inspect.tour import step_shape, tour_options, tour_steps
 from attention_atlas.plot.tour import step_figure
 from tests.tiny_hf import log_probs_with_columns_zeroed
 from tests.tiny_hybrids import ATTENTION_BLOCKS, HYBRID_TYPES, build_hybrid, build_qwen3_5_checkpoint
@@ -137,6 +137,21 @@ def test_attribution_and_the_contribution_graph_refuse_with_a_sentence(hybrid_ru
 
 
 @pytest.mark.parametrize("model_type", HYBRID_TYPES)
+def test_the_likeliest_answers_are_the_models_own(hybrid_folders, hybrid_runners, model_type: str) -> None:
+    """The Attribution page's answers read the last block's output (decoder.blocks.N.hook_resid_post), whatever the
+    app's last attention layer offers: transformers' own two likeliest next tokens."""
+    runner = hybrid_runners[model_type]
+    trace = runner.run(TEXT, options=attribution_options(runner))
+    eager = transformers.AutoModelForCausalLM.from_pretrained(hybrid_folders[model_type]).eval()
+    with torch.inference_mode():
+        probs = eager(input_ids=torch.tensor([trace.ids]), use_cache=False).logits[0, -1].double().softmax(-1)
+    top = torch.topk(probs, 2)
+    found = likeliest(runner, trace, -1, 2)
+    assert [text for text, _ in found] == [runner.text.tokenizer.decode([int(i)]) for i in top.indices]
+    np.testing.assert_allclose([p for _, p in found], top.values.numpy(), atol=1e-5)
+
+
+@pytest.mark.parametrize("model_type", HYBRID_TYPES)
 def test_attention_hooks_hold_the_models_heads(hybrid_runners, model_type: str) -> None:
     """Every per-head hook placed holds 4 query heads or 2 key/value heads (Kimi-Linear's latent attention: a key and
     a value for each of the 4 heads); Qwen3.5/Next's query projection makes each head's query and its output gate, so
@@ -180,13 +195,28 @@ def test_ablating_a_head_zeroes_it_in_its_true_layer(hybrid_runners, model_type:
     assert not np.allclose(outcome.values[0, -1], outcome.values[1, -1], atol=1e-7)
 
 
-def test_the_tour_shows_every_block_of_its_stream(hybrid_runners) -> None:
-    runner = hybrid_runners["lfm2"]
+@pytest.mark.parametrize(("model_type", "kinds"), [
+    ("lfm2", ["short convolution", "softmax attention"] * 2), ("granitemoehybrid", ["Mamba", "softmax attention"] * 2),
+    ("falcon_h1", ["softmax attention + Mamba"] * 2)])
+def test_the_tour_shows_every_block_of_its_stream(hybrid_folders, hybrid_runners, model_type: str,
+                                                  kinds: list[str]) -> None:
+    """The blocks step draws the length of each token's vector after every block (transformers' hidden states), its
+    shape said alike, and says whether the blocks are alike; where the stream is not recorded, there is no such step."""
+    runner = hybrid_runners[model_type]
     trace = runner.run(TEXT, options=tour_options(runner.facts))
     step = next(step for step in tour_steps(trace) if step.key == "decoder.blocks")
-    assert step.title == "The other 3 blocks" and f"not all alike ({LAYER_MAPS['lfm2']})" in step.text
-    assert step_figure(trace, step).rows == ["after block 0 (short convolution)", "after block 1 (softmax attention)",
-                                             "after block 2 (short convolution)", "after block 3 (softmax attention)"]
+    assert step.title == f"The other {len(kinds) - 1} blocks"
+    assert (f"not all alike ({LAYER_MAPS[model_type]})" in step.text) == (model_type != "falcon_h1")
+    drawn = step_figure(trace, step)
+    assert drawn.rows == [f"after block {b} ({kind})" for b, kind in enumerate(kinds)]
+    assert step_shape(trace, step) == (("layers", "tokens", "d_model"), (len(kinds), len(trace.ids), 32))
+    eager = transformers.AutoModelForCausalLM.from_pretrained(hybrid_folders[model_type]).eval()
+    with torch.inference_mode():
+        hidden = eager(input_ids=torch.tensor([trace.ids]), output_hidden_states=True, use_cache=False).hidden_states
+    np.testing.assert_allclose(drawn.value[:-1], [np.linalg.norm(h[0].numpy(), axis=-1) for h in hidden[1:-1]],
+                               rtol=1e-5)  # (the last hidden state is the final norm's output)
+    unrecorded = runner.run(TEXT, options=RunOptions(hooks=("decoder.hook_*", "decoder.0.*")))
+    assert "decoder.blocks" not in [step.key for step in tour_steps(unrecorded)]
 
 
 @pytest.mark.parametrize("model_type", HYBRID_TYPES)

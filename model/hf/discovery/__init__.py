@@ -35,7 +35,9 @@ then the softmax attention blocks alone, numbered 0 .. n - 1 as transformers' `a
 each layer's hooks (its residual stream's too: hook_resid_pre is that block's input) are placed in its true block
 (`Family.blocks`; ModelFacts.attention_blocks, `layer_words`: "layer 3 (attention layer 0)"). Every block, attention
 or not, offers the stream going in and out (`decoder.blocks.{b}.hook_resid_pre`, `hook_resid_post`: the residual
-views read the stream at every block); the model card's layer map names what each block is (model/hf/facts.py).
+views read the stream at every block); the model card's layer map names what each block is (model/hf/facts.py). So
+does a decoder whose every block attends beside another mixer (Falcon-H1: attention and Mamba side by side, each
+output scaled, so no sum inside its blocks is placed): its layer i is block i, and its stream is read block by block.
 
 A hook must be placed alike in every block (of attention), or it is not placed; the hooks a decoder has that could
 not be placed are listed (`Family.unplaced`), and the model card says so. A model whose attention reports nothing
@@ -51,6 +53,7 @@ from torch import nn
 
 from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.hf.discovery.block import block_table
+from attention_atlas.model.hf.discovery.mixers import mixer_words
 from attention_atlas.model.hf.discovery.norms import is_parallel, norm_kind, norm_layout
 from attention_atlas.model.hf.discovery.stack import block_list, stack_table
 from attention_atlas.model.hf.discovery.values import rounding
@@ -93,6 +96,7 @@ def discover(model: nn.Module, kind: str = "decoder") -> Family:
     unplaced = tuple(name for name in LAYER_ORDER if name not in layer_taps and _expected(name, rotary, parallel)) + \
         tuple(name for name in STACK_ORDER if name not in stack_taps and name != "hook_pos_embed")
     windows = tuple(_window(layers[i], probe) for i in blocks)
+    streamed = stack == "decoder" and (len(blocks) < len(layers) or any(map(mixer_words, layers)))
     return Family(
         name=type(base).__name__.removesuffix("Model"),
         kind=kind,
@@ -105,8 +109,8 @@ def discover(model: nn.Module, kind: str = "decoder") -> Family:
         unplaced=unplaced,
         windows=windows if any(windows) else (),
         blocks=blocks if len(blocks) < len(layers) else (),
-        block_list=layers_path if len(blocks) < len(layers) else "",
-        n_blocks=len(layers) if len(blocks) < len(layers) else 0,
+        block_list=layers_path if streamed else "",
+        n_blocks=len(layers) if streamed else 0,
     )
 
 
