@@ -1,8 +1,9 @@
 """Every hybrid type of tests/tiny_hybrids.py in the app (AppTest): each page opens on its softmax attention layers
 without an exception or an error, every layer picker names the true layers (ATTENTION_BLOCKS), a generated step is
-transformers' own greedy token, an ablated head is that head's share of its output projection zeroed by hand, and
-attribution refuses with the sentence that says why. The tiny Qwen3.5's every view is opened by
-test_app_hybrids.py; here the other types open the residual stream, the logit lens and Step through's steps."""
+transformers' own greedy token, an ablated head is that head's share of its output projection zeroed by hand,
+attribution refuses with the sentence that says why and patching still runs, its grids the model layer's. The tiny
+Qwen3.5's every view is opened by test_app_hybrids.py; here the other types open the residual stream and the logit
+lens (read at every block) and Step through's steps (checked as far as the block offers hooks)."""
 
 from __future__ import annotations
 
