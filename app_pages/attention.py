@@ -19,6 +19,7 @@ from attention_atlas.ui import url_state
 from attention_atlas.ui.attention_choice import Choice
 from attention_atlas.ui.compare import show_compare
 from attention_atlas.ui.downloads import constant, downloads, whole_csv
+from attention_atlas.ui.long_head_views import choose_draw, show_distance, show_pooled, show_sink_apart
 from attention_atlas.ui.page import current_trace, show_open_tab
 from attention_atlas.ui.pickers import choose_head, keep_valid, open_clicked_head
 from attention_atlas.ui.site_summary import site_summary
@@ -93,7 +94,25 @@ def one_head(c: Choice) -> None:
                  r"\qquad\mathrm{Attention}(Q,K,V)=AV")
     st.caption(f"Row = a query token, column = a key token. {c.rows_note} "
                "M is 0 where the mask lets a query see a key and −∞ where it does not (hatched cells).")
-    shown = window(c)
+    draw = choose_draw(c)
+    url_state.write(draw=None if draw == "matrix" else draw)
+    if draw == "distance":
+        show_distance(c)
+    else:
+        shown = window(c)
+        if max(len(c.rows), len(c.cols)) > WINDOW:  # the whole head above the window it draws
+            show_pooled(c, (int(shown.rows[0]), len(shown.rows), int(shown.cols[0]), len(shown.cols)))
+        if draw == "sink":
+            show_sink_apart(shown)
+        else:
+            matrix(c, shown)
+    if c.site.endswith("attn"):
+        why_here(c.trace, c.site, c.layer, c.head, "attention")
+
+
+def matrix(c: Choice, shown: Choice) -> None:
+    """The head's window as a heatmap (a click on a cell of a small one opens "Why here?" on it), its downloads, and
+    a learned sink's bars."""
     if c.show_values and max(len(shown.rows), len(shown.cols)) > VALUES_UP_TO:
         st.caption(f"Values are written in the cells only up to {VALUES_UP_TO} tokens; hover for the rest.")
     drawn = shown.head_pattern  # (q_shown, k_shown)
@@ -109,8 +128,6 @@ def one_head(c: Choice) -> None:
               shown.table(drawn))
     if shown.has_sinks:
         sink(shown, shown.sink_shares)
-    if c.site.endswith("attn"):
-        why_here(c.trace, c.site, c.layer, c.head, "attention")
 
 
 def sink(c: Choice, shares: np.ndarray) -> None:

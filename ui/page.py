@@ -50,7 +50,7 @@ PAGES = (  # the navigation, in order; the first is where the app opens
         *HEAD_KEYS, "attention_hide_special", "attention_colorscale", "attention_show_values", "attention_window_row",
         "attention_window_col", "attention_window_diagonal", "attention_stats_measure",
         "attention_compare_kind", "attention_compare_text", "attention_compare_heads", "attention_compare_mode",
-        "attention_compare_model", "attention_compare_folder", *WHY_KEYS)),
+        "attention_compare_model", "attention_compare_folder", "attention_draw", *WHY_KEYS)),
     Page("app_pages/masks.py", "Masks", ":material/visibility_off:", (
         *HEAD_KEYS, "masks_editor", "masks_hide", "masks_for", "masks_window", "masks_pad_to")),
     Page("app_pages/positions.py", "Positional encoding", ":material/waves:", (

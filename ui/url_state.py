@@ -42,7 +42,8 @@ NUMBERS = {"layer": "layer", "head": "head", "row": "attention_window_row", "col
            "tour_head": "tour_head", "why_query": "why_query", "why_key": "why_key"}
 DECIMALS = {"temperature": "generate_temperature", "top_p": "generate_top_p"}  # finite numbers only
 CHOICES = {"decoding": ("generate_method", ("greedy", "sample")),
-           "why": ("why_view", ("cell", "row"))}  # URL name -> (key, the values allowed)
+           "why": ("why_view", ("cell", "row")),
+           "draw": ("attention_draw", ("matrix", "sink", "distance"))}  # URL name -> (key, the values allowed)
 TEXTS = {"site": "site", "colorscale": "attention_colorscale", "masks_editor": "masks_editor",
          "positions_stack": "positions_stack", "positions_measure": "positions_measure",
          "activations_stack": "activations_stack"}  # checked by the widgets

@@ -109,3 +109,20 @@ def test_a_heads_bar_in_why_here_opens_that_head(page) -> None:
     expect(page.get_by_test_id("stMain").get_by_label("Layer", exact=True)).to_have_value("0")
     expect(figure(page, "· head 3").first).to_be_visible()
     assert page.console_errors == []
+
+
+LONG = " ".join(f"word{i % 97} said{i % 13}" for i in range(150))  # about 750 SmolLM2 tokens: more than a window
+
+
+@pytest.mark.opens("attention", model="smollm2", text=LONG, view="One head", site="decoder.attn", layer="16",
+                   head="0")
+def test_a_click_on_the_pooled_head_opens_that_region(page) -> None:
+    """A long text's head max-pooled above its 512-token window: a click in the middle of the left edge moves the
+    window's rows to the middle of the text and its keys to the start, untied from the rows."""
+    pooled = figure(page, "max-pooled")
+    expect(pooled).to_be_visible(timeout=120_000)
+    pooled.locator(".scatterlayer .point").nth(12 * 24 + 0).click(force=True)  # row block 12 of 24, column 0
+    main = page.get_by_test_id("stMain")
+    expect(main.get_by_role("switch", name="Keys follow the rows (the diagonal block)")).not_to_be_checked()
+    expect(page.get_by_text("key columns #0–#511")).to_be_visible()
+    assert page.console_errors == []

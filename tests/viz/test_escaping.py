@@ -24,6 +24,7 @@ from attention_atlas.viz import (
     head_lines,
     heatmap,
     logit_lens,
+    long_views,
     masks,
     neurons,
     outputs,
@@ -70,6 +71,12 @@ BUILDERS: dict[str, Build] = {
                                                                RNG.random(3), h),
     "score_parts.clickable_cells": lambda h: score_parts.clickable_cells(
         heatmap.attention_heatmap(RNG.random((3, 3)), _tokens(h), _tokens(h), h), h, h),
+    "long_views.pooled_figure": lambda h: long_views.pooled_figure(RNG.random((2, 3)), np.array([0, 1, 2]),
+                                                                   np.array([0, 1, 2, 3]), h, (0, 1, 0, 2)),
+    "long_views.distance_figure": lambda h: long_views.distance_figure(RNG.random((3, 4)), np.arange(4), _tokens(h),
+                                                                       h),
+    "long_views.sink_apart_figure": lambda h: long_views.sink_apart_figure(
+        RNG.random((3, 1)), RNG.random((3, 2)), None, _tokens(h), [0, 1, 2], _tokens(h), [0], [1, 2], h, h),
     "ablation.change_bars": lambda h: ablation.change_bars(_tokens(h), RNG.random(3), h, h),
     "attribution.head_shares_heatmap": lambda h: attribution.head_shares_heatmap(RNG.random((2, 3)), h, h),
     "attribution.layer_shares_bars": lambda h: attribution.layer_shares_bars({h: RNG.random(2)}, h, h),
