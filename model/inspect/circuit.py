@@ -71,7 +71,7 @@ class Circuit:
         vector = self._vector()
         kept = [self.graph.top_n(vector, int(n)) for n in ns]
         values = evaluate_kept(self.runs, kept, tokens_per_pass, slot)
-        return (values - self.corrupted) / (self.clean - self.corrupted)
+        return (values - self.corrupted) / (self.clean - self.corrupted) + 0.0  # + 0.0: no -0.0
 
     def as_dict(self) -> dict[str, Any]:
         """Every field but the runs (JSON)."""

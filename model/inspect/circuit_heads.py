@@ -26,9 +26,10 @@ Z_TOLERANCE = 1e-3  # relative to the largest |z| (at least 1): heads computed a
 
 
 def _stack(arrays: list[np.ndarray | None], width: int) -> torch.Tensor:
-    """(heads, ...) float32 from per-head arrays (None: zeros of (width,))."""
-    return torch.stack([torch.zeros(width) if a is None else torch.as_tensor(np.asarray(a, np.float32))
-                        for a in arrays])
+    """(heads, ...) float32 from per-head arrays (None: zeros of (width,)), stacked in numpy (the arrays are column
+    slices of a layer's weights: torch stacks such views slowly)."""
+    return torch.from_numpy(np.stack([np.zeros(width, np.float32) if a is None else np.asarray(a, np.float32)
+                                      for a in arrays]))
 
 
 @dataclass
@@ -65,10 +66,14 @@ class LayerHeads:
 
     def z(self, x_q: torch.Tensor, x_k: torch.Tensor, x_v: torch.Tensor) -> torch.Tensor:
         """Each head's output (batch, heads, len, d_head) float32 from what its query, key and value read, each
-        (batch, heads, len, d_model) of the residual stream, before the layer's norm."""
-        y = {letter: self._normed(x) for letter, x in zip("qkv", (x_q, x_k, x_v), strict=True)}
-        q, k, v = (torch.einsum("bhpd,hde->bhpe", y[letter], self.w[letter]) + self.b[letter][:, None]
-                   for letter in "qkv")
+        (batch, heads or 1, len, d_model) of the residual stream, before the layer's norm (1: every head reads the
+        same; an input given for more than one of q, k, v is normalised once)."""
+        normed: dict[int, torch.Tensor] = {}
+        for x in (x_q, x_k, x_v):
+            normed.setdefault(id(x), self._normed(x))
+        y = dict(zip("qkv", (normed[id(x)] for x in (x_q, x_k, x_v)), strict=True))
+        q, k, v = (y[letter] @ self.w[letter] + self.b[letter][:, None] for letter in "qkv")  # (batch, heads, len,
+        # d_head): the heads' dimension broadcast
         q, k = self._query_key_norm("q", q, y["q"]), self._query_key_norm("k", k, y["k"])
         if self.rotary is not None:
             cos, sin, interleaved = self.rotary

@@ -149,7 +149,7 @@ def run_graph(model: GraphModel, ids: torch.Tensor, wiring: Wiring | None, answe
             x = stream[f"x{layer}"].to(model.device)[:, None]  # (batch, 1, len, d_model)
             more = extra(graph.attention_inputs(layer))  # (batch, 3 x heads, len, d_model) or None
             inputs = (x, x, x) if more is None else (x + more).chunk(3, 1)
-            computed = model.heads[layer].z(*(i.expand(-1, graph.n_heads, -1, -1) for i in inputs))
+            computed = model.heads[layer].z(*inputs)
             if check:
                 model.heads[layer].matches(computed, z.to(computed.device), runner.facts.precision)
             sources[:, graph.attention_sources(layer)] = model.heads[layer].results(computed).detach()
@@ -187,7 +187,7 @@ def run_graph(model: GraphModel, ids: torch.Tensor, wiring: Wiring | None, answe
         edits |= {f"{prefix}.hook_resid_pre": block_input(layer), f"{prefix}.attn.hook_z": heads(layer),
                   f"{prefix}.hook_resid_mid": mlp_input(layer), f"{prefix}.hook_mlp_out": mlp_output(layer)}
     edits[f"decoder.{graph.n_layers - 1}.hook_resid_post"] = logits_input
-    allowed = self_attention_mask(length, length, True)
+    allowed = self_attention_mask(length, length, True).expand(batch, 1, -1, -1)  # each row its own, as patching
     with editing_taps(hf, edits_by_tap(runner.taps, edits)):  # type: ignore[attr-defined]
         logits = hf(**masked_inputs(ids.to(model.device), allowed, hf.dtype), logits_to_keep=1).logits[:, -1].float()
     if len(done) != 4 * graph.n_layers + 1:

@@ -22,7 +22,7 @@ from attention_atlas.model.inspect.ablation import TOKENS_PER_PASS
 from attention_atlas.model.inspect.attribution import token_id
 from attention_atlas.model.inspect.circuit_graph import CircuitGraph
 from attention_atlas.model.inspect.circuit_pass import GraphModel, graph_model, refuse_graph, run_graph
-from attention_atlas.model.inspect.patching import refuse_no_difference
+from attention_atlas.model.inspect.patching import LEAST_DIFFERENCE
 
 METHODS = ("EAP", "EAP-IG")
 MAX_STEPS = 100  # EAP-IG's interpolations
@@ -79,7 +79,11 @@ def prepare_circuit(runner: Runner, clean_text: str, corrupted_text: str, answer
     with slot(), torch.no_grad():
         found = run_graph(model, tensor, None, *ids, check=True)
     clean, corrupted = (float(v) for v in found.metric)
-    refuse_no_difference(answer, wrong, clean, corrupted)
+    if not abs(clean - corrupted) >= LEAST_DIFFERENCE:  # NaN too
+        raise UserError(f"The clean and the corrupted text give the same logit difference {answer!r} − {wrong!r} "
+                        f"({clean:+.4f} and {corrupted:+.4f}): no edge carries a difference between them, and the "
+                        "faithfulness curve (0 = corrupted, 1 = clean) would divide by about 0. Choose a corrupted "
+                        "text that changes the answer (the names swapped, another number).")
     tokens = [runner.text.tokens(t) for t in texts]  # type: ignore[attr-defined]
     return CircuitRuns(model, answer, wrong, (ids[0], ids[1]), tensor, tokens[0], tokens[1], clean, corrupted,
                        found.sources)
