@@ -15,6 +15,7 @@ from attention_atlas.model.core.trace.facts import ModelFacts
 from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.hf.placement import Placement, parse_budgets
 from attention_atlas.model.inspect.attribution import Attribution, attribute, attribution_options
+from attention_atlas.model.inspect.circuit import Circuit, find_circuit
 from attention_atlas.model.inspect.contributions import (
     THRESHOLD,
     ContributionGraph,
@@ -122,6 +123,17 @@ class Model:
         `threshold`. UserError for models whose stream is not attention's sum, then the MLP's."""
         trace = self._runner.run(text, None, contribution_options())
         return contribution_graph(self._runner, trace, position, threshold)
+
+    def circuit(self, clean: str, corrupted: str, *, answer: str, wrong: str, method: str = "EAP-IG", steps: int = 5,
+                progress: Callable[[int, int], None] | None = None) -> Circuit:
+        """The circuit that carries the prediction after the last token of `clean` against `corrupted` (as many
+        tokens), read as the logit difference of `answer` over `wrong` (one token each): every edge of the EAP-IG
+        library's graph (input, each head's query, key and value, each MLP, the logits) scored by `method` ("EAP-IG":
+        `steps` interpolations of the inputs; "EAP"), `.scores` {edge: score}, `.top(n)`, `.evaluate(edges)`,
+        `.faithfulness(ns)` (0 = corrupted, 1 = clean). `progress(done, total)` after each pass. UserError for a
+        model whose stream is not the graph's sum (toys, encoders, hybrids, parallel or post-norm blocks ...), texts
+        of different lengths, or two texts that give the same logit difference."""
+        return find_circuit(self._runner, clean, corrupted, answer, wrong, method, steps, progress=progress)
 
     def explain_score(self, text: str, *, layer: int, head: int, query: int, key: int, site: str | None = None,
                       target: str | None = None) -> ScoreParts:

@@ -24,12 +24,18 @@ ANSWER, WRONG = "cat", "fox"
 def build_circuit_model(family: str, folder: Path) -> Path:
     """Save the tiny `family` model and its tokenizer into `folder`, its weights drawn from SEED."""
     build(family, folder, **LAYERS[family])
+    return redraw(folder)
+
+
+def redraw(folder: Path) -> Path:
+    """Draw every weight of the causal LM saved in `folder` again from SEED (in the order of their names) and save it:
+    norm gains in [0.5, 1.5), biases N(0, 0.1²), the rest N(0, 0.2²)."""
     model = transformers.AutoModelForCausalLM.from_pretrained(folder)
     generator = torch.Generator().manual_seed(SEED)
     with torch.no_grad():
         for name, parameter in sorted(model.named_parameters()):
             if ("norm" in name or ".ln" in name) and name.endswith("weight"):
-                drawn = torch.rand(parameter.shape, generator=generator) + 0.5  # gains in [0.5, 1.5)
+                drawn = torch.rand(parameter.shape, generator=generator) + 0.5
             elif name.endswith("bias"):
                 drawn = torch.randn(parameter.shape, generator=generator) * 0.1
             else:

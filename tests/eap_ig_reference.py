@@ -9,7 +9,7 @@ every edge's EAP and EAP-IG (5 steps, `EAP-IG-inputs`) score, `evaluate_graph` o
 whole graph (the library's `exact` scores: that value minus the clean one), of the library's top-20 EAP-IG circuit
 (its edges too), of the empty and the whole graph, and of its top-n circuits for the faithfulness curve.
 
-Recorded from commit 795f5607b25638935aec89aee3c1cb4bd9ed72f1 (2025-07-24) with TransformerLens 3.9, torch 2.13:
+Recorded from commit 795f5607b25638935aec89aee3c1cb4bd9ed72f1 with TransformerLens 3.9, torch 2.13:
 
     git clone https://github.com/hannamw/EAP-IG /tmp/EAP-IG
     git -C /tmp/EAP-IG checkout 795f5607b25638935aec89aee3c1cb4bd9ed72f1

@@ -12,6 +12,7 @@ lacks: the hooks= to run with; an unknown site: the trace's sites). Nothing here
 
 from attention_atlas.model.inspect.tour import tour_steps
 from attention_atlas.plot.attention import head, lines, model_view
+from attention_atlas.plot.circuit import circuit
 from attention_atlas.plot.explain import explain
 from attention_atlas.plot.generating import generation
 from attention_atlas.plot.long_head import by_distance, pooled, sink_apart
@@ -20,5 +21,5 @@ from attention_atlas.plot.positions import positional
 from attention_atlas.plot.stream import logit_lens, residual
 from attention_atlas.plot.tour import tour
 
-__all__ = ["by_distance", "explain", "generation", "head", "lines", "logit_lens", "masks", "model_view", "pooled",
-           "positional", "residual", "sink_apart", "tour", "tour_steps"]
+__all__ = ["by_distance", "circuit", "explain", "generation", "head", "lines", "logit_lens", "masks", "model_view",
+           "pooled", "positional", "residual", "sink_apart", "tour", "tour_steps"]
