@@ -8,6 +8,8 @@ commands:
   attention-atlas train --all                                            retrain every shipped toy model
   attention-atlas explain --model toy-induction --text qwertyuiop --layer 1 --head 2 --query 14 --key 5
                                                                          why a head attends there
+  attention-atlas circuit --model smollm2 --clean TEXT --corrupted TEXT --answer " Mary" --wrong " John"
+                                                                         the edges that carry a prediction (EAP-IG)
   (`attention-atlas trace --help`, `attention-atlas train --help`, `attention-atlas explain --help`: their options)
 """
 
@@ -21,13 +23,16 @@ from pathlib import Path
 
 FRAME = Path(__file__).resolve().parent / "app.py"  # the script Streamlit runs, with its .streamlit/ beside it
 COMMANDS = {"trace": "attention_atlas.trace_command", "train": "attention_atlas.model.toy.train",  # name -> its main
-            "attribute": "attention_atlas.attribute_command", "explain": "attention_atlas.explain_command"}
+            "attribute": "attention_atlas.attribute_command", "explain": "attention_atlas.explain_command",
+            "circuit": "attention_atlas.circuit_command"}
 USAGE = """%(prog)s [-h] [--port PORT] [--address ADDRESS] [--model MODEL] [--trace FILE] [--headless]
                        [streamlit options ...]
        %(prog)s trace [-h] [--list] [--model MODEL] [--text TEXT] [--out FILE] ...
        %(prog)s train [-h] (--task TASK [--out DIR] | --all) ...
        %(prog)s attribute [-h] --model MODEL --text TEXT --answer TOKEN [--wrong TOKEN] [--out FILE] ...
-       %(prog)s explain [-h] --model MODEL --text TEXT --layer L --head H --query I --key J [--out FILE] ..."""
+       %(prog)s explain [-h] --model MODEL --text TEXT --layer L --head H --query I --key J [--out FILE] ...
+       %(prog)s circuit [-h] --model MODEL --clean TEXT --corrupted TEXT --answer TOKEN --wrong TOKEN
+                        [--method EAP|EAP-IG] [--steps N] [--out FILE] ..."""
 
 
 class TraceFileError(ValueError):
