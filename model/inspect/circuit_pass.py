@@ -135,7 +135,7 @@ def run_graph(model: GraphModel, ids: torch.Tensor, wiring: Wiring | None, answe
             if layer == 0 and start is not None:
                 value = start.to(value.device, value.dtype)
             if layer == 0:
-                sources[:, 0] = value.detach().float()
+                sources[:, 0] = value.detach().float().to(sources.device)
             elif check:
                 _adds_up(runner, f"MLP {layer - 1}", value - stream[f"mid{layer - 1}"],
                          sources[:, graph.mlp_source(layer - 1)], value)
@@ -169,7 +169,7 @@ def run_graph(model: GraphModel, ids: torch.Tensor, wiring: Wiring | None, answe
 
     def mlp_output(layer: int) -> Callable[[torch.Tensor], torch.Tensor]:
         def edit(value: torch.Tensor) -> torch.Tensor:
-            sources[:, graph.mlp_source(layer)] = value.detach().float()
+            sources[:, graph.mlp_source(layer)] = value.detach().float().to(sources.device)  # a spread model
             done.add(f"m{layer}")
             return value
         return edit
