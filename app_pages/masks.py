@@ -15,6 +15,7 @@ from attention_atlas.model.core.trace.sites import Site
 from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.hf.facts import window_words
 from attention_atlas.model.inspect.positions import bias_name
+from attention_atlas.model.inspect.stream_parts import stack_output
 from attention_atlas.plot.common import site_label
 from attention_atlas.plot.masking import first_self_site, layer_mask
 from attention_atlas.ui import url_state
@@ -196,7 +197,7 @@ def padding_view(trace: Trace, site: str, layer: int, head: int) -> None:
     pad_to = st.slider("Pad the text to (tokens)", n + 1, top, key="masks_pad_to")
     url_state.write(masks_pad_to=pad_to)
     stack, layer = Site.of(pad_site).stack, min(layer, trace.n_layers(pad_site) - 1)
-    output = f"{stack}.{trace.n_layers(pad_site) - 1}.hook_resid_post"
+    output = stack_output(trace.facts, stack)  # a hybrid's last block, attention or not
     hooks = (Site.of(pad_site).pattern_name(layer), output)
     plain, padded = trace_with(hooks), trace_with(hooks, pad_to=pad_to)
     real = len(plain.tokens)
@@ -205,7 +206,7 @@ def padding_view(trace: Trace, site: str, layer: int, head: int) -> None:
     change = float(np.abs(padded.captured[output][:real] - plain.captured[output][:real]).max())
     st.latex(r"M_{ij}=-\infty\ \text{for every padding key } j\ \Rightarrow\ A_{ij}=0")
     st.markdown(f"Largest weight on a padding key: **{pad_weight:g}** (exactly 0: −∞ before the softmax).  \n"
-                f"Largest change of the real tokens' outputs (the last layer's residual stream, `{output}`), padded "
+                f"Largest change of the real tokens' outputs (the last block's residual stream, `{output}`), padded "
                 f"to {len(padded.tokens)} vs not: **{change:.2g}** (floating-point rounding).")
     mask_col, head_col = st.columns(2)
     with mask_col:

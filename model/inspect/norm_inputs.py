@@ -3,7 +3,7 @@ input statistics (its mean) beside what it divides by (`hook_scale`), with no ex
 
 Pre-norm models normalise a copy of the stream before each block: ln1 reads `hook_resid_pre`, ln_cross reads
 `hook_resid_mid`, ln2 the sum after the last attention block (`hook_resid_pre` where attention and the MLP run in
-parallel), ln_final the last layer's `hook_resid_post`.
+parallel), ln_final the stack's output (`stream_parts.stack_output`: a hybrid's last block, attention or not).
 Post-norm models normalise the sum after each block: ln1 reads `hook_resid_mid`, ln_cross `hook_resid_mid_cross`,
 ln2 `hook_resid_post` (the residual hooks are the sums before any norm: model/core/trace/hook_names.py).
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 
 from attention_atlas.model.core.trace.facts import ModelFacts
+from attention_atlas.model.inspect.stream_parts import stack_output
 
 _NORM_SCALE = re.compile(r"^(encoder|decoder)\.(?:(\d+)\.)?(ln1|ln2|ln_cross|ln_final)\.hook_scale$")
 
@@ -27,8 +28,7 @@ def norm_input(facts: ModelFacts, scale_hook: str) -> str | None:
     has_cross = stack == "decoder" and facts.kind == "encoder-decoder"
     post_norm = facts.norm.startswith("post")
     if norm == "ln_final":
-        last = facts.n_encoder_layers if stack == "encoder" else facts.n_decoder_layers
-        return None if post_norm else f"{stack}.{last - 1}.hook_resid_post"
+        return None if post_norm else stack_output(facts, stack)
     if not post_norm:
         after_attention = "hook_resid_mid_cross" if has_cross else "hook_resid_mid"
         reads = {"ln1": "hook_resid_pre", "ln_cross": "hook_resid_mid",

@@ -26,11 +26,16 @@ def position_in(position: int, length: int) -> int:
     return position % length
 
 
+def stack_output(facts: ModelFacts, stack: str, layer_output: str = "hook_resid_post") -> str:
+    """The hook of the stream `stack` hands on (pos, d_model): a decoder read block by block (`facts.block_kinds`:
+    a hybrid's, Falcon-H1's) after its last block, which may be no attention layer of the app's and offer no
+    `layer_output`; else its last layer's `layer_output`."""
+    if stack == "decoder" and facts.block_kinds:
+        return f"decoder.blocks.{len(facts.block_kinds) - 1}.hook_resid_post"
+    last = facts.n_encoder_layers if stack == "encoder" else facts.n_decoder_layers
+    return f"{stack}.{last - 1}.{layer_output}"
+
+
 def prediction_hook(facts: ModelFacts, unembedding: Unembedding) -> str:
-    """The hook the model's prediction is read from: its last layer's output, or a hybrid decoder's last block's
-    (`facts.block_kinds`: every block's stream is recorded, and the last block may be no attention layer of the
-    app's)."""
-    blocks = len(facts.block_kinds) if unembedding.stack == "decoder" else 0
-    if blocks:
-        return f"decoder.blocks.{blocks - 1}.hook_resid_post"
-    return unembedding.hook(facts.n_decoder_layers - 1)
+    """The hook the model's prediction is read from: its stack's output (`stack_output`)."""
+    return stack_output(facts, unembedding.stack, unembedding.layer_output)

@@ -2,8 +2,9 @@
 without an exception or an error, every layer picker names the true layers (ATTENTION_BLOCKS), a generated step is
 transformers' own greedy token, an ablated head is that head's share of its output projection zeroed by hand,
 attribution refuses with the sentence that says why and patching still runs, its grids the model layer's. The tiny
-Qwen3.5's every view is opened by test_app_hybrids.py; here the other types open the residual stream and the logit
-lens (read at every block) and Step through's steps (checked as far as the block offers hooks)."""
+Qwen3.5's every view is opened by test_app_hybrids.py; here the other types open every tab of every tabbed page (the
+residual stream and the logit lens read at every block), and Step through's steps are checked as far as the block
+offers hooks."""
 
 from __future__ import annotations
 
@@ -13,11 +14,12 @@ import numpy as np
 import pytest
 import torch
 import transformers
+from streamlit.testing.v1 import AppTest
 
 from attention_atlas.model.hf.loading import load_hf_runner
 from attention_atlas.model.inspect.patching import patch
 from attention_atlas.ui.page import PAGES
-from tests.app.app_session import TABBED, assert_ok, open_app_page
+from tests.app.app_session import LEAST_VIEWS, TABBED, assert_ok, open_app_page
 from tests.plotly_specs import chart, plotly_array
 from tests.tiny_hf import log_probs_with_columns_zeroed
 from tests.tiny_hybrids import ATTENTION_BLOCKS, HYBRID_TYPES, build_hybrid
@@ -26,8 +28,6 @@ TEXT = "the cat sat on the mat"
 ATTRIBUTION = "app_pages/attribution.py"  # refuses a hybrid: its own test
 SHOWN = [page.path for page in PAGES if page.path != ATTRIBUTION]
 STEPS = ["1 · X and the weights", "2 · Q, K, V", "3 · Scores → pattern", "4 · × V, W_O, residual, norm"]
-VIEWS = [("app_pages/activations.py", "Residual stream"), ("app_pages/activations.py", "Logit lens"),
-         *(("app_pages/step_through.py", step) for step in STEPS)]
 SCALED = ("granitemoehybrid", "falcon_h1")  # blocks that add attention's output scaled (Granite) or beside Mamba's
 # (Falcon-H1): discovery places no hook_attn_out and no per-layer hook_resid_post in them
 BLOCKS = {t: int(settings.get("num_hidden_layers", 4)) for t, settings in HYBRID_TYPES.items()}  # blocks of each
@@ -97,21 +97,41 @@ def test_every_page_opens(folder, model_type: str, page: str, view: None) -> Non
         assert at.selectbox(key="layer").options == layer_options(model_type), page
 
 
-@pytest.mark.parametrize(("model_type", "page", "view"),
-                         cases(VIEWS, [t for t in HYBRID_TYPES if t != "qwen3_5_text"]))  # Qwen3.5: every view in
-# test_app_hybrids.py
-def test_the_stream_the_lens_and_each_step_open(folder, model_type: str, page: str, view: str) -> None:
-    at = open_app_page(page, folder=str(folder), text=TEXT)
-    assert view in [tab.label for tab in at.tabs], page
-    at.session_state[TABBED[page]] = view
-    at.run()
-    assert_ok(at, f"{page} · {view}")
-    blocks = BLOCKS[model_type]  # the stream is read at every block, attention or not
-    if view == "Residual stream":
-        assert list(chart(at, "‖residual‖ before the first block")["data"][0]["y"]) == \
-            ["L0 pre", *(f"L{b} post" for b in range(blocks))]
-    if view == "Logit lens":
-        assert len(chart(at, "logit lens · decoder")["data"][0]["y"]) == blocks
+@pytest.fixture(scope="module")
+def sessions() -> dict[str, AppTest]:
+    """model type -> the app opened on it, reused by each tabbed page's test (opened on first use)."""
+    return {}
+
+
+def problems(at: AppTest) -> list[str]:
+    """Each exception (redacted: its traceback is in the captured log) and each error shown."""
+    return [e.message for e in at.exception] + [e.value for e in at.error]
+
+
+@pytest.mark.parametrize(("model_type", "page"), [pytest.param(t, page, id=f"{t}-{Path(page).stem}")
+                                                  for t in HYBRID_TYPES if t != "qwen3_5_text" for page in TABBED])
+# Qwen3.5: every view in test_app_hybrids.py
+def test_every_tab_opens(folder, sessions, model_type: str, page: str) -> None:
+    """Every tab of the page opens without an exception or an error (each one's failures gathered, so one test
+    names them all); the residual stream and the logit lens are read at every block, attention or not."""
+    if model_type not in sessions:
+        sessions[model_type] = open_app_page("app_pages/overview.py", folder=str(folder), text=TEXT)
+    at = sessions[model_type]
+    at.switch_page(page).run()
+    views = [tab.label for tab in at.tabs]
+    assert len(views) >= LEAST_VIEWS[page], views
+    failed = {}
+    for view in views:
+        at.session_state[TABBED[page]] = view
+        at.run()
+        if problems(at):
+            failed[view] = problems(at)
+        elif view == "Residual stream":
+            assert list(chart(at, "‖residual‖ before the first block")["data"][0]["y"]) == \
+                ["L0 pre", *(f"L{b} post" for b in range(BLOCKS[model_type]))]
+        elif view == "Logit lens":
+            assert len(chart(at, "logit lens · decoder")["data"][0]["y"]) == BLOCKS[model_type]
+    assert not failed, failed
 
 
 @pytest.mark.parametrize("model_type", ["nemotron_h", *SCALED])
