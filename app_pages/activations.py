@@ -46,6 +46,7 @@ from attention_atlas.ui.downloads import constant, downloads, file_name, matrix_
 from attention_atlas.ui.expert_views import experts_view
 from attention_atlas.ui.norm_views import norms_view
 from attention_atlas.ui.page import current_runner, current_trace, show_open_tab, trace_with
+from attention_atlas.ui.ssd_view import implicit_attention_view
 from attention_atlas.viz.colour_range import WHOLE
 from attention_atlas.viz.logit_lens import rank_lines
 from attention_atlas.viz.neurons import coloured_text, most_active, top_neurons_per_token, top_table
@@ -54,7 +55,8 @@ from attention_atlas.viz.shapes import layer_diagram
 from attention_atlas.viz.tokens import position_label
 from attention_atlas.viz.trajectories import trajectory_figure
 
-VIEWS = ["Residual stream", "FFN neurons", "Norms", "Logit lens", "Trajectories", "Shapes", "Experts"]
+VIEWS = ["Residual stream", "FFN neurons", "Norms", "Logit lens", "Trajectories", "Shapes", "Experts",
+         "Implicit attention"]
 
 
 def choose_stack(trace: Trace) -> str:
@@ -282,7 +284,8 @@ def page() -> None:
     st.header("Activations")
     trace = current_trace()
     stack = choose_stack(trace)
-    shows = [residual, neurons, norms_view, lens, trajectories, shapes, experts_view]  # in the order of VIEWS
+    shows = [residual, neurons, norms_view, lens, trajectories, shapes, experts_view,
+             implicit_attention_view]  # in the order of VIEWS
     show_open_tab(VIEWS, shows, "activations_view", trace, stack)
 
 

@@ -62,3 +62,17 @@ def build_qwen3_5_checkpoint(folder: Path) -> transformers.PreTrainedModel:
     model.save_pretrained(folder)
     _tokenizer(LM_SPECIALS, "<s> $A").save_pretrained(folder)
     return model
+
+
+def build_lively_mamba2(model_type: str, folder: Path) -> Path:
+    """`build_hybrid`, its Mamba-2 layers' steps and projections made larger (dt about 1, the projection x 20), so that
+    their scans mix tokens as much as a trained model's do (a random init's scan is mostly each token's own x_t)."""
+    build_hybrid(model_type, folder)
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
+    with torch.no_grad():
+        for module in model.modules():
+            if hasattr(module, "A_log") and hasattr(module, "dt_bias") and hasattr(module, "in_proj"):
+                module.dt_bias.fill_(0.5)
+                module.in_proj.weight.mul_(20.0)
+    model.save_pretrained(folder)
+    return folder

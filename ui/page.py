@@ -61,7 +61,7 @@ PAGES = (  # the navigation, in order; the first is where the app opens
     Page("app_pages/activations.py", "Activations", ":material/stacked_line_chart:", (
         "activations_stack", "activations_residual_measure", "activations_layer", "activations_neuron",
         "activations_topk", "activations_norm_log", "activations_lens_start", "activations_shape_filter",
-        "activations_shape_leaves", "activations_shape_layer")),
+        "activations_shape_leaves", "activations_shape_layer", "activations_ssd_layer", "activations_ssd_head")),
     Page("app_pages/generate.py", "Generate", ":material/play_arrow:", (
         "generate_method", "generate_temperature", "generate_top_k", "generate_top_p", "generate_seed",
         "generate_max_new", "generate_layer")),

@@ -37,7 +37,7 @@ NUMBERS = {"layer": "layer", "head": "head", "row": "attention_window_row", "col
            **{name: name for name in ("positions_length", "positions_d_model", "positions_offset", "positions_pos",
                                       "positions_pair")},
            **{name: name for name in ("activations_layer", "activations_neuron", "activations_topk",
-                                      "activations_lens_start")},
+                                      "activations_lens_start", "activations_ssd_layer", "activations_ssd_head")},
            "top_k": "generate_top_k", "seed": "generate_seed", "max_new": "generate_max_new", "step": "tour_step",
            "tour_head": "tour_head", "why_query": "why_query", "why_key": "why_key"}
 DECIMALS = {"temperature": "generate_temperature", "top_p": "generate_top_p"}  # finite numbers only
