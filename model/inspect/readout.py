@@ -18,6 +18,7 @@ from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.hf.placement import computing_device, exclusive, input_device, weights_at_hand
 from attention_atlas.model.hf.runner import HFRunner
 from attention_atlas.model.inspect.lens import Unembedding
+from attention_atlas.model.inspect.logit_scales import head_scales
 from attention_atlas.model.scratch.transformer import EncoderDecoder
 from attention_atlas.model.toy.runner import ToyRunner
 
@@ -52,22 +53,21 @@ def _toy_unembedding(runner: ToyRunner) -> Unembedding:
 
 
 def _hf_unembedding(runner: HFRunner) -> Unembedding | str:
-    """lm_head (with BART's and Marian's final_logits_bias, T5's output scaling, Gemma 2's soft-capping) after the
-    final norm."""
+    """lm_head (with BART's and Marian's final_logits_bias, the scalings of logit_scales.py, Gemma 2's soft-capping)
+    after the final norm."""
     model, family = runner.model, runner.family
     head = model.get_output_embeddings()
     if head is None:
         return NO_LM_HEAD.format(model=runner.facts.model_id, family=f"{type(model).__name__} ({family.name})")
     final = model.base_model.get_submodule(family.final_norm) if family.final_norm else None
     bias = getattr(model, "final_logits_bias", None)  # (1, vocab) or None
-    scale = model.config.d_model ** -0.5 if getattr(model.config, "scale_decoder_outputs", False) else 1.0
-
+    scale, factor = head_scales(model.config)
     cap = getattr(model.config, "final_logit_softcapping", None)  # Gemma 2: c tanh(logits / c)
 
     def readout(x: torch.Tensor) -> torch.Tensor:  # (rows, d_model) -> (rows, vocab)
         with exclusive(head):  # and the final norm: the same model's lock
             x = x.to(computing_device(head), head.weight.dtype)
-            logits = head((final(x) if final is not None else x) * scale)
+            logits = head((final(x) if final is not None else x) * scale) * factor
         logits = logits + bias if bias is not None else logits
         return (torch.tanh(logits / cap) * cap if cap else logits).float().cpu()
 
@@ -87,27 +87,29 @@ class LogitMap:
 
 
 def logit_map(runner: Runner, ids: list[int]) -> LogitMap:
-    """The unembedding's rows for `ids` (the toy generator's, or lm_head's with T5's output scaling, BART's and
-    Marian's final_logits_bias and Gemma 2's cap), read from the loaded model."""
+    """The unembedding's rows for `ids` (the toy generator's, or lm_head's with the scalings of logit_scales.py,
+    BART's and Marian's final_logits_bias and Gemma 2's cap), read from the loaded model."""
     if isinstance(runner, ToyRunner):
-        return _rows(runner.toy.model.generator.proj, ids, 1.0, None, None)
+        return _rows(runner.toy.model.generator.proj, ids, (1.0, 1.0), None, None)
     if isinstance(runner, HFRunner):
         model = runner.model
         head = model.get_output_embeddings()
         if head is None:
             raise UserError(NO_LM_HEAD.format(model=runner.facts.model_id, family=type(model).__name__))
-        scale = model.config.d_model ** -0.5 if getattr(model.config, "scale_decoder_outputs", False) else 1.0
+        scale, factor = head_scales(model.config)
         final_bias = getattr(model, "final_logits_bias", None)  # (1, vocab) or None
-        return _rows(head, ids, scale, None if final_bias is None else final_bias[0],
+        return _rows(head, ids, (scale, factor), None if final_bias is None else final_bias[0],
                      getattr(model.config, "final_logit_softcapping", None))
     raise UserError(f"{runner.facts.model_id}: this kind of model has no unembedding here.")
 
 
-def _rows(head: nn.Module, ids: list[int], scale: float, extra_bias: torch.Tensor | None,
+def _rows(head: nn.Module, ids: list[int], scales: tuple[float, float], extra_bias: torch.Tensor | None,
           softcap: float | None) -> LogitMap:
+    """`scales`: what the head's input and its logits are multiplied by (logit_scales.head_scales)."""
+    into, out = scales
     with torch.no_grad(), weights_at_hand(head):
-        directions = head.weight[ids].double().cpu().numpy() * scale  # (tokens, d_model): a Linear's rows
-        constants = np.zeros(len(ids)) if head.bias is None else head.bias[ids].double().cpu().numpy()
+        directions = head.weight[ids].double().cpu().numpy() * (into * out)  # (tokens, d_model): a Linear's rows
+        constants = np.zeros(len(ids)) if head.bias is None else head.bias[ids].double().cpu().numpy() * out
     if extra_bias is not None:
         constants = constants + extra_bias[ids].double().cpu().numpy()
     return LogitMap(directions, constants, softcap)
