@@ -51,13 +51,14 @@ def implicit_attention_view(trace: Trace, stack: str) -> None:
     st.caption(f"Layer {block}'s scan, head {head}: x_s is what the layer's projection and short convolution made at "
                "s, B and C its input- and output-dependent vectors, Δ its step and A < 0 the head's decay. Not a "
                f"softmax: its rows sum to {sums.min():.3g} … {sums.max():.3g}, and weights can be negative. D = "
-               f"{found.skip[head]:.3g} weighs each token's own x_t beside it. Held to the model: the layer's output "
-               f"made again from M differs from the model's by {found.difference:.1e} of its size. Texts of up to "
+               f"{found.skip[head]:.3g} weighs each token's own x_t beside it. Held to the model: the scan's output y "
+               f"made again from M differs from the one the model's scan computed by {found.difference:.1e} of the "
+               f"part M makes. Above the diagonal (a later token) there is nothing: the scan is causal. Texts of up to "
                f"{MOST_TOKENS:,} tokens.")
     reach = float(np.abs(matrix).max()) or 1.0
     tokens = stack_tokens(trace, stack)
-    figure = matrix_heatmap(matrix, tokens, tokens, f"layer {block} · head {head}: implicit attention M (no softmax)",
-                            zrange=(-reach, reach), colorscale="RdBu_r", value_name="M",
-                            masked=np.triu(np.ones_like(matrix, dtype=bool), 1))
+    causal = np.where(np.tril(np.ones_like(matrix, dtype=bool)), matrix, np.nan)  # (n, n): nothing after t
+    figure = matrix_heatmap(causal, tokens, tokens, f"layer {block} · head {head}: implicit attention M (no softmax)",
+                            zrange=(-reach, reach), colorscale="RdBu_r", value_name="M")
     st.plotly_chart(figure, key="activations_ssd")
     downloads(figure, f"{file_name(trace.facts.model_id, stack)}.ssd.{block}.{head}", "activations_ssd_files")
