@@ -16,6 +16,7 @@ from attention_atlas.model.core.runner import Runner
 from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.inspect.patching import (
     HEAD_KINDS,
+    KINDS,
     MAX_PATCH_WORK,
     Patching,
     estimate_patching,
@@ -90,6 +91,10 @@ def patching_section(runner: Runner, shown: Trace, answer: str, wrong: str | Non
         del st.session_state["attribution_patch_kinds"]  # kept from a model with other kinds
     kinds = st.multiselect("Patch", offered, default=list(offered), format_func=KIND_LABELS.get,
                            key="attribution_patch_kinds")
+    lacking = [KIND_LABELS[kind] for kind in KINDS if kind not in offered]
+    if lacking:
+        st.caption(f"Not offered: {' and '.join(lacking)}. This model's attention layers have no hook holding it "
+                   "(a block that adds attention's output scaled or beside another mixer's, or has no MLP).")
     asked = (runner.facts.model_id, shown.text, corrupted, answer, wrong, tuple(kinds), read_output(shown), position)
     left, right = st.columns(2)
     if left.button("Patch", key="attribution_patch", disabled=not (corrupted and kinds), type="primary",

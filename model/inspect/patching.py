@@ -27,6 +27,7 @@ from attention_atlas.model.core.runner import Runner
 from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.inspect.ablation import TOKENS_PER_PASS
 from attention_atlas.model.inspect.attribution import token_id
+from attention_atlas.model.inspect.offered import offered_hooks
 
 HOOKS = {"resid_pre": "hook_resid_pre", "attn_out": "hook_attn_out", "mlp_out": "hook_mlp_out",
          "head_out": "attn.hook_z", "cross_head_out": "cross_attn.hook_z"}  # kind -> the hook patched at each layer
@@ -89,8 +90,12 @@ def refuse_no_difference(answer: str, wrong: str, clean: float, corrupted: float
 
 
 def kinds_of(runner: Runner) -> tuple[str, ...]:
-    """What can be patched in this model: KINDS, and an encoder-decoder's cross-attention heads."""
-    return (*KINDS, "cross_head_out") if runner.facts.kind == "encoder-decoder" else KINDS
+    """What can be patched in this model: those of KINDS (and an encoder-decoder's cross-attention heads) whose hook
+    every layer offers (model/inspect/offered.py): blocks that add attention's output scaled (Granite 4's) or beside
+    Mamba's (Falcon-H1's) offer no hook_attn_out, an attention block without an MLP (Nemotron-H's) no hook_mlp_out."""
+    kinds = (*KINDS, "cross_head_out") if runner.facts.kind == "encoder-decoder" else KINDS
+    offered = offered_hooks(runner)
+    return tuple(kind for kind in kinds if all(hook in offered for hook in patched_hooks(runner, kind)))
 
 
 def read_output(trace: Trace) -> str | None:

@@ -17,8 +17,9 @@ import transformers
 from streamlit.testing.v1 import AppTest
 
 from attention_atlas.model.hf.loading import load_hf_runner
-from attention_atlas.model.inspect.patching import patch
+from attention_atlas.model.inspect.patching import KINDS, patch
 from attention_atlas.ui.page import PAGES
+from attention_atlas.ui.patching_views import KIND_LABELS
 from tests.app.app_session import LEAST_VIEWS, TABBED, assert_ok, open_app_page
 from tests.plotly_specs import chart, plotly_array
 from tests.tiny_hf import log_probs_with_columns_zeroed
@@ -237,16 +238,17 @@ def test_patching_is_offered_where_attribution_refuses(folder, model_type: str) 
     at.run()
     assert [e.value.replace("\\", "") for e in at.error if "is a hybrid" in e.value] and len(at.error) == 1
     assert any("the contribution graph cannot split the stream" in info.value.replace("\\", "") for info in at.info)
-    kinds = None
-    if model_type == "granitemoehybrid":  # tests/model/test_hybrids.py: its blocks have no hook_attn_out
-        at.button(key="attribution_patch").click().run()
-        assert any("no decoder.0.hook_attn_out" in e.value.replace("\\", "") for e in at.error), at.error
-        kinds = ("resid_pre", "head_out")
-        at.multiselect(key="attribution_patch_kinds").set_value(list(kinds))
+    kinds = ("resid_pre", "head_out") if model_type == "granitemoehybrid" else KINDS  # tests/model/test_hybrids.py:
+    # Granite 4's blocks hold no hook_attn_out, no hook_mlp_out
+    assert at.multiselect(key="attribution_patch_kinds").options == [KIND_LABELS[kind] for kind in kinds]
+    lacking = [caption.value for caption in at.caption if caption.value.startswith("Not offered")]
+    assert lacking == ([] if kinds == KINDS else [
+        "Not offered: each attention output and each MLP output. This model's attention layers have no hook holding "
+        "it (a block that adds attention's output scaled or beside another mixer's, or has no MLP)."]), lacking
     at.button(key="attribution_patch").click().run()
     others = [e.value for e in at.error if "is a hybrid" not in e.value]
     assert not at.exception and not others, (at.exception, others)
-    expected = patch(load_hf_runner(str(folder)), clean, corrupted, " fox", " dog", kinds)
+    expected = patch(load_hf_runner(str(folder)), clean, corrupted, " fox", " dog")
     assert expected.complete and expected.results["head_out"].shape == (2, 4)
     np.testing.assert_allclose(plotly_array(chart(at, "Patching the residual stream")["data"][0]["z"]),
                                expected.normalised("resid_pre"), atol=1e-6)

@@ -21,7 +21,7 @@ from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.hf.loading import load_hf_runner
 from attention_atlas.model.inspect.attribution import attribute, attribution_options, likeliest
 from attention_atlas.model.inspect.contributions import contribution_graph, contribution_options
-from attention_atlas.model.inspect.patching import patch
+from attention_atlas.model.inspect.patching import KINDS, kinds_of, patch
 from attention_atlas.model.inspect.tour import step_shape, tour_options, tour_steps
 from attention_atlas.plot.tour import step_figure
 from tests.tiny_hf import log_probs_with_columns_zeroed
@@ -220,18 +220,22 @@ def test_the_tour_shows_every_block_of_its_stream(hybrid_folders, hybrid_runners
 
 
 @pytest.mark.parametrize("model_type", HYBRID_TYPES)
-def test_patching_runs_or_names_the_hook_it_lacks(hybrid_runners, model_type: str) -> None:
-    """Patching the last token's stream into either attention layer's input gives the clean logit difference (the
-    texts differ only there); where the attention blocks offer no hook_attn_out or hook_mlp_out (Granite's and
-    Falcon-H1's scaled sums, Nemotron-H's blocks of attention alone) patching says which it lacks."""
+def test_patching_offers_what_the_blocks_hold(hybrid_runners, model_type: str) -> None:
+    """Patching offers the kinds whose hook every attention layer holds: Granite 4's and Falcon-H1's blocks add
+    attention's and the MLP's outputs scaled (or attention's beside Mamba's), Nemotron-H's attention blocks have no
+    MLP; a kind asked for that the model lacks is refused naming those it has. The kinds offered patch: the last
+    token's stream patched into either attention layer's input gives the clean logit difference (the texts differ
+    only there)."""
     runner = hybrid_runners[model_type]
-    lacking = {"granitemoehybrid": "hook_attn_out", "falcon_h1": "hook_attn_out", "nemotron_h": "hook_mlp_out"}
-    if model_type in lacking:
-        with pytest.raises(UserError, match=f"The clean run has no decoder.0.{lacking[model_type]}"):
-            patch(runner, "the quick brown fox", "the quick brown dog", " fox", " dog")
-        return
-    found = patch(runner, "the quick brown fox", "the quick brown dog", " fox", " dog")
-    assert found.complete and found.results["head_out"].shape == (2, 4)
+    clean, corrupted = "the quick brown fox", "the quick brown dog"
+    lacking = {"granitemoehybrid": ("attn_out", "mlp_out"), "falcon_h1": ("attn_out", "mlp_out"),
+               "nemotron_h": ("mlp_out",)}.get(model_type, ())
+    assert kinds_of(runner) == tuple(kind for kind in KINDS if kind not in lacking)
+    for kind in lacking:
+        with pytest.raises(UserError, match=f"has no {kind} to patch: choose among {', '.join(kinds_of(runner))}"):
+            patch(runner, clean, corrupted, " fox", " dog", (kind,))
+    found = patch(runner, clean, corrupted, " fox", " dog")
+    assert found.complete and tuple(found.results) == kinds_of(runner) and found.results["head_out"].shape == (2, 4)
     np.testing.assert_allclose(found.normalised("resid_pre")[:, -1], [1.0, 1.0], atol=1e-4)
 
 
