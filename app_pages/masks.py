@@ -203,11 +203,9 @@ def padding_view(trace: Trace, site: str, layer: int, head: int) -> None:
     real = len(plain.tokens)
     pattern = padded.head_pattern(pad_site, layer, head)  # (pad_to, pad_to)
     pad_weight = float(np.abs(pattern[:, real:]).max())
-    change = float(np.abs(padded.captured[output][:real] - plain.captured[output][:real]).max())
     st.latex(r"M_{ij}=-\infty\ \text{for every padding key } j\ \Rightarrow\ A_{ij}=0")
     st.markdown(f"Largest weight on a padding key: **{pad_weight:g}** (exactly 0: −∞ before the softmax).  \n"
-                f"Largest change of the real tokens' outputs (the last block's residual stream, `{output}`), padded "
-                f"to {len(padded.tokens)} vs not: **{change:.2g}** (floating-point rounding).")
+                + output_change(plain, padded, output))
     mask_col, head_col = st.columns(2)
     with mask_col:
         draw_mask(padded, pad_site, "masks_padding_mask")
@@ -215,6 +213,18 @@ def padding_view(trace: Trace, site: str, layer: int, head: int) -> None:
         heatmap(pattern, padded, pad_site, f"padded · {padded.facts.layer_words(layer)} · head {head}",
                 "masks_padding_head", name(padded, pad_site, layer, head, f"pad{pad_to}"),
                 masked=~padded.masks[pad_site])
+
+
+def output_change(plain: Trace, padded: Trace, output: str) -> str:
+    """The largest change padding makes to the real tokens' `output` (the stack's last), in a sentence; or why there
+    is none to show (a block that adds its parts scaled records no sum of them: Granite's)."""
+    if output not in padded.captured:
+        return (f"This model records no hook of its stack's output (`{output}`: a block that adds its parts scaled "
+                "offers no sum of them), so the change padding makes to the real tokens' outputs is not shown.")
+    real = len(plain.tokens)
+    change = float(np.abs(padded.captured[output][:real] - plain.captured[output][:real]).max())
+    return (f"Largest change of the real tokens' outputs (the last block's residual stream, `{output}`), padded to "
+            f"{len(padded.tokens)} vs not: **{change:.2g}** (floating-point rounding).")
 
 
 def example_row(visible: np.ndarray) -> int | None:

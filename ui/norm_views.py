@@ -30,7 +30,10 @@ def norms_view(trace: Trace, stack: str) -> None:
         st.info(f"{trace.facts.model_id} offers no norm hooks here.")
         return
     values = np.stack([scaled.captured[n][:, 0] for n in names]).astype(np.float32)  # (norms, pos)
-    rows = [n.removeprefix(f"{stack}.").removesuffix(".hook_scale") for n in names]
+    rows = [row_name(trace, stack, n) for n in names]
+    if stack == "decoder" and trace.facts.attention_blocks:
+        st.caption("A hybrid: its attention layers' norms, named by their true layer numbers (the model card's layer "
+                   "map), and its final norm; its other blocks' norms are not recorded.")
     log = st.toggle("log₁₀ scale", key="activations_norm_log")
     url_state.write(activations_norm_log=log or None)
     tokens = stack_tokens(scaled, stack)
@@ -49,15 +52,31 @@ def norms_view(trace: Trace, stack: str) -> None:
     input_means(trace, stack, names, tokens)
 
 
+def row_name(trace: Trace, stack: str, scale_name: str) -> str:
+    """A norm's row, "3.ln2" (its layer) or "ln_final": a hybrid decoder's layers by their true numbers."""
+    name = scale_name.removeprefix(f"{stack}.").removesuffix(".hook_scale")
+    layer, _, norm = name.partition(".")
+    if not norm or stack != "decoder" or not trace.facts.attention_blocks:
+        return name
+    return f"{trace.facts.attention_blocks[int(layer)]}.{norm}"
+
+
 def input_means(trace: Trace, stack: str, scale_names: list[str], tokens: list[str]) -> None:
-    """The mean of each norm's input per token, read from the residual stream it normalises."""
-    sources = {name: norm_input(trace.facts, name) for name in scale_names}
-    read = [name for name, source in sources.items() if source is not None]
-    if not read:
+    """The mean of each norm's input per token, read from the residual stream it normalises, where the model records
+    it (a block that adds a scaled sum offers none: Granite's)."""
+    sources = {name: source for name in scale_names if (source := norm_input(trace.facts, name)) is not None}
+    if not sources:
         return
     stream = stream_trace(stack)
+    read = [name for name, source in sources.items() if source in stream.captured]
+    unread = [row_name(trace, stack, name) for name in sources if name not in read]
+    if unread:
+        st.caption(f"This model records no hook of what {', '.join(unread)} read (a block that adds its parts "
+                   "scaled offers no sum of them), so their inputs' means are not shown.")
+    if not read:
+        return
     means = np.stack([stream.captured[sources[name]].astype(np.float32).mean(-1) for name in read])  # (norms, pos)
-    rows = [n.removeprefix(f"{stack}.").removesuffix(".hook_scale") for n in read]
+    rows = [row_name(trace, stack, n) for n in read]
     rms = "RMS" in trace.facts.norm
     st.caption("The mean μ of each norm's input over d_model, per token: LayerNorm subtracts it before dividing by σ"
                + ("; RMSNorm does not subtract it (it divides the raw vector by its RMS)." if rms else ".")

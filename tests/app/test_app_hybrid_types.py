@@ -114,7 +114,8 @@ def problems(at: AppTest) -> list[str]:
 # Qwen3.5: every view in test_app_hybrids.py
 def test_every_tab_opens(folder, sessions, model_type: str, page: str) -> None:
     """Every tab of the page opens without an exception or an error (each one's failures gathered, so one test
-    names them all); the residual stream and the logit lens are read at every block, attention or not."""
+    names them all); the residual stream and the logit lens are read at every block, attention or not, and the
+    norms are named by their true layers."""
     if model_type not in sessions:
         sessions[model_type] = open_app_page("app_pages/overview.py", folder=str(folder), text=TEXT)
     at = sessions[model_type]
@@ -132,6 +133,10 @@ def test_every_tab_opens(folder, sessions, model_type: str, page: str) -> None:
                 ["L0 pre", *(f"L{b} post" for b in range(BLOCKS[model_type]))]
         elif view == "Logit lens":
             assert len(chart(at, "logit lens · decoder")["data"][0]["y"]) == BLOCKS[model_type]
+        elif view == "Norms":  # the attention layers' norms by their true layer numbers, and the final norm
+            rows = list(chart(at, "decoder: what each norm divides by")["data"][0]["y"])
+            assert rows[-1] == "ln_final" and {int(row.split(".")[0]) for row in rows[:-1]} == \
+                set(ATTENTION_BLOCKS[model_type]), rows
     assert not failed, failed
 
 
