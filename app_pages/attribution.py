@@ -16,6 +16,7 @@ from attention_atlas.model.core.runner import Runner
 from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.inspect.attribution import Attribution, attribute, attribution_options, likeliest
 from attention_atlas.model.inspect.contributions import contribution_options
+from attention_atlas.ui.circuit_views import circuit_section
 from attention_atlas.ui.contribution_views import contribution_section
 from attention_atlas.ui.downloads import constant, downloads, file_name
 from attention_atlas.ui.messages import literal, show_error
@@ -153,6 +154,7 @@ def page() -> None:
         show(trace, found)
     contribution_section(runner, trace, position, open_head)  # says why where it does not apply
     patching_section(runner, shown, answer, wrong, position)  # every path, where the split refused the direct one
+    circuit_section(runner, shown, answer, wrong, open_head)  # the edges that carry it, against the same corruption
 
 
 page()

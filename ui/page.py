@@ -69,7 +69,8 @@ PAGES = (  # the navigation, in order; the first is where the app opens
         "ablation_heads", "ablation_every", "ablation_mode")),
     Page("app_pages/attribution.py", "Attribution", ":material/leaderboard:", (
         "attribution_position", "attribution_answer", "attribution_wrong", "attribution_corrupted",
-        "attribution_patch_kinds", "attribution_patch_show", "attribution_graph_threshold")),
+        "attribution_patch_kinds", "attribution_patch_show", "attribution_graph_threshold",
+        "attribution_circuit_method", "attribution_circuit_steps", "attribution_circuit_edges")),
     Page("app_pages/train.py", "Train", ":material/model_training:", (
         "train_task", "train_layers", "train_heads", "train_d_model", "train_d_ff", "train_norm", "train_schedule",
         "train_lr", "train_warmup", "train_smoothing", "train_batch", "train_steps", "train_every", "train_device",

@@ -73,3 +73,22 @@ def _legend_line(name: str, colour: str, dash: str) -> dict:
     """A legend entry alone: a line with no points."""
     return {"type": "scatter", "x": [None], "y": [None], "mode": "lines", "name": plotly_text(name),
             "line": {"color": colour, "dash": dash, "width": 3}, "hoverinfo": "skip"}
+
+
+def faithfulness_figure(edges: Sequence[int], values: Sequence[float], chosen: int | None, title: str) -> go.Figure:
+    """The faithfulness curve: the logit difference with only the top-n edges carrying the clean run, normalised (0:
+    the corrupted run, 1: the clean run), against n on a log axis (n = 0 drawn at the left edge); `chosen` marked."""
+    x = np.maximum(np.asarray(edges, dtype=np.float64), 0.5)  # 0 edges at the axis' left end
+    data = [{"type": "scatter", "mode": "lines+markers", "x": x, "y": np.asarray(values, dtype=np.float64),
+             "customdata": np.asarray(edges), "name": "faithfulness", "showlegend": False,
+             "hovertemplate": "top %{customdata} edges<br>faithfulness %{y:.3f}<extra></extra>"}]
+    shapes = [{"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": level, "y1": level,
+               "line": {"color": "#888", "width": 1, "dash": "dot"}} for level in (0.0, 1.0)]
+    if chosen is not None:
+        shapes.append({"type": "line", "yref": "paper", "x0": max(chosen, 0.5), "x1": max(chosen, 0.5), "y0": 0,
+                       "y1": 1, "line": {"color": CARRIES, "width": 2}})
+    return go.Figure({"data": data, "layout": {
+        "title": {"text": plotly_text(title), "x": 0, "xanchor": "left"}, "height": 420, "shapes": shapes,
+        "xaxis": {"title": {"text": "edges kept (the largest |score| first)"}, "type": "log"},
+        "yaxis": {"title": {"text": "faithfulness (0 corrupted, 1 clean)"}},
+        "margin": {"l": 60, "r": 20, "t": 50, "b": 50}}})

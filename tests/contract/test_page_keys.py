@@ -30,6 +30,7 @@ NOT_KEPT = {  # value widgets' keys deliberately not kept (a glob where the key 
     "attention_one_head": "a click on a cell: it opens \"Why here?\" on that cell, once",
     "*_why_sides": "a click on a head's bar: it opens that head, once",
     "attention_pooled": "a click on the pooled head: it moves the window there, once",
+    "attribution_circuit_graph": "a click on a head of the circuit: it opens that head on the Attention page, once",
     "attention_sink_scale": "opens on the scale that suits the values shown (ui/colour_scale.py)",
     "train_grid": "a click on a thumbnail: it opens that head, once",
     "attribution_*_heads": "a click on a head's share: it opens that head on the Attention page, once",

@@ -19,6 +19,7 @@ import attention_atlas.viz as viz_package
 from attention_atlas.viz import (
     ablation,
     attribution,
+    circuit,
     experts,
     generation,
     head_lines,
@@ -77,6 +78,9 @@ BUILDERS: dict[str, Build] = {
                                                                        h),
     "long_views.sink_apart_figure": lambda h: long_views.sink_apart_figure(
         RNG.random((3, 1)), RNG.random((3, 2)), None, _tokens(h), [0, 1, 2], _tokens(h), [0], [1, 2], h, h),
+    "circuit.circuit_figure": lambda h: circuit.circuit_figure(  # node names are the graph's own ("a0.h1"), not text
+        [("a0.h1", 0.0, 0.0), ("logits", 1.0, 0.0)], [(0, 1, "q", -0.5)], h),
+    "circuit.faithfulness_figure": lambda h: circuit.faithfulness_figure([0, 1, 2], [0.0, 0.5, 1.0], 1, h),
     "ablation.change_bars": lambda h: ablation.change_bars(_tokens(h), RNG.random(3), h, h),
     "attribution.head_shares_heatmap": lambda h: attribution.head_shares_heatmap(RNG.random((2, 3)), h, h),
     "attribution.layer_shares_bars": lambda h: attribution.layer_shares_bars({h: RNG.random(2)}, h, h),
