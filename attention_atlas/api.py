@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from fnmatch import fnmatchcase
 from pathlib import Path
+from typing import Any
 
 from attention_atlas.model.core.devices import pick_device, pick_precision
 from attention_atlas.model.core.errors import UserError
@@ -174,14 +175,19 @@ class Model:
 
 def load(model: str | Path, *, device: str = "auto", precision: str = "auto", device_map: str | None = None,
          max_memory: dict[str, str] | Sequence[str] | None = None, offload_folder: str | Path | None = None,
-         progress: Callable[[str], None] | None = None) -> Model:
+         progress: Callable[[str], None] | None = None, backend: str = "local", simulate: bool = False) -> Model:
     """Load a model: an id (`list_models()`: toy-date, minilm, smollm2 …), a Hugging Face model folder or hub id,
     or a toy model folder (as `attention-atlas train --out DIR` writes one).
     device: "auto" (CUDA, then MPS, then the CPU), "cpu", "cuda" or "mps"; precision: "auto" (bfloat16 on a GPU
     that has it, float16 on other GPUs, float32 on the CPU), "float32", "bfloat16" or "float16".
     device_map="auto" spreads a Hugging Face model over the GPUs, the CPU and the disk (accelerate), each device up
     to its max_memory budget ({"0": "20GiB", "cpu": "64GiB"}); offload_folder: where weights that must be converted
-    before they go to the disk are written. ValueError with a sentence if the model cannot be loaded."""
+    before they go to the disk are written. backend="ndif": a decoder NDIF hosts (a hub id), each run one nnsight
+    request with the key in NDIF_API_KEY (docs/serving.md; the text leaves this machine); simulate=True runs the
+    same requests here, through nnsight's serialisation round trip (a folder, or a hub id in the cache).
+    ValueError with a sentence if the model cannot be loaded."""
+    if backend != "local":
+        return Model(_load_ndif(str(model), backend, simulate, progress, device, precision, device_map))
     if device_map not in (None, "auto"):
         raise UserError(f"device_map is 'auto' or None, not {device_map!r}")
     if (max_memory or offload_folder) and device_map is None:
@@ -199,6 +205,19 @@ def load(model: str | Path, *, device: str = "auto", precision: str = "auto", de
         raise UserError(f"{error} (the model ids here: {', '.join(list_model_ids())}; or a Hugging Face model "
                          "folder, or a hub id where the Hub can be reached)") from error
     return Model(runner)
+
+
+def _load_ndif(model: str, backend: str, simulate: bool, progress: Callable[[str], None] | None, *local: Any) -> Runner:
+    """The runner of a model on NDIF (model/ndif: nnsight is imported only here); UserError for another backend, or
+    with a device, precision or device_map, which NDIF chooses."""
+    if backend != "ndif":
+        raise UserError(f"backend is 'local' or 'ndif', not {backend!r}")
+    if local != ("auto", "auto", None):
+        raise UserError("NDIF chooses where the model runs and in what precision: leave device, precision and "
+                        "device_map as they are with backend='ndif'")
+    from attention_atlas.model.ndif.opening import open_ndif
+
+    return open_ndif(model, simulate=simulate, progress=progress)
 
 
 def load_trace(path: str | Path) -> Trace:

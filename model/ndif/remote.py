@@ -1,0 +1,113 @@
+"""The code that runs on NDIF, inside one nnsight request: it reads what a run of the app needs off the hosted
+model's modules and hands back plain tensors, never anything of this project.
+
+nnsight ships this module by its source (`nnsight.register`, model/ndif/request.py): NDIF's servers have torch and
+nnsight, not attention_atlas, so this file imports torch alone and reaches nothing else of the project (a contract
+test holds it to that). The plan it follows is plain data made here (model/ndif/wire.py): a list of
+(module path, part) in the order the forward pass reaches them, nnsight's rule (a location the model has passed cannot
+be read any more). A part is
+- "input": the module's first input (the hidden states going in);
+- "output": its output, a tensor or a tuple whose tensors come back (anything else as None);
+- "attention" (or "attention+values"): what the module's attention function was handed (`attention_interface(self,
+  query, key, value, mask, ...)` in transformers' code): the queries and keys after any rotation (and the values),
+  and the call's numbers (scaling, sliding window, soft-cap);
+- "edit": nothing read.
+At an attention step the heads chosen are ablated in the attention function's output (before the output projection).
+Each tensor is copied to the host as it comes (a copy of its own: a view would carry its whole storage back).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+Step = tuple[str, str]  # (module path, "input" | "output" | "attention" | "attention+values" | "edit")
+Edits = dict[str, tuple[tuple[int, ...], str]]  # attention module path -> (heads, "zero" | "mean")
+
+
+def module_at(model: Any, path: str) -> Any:
+    """The envoy of the module at `path` ("model.layers.3.self_attn")."""
+    envoy = model
+    for part in path.split("."):
+        envoy = envoy[int(part)] if part.isdigit() else getattr(envoy, part)
+    return envoy
+
+
+def host(value: Any) -> Any:
+    """A tensor as a host copy of its own; a tuple or list of values as a tuple of such (None for what is not one)."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().to("cpu", copy=True)
+    if isinstance(value, tuple | list):
+        return tuple(value_.detach().to("cpu", copy=True) if isinstance(value_, torch.Tensor) else None
+                     for value_ in value)
+    return None
+
+
+def attention_call(envoy: Any) -> Any:
+    """The call of the attention function inside an attention module's forward: the last operation nnsight names
+    `attention_interface_<n>` (the name is bound once, `attention_interface_0`, then called)."""
+    names = [name for name in envoy.source.names if name.startswith("attention_interface_")]
+    return envoy.source.node(names[-1])
+
+
+def numbers(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The attention call's keyword numbers (scaling, sliding_window, softcap ...) and its sink logits (s_aux)."""
+    kept = {name: value for name, value in kwargs.items() if isinstance(value, bool | int | float)}
+    if isinstance(kwargs.get("s_aux"), torch.Tensor):
+        kept["s_aux"] = host(kwargs["s_aux"])
+    return kept
+
+
+def ablate(output: torch.Tensor, heads: tuple[int, ...], mode: str) -> None:
+    """In place: attention's output (batch, q_len, heads, d_head), each of `heads` set to 0 or to its mean over the
+    positions (model/core/capture/ablation.py's meaning)."""
+    for head in heads:
+        if mode == "zero":
+            output[:, :, head] = 0
+        else:
+            output[:, :, head] = output[:, :, head].mean(dim=1, keepdim=True)
+
+
+def collect(model: Any, plan: list[Step], edits: Edits) -> list[Any]:
+    """Walk `plan` through one forward pass of `model` (an nnsight envoy), returning what each step read, in order
+    (None for an edit); edits: the heads to ablate, by attention module (each one a step of the plan)."""
+    for path, part in plan:  # each attention function's call made readable before the pass reaches its module
+        if part not in ("input", "output"):
+            module_at(model, path).source  # noqa: B018 (nnsight instruments the forward when this is first read)
+    found: list[Any] = []
+    for path, part in plan:
+        envoy = module_at(model, path)
+        if part == "input":
+            found.append(host(envoy.input))
+        elif part == "output":
+            found.append(host(envoy.output))
+        else:
+            call = attention_call(envoy)
+            if part == "edit":
+                found.append(None)
+            else:
+                args, kwargs = call.inputs
+                values = host(args[3]) if part == "attention+values" else None
+                found.append((host(args[1]), host(args[2]), values, numbers(kwargs)))
+            if path in edits:
+                ablate(call.output[0], *edits[path])
+    return found
+
+
+def edit_only(model: Any, edits: Edits) -> None:
+    """Ablate the heads of `edits` (attention modules in the order the forward pass reaches them) in one forward pass:
+    a later step of a generation."""
+    for path in edits:
+        ablate(attention_call(module_at(model, path)).output[0], *edits[path])
+
+
+def last_logits(model: Any, count: int) -> torch.Tensor:
+    """The logits (count, vocab) of the last `count` positions: those the run reads (generate computes the last
+    position's only)."""
+    return host(model.output.logits[0, -count:])
+
+
+def chosen(model: Any) -> int:
+    """The greedy choice of this pass: the last position's likeliest token."""
+    return int(model.output.logits[0, -1].argmax())

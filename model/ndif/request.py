@@ -1,0 +1,285 @@
+"""One run as one nnsight request: sent to NDIF, or simulated here (nnsight's own serialisation round trip).
+
+The request carries the token ids, the plan (plain data, model/ndif/wire.py) and model/ndif/remote.py, shipped by its
+source (`nnsight.register`): the body of the `with` blocks below is what NDIF runs. What comes back is the saved
+values: the plan's tensors, the logits the run reads, the generated ids.
+
+Simulated (`Simulated`), the request is serialised as for NDIF and deserialised with an unpickler that refuses any
+class or function from outside what NDIF's servers have (torch, numpy, transformers, nnsight, the standard library):
+a request that needed this project there fails here too. Its result goes through torch.save and back, as NDIF's
+does. Sent (`watched`), NDIF's status stream is told to the run's listener
+(model/ndif/status.py) and checked against a deadline; the result is read as tensors, numbers and containers only
+(nothing the server sends can run code here). Either way the bytes are counted (`Transfer`).
+"""
+
+from __future__ import annotations
+
+import io
+import linecache
+import pickle
+import sys
+import time
+import types
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from attention_atlas.model.core.errors import UserError
+from attention_atlas.model.ndif import remote
+from attention_atlas.model.ndif.status import tell
+from attention_atlas.model.ndif.transfer import Transfer
+
+SERVER_ROOTS = {"torch", "numpy", "transformers", "accelerate", "einops", "nnsight", "cloudpickle",  # NDIF has them
+                "builtins", "collections", "copyreg", "_codecs", "functools", "typing", "types", "math", "operator"}
+TIMEOUT_S = 600.0  # the longest a request is waited for, queue included
+
+
+@dataclass(frozen=True)
+class Ask:
+    """What one request asks of the model: read `plan` (remote.collect) at the first pass over `ids`, the logits
+    from position `first` on, and `generate` greedy tokens after it (0: one forward pass)."""
+
+    ids: list[int]
+    plan: list[tuple[str, str]]
+    edits: dict[str, tuple[tuple[int, ...], str]]
+    first: int
+    generate: int
+    pad_id: int | None = None  # what generate pads with
+
+
+@dataclass(frozen=True)
+class Answer:
+    found: list[Any]
+    logits: torch.Tensor  # (len(ids) - first, vocab)
+    generated: list[int]  # the ids after `ids`, [] without generation
+    transfer: Transfer
+
+
+def send(model: Any, ask: Ask, simulate: bool, key: str | None, timeout_s: float = TIMEOUT_S) -> Answer:
+    """Run `ask` on `model` (an nnsight TransformersModel: dispatched here to simulate, on the meta device to send);
+    UserError with a sentence for what NDIF or the network refused."""
+    import nnsight
+
+    nnsight.register(remote)
+    backend = Simulated(model) if simulate else _watched(model, key, timeout_s)
+    try:
+        with warnings.catch_warnings():  # the loop over an ablated generation's steps ends where generation does
+            warnings.filterwarnings("ignore", message=".*was never reached.*")
+            saved = _run(model, ask, backend)
+    except UserError:
+        raise
+    except Exception as error:
+        raise _readable(error) from error
+    if simulate:
+        saved, backend.received = _round_trip(saved)
+    tell("NDIF: completed")
+    transfer = Transfer(backend.sent, backend.received, simulate)
+    return Answer(list(saved["found"]), saved["logits"], _generated(saved, ask), transfer)
+
+
+def _run(model: Any, ask: Ask, backend: Any) -> dict[str, Any]:
+    """The request itself: the body of each `with` block is what NDIF runs. With ablated heads, generation re-reads
+    the whole sequence at each step (an ablation by the mean reads every position), the heads ablated at each, and
+    each step's token is read off its logits (the loop over the steps ends where generation does)."""
+    import nnsight
+
+    ids, plan, edits, count = torch.tensor([ask.ids]), ask.plan, ask.edits, len(ask.ids) - ask.first
+    generated = steps = None
+    if ask.generate:
+        with model.generate(ids, max_new_tokens=ask.generate, do_sample=False, use_cache=not edits,
+                            pad_token_id=ask.pad_id, backend=backend) as tracer:
+            found = nnsight.save(remote.collect(model, plan, edits))
+            logits = nnsight.save(remote.last_logits(model, count))
+            if edits:
+                steps = nnsight.save([])
+                for _ in tracer.iter[1:]:
+                    remote.edit_only(model, edits)
+                    steps.append(remote.chosen(model))
+            else:
+                generated = nnsight.save(tracer.result)
+    else:
+        with model.trace(ids, backend=backend):
+            found = nnsight.save(remote.collect(model, plan, edits))
+            logits = nnsight.save(remote.last_logits(model, count))
+    return {"found": found, "logits": logits, "generated": generated, "steps": steps}
+
+
+def _generated(saved: dict[str, Any], ask: Ask) -> list[int]:
+    """The ids a generation added after `ask.ids`: from generate's result, or the first token and each later step's."""
+    if not ask.generate:
+        return []
+    if saved["generated"] is not None:
+        return saved["generated"][0, len(ask.ids):].tolist()
+    return [int(saved["logits"][-1].argmax()), *map(int, saved["steps"])]
+
+
+NO_KEY = ("NDIF needs an API key: set NDIF_API_KEY, or type the key in the sidebar (Device → NDIF). A key comes "
+          "with an account at https://login.ndif.us.")
+
+
+def _watched(model: Any, key: str | None, timeout_s: float) -> Any:
+    """The backend that sends the request; UserError without a key, or where NDIF's name of the model (its Hugging
+    Face Hub id, looked up on the Hub) cannot be had."""
+    if not key:
+        raise UserError(NO_KEY)
+    try:
+        model_key = model.to_model_key()
+    except Exception as error:
+        raise UserError(f"NDIF names a model by its Hugging Face Hub id, looked up on the Hub, and that failed here "
+                        f"({_first_line(error)}): check the id and the network.") from error
+    return watched(model_key, key, timeout_s)
+
+
+def _readable(error: Exception) -> Exception:
+    """What NDIF or the network refused, as a sentence (UserError); anything else as it is (a bug)."""
+    import httpx
+    import websocket
+    from nnsight.intervention.backends.remote import RemoteError
+
+    detail = _first_line(error)
+    if isinstance(error, RemoteError):
+        if any(word in detail.lower() for word in ("api key", "api-key", "unauthorized", "401", "403")):
+            return UserError(f"NDIF did not accept the API key ({detail}): check NDIF_API_KEY, or the key typed in "
+                             "the sidebar.")
+        return UserError(f"NDIF refused the run: {detail}")
+    if isinstance(error, OSError | httpx.TransportError | websocket.WebSocketException):
+        return UserError(f"NDIF cannot be reached from this server ({detail}): check the network, or simulate the "
+                         "run here (simulate=True, or Device → NDIF, simulated).")
+    return error
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip() or type(error).__name__
+    return text.splitlines()[0][:300]
+
+
+def _round_trip(saved: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """`saved` as NDIF's server writes it (torch.save, pickle protocol 4) and as this client reads it back, and its
+    size."""
+    buffer = io.BytesIO()
+    torch.save(saved, buffer, pickle_protocol=4)
+    content = buffer.getvalue()
+    return read_result(content), len(content)
+
+
+class _ResultUnpickler(pickle.Unpickler):
+    """Reads tensors, numbers and containers, nothing else: a result names no other class or function."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module.split(".")[0] not in RESULT_ROOTS:
+            raise pickle.UnpicklingError(f"a result from NDIF names {module}.{name}, which it never should")
+        return super().find_class(module, name)
+
+
+RESULT_ROOTS = {"torch", "collections", "builtins", "_codecs"}
+_RESULT_PICKLE = types.SimpleNamespace(Unpickler=_ResultUnpickler, __name__="ndif_result")  # as torch.load wants it
+
+
+def read_result(content: bytes) -> Any:
+    """A torch.save blob from NDIF read without running anything it names (torch's own weights-only reader does not
+    read pickle protocol 4, NDIF's)."""
+    return torch.load(io.BytesIO(content), map_location="cpu", weights_only=False, pickle_module=_RESULT_PICKLE)
+
+
+def _strict_unpickler() -> type:
+    from nnsight.intervention.serialization import CustomCloudUnpickler
+
+    class Strict(CustomCloudUnpickler):
+        """Refuses what NDIF's servers would not have."""
+
+        def find_class(self, module: str, name: str) -> Any:
+            root = module.split(".")[0]
+            if root not in SERVER_ROOTS and root not in sys.stdlib_module_names:
+                raise UserError(f"The request needs {module}.{name}, which NDIF's servers do not have: it cannot "
+                                "run there.")
+            return super().find_class(module, name)
+
+    return Strict
+
+
+class Simulated:
+    """nnsight's serialisation round trip, here: the request serialised as for NDIF, deserialised strictly, run on the
+    model loaded here. Counts the request's bytes (`sent`; the result's are counted by `send`)."""
+
+    def __init__(self, model: Any) -> None:
+        self.model, self.sent, self.received = model, 0, 0
+
+    def __call__(self, tracer: Any) -> None:
+        from nnsight.schema.request import RequestModel
+
+        tell("NDIF (simulated): received")
+        blob = RequestModel.serialize(tracer, compress=False)
+        self.sent = len(blob)
+        filename = tracer.info.frame.f_code.co_filename
+        saved_line = linecache.cache.get(filename)  # deserialising registers the block's source under its file
+        try:
+            restored = RequestModel.deserialize(blob, self.model._remoteable_persistent_objects(), compress=False,
+                                                unpickler=_strict_unpickler())
+        except pickle.UnpicklingError as error:
+            raise UserError(f"The request could not be read back as NDIF would read it ({error}).") from error
+        finally:
+            if saved_line is not None:
+                linecache.cache[filename] = saved_line
+            else:
+                linecache.cache.pop(filename, None)
+        tell("NDIF (simulated): running")
+        tracer.info.code = restored.info.code
+        tracer.execute(tracer.info.code)
+
+
+def _remote_base() -> type:
+    from nnsight.intervention.backends.remote import RemoteBackend
+
+    return RemoteBackend
+
+
+class _Listener:
+    """Stands in for nnsight's status display: tells each status to the run's listener, and, every tenth of a second
+    while the request waits, how long it has waited (where the listener may stop it); past the deadline, stops it."""
+
+    enabled, verbose = True, False
+
+    def __init__(self, timeout_s: float) -> None:
+        self.started, self.timeout_s, self.words = time.monotonic(), timeout_s, "NDIF: sending"
+
+    def update(self, response: Any) -> None:
+        status = str(getattr(response.status, "value", response.status)).lower()
+        if status != "log":
+            self.words = f"NDIF: {status}"
+        tell(self.words)
+
+    def refresh(self) -> None:
+        waited = time.monotonic() - self.started
+        if waited > self.timeout_s:
+            raise UserError(f"NDIF did not finish the run within {self.timeout_s:.0f} s (its queue may be long): "
+                            "try again later, or a shorter text.")
+        tell(f"{self.words} ({waited:.0f} s)")
+
+
+def watched(model_key: str, key: str, timeout_s: float) -> Any:
+    """nnsight's RemoteBackend (imported only here: a request to send), blocking, with `key`, its statuses told to the
+    run's listener and its bytes counted."""
+    base = _remote_base()
+
+    class Backend(base):  # type: ignore[misc, valid-type]
+        def __init__(self) -> None:
+            super().__init__(model_key, api_key=key, blocking=True)
+            self.display = _Listener(timeout_s)
+            self.sent = self.received = 0
+
+        def _serialize(self, tracer: Any) -> bytes:
+            blob = super()._serialize(tracer)
+            self.sent = len(blob)
+            return blob
+
+        def finalize(self, content: bytes) -> Any:
+            self.received = len(content)
+            if self.compress:
+                import zstandard
+
+                content = zstandard.ZstdDecompressor().decompress(content)
+            return read_result(content)
+
+    return Backend()

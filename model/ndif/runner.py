@@ -1,0 +1,151 @@
+"""A model NDIF hosts, run as the app runs a local one: each run one nnsight request (model/ndif/request.py), its
+trace made here by the local capture from what came back (model/ndif/wire.py), with the names and meaning of a local
+run's hooks.
+
+What a run on NDIF does: the hooks the twin carried (model/ndif/twin.py), patterns and their summary, ablated heads
+(their output edited where attention computes it, on NDIF), the greedy continuation by nnsight's `generate` in the same
+request, or a given target scored. What it refuses, each with a sentence: masks other than the model's own (the causal
+what-ifs, blocked pairs, padding), generation a token at a time, the batched ablation and patching runs, gradients.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from attention_atlas.model.core.capture.ablation import Outcome
+from attention_atlas.model.core.capture.hooks import ModuleTap, ReportedTap
+from attention_atlas.model.core.capture.patching import Patch
+from attention_atlas.model.core.errors import UserError
+from attention_atlas.model.core.generation.decoding import Stepper
+from attention_atlas.model.core.generation.forcing import score_target
+from attention_atlas.model.core.masks import self_attention_mask
+from attention_atlas.model.core.options import AblationMode, Head, RunOptions
+from attention_atlas.model.core.runner import trace_of_run
+from attention_atlas.model.core.text_checks import validate_text
+from attention_atlas.model.core.trace.facts import ModelFacts, OutputKind
+from attention_atlas.model.core.trace.trace import Trace
+from attention_atlas.model.hf.examples import EXAMPLES
+from attention_atlas.model.hf.taps import Family
+from attention_atlas.model.hf.text import TokenText
+from attention_atlas.model.ndif.request import TIMEOUT_S, Ask, send
+from attention_atlas.model.ndif.status import api_key
+from attention_atlas.model.ndif.transfer import record
+from attention_atlas.model.ndif.twin import Probe
+from attention_atlas.model.ndif.wire import plan, replay
+
+MAX_TEXT_CHARS = 100_000  # before tokenising, as a local Hugging Face run (model/hf/runner.py)
+CONTINUATION_TOKENS = 8  # the greedy continuation a run shows, as a local run's
+CONTINUATION_MAX_PROMPT = 512  # longer prompts show the next token only, as a local run's
+TOP_K = 10
+MASKS_REFUSED = ("NDIF runs the model under the mask it was trained with: the causal what-ifs, blocked pairs and "
+                 "padding run on a model loaded here (Device: auto or cpu).")
+NOT_HERE = "{what} is not offered on NDIF here: {why} Load the model here (Device: auto) for it."
+PRIVACY = ("This text leaves this machine: NDIF's servers read it and run the model on it (nnsight's remote "
+           "execution). Type nothing you would not send to them.")
+
+
+@dataclass(frozen=True)
+class Hosted:
+    """What a runner on NDIF holds: the model as nnsight addresses it, its modules (on the meta device where it is
+    sent) by path, its hooks, and what its twin showed."""
+
+    model: Any  # nnsight's TransformersModel: dispatched here when simulated
+    taps: dict[str, ModuleTap | ReportedTap]  # hook name -> tap on the model's own modules
+    paths: dict[nn.Module, str]  # module -> its path, as the request names it
+    probe: Probe
+    simulate: bool
+    timeout_s: float = TIMEOUT_S
+
+
+class NDIFRunner:
+    """A model on NDIF (or simulated here), with the Runner interface of model/core/runner.py."""
+
+    def __init__(self, hosted: Hosted, facts: ModelFacts, family: Family, tokenizer: Any) -> None:
+        self.hosted, self.facts, self.family = hosted, facts, family
+        self.taps = hosted.taps
+        self.examples = EXAMPLES["decoder"]
+        self.text = TokenText(tokenizer, facts.model_id, facts.max_len)
+
+    @property
+    def max_tokens(self) -> int:
+        return self.facts.max_len
+
+    def run(self, text: str, target: str | None = None, options: RunOptions = RunOptions()) -> Trace:
+        validate_text(text, MAX_TEXT_CHARS)
+        if target is not None:
+            validate_text(target, MAX_TEXT_CHARS, what="target")
+        if not options.trained_masks or options.pad_to or options.causal == "off":
+            raise UserError(MASKS_REFUSED)
+        ids = self.text.encode(text)
+        target_ids = self.text.encode_continuation(target, len(ids)) if target is not None else []
+        sequence = ids + target_ids
+        allowed = self_attention_mask(len(sequence), len(sequence), True)  # (1, 1, len, len)
+        hosted = self.hosted
+        chosen = plan(hosted.taps, hosted.paths, hosted.probe, options, self.facts.n_heads)
+        generate = CONTINUATION_TOKENS if target is None and len(ids) <= CONTINUATION_MAX_PROMPT else 0
+        ask = Ask(sequence, chosen.steps, chosen.edits, len(ids) - 1, generate, self.text.pad_id())
+        key = None if hosted.simulate else api_key() or _configured_key()
+        answer = send(hosted.model, ask, hosted.simulate, key, hosted.timeout_s)
+        captured = replay(hosted.taps, hosted.paths, hosted.probe, chosen, answer.found, options, allowed,
+                          self.facts.n_heads, {"decoder": sequence})
+        logits = answer.logits.float()  # (len(sequence) - len(ids) + 1, vocab)
+        outputs = _top_next(logits[-1], self.text)
+        output_text, kind = self._output(target, target_ids, logits, outputs, answer.generated)
+        if target is not None:
+            outputs |= score_target(logits[:-1], target_ids, self.text.tokens)
+        trace = trace_of_run(self.facts, sequence, [], self.text.tokens, {"decoder.attn": allowed[0, 0]}, captured,
+                             outputs=outputs, output_text=output_text, options=options, output_kind=kind)
+        trace = replace(trace, text=text, target=target)
+        record(trace, answer.transfer)
+        return trace
+
+    def _output(self, target: str | None, target_ids: list[int], logits: torch.Tensor,
+                outputs: dict[str, np.ndarray], generated: list[int]) -> tuple[str, OutputKind]:
+        """The run's output text and kind, as a local run's: the target, the greedy continuation, or the next token
+        after a prompt too long to continue."""
+        if target is not None:
+            return target, "teacher-forced"
+        if generated:
+            return self.text.decode(generated), "generated"
+        return self.text.decode([int(outputs["top_next_ids"][0])]), "next token"
+
+    def cautions(self, text: str) -> tuple[str, ...]:
+        return () if self.hosted.simulate else (PRIVACY,)
+
+    def stepper(self, text: str, options: RunOptions) -> Stepper:
+        raise UserError(NOT_HERE.format(what="Generation a token at a time", why="each token would be one more "
+                                        "request, queued behind everyone's. A run's output is its greedy "
+                                        "continuation, made on NDIF in the same request."))
+
+    def ablation_outcomes(self, trace: Trace, rows: Sequence[Sequence[Head]], mode: AblationMode) -> Outcome:
+        raise UserError(NOT_HERE.format(what="The scan of every head's ablation", why="it is a batch of runs that "
+                                        "this app reads whole. One run with heads ablated works (Ablation page)."))
+
+    def patched_outcomes(self, trace: Trace, clean: dict[str, np.ndarray], rows: Sequence[Patch | None]) -> Outcome:
+        raise UserError(NOT_HERE.format(what="Activation patching", why="each patched run would carry a clean "
+                                        "run's activations to NDIF and back."))
+
+    def gradients(self, trace: Trace, hooks: Sequence[str], position: int,
+                  metric: Callable[[torch.Tensor], torch.Tensor]) -> dict[str, np.ndarray]:
+        raise UserError(NOT_HERE.format(what="A gradient pass", why="it needs the model's weights here."))
+
+
+def _top_next(logits: torch.Tensor, text: TokenText) -> dict[str, np.ndarray]:
+    """The TOP_K likeliest next tokens from one position's logits (vocab,), as a local run reports them."""
+    top = logits.float().softmax(-1).topk(TOP_K)
+    top_ids = top.indices.tolist()
+    return {"top_next_ids": np.array(top_ids), "top_next_probs": top.values.numpy(),
+            "top_next_tokens": np.array(text.tokens(top_ids), dtype=str)}
+
+
+def _configured_key() -> str | None:
+    """The key nnsight keeps in its own configuration (`nnsight.login`), if any."""
+    from nnsight import CONFIG
+
+    return CONFIG.API.APIKEY or None
