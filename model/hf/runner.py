@@ -136,7 +136,8 @@ class HFRunner:
         inputs = (masked_inputs(input_ids, allowed, model.dtype) | {"logits_to_keep": scored, "use_cache": reused}
                   if is_decoder else
                   {"input_ids": input_ids, "attention_mask": additive_mask(allowed.to(device), model.dtype)})
-        out, captured = capture(model, self._taps(model), options.hooks, lambda: model(**inputs), options.summarised)
+        out, captured = capture(model, self._taps(model), options.hooks, lambda: model(**inputs), options.summarised,
+                                {stack: padded})  # the ids: the summary's induction targets
         masks = {f"{stack}.attn": allowed[0, 0]}
         if not is_decoder:
             outputs = {"token_similarity": _cosine_similarity(out.last_hidden_state[0])}
@@ -218,7 +219,7 @@ class HFRunner:
         labels = self._generate(encode, decode, start, model) if target is None else self.text.encode(target, "target")
         tgt_ids = [start, *labels[:-1]]
         out, captured = capture(model, self._taps(model), options.hooks, lambda: decode(encode(), tgt_ids),
-                                 options.summarised)
+                                 options.summarised, {"encoder": padded, "decoder": tgt_ids})
         predicted = out.logits[0].argmax(-1).tolist()
         masks = {
             "encoder.attn": enc_allowed[0, 0],

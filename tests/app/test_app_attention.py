@@ -65,7 +65,8 @@ def test_every_view_renders_for_an_encoder_decoder() -> None:
     assert len(json.loads(at.get("plotly_chart")[0].proto.spec)["data"][0]["z"]["shape"].split(",")) == 2
     stats = at.dataframe[0].value
     assert list(stats.columns) == ["entropy (bits)", "mean distance", "to first token", "to previous token",
-                                   "to itself"]
+                                   "to itself", "to first token (from query 16)", "to previous token (from query 16)",
+                                   "to token after its last occurrence", "mean distance off the first token"]
     assert len(stats) == 4
     assert [b.key for b in at.get("download_button")][-1] == "attention_stats_heatmap_csv"
 
@@ -79,7 +80,7 @@ def test_site_layer_and_head_choose_the_matrix() -> None:
     assert _titles(at)[0] == "cross-attention (decoder → encoder) · layer 1 · head 3"
     assert "choose a self-attention site" in _view(at, "Rollout").info[0].value  # no rollout across stacks
     at = _view(at, "Head statistics")  # position measures mean nothing across two sequences: left out, and said
-    assert list(at.dataframe[0].value.columns) == ["entropy (bits)", "to first token"]
+    assert list(at.dataframe[0].value.columns) == ["entropy (bits)", "to first token", "to first token (from query 16)"]
     assert any("cross-attention's queries (the output) and keys (the source) are two sequences" in caption.value
                for caption in at.caption)
 

@@ -10,7 +10,7 @@ import torch
 
 from attention_atlas.model.core.attention import native
 from attention_atlas.model.core.attention.block_means import block_starts
-from attention_atlas.model.core.attention.row_reduction import RowLayout
+from attention_atlas.model.core.attention.row_reduction import STATISTICS, RowLayout, induction_targets
 from attention_atlas.model.core.attention.scratch import Scratch
 from attention_atlas.model.core.attention.source import PatternSource
 
@@ -42,17 +42,23 @@ def reference(source: PatternSource) -> np.ndarray:
 
 
 def expected_reductions(p: np.ndarray, layout: RowLayout) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """(heads, 5) statistic sums over the rows, (heads, q, t_k) thumbnail column sums, (q, b) rollout column sums."""
+    """(heads, len(STATISTICS)) statistic sums over the rows, (heads, q, t_k) thumbnail column sums, (q, b) rollout
+    column sums."""
     _, q, k = p.shape
     with np.errstate(divide="ignore", invalid="ignore"):
         entropy = -np.where(p > 0, p * np.log2(p), 0.0).sum(-1)
-    i = np.arange(q)
-    sums = np.zeros((len(p), 5))
-    sums[:, 0], sums[:, 2] = entropy.sum(-1), p[:, :, 0].sum(-1)
+    i, later = np.arange(q), np.arange(layout.from_row, q)
+    sums = np.zeros((len(p), len(STATISTICS)))
+    sums[:, 0], sums[:, 2], sums[:, 5] = entropy.sum(-1), p[:, :, 0].sum(-1), p[:, later, 0].sum(-1)
     if layout.positional:
         sums[:, 1] = (p * np.abs(i[:, None] - np.arange(k)[None])).sum((1, 2))
         sums[:, 3] = p[:, i[1:], i[1:] - 1].sum(-1)
         sums[:, 4] = p[:, i, i].sum(-1)
+        sums[:, 6] = p[:, later[later > 0], later[later > 0] - 1].sum(-1)
+        sums[:, 8] = (p * np.abs(i[:, None] - np.arange(k)[None]))[..., 1:].sum((1, 2))  # off the first key
+    if layout.targets is not None:
+        rows = np.flatnonzero(layout.targets >= 0)
+        sums[:, 7] = p[:, rows, layout.targets[rows]].sum(-1)
     thumbnail = np.add.reduceat(p, layout.thumbnail_starts[:-1], -1)
     rollout = (None if layout.rollout_starts is None
                else np.add.reduceat(p.sum(0), layout.rollout_starts[:-1], -1))
@@ -70,7 +76,8 @@ def reduce(source: PatternSource, layout: RowLayout, value: torch.Tensor):
 @pytest.mark.parametrize(("thumbnail", "rollout"), [(8, 16), (12, 160), (160, None)])
 def test_both_ways_reduce_a_block_as_the_whole_softmax_does(reduction, monkeypatch, mask, thumbnail, rollout) -> None:
     """160 queries in blocks of 64 rows (the last shorter), 3 query heads sharing one key head, some scores far
-    apart (the floor reached); thumbnails and rollouts of equal, unequal and one-key column blocks."""
+    apart (the floor reached); thumbnails and rollouts of equal, unequal and one-key column blocks; the later queries'
+    shares from a row inside the second block, and induction targets of a text of 12 tokens' ids."""
     monkeypatch.setattr("attention_atlas.model.core.attention.source.ROW_BLOCK", 64)
     monkeypatch.setattr("attention_atlas.model.core.attention.source.SEEN_ROW_BLOCK", 64)  # the full mask's
     rng = np.random.default_rng(3)
@@ -81,7 +88,8 @@ def test_both_ways_reduce_a_block_as_the_whole_softmax_does(reduction, monkeypat
     source = PatternSource(query=query, key=rng.normal(size=(1, n, d_head)).astype(np.float32), scale=0.5,
                            allowed=allowed)
     layout = RowLayout(block_starts(n, thumbnail).astype(np.int32),
-                       None if rollout is None else block_starts(n, rollout).astype(np.int32), positional=True)
+                       None if rollout is None else block_starts(n, rollout).astype(np.int32), positional=True,
+                       from_row=70, targets=induction_targets(rng.integers(0, 12, n)))
     value = torch.from_numpy(rng.normal(size=(1, n, 5)).astype(np.float32))
     blocks, output = reduce(source, layout, value)
     p = reference(source)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from attention_atlas.model.core.attention import native, scratch, source
-from attention_atlas.model.core.attention.row_reduction import STATISTICS, row_distances
+from attention_atlas.model.core.attention.row_reduction import ROLE_FROM, STATISTICS, induction_targets, row_distances
 from attention_atlas.model.core.attention.summary import SiteSummary, summarise
 from attention_atlas.model.core.options import RunOptions
 from attention_atlas.model.core.trace.summaries import summarise_site
@@ -30,18 +30,33 @@ def summarised(layers: list[np.ndarray], size: int = 4, self_attention: bool = T
     return summarise((blocks_of(p) for p in layers), layers[0].shape, size, self_attention)
 
 
-def reference_statistics(p: np.ndarray, one_sequence: bool) -> np.ndarray:
-    """(heads, 5) from a whole (heads, q, k) pattern, float64."""
+def reference_statistics(p: np.ndarray, one_sequence: bool, ids: list[int] | None = None) -> np.ndarray:
+    """(heads, len(STATISTICS)) from a whole (heads, q, k) pattern, float64; the induction share from the queries'
+    token `ids` (NaN without)."""
     p = p.astype(np.float64)
     _, q, _k = p.shape
     with np.errstate(divide="ignore", invalid="ignore"):
         entropy = -np.where(p > 0, p * np.log2(p), 0.0).sum(-1).mean(-1)
     nan = np.full(len(p), np.nan)
+    start = min(ROLE_FROM, q // 2)  # the later queries'
     if not one_sequence:
-        return np.stack([entropy, nan, p[:, :, 0].mean(-1), nan, nan], 1)
-    i = np.arange(q)
-    distance = (p * np.abs(i[:, None] - i[None, :])).sum(-1).mean(-1)
-    return np.stack([entropy, distance, p[:, :, 0].mean(-1), p[:, i[1:], i[1:] - 1].mean(-1), p[:, i, i].mean(-1)], 1)
+        return np.stack([entropy, nan, p[:, :, 0].mean(-1), nan, nan, p[:, start:, 0].mean(-1), nan, nan, nan], 1)
+    i, later = np.arange(q), np.arange(max(start, 1), q)
+    targets = induction_targets(ids) if ids is not None else np.full(q, -1)
+    rows = np.flatnonzero(targets >= 0)
+    induction = p[:, rows, targets[rows]].mean(-1) if len(rows) else nan
+    weighted = p * np.abs(i[:, None] - np.arange(p.shape[2])[None, :])  # (heads, q, k): p |i - k|
+    return np.stack([entropy, weighted.sum(-1).mean(-1), p[:, :, 0].mean(-1), p[:, i[1:], i[1:] - 1].mean(-1),
+                     p[:, i, i].mean(-1), p[:, start:, 0].mean(-1), p[:, later, later - 1].mean(-1), induction,
+                     weighted[..., 1:].sum(-1).mean(-1)], 1)
+
+
+def assert_statistics(got: np.ndarray, expected: np.ndarray) -> None:
+    """(heads, len(STATISTICS)) each: equal to 1e-4 (relative) or 1e-6; the distance off the first token, a difference
+    of float32 distances (whose error a sink head's small difference keeps), to 1e-6 of the mean distance."""
+    scale = np.ones_like(expected)
+    scale[:, -1] = np.nan_to_num(expected[:, STATISTICS.index("mean distance")]) + 1
+    np.testing.assert_allclose(got / scale, expected / scale, rtol=1e-4, atol=1e-6)
 
 
 def reference_rollout(layers: list[np.ndarray]) -> np.ndarray:
@@ -58,8 +73,9 @@ def test_statistics_of_known_heads() -> None:
     previous = np.eye(n, k=-1)
     previous[0, 0] = 1.0
     heads = np.stack([np.eye(n), previous, np.full((n, n), 1 / n)])  # (3, n, n)
-    stats = summarised([heads]).statistics[0]  # (heads, 5)
-    assert stats[0].tolist() == pytest.approx([0.0, 0.0, 0.25, 0.0, 1.0])
+    stats = summarised([heads]).statistics[0]  # (heads, len(STATISTICS))
+    assert stats[0, :5].tolist() == pytest.approx([0.0, 0.0, 0.25, 0.0, 1.0])
+    assert stats[1, 5:7].tolist() == [0.0, 1.0] and np.isnan(stats[:, 7]).all()  # from query 2 (half of 4); no ids
     assert stats[1, STATISTICS.index("to previous token")] == 1.0
     assert stats[1, STATISTICS.index("mean distance")] == pytest.approx(0.75)  # 0 for the first query, 1 for the rest
     assert stats[2, STATISTICS.index("entropy (bits)")] == pytest.approx(2.0)
@@ -90,7 +106,7 @@ def test_a_kept_source_reduces_to_the_numbers_of_its_whole_patterns(smollm2_trac
     layers = [whole(trace, site, layer) for layer in range(trace.n_layers(site))]
     got = summarise_site(trace, site, size=32)
     for layer, pattern in enumerate(layers):
-        np.testing.assert_allclose(got.statistics[layer], reference_statistics(pattern, True), rtol=1e-4, atol=1e-6)
+        assert_statistics(got.statistics[layer], reference_statistics(pattern, True, trace.ids))
         np.testing.assert_allclose(got.thumbnails[layer], np.stack([resample(h, 32) for h in pattern]), atol=1e-6)
     assert got.rollout_is_exact
     np.testing.assert_allclose(got.rollout, reference_rollout(layers), atol=1e-6)
@@ -140,8 +156,7 @@ def test_every_site_of_a_model_reduces_like_its_whole_patterns(model_id: str, re
         got = summarise_site(trace, site, size=8)
         one_sequence = "cross" not in site
         for layer, pattern in enumerate(layers):
-            np.testing.assert_allclose(got.statistics[layer], reference_statistics(pattern, one_sequence),
-                                       rtol=1e-4, atol=1e-6)
+            assert_statistics(got.statistics[layer], reference_statistics(pattern, one_sequence, trace.query_ids(site)))
         if one_sequence:
             np.testing.assert_allclose(got.rollout, reference_rollout(layers), atol=1e-6)
 
@@ -156,7 +171,7 @@ def test_padded_rows_that_see_only_keys_before_their_block_reduce_like_their_who
     assert len(trace.tokens) == 160 and trace.masks[site][150].sum() < 20
     layers = [whole(trace, site, layer) for layer in range(trace.n_layers(site))]
     for layer, pattern in enumerate(layers):
-        np.testing.assert_allclose(made.statistics[layer], reference_statistics(pattern, True), rtol=1e-4, atol=1e-6)
+        assert_statistics(made.statistics[layer], reference_statistics(pattern, True, trace.ids))
     np.testing.assert_allclose(summarise_site(trace, site).statistics, made.statistics, atol=1e-9)
 
 

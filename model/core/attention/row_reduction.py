@@ -4,18 +4,26 @@ the block.
 
 Two ways make the same numbers: from a block's probabilities with torch ops (`reduce_rows`: any device, and the
 patterns a trace keeps whole), and on the CPU from its scores in the native kernel (model/core/attention/native), which
-makes the probabilities too (model/core/attention/source.py `PatternSource.reduced_rows` picks).
+makes the probabilities too (model/core/attention/source.py `PatternSource.reduced_rows` picks). Both make each row's
+first `ROW_STATISTICS` (the kernel's), then `statistic_sums` makes the rest from them and from the probabilities the
+block leaves: the shares of later queries (from `role_start`), each query's share on its induction target
+(`induction_targets`, one gather a block) and its distance less the first token's part.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-STATISTICS = ("entropy (bits)", "mean distance", "to first token", "to previous token", "to itself")
+ROLE_FROM = 16  # the first query of the later queries' shares: earlier ones see too few keys to say what a head does
+STATISTICS = ("entropy (bits)", "mean distance", "to first token", "to previous token", "to itself",
+              f"to first token (from query {ROLE_FROM})", f"to previous token (from query {ROLE_FROM})",
+              "to token after its last occurrence", "mean distance off the first token")
+ROW_STATISTICS = 5  # the first STATISTICS, made row by row (the native kernel's; attention_rows.c)
 
 
 @dataclass(frozen=True)
@@ -25,6 +33,9 @@ class RowLayout:
     thumbnail_starts: np.ndarray  # (t_k + 1,) int32: the first key of each thumbnail column block, then k_len
     rollout_starts: np.ndarray | None  # (b + 1,) int32 the same for the rollout; None: no rollout (cross-attention)
     positional: bool  # queries and keys are one sequence: distances, the previous token and itself are measured
+    from_row: int = 0  # the first query row of the later queries' shares (`role_start`)
+    targets: np.ndarray | None = None  # (q_len,) int64: each query's induction target key, -1 where it has none
+    # (`induction_targets`); None: not measured (no token ids, or not one sequence)
 
 
 @dataclass(frozen=True)
@@ -47,17 +58,65 @@ def reduce_rows(start: int, p: torch.Tensor, layout: RowLayout, entropy: torch.T
     last = start + rows - 1
     if entropy is None:
         entropy = -torch.special.xlogy(p, p).sum(-1) / np.log(2)  # (heads, rows); 0 log 0 = 0
-    zero = p.new_zeros(len(p))  # (heads,)
-    sums = [entropy.sum(-1), zero, p[:, :, 0].sum(-1), zero, zero]
+    each = p.new_zeros(*p.shape[:2], ROW_STATISTICS)  # (heads, rows, ROW_STATISTICS): the kernel's, row by row
+    each[..., 0], each[..., 2] = entropy, p[:, :, 0]
     if layout.positional:  # query i = start + r is row r; key k is column k
-        sums[1] = row_distances(start, p).sum(-1)
-        for at, offset in ((3, start - 1), (4, start)):  # the previous token, itself (0 where not computed)
-            sums[at] = torch.diagonal(p, offset, 1, 2).sum(-1)
+        each[..., 1] = row_distances(start, p)
+        queries = torch.arange(start, start + rows, device=p.device)
+        each[..., 3], each[..., 4] = key_shares(p, queries - 1), key_shares(p, queries)  # previous, itself
     if sees_ahead is None:  # the last key first: a bidirectional block's is not 0, and reading it is cheap
         sees_ahead = width > last + 1 and (bool(p[..., -1].any()) or bool(p[..., last + 1 :].any()))
     rollout = None if layout.rollout_starts is None else column_block_sums(p.sum(0), layout.rollout_starts)
-    return ReducedRows(start, torch.stack(sums, -1), column_block_sums(p, layout.thumbnail_starts), rollout,
-                       sees_ahead)
+    return ReducedRows(start, statistic_sums(start, each, target_shares(start, p, layout), layout),
+                       column_block_sums(p, layout.thumbnail_starts), rollout, sees_ahead)
+
+
+def statistic_sums(start: int, each: torch.Tensor, targets: torch.Tensor | None, layout: RowLayout) -> torch.Tensor:
+    """(heads, len(STATISTICS)) sums over a block's rows from query `start` on: of each row's first ROW_STATISTICS
+    `each` (heads, rows, ROW_STATISTICS), of the first and previous token's shares over the rows from
+    `layout.from_row`, of the rows' shares on their induction targets (heads, rows) (`target_shares`; read only
+    where the layout has targets, else 0), and of each row's distance less the first token's part, p[i, 0] x i (0
+    where the layout is not positional: its distances are)."""
+    later = each[:, max(layout.from_row - start, 0) :, 2:4].sum(1)  # (heads, 2)
+    induction = each.new_zeros(len(each), 1) if layout.targets is None else targets.sum(-1, keepdim=True)
+    queries = torch.arange(start, start + each.shape[1], device=each.device, dtype=each.dtype)  # (rows,)
+    off_first = (each[..., 1] - each[..., 2] * queries).sum(-1, keepdim=True)  # (heads, 1)
+    return torch.cat([each.sum(1), later, induction, off_first], -1)
+
+
+def target_shares(start: int, p: torch.Tensor, layout: RowLayout) -> torch.Tensor | None:
+    """(heads, rows): each row's probability on its induction target key (0 where it has none), from p (heads, rows,
+    width) of queries start..; None where the layout measures none."""
+    if layout.targets is None:
+        return None
+    targets = torch.from_numpy(layout.targets) if p.device.type == "cpu" else _on_device(layout.targets, p.device)
+    return key_shares(p, targets[start : start + p.shape[1]])
+
+
+def key_shares(p: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    """(heads, rows): p[h, r, keys[r]] of p (heads, rows, width), keys (rows,) int64 on p's device; 0 where keys[r] is
+    not a key computed (< 0, or >= width). One gather: nothing waits for the device."""
+    width = p.shape[-1]
+    shares = p.gather(-1, keys.clamp(0, width - 1).expand(*p.shape[:2])[..., None])[..., 0]  # (heads, rows)
+    return shares.masked_fill_((keys < 0) | (keys >= width), 0.0)
+
+
+def role_start(q_len: int) -> int:
+    """The first query of the later queries' shares: ROLE_FROM, or in a text of fewer than 2 x ROLE_FROM queries, its
+    second half's first (q_len // 2): half the queries, at least one, still counted."""
+    return min(ROLE_FROM, q_len // 2)
+
+
+def induction_targets(ids: Sequence[int]) -> np.ndarray:
+    """(n,) int64: for each position i of a sequence of token ids, its induction target j + 1, the token after the
+    last earlier position j of the same id; -1 where the id did not occur before, or occurred just before (j + 1 = i:
+    the target would be the query itself)."""
+    ids = np.asarray(ids, dtype=np.int64)
+    order = np.argsort(ids, kind="stable")  # positions of each id together, in order
+    last = np.full(len(ids), -1)
+    same = ids[order[1:]] == ids[order[:-1]]
+    last[order[1:][same]] = order[:-1][same]  # each position's last earlier one of its id
+    return np.where((last >= 0) & (last + 1 < np.arange(len(ids))), last + 1, -1)
 
 
 def row_distances(first: int, p: torch.Tensor) -> torch.Tensor:
@@ -101,10 +160,10 @@ def column_block_sums(rows: torch.Tensor, starts: np.ndarray) -> torch.Tensor:
     return sums.masked_fill(at[:-1] == width, 0.0)  # 0 in a NaN row too (its running sums are NaN)
 
 
-def _on_device(starts: np.ndarray, device: torch.device) -> torch.Tensor:
-    """Column block starts as a tensor on `device`, sent once for every call with the same starts (a summary's layout
-    reads the same every block)."""
-    return _sent(starts.tobytes(), starts.dtype.str, device)
+def _on_device(indices: np.ndarray, device: torch.device) -> torch.Tensor:
+    """Column block starts, or induction targets, as an int64 tensor on `device`, sent once for every call with the
+    same array (a summary's layout reads the same every block)."""
+    return _sent(indices.tobytes(), indices.dtype.str, device)
 
 
 @functools.lru_cache(maxsize=16)

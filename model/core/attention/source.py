@@ -7,7 +7,6 @@ them (rotated, in rotary models), its scale, any bias added to the scores (T5's 
 mask it applied. `PatternSource.pattern(...)` then computes softmax(Q K^T x scale + bias + M) (the scores
 soft-capped where the model caps them; a head's sink logit one more key, dropped after) for the heads and query rows a
 view asks for, exactly as eager attention does (float32: equal to eager's to 1e-5, tests/model/test_hf_heads.py).
-
 Arrays may keep a leading batch dimension until a Trace is made (`source[0]` takes one run of a batch).
 """
 
@@ -23,7 +22,7 @@ import torch
 from attention_atlas.model.core.attention import native, row_reduction
 from attention_atlas.model.core.attention.arrays import Array, as_index, as_tensor, run_of
 from attention_atlas.model.core.attention.block_means import BlockMeans
-from attention_atlas.model.core.attention.row_reduction import STATISTICS, ReducedRows, RowLayout, reduce_rows
+from attention_atlas.model.core.attention.row_reduction import ROW_STATISTICS, ReducedRows, RowLayout, reduce_rows
 from attention_atlas.model.core.attention.scratch import Scratch, head_passes
 from attention_atlas.model.core.attention.sinks import LOG2_E, sink_bits
 
@@ -178,9 +177,9 @@ class PatternSource:
         for part, start, first, _, scores, allowed, query, keys in self._scores(
                 np.arange(heads), positions, scratch, torch.float32, PASS_BYTES, multiply=not makes_scores):
             n, width = scores.shape[1:]
-            if part.start == 0:
+            if part.start == 0:  # the kernel's statistics row by row, and each row's share on its induction target
                 reduced = {"thumbnail": torch.empty(heads, n, len(layout.thumbnail_starts) - 1),
-                           "statistics": torch.empty(heads, n, len(STATISTICS))}
+                           "statistics": torch.empty(heads, n, ROW_STATISTICS), "targets": torch.empty(heads, n)}
             rollout = None if layout.rollout_starts is None else torch.empty(n, len(layout.rollout_starts) - 1)
             into = (value[part.start // group : part.stop // group], output[part, start : start + n]) if writes \
                 else None
@@ -190,9 +189,11 @@ class PatternSource:
                               None if sinks is None else sinks[part].contiguous())
             if rollout is not None:  # the heads' sums: this pass's heads added to the earlier passes'
                 reduced["rollout"] = rollout if part.start == 0 else reduced["rollout"].add_(rollout)
-            ahead = row_reduction.sees_ahead(start, n, first, width)
-            whole = ReducedRows(start, reduced["statistics"].sum(1), reduced["thumbnail"], reduced.get("rollout"),
-                                ahead) if part.stop == heads else None  # after the block's last pass
+            if layout.targets is not None:  # read from the probabilities the kernel left in `scores`
+                reduced["targets"][part] = row_reduction.target_shares(start, scores, layout)
+            whole = None if part.stop < heads else ReducedRows(  # after the block's last pass
+                start, row_reduction.statistic_sums(start, reduced["statistics"], reduced["targets"], layout),
+                reduced["thumbnail"], reduced.get("rollout"), row_reduction.sees_ahead(start, n, first, width))
             yield part, start, None if writes else scores, whole
 
     def _torch_blocks(self, layout: RowLayout, scratch: Scratch, dtype: torch.dtype = torch.float32
@@ -203,8 +204,7 @@ class PatternSource:
             # -sum p log2 p, log2 p = shifted - log2 Z: log2 Z x sum p (1 without a sink) - sum p shifted
             log_total = total.log2_() if self.sinks is None else total.log2_().mul_(p.sum(-1))
             entropy = log_total.sub_(shifted.mul_(p).sum(-1))  # (heads, rows)
-            rows, width = p.shape[1:]
-            ahead = row_reduction.sees_ahead(start, rows, first, width)
+            ahead = row_reduction.sees_ahead(start, p.shape[1], first, p.shape[2])
             yield slice(0, len(p)), start, p, reduce_rows(start, p, layout, entropy, sees_ahead=ahead)
 
     def blocks(self, head_ids: np.ndarray, row_ids: np.ndarray) -> Iterator[tuple[int, torch.Tensor]]:

@@ -3,7 +3,10 @@ head or every layer need, without holding any layer's (heads, q_len, k_len) patt
 
 - thumbnails: each head's pattern shrunk to block means (the model view, `viz.thumbnails`);
 - statistics: per head, entropy, mean distance and the shares to the first token, the previous one and itself,
-  as sums over query rows (the Head statistics tab, and the head the app opens on);
+  the first and previous token's again over the queries from ROLE_FROM on, the share on each query's induction
+  target (the token after its last occurrence), and the mean distance less the first token's part (a sink, far
+  from every later query, weighs on the mean distance of a head that otherwise looks close by), as sums over query
+  rows (the Head statistics tab, the head the app opens on, and the heads' roles: model/core/trace/head_roles.py);
 - rollout (Abnar & Zuidema 2020) of a self-attention stack: heads averaged, the residual added (0.5 A + 0.5 I),
   layers multiplied. Exact up to ROLLOUT_SIZE positions; longer texts are cut into ROLLOUT_SIZE blocks of
   consecutive positions and each layer's head-averaged attention into block means, A_blocks[I, J] = mean over the
@@ -23,7 +26,7 @@ the summariser only adds blocks up.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -32,7 +35,14 @@ import torch
 
 from attention_atlas.model.core.attention.arrays import on_host
 from attention_atlas.model.core.attention.block_means import BlockMeans, block_starts
-from attention_atlas.model.core.attention.row_reduction import STATISTICS, ReducedRows, RowLayout, reduce_rows
+from attention_atlas.model.core.attention.row_reduction import (
+    STATISTICS,
+    ReducedRows,
+    RowLayout,
+    induction_targets,
+    reduce_rows,
+    role_start,
+)
 
 ProbabilityBlock = tuple[np.ndarray, torch.Tensor] | tuple[np.ndarray, torch.Tensor, torch.Tensor]
 ROLLOUT_SIZE = 512  # positions (or blocks of positions) a side of the rollout matrix
@@ -45,7 +55,8 @@ class SiteSummary:
     """Every layer of one attention site, reduced."""
 
     thumbnails: np.ndarray  # (layers, heads, t_q, t_k) float32 block means, t = min(size, its length)
-    statistics: np.ndarray  # (layers, heads, len(STATISTICS)) float64; NaN where a measure needs one sequence
+    statistics: np.ndarray  # (layers, heads, len(STATISTICS)) float64; NaN where a measure needs one sequence (or,
+    # the induction share, the token ids of one that repeats)
     layer_flows: tuple[np.ndarray, ...] | None  # float32 a layer, b = min(ROLLOUT_SIZE, n): each layer's 0.5 A +
     # 0.5 I, rows summing to 1 (the rollout's factors), (b, b), or its lower triangle row by row where nothing lies
     # above it (a causal mask's: half the bytes); None for cross-attention
@@ -90,10 +101,10 @@ class _Statistics:
     """Per-head sums over query rows of every layer of a site, divided into means at the end: float32 sums of each
     block's rows, kept where the rows are, added up across blocks in float64 on the host (one copy for all layers)."""
 
-    def __init__(self, heads: int, q_len: int, positional: bool) -> None:
-        """positional: a self-attention site whose queries and keys are one sequence (else no mean distance,
-        previous token or itself)."""
-        self.q_len, self.heads, self.positional = q_len, heads, positional
+    def __init__(self, heads: int, q_len: int, layout: RowLayout) -> None:
+        """layout: the site's (positional: queries and keys are one sequence, else no mean distance, previous token,
+        itself or induction target; which rows the later queries' shares and the induction share count)."""
+        self.q_len, self.heads, self.layout = q_len, heads, layout
         self.layers: list[torch.Tensor] = []  # (blocks, heads, len(STATISTICS)) float32 sums a layer
         self.blocks: list[torch.Tensor] = []  # the next layer's so far: (heads, len(STATISTICS)) a block of rows
 
@@ -107,23 +118,33 @@ class _Statistics:
         self.blocks = []
 
     def result(self) -> np.ndarray:
-        """(layers, heads, len(STATISTICS)) means over the queries (previous: over those that have one)."""
+        """(layers, heads, len(STATISTICS)) means over the queries each counts: every query; the previous token's,
+        those that have one; the later queries' shares, those from `from_row` on; the induction share, those with a
+        target (NaN where none has)."""
         sums = np.stack([layer.sum(0, dtype=np.float64) for layer in on_host(self.layers)])  # (layers, heads, m)
         means = np.full((len(sums), self.heads, len(STATISTICS)), np.nan)
-        means[..., [0, 2]] = sums[..., [0, 2]] / self.q_len
-        if self.positional:
-            means[..., [1, 4]] = sums[..., [1, 4]] / self.q_len
-            if self.q_len > 1:
-                means[..., 3] = sums[..., 3] / (self.q_len - 1)
+        q_len, later = self.q_len, self.q_len - self.layout.from_row
+        means[..., [0, 2, 5]] = sums[..., [0, 2, 5]] / [q_len, q_len, later]
+        if self.layout.positional:
+            means[..., [1, 4, 8]] = sums[..., [1, 4, 8]] / q_len
+            if q_len > 1:  # (the previous token's from query 1 on)
+                means[..., [3, 6]] = sums[..., [3, 6]] / [q_len - 1, q_len - max(self.layout.from_row, 1)]
+            targets = 0 if self.layout.targets is None else int((self.layout.targets >= 0).sum())
+            if targets:
+                means[..., 7] = sums[..., 7] / targets
         return means
 
 
 class SiteSummariser:
     """A site's summary made one layer at a time, in layer order (as a forward pass reaches them)."""
 
-    def __init__(self, shape: tuple[int, int, int], size: int, self_attention: bool) -> None:
-        """shape: (heads, q_len, k_len) of each layer's pattern; size: the thumbnails' side."""
+    def __init__(self, shape: tuple[int, int, int], size: int, self_attention: bool,
+                 ids: Sequence[int] | None = None) -> None:
+        """shape: (heads, q_len, k_len) of each layer's pattern; size: the thumbnails' side; ids: the token ids of the
+        queries (q_len), whose repeats give the induction targets (`induction_targets`; None: not measured)."""
         heads, q_len, k_len = shape
+        if ids is not None and len(ids) != q_len:
+            raise ValueError(f"{len(ids)} token ids for {q_len} queries")
         self.shape = shape
         self.starts = block_starts(q_len, ROLLOUT_SIZE)
         self.thumbnail = BlockMeans((heads,), q_len, k_len, size)  # sums every layer restarts, on the rows' device
@@ -131,8 +152,10 @@ class SiteSummariser:
         self.averaged = BlockMeans((), q_len, k_len, ROLLOUT_SIZE) if one_sequence else None  # the heads' sum
         self.layout = RowLayout(self.thumbnail.col_starts.astype(np.int32),
                                 None if self.averaged is None else self.averaged.col_starts.astype(np.int32),
-                                one_sequence)  # how each block of rows is reduced for it
-        self.statistics = _Statistics(heads, q_len, one_sequence)  # every layer's
+                                one_sequence, role_start(q_len),
+                                induction_targets(ids) if one_sequence and ids is not None else None
+                                )  # how each block of rows is reduced for it
+        self.statistics = _Statistics(heads, q_len, self.layout)  # every layer's
         self.thumbnails: list[torch.Tensor] = []  # (heads, t_q, t_k) float32 a layer, where the rows are
         self.flows: list[torch.Tensor] = []  # each layer's (b, b), on the rows' device
         self.causal_shaped: list[bool] = []  # each layer's: no block saw ahead (`ReducedRows.sees_ahead`)
@@ -183,9 +206,9 @@ class SiteSummariser:
 
 
 def summarise(layers: Iterator[Iterator[ProbabilityBlock]], shape: tuple[int, int, int], size: int,
-              self_attention: bool) -> SiteSummary:
+              self_attention: bool, ids: Sequence[int] | None = None) -> SiteSummary:
     """Reduce every layer of a site (`SiteSummariser`), given as an iterator of each layer's blocks."""
-    summariser = SiteSummariser(shape, size, self_attention)
+    summariser = SiteSummariser(shape, size, self_attention, ids)
     for blocks in layers:
         summariser.add_probabilities(blocks)
     return summariser.result()

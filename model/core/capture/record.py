@@ -16,7 +16,7 @@ import contextlib
 import fnmatch
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -96,6 +96,7 @@ def capture(
     selection: HookSelection,
     run: Callable[[], T],
     summarised: bool = False,
+    ids: Mapping[str, Sequence[int]] | None = None,
 ) -> tuple[T, dict[str, Captured]]:
     """Call `run()` (one forward pass of `model`) under `torch.inference_mode()`, recording the
     selected taps. Returns run's result and {hook name: value as CPU numpy, batch dim kept}, in the
@@ -103,7 +104,8 @@ def capture(
     (model/core/attention/source.py), computed when read. With `summarised`, each attention site whose patterns
     come so is also reduced on the model's device as each layer reports its pattern (model/core/attention/summary.py:
     thumbnails, statistics, rollout; batch row 0), under its site name, and in a run of one sequence
-    the layer's attention output is computed from the probabilities that summary reads. Every value, and a
+    the layer's attention output is computed from the probabilities that summary reads; `ids` ({stack: the token ids
+    its self-attention reads, "encoder" or "decoder"}, run 0's) give the summary's induction targets. Every value, and a
     pattern's source, moves to the host as its layer reports it (model/core/capture/host_copies.py): a device holds
     no layer's after its own."""
     wanted_points: set[str] = set()  # names reported to the recorder: HookPoints and ReportedTaps
@@ -137,8 +139,9 @@ def capture(
             if summarised:
                 site, _ = Site.of_pattern(name)
                 if site.name not in summarisers:
-                    summarisers[site.name] = SiteSummariser(source[0].shape, THUMBNAIL_SIZE,
-                                                              not site.is_cross)
+                    queries = None if ids is None or site.is_cross else ids.get(site.stack)
+                    summarisers[site.name] = SiteSummariser(source[0].shape, THUMBNAIL_SIZE, not site.is_cross,
+                                                            queries)
                 summarisers[site.name].add_layer(value.summary_rows(source, summarisers[site.name].layout, scratch))
             store[name] = copies.source(source, value.query.dtype)
         else:
