@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
+import pandas as pd
 import torch
 
 from attention_atlas.model.core.attention.source import ROW_BLOCK, PatternSource
@@ -23,7 +24,9 @@ from attention_atlas.model.core.options import RunOptions
 from attention_atlas.model.core.trace import file
 from attention_atlas.model.core.trace.attention_view import AttentionView
 from attention_atlas.model.core.trace.facts import DecodeStep, ModelFacts, OutputKind, Outputs
+from attention_atlas.model.core.trace.head_roles import site_roles
 from attention_atlas.model.core.trace.sites import Site
+from attention_atlas.model.core.trace.summaries import summarise_site
 
 
 def _root(array: np.ndarray) -> np.ndarray:
@@ -204,6 +207,17 @@ class Trace:
     def is_special(self, ids: list[int]) -> np.ndarray:
         """(len,) bool: which of these ids are special tokens (<s>, </s>, [CLS], [SEP], padding, ...)."""
         return np.isin(np.asarray(ids, dtype=np.int64), self.facts.special_ids)
+
+    def head_roles(self) -> pd.DataFrame:
+        """Every head of every site named by what it does (model/core/trace/head_roles.py: ROLES and their rules): site,
+        layer, head, role and the measures behind it, read from the summary the run made, else from one made now
+        (`summarise_site`: one pass over every layer's kept sources, as a trace loaded from a file needs)."""
+        tables = []
+        for site in self.sites():
+            summary = self.summaries[site] if site in self.summaries else summarise_site(self, site)
+            ids = None if Site.of(site).is_cross else self.query_ids(site)
+            tables.append(site_roles(site, summary, self.masks[site], ids))
+        return pd.concat(tables, ignore_index=True)
 
     def summary(self) -> dict[str, Any]:
         """A short JSON-able description: model, tokens, output, hook names with shapes."""
