@@ -4,6 +4,8 @@ the head's own numbers, computed here from its pattern."""
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import numpy as np
 import pytest
 
@@ -45,8 +47,7 @@ def test_the_whole_head_is_max_pooled_above_a_window(monkeypatch) -> None:
     pattern = aa.load("toy-copy").run(text).head_pattern("encoder.attn", 1, 2)  # (13, 13)
     spec = chart(at, "max-pooled")
     starts = (np.arange(5) * 13) // 4  # 4 blocks of 3 or 4 positions
-    expected = np.array([[pattern[a:b, c:d].max() for c, d in zip(starts, starts[1:], strict=False)]
-                         for a, b in zip(starts, starts[1:], strict=False)])
+    expected = np.array([[pattern[a:b, c:d].max() for c, d in pairwise(starts)] for a, b in pairwise(starts)])
     np.testing.assert_allclose(plotly_array(spec["data"][0]["z"]), expected, atol=1e-6)
     assert spec["layout"]["shapes"][0]["type"] == "rect"  # the window drawn below, outlined
 
