@@ -1,7 +1,9 @@
-"""The residual stream of a hybrid at every block (model/hf/discovery: softmax attention in some blocks only, the
-others a state space, linear attention or a convolution): the residual views of plot/stream.py read it here, block by
-block, from `decoder.blocks.{b}.hook_resid_pre` and `hook_resid_post`, rather than at the attention layers alone.
-A block that is not attention has no split into attention and MLP: what it writes is its output minus its input."""
+"""The residual stream of a decoder read block by block (model/hf/discovery: a hybrid's, softmax attention in some
+blocks only, the others a state space, linear attention or a convolution; Falcon-H1's, attention beside Mamba; a dense
+Granite's, whose blocks add their parts scaled and so offer no sum of them): the residual views of plot/stream.py read
+it here, block by block, from `decoder.blocks.{b}.hook_resid_pre` and `hook_resid_post`, rather than from the
+attention layers' own residual hooks. Such a block has no split into attention and MLP that the model offers: what it
+writes is its output minus its input."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import numpy as np
 from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.viz.residual import cosine_between_layers, norms, write_share
 
-BLOCK_MEASURES = {  # a hybrid's residual measures: name -> (label, value name)
+BLOCK_MEASURES = {  # the residual measures read block by block: name -> (label, value name)
     "boundaries": ("‖residual‖ before the first block and after each", "‖x‖"),
     "block": ("‖what each block writes‖ (its output − its input)", "‖Δx‖"),
     "block_share": ("each block's share of what it hands on", "share"),
@@ -21,7 +23,8 @@ BLOCK_MEASURES = {  # a hybrid's residual measures: name -> (label, value name)
 
 
 def blockwise(trace: Trace, stack: str) -> bool:
-    """Whether the stack's stream is read block by block: a hybrid's decoder."""
+    """Whether the stack's stream is read block by block (`facts.block_kinds`: a hybrid's decoder, Falcon-H1's, a
+    dense Granite's, whose blocks are each "softmax attention")."""
     return stack == "decoder" and bool(trace.facts.block_kinds)
 
 

@@ -77,9 +77,9 @@ def window_words(windows: list[int] | tuple[int, ...], causal: bool) -> str:
             f"{'before it' if causal else 'on either side'}{rest}")
 
 
-def layer_map(model: nn.Module, family: Family) -> dict[int, str]:
-    """What mixes the tokens in each block of a decoder, by its true layer number, where some block has more than
-    softmax attention or none (a hybrid, or Falcon-H1's attention and Mamba side by side); {} otherwise."""
+def block_words(model: nn.Module, family: Family) -> dict[int, str]:
+    """What mixes the tokens in each block of a decoder, by its true layer number ("softmax attention", "Mamba (state
+    space)", "softmax attention + Mamba (state space)" …); {} for another kind of model."""
     if family.kind != "decoder":
         return {}
     layers = block_list(model)[1]
@@ -89,7 +89,7 @@ def layer_map(model: nn.Module, family: Family) -> dict[int, str]:
         other = mixer_words(block)
         found[number] = " + ".join(w for w in ("softmax attention" if number in attending else "", other) if w) \
             or "no token mixing (an MLP only)"
-    return found if any(words != "softmax attention" for words in found.values()) else {}
+    return found
 
 
 def layer_map_words(blocks: dict[int, str], attention: tuple[int, ...]) -> str:
@@ -131,9 +131,9 @@ def model_facts(model_id: str, model: nn.Module, family: Family, notes: dict[str
     n_heads, n_kv, d_model = sizes.n_heads, sizes.n_kv_heads, sizes.d_model
     layers = {stack: count(c) for stack, count in family.layer_counts.items()}
     notes = {**notes, **_layout_notes(c, family), **adapter_of(c.model_type).notes(c)}
-    blocks = layer_map(model, family)
-    if blocks:
-        notes["layer map"] = layer_map_words(blocks, family.blocks)
+    kinds = block_words(model, family)
+    if any(words != "softmax attention" for words in kinds.values()):  # a hybrid, or Falcon-H1's attention beside
+        notes["layer map"] = layer_map_words(kinds, family.blocks)  # Mamba: the card's layer map
     if n_kv != n_heads:
         notes = {**notes, "grouped-query attention": f"query head h reads key/value head h // {n_heads // n_kv}"}
     return ModelFacts(
@@ -157,5 +157,6 @@ def model_facts(model_id: str, model: nn.Module, family: Family, notes: dict[str
         windows=list(family.windows),
         chunks=layer_chunks(c),
         attention_blocks=list(family.blocks),
-        block_kinds=[blocks[b] for b in sorted(blocks)] if family.n_blocks else [],  # as discovery's block hooks
+        block_kinds=[kinds[b] for b in sorted(kinds)] if family.n_blocks else [],  # as discovery's block hooks (a
+        # dense Granite's: each "softmax attention")
     )

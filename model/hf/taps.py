@@ -208,7 +208,8 @@ class Family:
     blocks: tuple[int, ...] = ()  # per decoder layer: the number of its block, where only some blocks have softmax
     # attention (hybrids: model/hf/discovery); (): layer i is block i
     block_list: str = ""  # a decoder whose layer map is not empty (a block that is not softmax attention alone: a
-    # hybrid's, Falcon-H1's attention beside Mamba): the path of its block list, whose every block, attention or not,
+    # hybrid's, Falcon-H1's attention beside Mamba) or whose layers offer no hook_resid_post (a dense Granite's scaled
+    # sums): the path of its block list, whose every block, attention or not,
     n_blocks: int = 0  # offers `decoder.blocks.{b}.hook_resid_pre` and `hook_resid_post` (the stream at each block)
 
     def taps(self, model: nn.Module) -> dict[str, ModuleTap | ReportedTap]:

@@ -37,7 +37,10 @@ each layer's hooks (its residual stream's too: hook_resid_pre is that block's in
 or not, offers the stream going in and out (`decoder.blocks.{b}.hook_resid_pre`, `hook_resid_post`: the residual
 views read the stream at every block); the model card's layer map names what each block is (model/hf/facts.py). So
 does a decoder whose every block attends beside another mixer (Falcon-H1: attention and Mamba side by side, each
-output scaled, so no sum inside its blocks is placed): its layer i is block i, and its stream is read block by block.
+output scaled, so no sum inside its blocks is placed), and a pre-norm decoder whose blocks offer no hook_resid_post
+(a dense Granite's blocks add their parts scaled by residual_multiplier, so none of their sums is placed): its layer
+i is block i, and its stream is read block by block (a post-norm block's output is normalised, not the stream before
+any norm: OPT-350m's is not read so).
 
 A hook must be placed alike in every block (of attention), or it is not placed; the hooks a decoder has that could
 not be placed are listed (`Family.unplaced`), and the model card says so. A model whose attention reports nothing
@@ -96,12 +99,15 @@ def discover(model: nn.Module, kind: str = "decoder") -> Family:
     unplaced = tuple(name for name in LAYER_ORDER if name not in layer_taps and _expected(name, rotary, parallel)) + \
         tuple(name for name in STACK_ORDER if name not in stack_taps and name != "hook_pos_embed")
     windows = tuple(_window(layers[i], probe) for i in blocks)
-    streamed = stack == "decoder" and (len(blocks) < len(layers) or any(map(mixer_words, layers)))
+    norm = norm_layout(first, parallel, norm_kind(layers[0]))
+    scaled = "hook_resid_post" not in layer_taps and not norm.startswith("post")  # blocks whose output is the stream
+    # before any norm, but no sum inside them (a post-norm block's output is normalised: OPT-350m's)
+    streamed = stack == "decoder" and (len(blocks) < len(layers) or any(map(mixer_words, layers)) or scaled)
     return Family(
         name=type(base).__name__.removesuffix("Model"),
         kind=kind,
         positional="rotary" if rotary else "learned absolute" if "hook_pos_embed" in stack_taps else "none found",
-        norm=norm_layout(first, parallel, norm_kind(layers[0])),
+        norm=norm,
         stack_taps={stack: stack_taps},
         layer_taps={stack: layer_taps},
         layer_counts={stack: _count(len(blocks))},
