@@ -19,6 +19,7 @@ from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.hf.facts import model_facts
 from attention_atlas.model.hf.families import kind_of
 from attention_atlas.model.hf.loading import check_hub_id, check_local_folder, hub_reachable, local_folder, shown
+from attention_atlas.model.ndif.request import NO_KEY, current_key
 from attention_atlas.model.ndif.runner import Hosted, NDIFRunner
 from attention_atlas.model.ndif.twin import build_twin, probe
 
@@ -53,6 +54,8 @@ def open_ndif(source: str, simulate: bool = False, progress: Callable[[str], Non
     else:
         check_hub_id(source)
     if not simulate:
+        if not current_key():
+            raise UserError(NO_KEY)
         tell("Asking NDIF which models it hosts…")
         names = hosted()
         if names is None:

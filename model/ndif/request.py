@@ -28,7 +28,7 @@ import torch
 
 from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.ndif import remote
-from attention_atlas.model.ndif.status import tell
+from attention_atlas.model.ndif.status import api_key, tell
 from attention_atlas.model.ndif.transfer import Transfer
 
 SERVER_ROOTS = {"torch", "numpy", "transformers", "accelerate", "einops", "nnsight", "cloudpickle",  # NDIF has them
@@ -113,6 +113,14 @@ def _generated(saved: dict[str, Any], ask: Ask) -> list[int]:
     if saved["generated"] is not None:
         return saved["generated"][0, len(ask.ids):].tolist()
     return [int(saved["logits"][-1].argmax()), *map(int, saved["steps"])]
+
+
+def current_key() -> str | None:
+    """The key a request is sent with: this run's (model/ndif/status.py `using_key`), else NDIF_API_KEY's, else the
+    one nnsight keeps in its own configuration (`nnsight.login`)."""
+    from nnsight import CONFIG
+
+    return api_key() or CONFIG.API.APIKEY or None
 
 
 NO_KEY = ("NDIF needs an API key: set NDIF_API_KEY, or type the key in the sidebar (Device → NDIF). A key comes "

@@ -33,8 +33,7 @@ from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.hf.examples import EXAMPLES
 from attention_atlas.model.hf.taps import Family
 from attention_atlas.model.hf.text import TokenText
-from attention_atlas.model.ndif.request import TIMEOUT_S, Ask, send
-from attention_atlas.model.ndif.status import api_key
+from attention_atlas.model.ndif.request import TIMEOUT_S, Ask, current_key, send
 from attention_atlas.model.ndif.transfer import record
 from attention_atlas.model.ndif.twin import Probe
 from attention_atlas.model.ndif.wire import plan, replay
@@ -90,7 +89,7 @@ class NDIFRunner:
         chosen = plan(hosted.taps, hosted.paths, hosted.probe, options, self.facts.n_heads)
         generate = CONTINUATION_TOKENS if target is None and len(ids) <= CONTINUATION_MAX_PROMPT else 0
         ask = Ask(sequence, chosen.steps, chosen.edits, len(ids) - 1, generate, self.text.pad_id())
-        key = None if hosted.simulate else api_key() or _configured_key()
+        key = None if hosted.simulate else current_key()
         answer = send(hosted.model, ask, hosted.simulate, key, hosted.timeout_s)
         captured = replay(hosted.taps, hosted.paths, hosted.probe, chosen, answer.found, options, allowed,
                           self.facts.n_heads, {"decoder": sequence})
@@ -142,10 +141,3 @@ def _top_next(logits: torch.Tensor, text: TokenText) -> dict[str, np.ndarray]:
     top_ids = top.indices.tolist()
     return {"top_next_ids": np.array(top_ids), "top_next_probs": top.values.numpy(),
             "top_next_tokens": np.array(text.tokens(top_ids), dtype=str)}
-
-
-def _configured_key() -> str | None:
-    """The key nnsight keeps in its own configuration (`nnsight.login`), if any."""
-    from nnsight import CONFIG
-
-    return CONFIG.API.APIKEY or None

@@ -1,0 +1,129 @@
+"""What goes wrong with NDIF reaches a person as a sentence (a UserError), never a traceback: no key, NDIF or the Hub
+out of reach, a model NDIF does not host, a folder given to send, the service's own refusals, a request waited for too
+long, what a run on NDIF does not do. And what is sent: model/ndif/remote.py reaches nothing of this project, and a
+request that names this project's code is refused where NDIF would refuse it."""
+
+from __future__ import annotations
+
+import ast
+import pickle
+from pathlib import Path
+
+import pytest
+
+import attention_atlas as aa
+from attention_atlas.model.core.errors import UserError
+from attention_atlas.model.core.options import RunOptions
+from attention_atlas.model.ndif import remote
+from attention_atlas.model.ndif.opening import hosted_models, open_ndif
+from attention_atlas.model.ndif.request import NO_KEY, _Listener, _readable, _strict_unpickler
+from attention_atlas.model.ndif.runner import MASKS_REFUSED
+from attention_atlas.model.ndif.status import following, using_key
+
+HOSTED = "meta-llama/Llama-3.1-70B"
+
+
+@pytest.fixture
+def no_key(monkeypatch) -> None:
+    from nnsight import CONFIG
+
+    monkeypatch.delenv("NDIF_API_KEY", raising=False)
+    monkeypatch.setattr(CONFIG.API, "APIKEY", None)
+
+
+@pytest.fixture
+def nowhere(monkeypatch) -> None:
+    """NDIF's host a port of this machine that nothing listens on: no network reaches it."""
+    from nnsight import CONFIG
+
+    monkeypatch.setattr(CONFIG.API, "HOST", "http://127.0.0.1:9")
+
+
+def test_without_a_key_a_model_on_ndif_is_refused_in_a_sentence(no_key, nowhere) -> None:
+    with pytest.raises(UserError, match="NDIF needs an API key: set NDIF_API_KEY"):
+        aa.load(HOSTED, backend="ndif")
+
+
+def test_ndif_out_of_reach_is_said_in_a_sentence(nowhere, monkeypatch) -> None:
+    monkeypatch.setenv("NDIF_API_KEY", "a-key")
+    assert hosted_models() is None
+    with pytest.raises(UserError, match="NDIF cannot be reached from this server to say which models it hosts"):
+        aa.load(HOSTED, backend="ndif")
+
+
+def test_a_model_ndif_does_not_host_is_refused_naming_those_it_does(monkeypatch) -> None:
+    monkeypatch.setenv("NDIF_API_KEY", "a-key")
+    with pytest.raises(UserError, match=r"NDIF does not host openai-community/gpt2-xl now\. It hosts: "
+                                        r"meta-llama/Llama-3\.1-70B, meta-llama/Llama-3\.1-8B\."):
+        open_ndif("openai-community/gpt2-xl", hosted=lambda: ["meta-llama/Llama-3.1-70B", "meta-llama/Llama-3.1-8B"])
+
+
+def test_a_folder_is_simulated_never_sent_and_ndif_chooses_the_device(folders, monkeypatch) -> None:
+    monkeypatch.setenv("NDIF_API_KEY", "a-key")
+    with pytest.raises(UserError, match=r"is a folder here\. Give the hub id, or simulate the run here"):
+        aa.load(folders["llama"], backend="ndif")
+    with pytest.raises(UserError, match="NDIF chooses where the model runs"):
+        aa.load(folders["llama"], backend="ndif", simulate=True, device="cpu")
+    with pytest.raises(UserError, match="not a decoder-only language model"):
+        aa.load(folders["bert"], backend="ndif", simulate=True)
+
+
+@pytest.mark.slow
+def test_a_run_sent_without_a_key_or_a_reachable_ndif_says_so(folders, no_key, nowhere) -> None:
+    runner = open_ndif(str(folders["gpt2"]), simulate=True)
+    runner.hosted = type(runner.hosted)(**{**vars(runner.hosted), "simulate": False})  # as if opened to send
+    with pytest.raises(UserError, match=NO_KEY.split(":")[0]):
+        runner.run("the cat sat")
+    with using_key("a-key"), pytest.raises(UserError, match="NDIF names a model by its Hugging Face Hub id"):
+        runner.run("the cat sat")  # a folder has no hub id to look up
+    runner.hosted.model.to_model_key = lambda: "nnsight.modeling.transformers.TransformersModel:{}"
+    with using_key("a-key"), pytest.raises(UserError, match="NDIF cannot be reached from this server"):
+        runner.run("the cat sat")
+    assert runner.cautions("the cat sat")[0].startswith("This text leaves this machine")
+    with pytest.raises(UserError, match="under the mask it was trained with"):
+        runner.run("the cat sat", None, RunOptions(causal="off"))
+    assert "blocked pairs" in MASKS_REFUSED
+    with pytest.raises(UserError, match="Generation a token at a time is not offered on NDIF"):
+        runner.stepper("the cat sat", RunOptions())
+    with pytest.raises(UserError, match="Activation patching is not offered on NDIF"):
+        runner.patched_outcomes(None, {}, [None])
+
+
+def test_the_services_refusals_become_sentences() -> None:
+    from nnsight.intervention.backends.remote import RemoteError
+
+    assert "did not accept the API key" in str(_readable(RemoteError("Failed to send request: Invalid API key")))
+    refused = _readable(RemoteError("Model meta-llama/Llama-3.1-405B is not deployed"))
+    assert isinstance(refused, UserError) and str(refused) == "NDIF refused the run: Model meta-llama/Llama-3.1-405B " \
+        "is not deployed"
+    assert "cannot be reached" in str(_readable(ConnectionRefusedError(111, "Connection refused")))
+    bug = KeyError("a bug")
+    assert _readable(bug) is bug  # not dressed as NDIF's
+
+
+def test_ndifs_statuses_are_told_and_a_long_wait_stops_at_the_deadline() -> None:
+    told: list[str] = []
+    listener = _Listener(timeout_s=60)
+    with following(told.append):
+        listener.update(type("Response", (), {"status": "QUEUED"})())
+        listener.refresh()
+        listener.started -= 61  # a minute later
+        with pytest.raises(UserError, match="NDIF did not finish the run within 60 s"):
+            listener.refresh()
+    assert told == ["NDIF: queued", "NDIF: queued (0 s)"]
+
+
+def test_what_ndif_runs_imports_torch_alone() -> None:
+    tree = ast.parse(Path(remote.__file__).read_text())
+    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+                for alias in node.names}
+    imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert imported == {"torch", "__future__", "typing"}
+
+
+def test_a_request_naming_this_projects_code_is_refused_as_ndif_would() -> None:
+    strict = _strict_unpickler()
+    blob = pickle.dumps(RunOptions())  # a class of attention_atlas, which NDIF's servers do not have
+    with pytest.raises(UserError, match="NDIF's servers do not have"):
+        strict(__import__("io").BytesIO(blob), {}).load()
+    assert strict(__import__("io").BytesIO(pickle.dumps({"a": (1, 2.0)})), {}).load() == {"a": (1, 2.0)}
