@@ -22,6 +22,7 @@ from attention_atlas.ui.downloads import constant, downloads, whole_csv
 from attention_atlas.ui.long_head_views import choose_draw, show_distance, show_pooled, show_sink_apart
 from attention_atlas.ui.page import current_trace, show_open_tab
 from attention_atlas.ui.pickers import choose_head, keep_valid, open_clicked_head
+from attention_atlas.ui.role_views import roles_section
 from attention_atlas.ui.site_summary import site_summary
 from attention_atlas.ui.trace_cache import per_trace
 from attention_atlas.ui.why_here import clicked_cell, why_here
@@ -159,6 +160,7 @@ def model_view(c: Choice) -> None:
     figure = model_view_figure(c.trace, c.site, image, c.colorscale)
     st.plotly_chart(figure, key="attention_model_view", on_select="rerun", selection_mode="points")
     downloads(figure, f"{c.name.rsplit('.', 1)[0]}.model-view", "attention_model_view")
+    roles_section(c.trace, c.site, "attention_roles")
 
 
 def token_lines(c: Choice) -> None:
@@ -265,8 +267,8 @@ def compare(c: Choice) -> None:
 def choose(trace: Trace) -> Choice:
     """The pickers and options above the tabs (a clicked thumbnail first moves the pickers to its head)."""
     n_heads = trace.facts.n_heads
-    if open_clicked_head("attention_model_view", n_heads) or open_clicked_head(
-            "attention_layer_heads", n_heads, set_layer=False):
+    if open_clicked_head("attention_model_view", n_heads) or open_clicked_head("attention_roles", n_heads) or \
+            open_clicked_head("attention_layer_heads", n_heads, set_layer=False):
         st.session_state["view"] = "One head"
     site, layer, head = choose_head(trace)
     hide_col, scale_col, values_col = st.columns(3)

@@ -28,10 +28,10 @@ OPENED_UPLOADS = "_opened_trace_uploads"  # session key: {upload's file id: its 
 
 def head_section(trace: Trace) -> None:
     """One head, with its CSV; a text longer than SMALL_WINDOW tokens shows its last SMALL_WINDOW² cells."""
-    site_of_note, layer_of_note, head_of_note, share = opening_head(trace)
+    site_of_note, layer_of_note, head_of_note, share, role = opening_head(trace)
     site, layer, head = choose_head(trace)
     if (site, layer, head) == (site_of_note, layer_of_note, head_of_note):
-        st.caption(opening_caption(trace.facts.layer_words(layer), head, share))
+        st.caption(opening_caption(trace.facts.layer_words(layer), head, share, role))
     visible = trace.masks[site]  # (q_len, k_len)
     n_q, n_k = visible.shape
     rows, cols = np.arange(n_q), np.arange(n_k)
@@ -54,14 +54,18 @@ def head_section(trace: Trace) -> None:
     downloads(figure, name, "overview_heatmap", table)
 
 
-def opening_caption(layer_words: str, head: int, share: float) -> str:
-    """What the head the page opened on (in `layer_words`: "layer 3") does; called a previous-token head only when it
-    mostly is one."""
+def opening_caption(layer_words: str, head: int, share: float, role: str = "") -> str:
+    """What the head the page opened on (in `layer_words`: "layer 3") does, said from its role (ui/role_views.py);
+    called a previous-token head only when it mostly is one."""
+    named = f"{layer_words.capitalize()} · head {head}"
+    if role == "induction":
+        return (f"{named} is an *induction head*: where a token occurred before, it puts {percent(share)} of its "
+                "attention (on average) on the token that followed it then, the clearest pattern of this run.")
     if share >= PREVIOUS_TOKEN:
-        return (f"{layer_words.capitalize()} · head {head} puts {percent(share)} of each token's attention (on "
-                "average) on the token before it: a *previous-token head*, the clearest pattern of this run.")
-    return (f"{layer_words.capitalize()} · head {head} looks at the token before each token more than any other "
-            f"head of this run: {percent(share)} of its attention on average.")
+        return (f"{named} puts {percent(share)} of each token's attention (on average) on the token before it: a "
+                "*previous-token head*, the clearest pattern of this run.")
+    return (f"{named} looks at the token before each token more than any other head of this run: {percent(share)} of "
+            "its attention on average.")
 
 
 def output_section(trace: Trace) -> None:

@@ -20,6 +20,7 @@ from attention_atlas.model.inspect.ablation import head_site
 from attention_atlas.plot.common import site_label as plot_site_label
 from attention_atlas.ui import url_state
 from attention_atlas.ui.page import HEAD_KEYS, forget_choices
+from attention_atlas.ui.role_views import clearest_head
 from attention_atlas.ui.site_summary import site_summary
 from attention_atlas.viz.thumbnails import head_at
 
@@ -46,14 +47,19 @@ def keep_valid(key: str, options: Sequence[Any]) -> None:
         st.session_state[key] = options[0]
 
 
-def opening_head(trace: Trace) -> tuple[str, int, int, float]:
-    """Where to open: the first self-attention site's head that attends most to the previous token (the
-    clearest structure to open an app on), and that share."""
+def opening_head(trace: Trace) -> tuple[str, int, int, float, str]:
+    """Where to open: the first self-attention site's clearest head by its role (ui/role_views.py: the strongest
+    induction head, else previous-token head), else the head that attends most to the previous token; its share,
+    and its role ("" where no head has one of those roles)."""
     site = next(s for s in trace.sites() if not Site.of(s).is_cross)
     shares = site_summary(trace, site).statistics[:, :, STATISTICS.index("to previous token")]  # (layers, heads)
     shares = np.nan_to_num(shares)  # one token: no previous one
+    clearest = clearest_head(trace, site)
+    if clearest is not None:  # an induction head's share on its targets; a previous-token head's over every query
+        layer, head, role, share = clearest
+        return site, layer, head, share if role == "induction" else float(shares[layer, head]), role
     layer, head = np.unravel_index(int(shares.argmax()), shares.shape)
-    return site, int(layer), int(head), float(shares[layer, head])
+    return site, int(layer), int(head), float(shares[layer, head]), ""
 
 
 def forget_head() -> None:

@@ -49,9 +49,11 @@ def test_every_view_renders_for_an_encoder_decoder() -> None:
     at = _attention_page(view=None)
     assert at.radio(key="site").options == [
         "encoder self-attention", "decoder self-attention (masked)", "cross-attention (decoder → encoder)"]
-    assert _titles(at) == ["encoder self-attention: layers × heads"]  # only the open tab is drawn
+    assert _titles(at) == ["encoder self-attention: layers × heads",  # only the open tab is drawn
+                           "encoder self-attention: every head by its role"]
     assert [title for view in VIEWS for title in _titles(_view(at, view))] == [
         "encoder self-attention: layers × heads",
+        "encoder self-attention: every head by its role",
         "encoder self-attention · layer 0 · head 0",
         "layer 0: all 4 heads",
         "encoder self-attention · layer 0 · token lines",
@@ -88,7 +90,8 @@ def test_site_layer_and_head_choose_the_matrix() -> None:
 def test_decoder_only_and_a_real_encoder() -> None:
     at = _attention_page("toy-gpt-date", "may 1 2000")
     assert at.radio(key="site").options == ["decoder self-attention (masked)"]
-    assert _titles(_view(at, "Model view")) == ["decoder self-attention (masked): layers × heads"]
+    assert _titles(_view(at, "Model view")) == ["decoder self-attention (masked): layers × heads",
+                                                "decoder self-attention (masked): every head by its role"]
     at = _attention_page("minilm", "The quick brown fox")
     at.selectbox(key="layer").set_value(5).run()
     at.selectbox(key="head").set_value(11).run()
@@ -150,8 +153,8 @@ def test_token_lines_choose_heads_and_one_token() -> None:
 def test_each_figure_has_its_downloads() -> None:
     at = _attention_page("toy-date", "may 1 2000")
     labels = [button.label for view in VIEWS for button in _view(at, view).get("download_button")]
-    assert labels.count("PNG") == labels.count("SVG") == labels.count("HTML") == 6
-    assert labels.count("CSV") == 3  # the one-head matrix, the rollout matrix, a statistic per head
+    assert labels.count("PNG") == labels.count("SVG") == labels.count("HTML") == 7
+    assert labels.count("CSV") == 4  # the one-head matrix, the heads' roles, the rollout matrix, a statistic per head
 
 
 def test_a_long_text_is_drawn_through_a_window(monkeypatch) -> None:

@@ -27,6 +27,7 @@ NOT_KEPT = {  # value widgets' keys deliberately not kept (a glob where the key 
     "step_view": "the Step through page's tab: the URL holds it",
     "attention_model_view": "a click on a thumbnail: it opens that head, once",
     "attention_layer_heads": "a click on a thumbnail: it opens that head, once",
+    "attention_roles": "a click on a head of the roles grid: it opens that head, once",
     "attention_one_head": "a click on a cell: it opens \"Why here?\" on that cell, once",
     "*_why_sides": "a click on a head's bar: it opens that head, once",
     "attention_pooled": "a click on the pooled head: it moves the window there, once",
