@@ -27,8 +27,10 @@ def role_grid(roles: np.ndarray, shares: np.ndarray, measures: np.ndarray, title
     index = np.vectorize(order.index)(roles) if order else np.zeros(roles.shape, int)  # (layers, heads)
     steps = max(len(order), 1)
     scale = [[bound, ROLE_COLOURS[role]] for i, role in enumerate(order) for bound in (i / steps, (i + 1) / steps)]
-    hover = np.char.add(np.char.add(roles.astype(str), "<br>"), np.char.add(
-        measures.astype(str), np.char.add(": ", np.char.mod("%.2f", np.nan_to_num(shares, nan=0.0)))))
+    hover = np.array([f"{plotly_text(str(role))}<br>{plotly_text(str(measure))}: {share:.2f}" if measure else
+                      plotly_text(str(role)) for role, measure, share in zip(roles.reshape(-1), measures.reshape(-1),
+                                                                           shares.reshape(-1), strict=True)],
+                     dtype=object).reshape(roles.shape)  # (layers, heads): the role, and the share behind it
     layer_of, head_of = np.divmod(np.arange(layers * heads), heads)
     data = [
         {"type": "heatmap", "z": index.astype(np.float64), "x": list(range(heads)), "y": names, "zmin": -0.5,
@@ -39,7 +41,7 @@ def role_grid(roles: np.ndarray, shares: np.ndarray, measures: np.ndarray, title
          "marker": {"symbol": "square", "size": 12, "color": "rgba(0,0,0,0)"}, "customdata": hover.reshape(-1),
          "hovertemplate": "%{y} · head %{x}<br>%{customdata}<br>click to open<extra></extra>"},
     ]
-    data += [{"type": "scatter", "x": [None], "y": [None], "mode": "markers", "name": role,
+    data += [{"type": "scatter", "x": [None], "y": [None], "mode": "markers", "name": plotly_text(role),
               "marker": {"symbol": "square", "size": 12, "color": ROLE_COLOURS[role]}} for role in order]
     return go.Figure({"data": data, "layout": {
         "title": {"text": plotly_text(title), "x": 0, "xanchor": "left"},

@@ -31,6 +31,7 @@ from attention_atlas.viz import (
     outputs,
     positions,
     residual,
+    roles,
     score_parts,
     shapes,
     step_through,
@@ -81,6 +82,8 @@ BUILDERS: dict[str, Build] = {
     "circuit.circuit_figure": lambda h: circuit.circuit_figure(  # node names are the graph's own ("a0.h1"), not text
         [("a0.h1", 0.0, 0.0), ("logits", 1.0, 0.0)], [(0, 1, "q", -0.5)], h),
     "circuit.faithfulness_figure": lambda h: circuit.faithfulness_figure([0, 1, 2], [0.0, 0.5, 1.0], 1, h),
+    "roles.role_grid": lambda h: roles.role_grid(np.array([["sink", "induction"], ["mixed", "local"]]),
+                                                 RNG.random((2, 2)), np.array([[h, h], ["", h]]), h, [h, "b"]),
     "ablation.change_bars": lambda h: ablation.change_bars(_tokens(h), RNG.random(3), h, h),
     "attribution.head_shares_heatmap": lambda h: attribution.head_shares_heatmap(RNG.random((2, 3)), h, h),
     "attribution.layer_shares_bars": lambda h: attribution.layer_shares_bars({h: RNG.random(2)}, h, h),
