@@ -84,6 +84,9 @@ class TransformerLayer(nn.Module):
         if cross_attention:
             self.hook_cross_attn_out = HookPoint()
             self.hook_resid_mid_cross = HookPoint()
+        if self.pre_norm:
+            self.hook_mlp_in = HookPoint()  # what the MLP's norm alone reads (hook_resid_mid's value: TransformerLens's
+            # hook_mlp_in), so that an edit there changes the MLP's input and not the stream
         self.hook_mlp_out = HookPoint()
         self.hook_resid_post = HookPoint()
         if not self.pre_norm:
@@ -107,7 +110,8 @@ class TransformerLayer(nn.Module):
             cross = self.cross_attn
             x = self._sublayer(x, lambda h: cross(h, memory, memory_mask), self.ln_cross, self.hook_cross_attn_out,
                                self.hook_resid_mid_cross)
-        x = self._sublayer(x, self.mlp, self.ln2, self.hook_mlp_out, self.hook_resid_post)
+        mlp_in = self.hook_mlp_in if self.pre_norm else None
+        x = self._sublayer(x, self.mlp, self.ln2, self.hook_mlp_out, self.hook_resid_post, mlp_in)
         return x if self.pre_norm else self.hook_normalized_resid_post(x)
 
     def _sublayer(
@@ -117,11 +121,14 @@ class TransformerLayer(nn.Module):
         norm: HookedLayerNorm,
         out_hook: HookPoint,
         sum_hook: HookPoint,
+        in_hook: HookPoint | None = None,
     ) -> torch.Tensor:
         """Residual connection and LayerNorm around one sub-layer, post- or pre-norm; `sum_hook` sees the
-        residual sum before any norm."""
+        residual sum before any norm; `in_hook` (pre-norm) what the sub-layer's norm alone reads, the stream
+        itself unless an edit changes it there."""
         if self.pre_norm:
-            return sum_hook(x + self.dropout(out_hook(sublayer(norm(x)))))
+            read = x if in_hook is None else in_hook(x)
+            return sum_hook(x + self.dropout(out_hook(sublayer(norm(read)))))
         return norm(sum_hook(x + self.dropout(out_hook(sublayer(x)))))
 
 
