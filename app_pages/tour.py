@@ -15,6 +15,7 @@ import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
 from attention_atlas.model.core.errors import UserError
+from attention_atlas.model.core.trace.sites import Site
 from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.inspect.attribution import likeliest
 from attention_atlas.model.inspect.tour import Step, shape_label, step_shape, tour_options, tour_steps
@@ -31,6 +32,7 @@ from attention_atlas.ui.downloads import constant, csv_fits, downloads, file_nam
 from attention_atlas.ui.messages import literal, show_error
 from attention_atlas.ui.page import current_runner, current_trace, trace_with
 from attention_atlas.ui.pickers import keep_valid
+from attention_atlas.ui.role_views import roles_of
 from attention_atlas.ui.tour_questions import ask, mark_bar, mark_cell, predicting, verdict
 from attention_atlas.viz.step_through import LIMIT
 from attention_atlas.viz.tokens import visible_token
@@ -114,10 +116,17 @@ def choose_step(steps: list[Step]) -> int:
 
 
 def choose_head(trace: Trace, words: DeltaGenerator) -> int:
+    """The head of the first block whose numbers the steps show, each named by its role (ui/role_views.py)."""
     heads = list(range(trace.facts.n_heads))
     keep_valid("tour_head", heads)
-    head = words.selectbox("Head", heads, key="tour_head", help="The head whose numbers this step shows (of the first "
-                        "block); the others compute the same way with their own weights.")
+    shown = current_trace()  # the run of every layer (the Tour's own records its first block's)
+    site = next(s for s in shown.sites() if not Site.of(s).is_cross)
+    roles = roles_of(shown, site)
+    first = roles[roles["layer"] == 0].set_index("head")["role"]
+    labels = {head: f"{head} · {first[head]}" for head in heads}  # not a function of `trace`: the session keeps it
+    head = words.selectbox("Head", heads, key="tour_head", format_func=labels.get, help="The head whose numbers "
+                           "this step shows (of the first block), named by what it does; the others compute the "
+                           "same way with their own weights.")
     url_state.write(tour_head=head)
     return head
 

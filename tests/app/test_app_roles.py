@@ -37,3 +37,12 @@ def test_the_model_view_colours_every_head_by_its_role() -> None:
     legend = [trace_["name"] for trace_ in grid["data"][2:]]
     assert "induction" in legend and set(legend) == set(roles["role"])
     assert any("induction" in c.value and "click it to open it" in c.value for c in at.caption)
+
+
+def test_the_tours_heads_are_named_by_their_roles() -> None:
+    roles = aa.load("toy-induction").run(TEXT).head_roles()
+    first = roles[roles["layer"] == 0].set_index("head")["role"]
+    at = open_app_page("app_pages/tour.py", "toy-induction", TEXT, params={"step": "6"})
+    assert_ok(at, "tour")
+    picker = at.selectbox(key="tour_head")
+    assert picker.options == [f"{head} · {role}" for head, role in first.items()]
