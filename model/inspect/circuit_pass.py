@@ -1,35 +1,29 @@
-"""One batched pass of a Hugging Face decoder run as a circuit's graph: every node's output recorded as it is made
-(the input: what the first block reads; each head: its z through its rows of W_O; each MLP: what it adds), and every
+"""One batched pass of a pre-norm decoder run as a circuit's graph: every node's output recorded as it is made (the
+input: what the first block reads; each head: its z through its rows of W_O; each MLP: what it adds), and every
 destination reading the residual stream plus what `Wiring.added` gives it — each head's query, key and value through
 the heads computed again with inputs of their own (model/inspect/circuit_heads.py, the model's z replaced), each MLP
-through the input of its norm alone (the block's `hook_resid_mid`, read before that norm), the logits through the
-last block's output. Edits go through the project's thread-local edits (model/hf/patching.py `editing_taps`): a
-shared model runs whole for every other thread.
+through its own input (what its norm alone reads), the logits through the last block's output. How a kind of model
+runs with those edits is its `GraphForward`: a Hugging Face decoder's (model/inspect/circuit_hf.py) or a from-scratch
+pre-norm toy's (model/inspect/circuit_scratch.py); either edits for the calling thread alone.
 
 `check=True` proves the graph on the run: the heads computed again equal the model's z, and the stream adds up —
 what each layer's attention adds is its heads' outputs plus W_O's bias, what its MLP adds is the MLP's output; a model
-where either fails is refused (`refuse_graph` refuses those whose layout is known not to fit before any run)."""
+where either fails is refused (`graph_forward` refuses those whose layout is known not to fit before any run)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 import torch
 
-from attention_atlas.model.core.capture.hooks import ModuleTap, ReportedTap
-from attention_atlas.model.core.capture.patching import edits_by_tap
+from attention_atlas.model.core.capture.hooks import Edit
 from attention_atlas.model.core.errors import UserError
-from attention_atlas.model.core.masks import self_attention_mask
 from attention_atlas.model.core.runner import Runner
-from attention_atlas.model.hf.inputs import masked_inputs
-from attention_atlas.model.hf.patching import editing_taps
-from attention_atlas.model.hf.placement import input_device
-from attention_atlas.model.hf.taps import first_input, first_output, output
 from attention_atlas.model.inspect.circuit_graph import CircuitGraph
 from attention_atlas.model.inspect.circuit_heads import LayerHeads, layer_heads
-from attention_atlas.model.inspect.norm_output import norm_module
+from attention_atlas.model.inspect.circuit_hf import HFGraphForward
+from attention_atlas.model.inspect.circuit_scratch import ScratchGraphForward
 from attention_atlas.model.inspect.stream_parts import refuse_other_layers
 
 SUM_TOLERANCE = 1e-3  # relative to the stream's largest entry (at least 1): what a layer adds must be its nodes'
@@ -43,18 +37,43 @@ class Wiring(Protocol):
         ...
 
 
+class GraphForward(Protocol):
+    """How a kind of decoder runs as its graph."""
+
+    runner: Runner
+    mlp_in: str  # the hook (after `decoder.{layer}.`) whose edit is what the MLP alone reads
+
+    @property
+    def device(self) -> torch.device: ...
+
+    def encode(self, text: str) -> list[int]:
+        """A text's token ids, as the model reads a prompt."""
+        ...
+
+    def tokens(self, ids: list[int]) -> list[str]: ...
+
+    def logits(self, ids: torch.Tensor, edits: dict[str, Edit]) -> torch.Tensor:
+        """(batch, vocab) float32 after the last token of `ids` (batch, len), the hooks (by name) edited: the logits,
+        or log-probabilities (their differences are the logits')."""
+        ...
+
+
 @dataclass
 class GraphModel:
     """A decoder ready to run as its graph on texts of `length` tokens: its heads computed again, layer by layer."""
 
-    runner: Runner
+    forward: GraphForward
     graph: CircuitGraph
     heads: list[LayerHeads]
     length: int
 
     @property
+    def runner(self) -> Runner:
+        return self.forward.runner
+
+    @property
     def device(self) -> torch.device:
-        return input_device(self.runner.model)  # type: ignore[attr-defined]
+        return self.forward.device
 
 
 @dataclass
@@ -63,51 +82,35 @@ class PassResult:
     sources: torch.Tensor  # (batch, sources, len, d_model) float32, detached: every node's output
 
 
-def graph_model(runner: Runner, length: int) -> GraphModel:
-    """`runner`'s decoder as its graph for texts of `length` tokens; UserError where it has none (`refuse_graph`)."""
-    refuse_graph(runner)
+def graph_model(forward: GraphForward, length: int) -> GraphModel:
+    """The decoder `forward` runs, as its graph for texts of `length` tokens."""
+    runner = forward.runner
     facts = runner.facts
-    device = input_device(runner.model)  # type: ignore[attr-defined]
-    heads = [layer_heads(runner, layer, length, device) for layer in range(facts.n_decoder_layers)]
-    return GraphModel(runner, CircuitGraph(facts.n_decoder_layers, facts.n_heads), heads, length)
+    heads = [layer_heads(runner, layer, length, forward.device) for layer in range(facts.n_decoder_layers)]
+    return GraphModel(forward, CircuitGraph(facts.n_decoder_layers, facts.n_heads), heads, length)
 
 
-def refuse_graph(runner: Runner) -> None:
-    """UserError for a model whose residual stream is not the circuit's graph: a toy (its hooks give no MLP an input
-    of its own), an encoder or encoder-decoder, a hybrid, a block that is not pre-norm attention then MLP, or a
-    model without the hooks the graph edits."""
+def graph_forward(runner: Runner) -> GraphForward:
+    """How `runner`'s decoder runs as its graph; UserError for a model whose residual stream is not the circuit's
+    graph: an encoder or encoder-decoder, a hybrid, a block that is not pre-norm attention then MLP (a post-norm
+    toy among them), or a model without the hooks the graph edits."""
     facts = runner.facts
-    if getattr(runner, "model", None) is None:
-        raise UserError(f"{facts.model_id} is a from-scratch toy: circuits are found in Hugging Face decoders here "
-                        "(its hooks give no MLP an input of its own to edit). Choose SmolLM2 or another causal LM.")
+    toy = getattr(runner, "model", None) is None  # a from-scratch model (model/toy/runner.py)
     if facts.kind != "decoder":
         raise UserError(f"{facts.model_id} is an {facts.kind}: the circuit's graph (the EAP-IG library's) is a "
                         "decoder's, from the input through its heads and MLPs to the next token's logits. Choose a "
                         "causal language model.")
     refuse_other_layers(facts, "a circuit's graph")
-    if facts.norm not in ("pre-norm (LayerNorm)", "pre-norm (RMSNorm)"):
+    if toy and facts.norm != "pre-norm":
+        raise UserError(f"{facts.model_id} is a from-scratch toy: circuits are found in Hugging Face decoders and in "
+                        f"pre-norm toys (toy-induction) here, and its blocks are {facts.norm}: a norm after each "
+                        "residual sum, so the stream is not the sum of every node's output that the circuit's graph "
+                        "splits it into. Choose toy-induction, SmolLM2 or another causal LM.")
+    if not toy and facts.norm not in ("pre-norm (LayerNorm)", "pre-norm (RMSNorm)"):
         raise UserError(f"{facts.model_id}'s blocks are {facts.norm}: the circuit's graph needs each block to read "
                         "the stream through a norm, add its attention, then read it again for its MLP and add that "
                         "(pre-norm, one after the other), so that the stream is the sum of every node's output.")
-    taps, last = runner.taps, facts.n_decoder_layers - 1  # type: ignore[attr-defined]
-    wanted = {f"decoder.{layer}.{name}": read for layer in range(last + 1) for name, read in
-              (("hook_resid_pre", first_input), ("hook_resid_mid", first_input), ("hook_mlp_out", first_output),
-               ("attn.hook_z", None))}
-    wanted[f"decoder.{last}.hook_resid_post"] = first_output
-    missing = [name for name, read in wanted.items() if not _editable(taps.get(name), read)]
-    missing += [f"decoder.{layer}.hook_resid_mid" for layer in range(last + 1)
-                if f"decoder.{layer}.hook_resid_mid" not in missing and taps[f"decoder.{layer}.hook_resid_mid"].module
-                is not norm_module(runner, f"decoder.{layer}.ln2.hook_normalized")]
-    if missing:
-        raise UserError(f"{facts.model_id} offers no {', '.join(missing[:3])} to edit as the circuit's graph does "
-                        "(each head's output, each MLP's own input, the last block's output): no circuit can be "
-                        "found in it here.")
-
-
-def _editable(tap: object, read: Callable | None) -> bool:
-    if read is None:
-        return isinstance(tap, ReportedTap) and tap.quantity == "z"
-    return isinstance(tap, ModuleTap) and (tap.read is read or (read is first_output and tap.read is output))
+    return ScratchGraphForward(runner) if toy else HFGraphForward(runner)
 
 
 def run_graph(model: GraphModel, ids: torch.Tensor, wiring: Wiring | None, answer: int, wrong: int,
@@ -116,10 +119,9 @@ def run_graph(model: GraphModel, ids: torch.Tensor, wiring: Wiring | None, answe
     reading `start` (batch, len, d_model) instead of the embeddings where given. Gradients flow where the caller
     enabled them (`wiring` may hand out tensors that need them). `check`: prove the graph on this pass."""
     graph, runner = model.graph, model.runner
-    hf = runner.model  # type: ignore[attr-defined]
     batch, length = ids.shape
     sources = torch.zeros(batch, len(graph.sources), length, runner.facts.d_model, device=model.device)
-    stream: dict[str, torch.Tensor] = {}  # "x{l}": what block l reads; "mid{l}": what its MLP's norm reads
+    stream: dict[str, torch.Tensor] = {}  # "x{l}": what block l reads; "mid{l}": the stream its MLP's norm reads
     done: set[str] = set()
 
     def extra(destinations: slice | int) -> torch.Tensor | None:
@@ -130,7 +132,7 @@ def run_graph(model: GraphModel, ids: torch.Tensor, wiring: Wiring | None, answe
         more = extra(destinations)
         return value if more is None else value + more.to(value.device, value.dtype)
 
-    def block_input(layer: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    def block_input(layer: int) -> Edit:
         def edit(value: torch.Tensor) -> torch.Tensor:
             if layer == 0 and start is not None:
                 value = start.to(value.device, value.dtype)
@@ -144,7 +146,7 @@ def run_graph(model: GraphModel, ids: torch.Tensor, wiring: Wiring | None, answe
             return value
         return edit
 
-    def heads(layer: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    def heads(layer: int) -> Edit:
         def edit(z: torch.Tensor) -> torch.Tensor:  # (batch, heads, len, d_head)
             x = stream[f"x{layer}"].to(model.device)[:, None]  # (batch, 1, len, d_model)
             more = extra(graph.attention_inputs(layer))  # (batch, 3 x heads, len, d_model) or None
@@ -157,7 +159,7 @@ def run_graph(model: GraphModel, ids: torch.Tensor, wiring: Wiring | None, answe
             return computed.to(z.device, z.dtype)
         return edit
 
-    def mlp_input(layer: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    def mlp_input(layer: int) -> Edit:
         def edit(value: torch.Tensor) -> torch.Tensor:
             if check:
                 written = sources[:, graph.attention_sources(layer)].sum(1) + model.heads[layer].b["o"]
@@ -167,7 +169,7 @@ def run_graph(model: GraphModel, ids: torch.Tensor, wiring: Wiring | None, answe
             return add(graph.mlp_input(layer), value)
         return edit
 
-    def mlp_output(layer: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    def mlp_output(layer: int) -> Edit:
         def edit(value: torch.Tensor) -> torch.Tensor:
             sources[:, graph.mlp_source(layer)] = value.detach().float().to(sources.device)  # a spread model
             done.add(f"m{layer}")
@@ -181,15 +183,13 @@ def run_graph(model: GraphModel, ids: torch.Tensor, wiring: Wiring | None, answe
         done.add("logits")
         return add(graph.logits_input, value)
 
-    edits: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {}
+    edits: dict[str, Edit] = {}
     for layer in range(graph.n_layers):
         prefix = f"decoder.{layer}"
         edits |= {f"{prefix}.hook_resid_pre": block_input(layer), f"{prefix}.attn.hook_z": heads(layer),
-                  f"{prefix}.hook_resid_mid": mlp_input(layer), f"{prefix}.hook_mlp_out": mlp_output(layer)}
+                  f"{prefix}.{model.forward.mlp_in}": mlp_input(layer), f"{prefix}.hook_mlp_out": mlp_output(layer)}
     edits[f"decoder.{graph.n_layers - 1}.hook_resid_post"] = logits_input
-    allowed = self_attention_mask(length, length, True).expand(batch, 1, -1, -1)  # each row its own, as patching
-    with editing_taps(hf, edits_by_tap(runner.taps, edits)):  # type: ignore[attr-defined]
-        logits = hf(**masked_inputs(ids.to(model.device), allowed, hf.dtype), logits_to_keep=1).logits[:, -1].float()
+    logits = model.forward.logits(ids, edits)  # (batch, vocab)
     if len(done) != 4 * graph.n_layers + 1:
         raise UserError(f"{runner.facts.model_id}'s pass did not go through every edit of the circuit's graph (its "
                         "attention computed elsewhere than the app's attention function): no circuit can be found.")

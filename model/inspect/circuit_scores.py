@@ -21,7 +21,7 @@ from attention_atlas.model.core.runner import Runner
 from attention_atlas.model.inspect.ablation import TOKENS_PER_PASS
 from attention_atlas.model.inspect.attribution import token_id
 from attention_atlas.model.inspect.circuit_graph import CircuitGraph
-from attention_atlas.model.inspect.circuit_pass import GraphModel, graph_model, refuse_graph, run_graph
+from attention_atlas.model.inspect.circuit_pass import GraphModel, graph_forward, graph_model, run_graph
 from attention_atlas.model.inspect.patching import LEAST_DIFFERENCE
 
 METHODS = ("EAP", "EAP-IG")
@@ -58,12 +58,12 @@ def prepare_circuit(runner: Runner, clean_text: str, corrupted_text: str, answer
     of `answer` over `wrong` (one token each) after the last token, the graph proven on them (`run_graph`'s check).
     UserError where the model has no graph, the texts or answers do not fit, the two runs give the same difference,
     or a run's node outputs would hold more than `max_values` numbers (None: no limit)."""
-    refuse_graph(runner)
+    forward = graph_forward(runner)
     facts = runner.facts
     ids = [token_id(runner, answer, "answer"), token_id(runner, wrong, "wrong answer")]
-    texts = [runner.text.encode(text) for text in (clean_text, corrupted_text)]  # type: ignore[attr-defined]
+    texts = [forward.encode(text) for text in (clean_text, corrupted_text)]
     if len(texts[0]) != len(texts[1]):
-        spelled = [" | ".join(map(repr, runner.text.tokens(t))) for t in texts]  # type: ignore[attr-defined]
+        spelled = [" | ".join(map(repr, forward.tokens(t))) for t in texts]
         raise UserError(f"The clean and the corrupted text must have as many tokens: the clean one has "
                         f"{len(texts[0])} ({spelled[0]}), the corrupted one {len(texts[1])} ({spelled[1]}).")
     graph = CircuitGraph(facts.n_decoder_layers, facts.n_heads)
@@ -74,7 +74,7 @@ def prepare_circuit(runner: Runner, clean_text: str, corrupted_text: str, answer
                         f"{max_values:,}. Use shorter texts or a smaller model.")
     if len(graph.edges) > MAX_EDGES:
         raise UserError(f"{facts.model_id}'s graph has {len(graph.edges):,} edges; the limit here is {MAX_EDGES:,}.")
-    model = graph_model(runner, len(texts[0]))
+    model = graph_model(forward, len(texts[0]))
     tensor = torch.tensor(texts)
     with slot(), torch.no_grad():
         found = run_graph(model, tensor, None, *ids, check=True)
@@ -84,7 +84,7 @@ def prepare_circuit(runner: Runner, clean_text: str, corrupted_text: str, answer
                         f"({clean:+.4f} and {corrupted:+.4f}): no edge carries a difference between them, and the "
                         "faithfulness curve (0 = corrupted, 1 = clean) would divide by about 0. Choose a corrupted "
                         "text that changes the answer (the names swapped, another number).")
-    tokens = [runner.text.tokens(t) for t in texts]  # type: ignore[attr-defined]
+    tokens = [forward.tokens(t) for t in texts]
     return CircuitRuns(model, answer, wrong, (ids[0], ids[1]), tensor, tokens[0], tokens[1], clean, corrupted,
                        found.sources)
 
