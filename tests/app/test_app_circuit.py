@@ -50,3 +50,25 @@ def test_a_toy_model_says_why_it_has_no_circuit() -> None:
     at.button(key="attribution_circuit_find").click().run()
     assert not at.exception
     assert any("circuit" in e.value.lower() for e in at.error), [e.value for e in at.error]
+
+
+def test_toy_induction_shows_its_induction_circuit() -> None:
+    """The pre-norm toy's circuit (tests/model/test_circuit_toy.py: the earlier 'q' and 'm' swapped) found on the
+    page is the API's, and the drawing of its top 20 edges holds the previous-token head's edge into the induction
+    head's key."""
+    clean, corrupted = "kfzqbmxrtjkfzq", "kfzmbqxrtjkfzq"
+    at = open_app_page("app_pages/attribution.py", "toy-induction", clean)
+    at.text_input(key="attribution_answer").set_value("b").run()
+    at.text_input(key="attribution_wrong").set_value("x").run()
+    at.text_input(key="attribution_corrupted").set_value(corrupted).run()
+    at.button(key="attribution_circuit_find").click().run()
+    assert_ok(at, "toy-induction's circuit")
+    expected = aa.load("toy-induction").circuit(clean, corrupted, answer="b", wrong="x")
+    curve = chart(at, "faithfulness of the top-n circuit")["data"][0]
+    edges = plotly_array(curve["customdata"]).astype(int)
+    assert edges[-1] == len(expected.scores) == 110
+    np.testing.assert_allclose(plotly_array(curve["y"]), expected.faithfulness(edges.tolist()), atol=1e-6)
+    graph = chart(at, "circuit: the top 20 edges")
+    drawn = [row[2] for row in graph["data"][-1]["customdata"]]
+    assert sorted(drawn) == sorted(expected.top(20)) and "a0.h3->a1.h2<k>" in drawn
+    assert any("The top 20 of 110 edges alone carry 82%" in c.value for c in at.caption)
