@@ -22,6 +22,9 @@ from attention_atlas.model.registry import (
 )
 from attention_atlas.ui import url_state
 from attention_atlas.ui.messages import show_error
+from attention_atlas.ui.ndif_choice import DEVICES as NDIF_DEVICES
+from attention_atlas.ui.ndif_choice import HELP as NDIF_HELP
+from attention_atlas.ui.ndif_choice import key_box
 from attention_atlas.ui.page import FRAME_KEYS, PAGES, REQUEST, TRACE, keep_frame_choices, keep_page_choices
 from attention_atlas.ui.pickers import forget_head
 from attention_atlas.ui.runs import RunRequest, get_runner, is_loaded, trace_for
@@ -56,7 +59,8 @@ HELP = {
               "the model never saw in training.",
     "device": "Where the model runs. auto: a GPU when there is one, else the CPU. spread (Hugging Face models): "
               "its layers over the GPUs in order, then the CPU, then the disk, each device up to its memory budget "
-              "(accelerate's big-model inference), for a model larger than one device.",
+              "(accelerate's big-model inference), for a model larger than one device. NDIF (a folder or hub id): "
+              f"{NDIF_HELP}",
     "memory": "Each device's budget, accelerate's max_memory: cpu=2GiB 0=20GiB (0, 1 …: the GPUs). A device not "
               "named gives all its free memory. Layers beyond every budget are read from the disk at each pass. A "
               "spread model serves one run at a time; the model card says where each layer is.",
@@ -116,12 +120,15 @@ def choose_device(model_id: str) -> tuple[str, str, str]:
     """The device and precision pickers (spread: a Hugging Face model only) and, for a spread model, the memory
     budgets box: (device, precision, budgets as typed, "" unless spread)."""
     spreadable = not model_id.startswith(SESSION_PREFIX) and not is_toy_model(model_id)
-    choices = ["auto", *available_devices(), *([SPREAD] if spreadable else [])]
-    if st.session_state.get("device") not in choices:  # spread, left from a Hugging Face model
+    remote = spreadable and model_id not in PACKAGED  # a folder or hub id: NDIF may host it (ui/ndif_choice.py)
+    choices = ["auto", *available_devices(), *([SPREAD] if spreadable else []), *(NDIF_DEVICES if remote else ())]
+    if st.session_state.get("device") not in choices:  # spread or NDIF, left from a Hugging Face model
         st.session_state["device"] = "auto"
     device_column, precision_column = st.sidebar.columns(2)
     device = device_column.selectbox("Device", choices, key="device", help=HELP["device"])
-    precision = precision_column.selectbox("Precision", PRECISION_CHOICES, key="precision", help=HELP["precision"])
+    precision = precision_column.selectbox("Precision", PRECISION_CHOICES, key="precision", help=HELP["precision"],
+                                           disabled=device in NDIF_DEVICES)  # NDIF's to choose
+    key_box(device)
     if device != SPREAD:
         return device, precision, ""
     memory = st.sidebar.text_input("Memory per device", key="device_memory", placeholder="cpu=2GiB 0=20GiB",

@@ -101,6 +101,7 @@ class RunProgress:
 
     def __init__(self, abandoned: Callable[[], bool]) -> None:
         self.state = (0, 0)  # (layers passed, layers kept): one tuple, replaced whole
+        self.words = ""  # where a run on NDIF is ("NDIF: queued (12 s)", model/ndif/status.py), told from its worker
         self.abandoned = abandoned
 
     def report(self, passed: int, layers: int) -> None:
@@ -108,30 +109,41 @@ class RunProgress:
         if self.abandoned():
             raise RunAbandoned
 
+    def tell(self, words: str) -> None:
+        """A run's words, told while it waits for NDIF: the waiting stops there once nobody waits for the run."""
+        self.words = words
+        if self.abandoned():
+            raise RunAbandoned
 
-def await_run(future: Future[T], progress: RunProgress, draw: Callable[[int, int], None]) -> T:
+
+def await_run(future: Future[T], progress: RunProgress, draw: Callable[..., None]) -> T:
     """The result of `future`, calling draw(layers passed, layers kept) every POLL_S once it has taken
-    PROGRESS_AFTER_S (a quick run, or a cached trace, draws nothing). What `draw` raises (Streamlit stopping this
-    script) leaves the run going on in its worker."""
+    PROGRESS_AFTER_S (a quick run, or a cached trace, draws nothing), or draw(0, 0, words) while a run waits for
+    NDIF. What `draw` raises (Streamlit stopping this script) leaves the run going on in its worker."""
     started = time.monotonic()
     while True:
         try:
             return future.result(timeout=POLL_S)
         except TimeoutError:
             passed, layers = progress.state
-            if layers and time.monotonic() - started >= PROGRESS_AFTER_S:
+            if time.monotonic() - started < PROGRESS_AFTER_S:
+                continue
+            if progress.words and not layers:  # a run on NDIF, waiting for its result
+                draw(0, 0, progress.words)
+            elif layers:
                 draw(passed, layers)
 
 
 @contextlib.contextmanager
 def layer_bar() -> Iterator[Callable[[int, int], None]]:
-    """draw(passed, layers): a progress bar "Attention layer 12 of 30", made when first drawn and gone at the end."""
+    """draw(passed, layers): a progress bar "Attention layer 12 of 30", made when first drawn and gone at the end;
+    draw(0, 0, words): where a run on NDIF is, in words."""
     bar = None
 
-    def draw(passed: int, layers: int) -> None:
+    def draw(passed: int, layers: int, words: str = "") -> None:
         nonlocal bar
         bar = st.empty() if bar is None else bar
-        bar.progress(passed / layers, text=f"Attention layer {passed} of {layers}")
+        bar.progress(passed / layers if layers else 0.0, text=words or f"Attention layer {passed} of {layers}")
 
     try:
         yield draw

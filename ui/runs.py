@@ -27,7 +27,10 @@ from attention_atlas.model.core.options import AblationMode, CausalMode, Head, R
 from attention_atlas.model.core.runner import Runner
 from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.hf.placement import Placement, parse_budgets
+from attention_atlas.model.ndif.status import using_key
 from attention_atlas.model.registry import list_model_ids, load_runner
+from attention_atlas.ui.ndif_choice import DEVICES as NDIF_DEVICES
+from attention_atlas.ui.ndif_choice import NDIF_SIMULATED, typed_key
 from attention_atlas.ui.session_models import session_runner
 from attention_atlas.ui.trace_cache import cached_trace
 
@@ -43,7 +46,7 @@ class RunRequest:
     causal choice. Plain values: part of every cache key."""
 
     model_id: str
-    device: str
+    device: str  # "auto", a device, SPREAD, or NDIF / NDIF_SIMULATED (ui/ndif_choice.py: run on NDIF through nnsight)
     text: str
     target: str | None
     causal: CausalMode
@@ -83,6 +86,12 @@ def is_loaded(model_id: str, device: str, precision: str = "auto", memory: str =
 
 
 def _load(model_id: str, device: str, precision: str, memory: str) -> Runner:
+    if device in NDIF_DEVICES:  # nnsight is imported only here (ui/ndif_choice.py)
+        from attention_atlas.model.ndif.opening import open_ndif
+
+        runner: Runner = open_ndif(model_id, simulate=device == NDIF_SIMULATED)
+        _loaded()[(model_id, device, precision, memory)] = runner
+        return runner
     placement = Placement(parse_budgets(memory)) if device == SPREAD else None
     where = pick_device("auto" if placement else device)
     runner = load_runner(model_id, device=where, precision=pick_precision(precision, where), placement=placement)
@@ -111,8 +120,10 @@ def get_runner(model_id: str, device: str, precision: str = "auto", memory: str 
         return own
     if device != SPREAD:
         memory = ""  # budgets mean nothing on one device: one cache entry, whatever the box holds
-    cached = _named_runner if model_id in list_model_ids() and device != SPREAD else _custom_runner
-    return readable_failures(f"Loading {model_id}", lambda: cached(model_id, device, precision, memory))
+    cached = _named_runner if model_id in list_model_ids() and device not in (SPREAD, *NDIF_DEVICES) else \
+        _custom_runner
+    with using_key(typed_key()):  # NDIF's: this session's key, for this load only
+        return readable_failures(f"Loading {model_id}", lambda: cached(model_id, device, precision, memory))
 
 
 def trace_for(request: RunRequest, hooks: tuple[str, ...] = PATTERNS, causal: CausalMode | None = None,
@@ -126,9 +137,13 @@ def trace_for(request: RunRequest, hooks: tuple[str, ...] = PATTERNS, causal: Ca
     options = request.options(hooks, causal, pad_to, blocked, ablated, ablation)
     if summarised:
         options = replace(options, summarised=True)
-    key = (request, options)
-    return readable_failures(f"Running {request.model_id}", lambda: cached_trace(
-        key, lambda: runner.run(request.text, request.target, options)))
+    key, ndif_key = (request, options), typed_key()  # NDIF's key: this session's, handed to this run only
+
+    def compute() -> Trace:
+        with using_key(ndif_key):
+            return runner.run(request.text, request.target, options)
+
+    return readable_failures(f"Running {request.model_id}", lambda: cached_trace(key, compute))
 
 
 def readable_failures(what: str, work: Callable[[], T]) -> T:

@@ -29,6 +29,7 @@ from attention_atlas.model.core.bounded_cache import ByteCache
 from attention_atlas.model.core.capture.record import reporting_progress
 from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.trace.trace import Trace
+from attention_atlas.model.ndif.status import following
 from attention_atlas.ui.run_scheduler import (
     RunAbandoned,
     RunProgress,
@@ -75,7 +76,7 @@ def cached_trace(key: tuple, compute: Callable[[], Trace]) -> tuple[Trace, bool]
             if waiters.abandoned(key):  # while it waited for a slot
                 raise RunAbandoned
             try:
-                with reporting_progress(progress.report):
+                with reporting_progress(progress.report), following(progress.tell):
                     ran = True
                     return compute()
             except RunAbandoned:

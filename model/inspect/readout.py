@@ -17,6 +17,7 @@ from attention_atlas.model.core.runner import Runner
 from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.hf.placement import computing_device, exclusive, input_device, weights_at_hand
 from attention_atlas.model.hf.runner import HFRunner
+from attention_atlas.model.hf.text import TokenText
 from attention_atlas.model.inspect.lens import Unembedding
 from attention_atlas.model.inspect.logit_scales import head_scales
 from attention_atlas.model.scratch.transformer import EncoderDecoder
@@ -141,6 +142,7 @@ def spell_for(runner: Runner) -> Callable[[list[int]], list[str]]:
     """Token ids -> how they read, as the runner writes its trace's tokens."""
     if isinstance(runner, ToyRunner):
         return runner.toy.tokenizer.tokens
-    if isinstance(runner, HFRunner):
-        return runner.text.tokens  # the runner's own spelling (byte-level markers turned back into spaces)
+    text = getattr(runner, "text", None)  # a Hugging Face tokenizer's (model/hf/text.py): here, or a model on NDIF's
+    if isinstance(text, TokenText):
+        return text.tokens  # the runner's own spelling (byte-level markers turned back into spaces)
     raise UserError(f"{runner.facts.model_id}: no vocabulary here")

@@ -23,7 +23,8 @@ from typing import Any
 import torch
 
 Step = tuple[str, str]  # (module path, "input" | "output" | "attention" | "attention+values" | "edit")
-Edits = dict[str, tuple[tuple[int, ...], str]]  # attention module path -> (heads, "zero" | "mean")
+Edits = dict[str, tuple[tuple[tuple[int, int], ...], str]]  # attention module path -> ((row, head) ..., "zero" |
+# "mean"), row -1: every row of the batch
 
 
 def module_at(model: Any, path: str) -> Any:
@@ -59,14 +60,15 @@ def numbers(kwargs: dict[str, Any]) -> dict[str, Any]:
     return kept
 
 
-def ablate(output: torch.Tensor, heads: tuple[int, ...], mode: str) -> None:
-    """In place: attention's output (batch, q_len, heads, d_head), each of `heads` set to 0 or to its mean over the
-    positions (model/core/capture/ablation.py's meaning)."""
-    for head in heads:
+def ablate(output: torch.Tensor, pairs: tuple[tuple[int, int], ...], mode: str) -> None:
+    """In place: attention's output (batch, q_len, heads, d_head), each (row, head) of `pairs` (row -1: every row) set
+    to 0 or to its mean over the positions (model/core/capture/ablation.py's meaning)."""
+    for row, head in pairs:
+        rows = slice(None) if row == -1 else row
         if mode == "zero":
-            output[:, :, head] = 0
+            output[rows, :, head] = 0
         else:
-            output[:, :, head] = output[:, :, head].mean(dim=1, keepdim=True)
+            output[rows, :, head] = output[rows, :, head].mean(dim=-2, keepdim=True)
 
 
 def collect(model: Any, plan: list[Step], edits: Edits) -> list[Any]:
@@ -103,9 +105,9 @@ def edit_only(model: Any, edits: Edits) -> None:
 
 
 def last_logits(model: Any, count: int) -> torch.Tensor:
-    """The logits (count, vocab) of the last `count` positions: those the run reads (generate computes the last
-    position's only)."""
-    return host(model.output.logits[0, -count:])
+    """The logits (batch, count, vocab) of the last `count` positions: those the run reads (generate computes the
+    last position's only)."""
+    return host(model.output.logits[:, -count:])
 
 
 def chosen(model: Any) -> int:

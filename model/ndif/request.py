@@ -43,16 +43,17 @@ class Ask:
 
     ids: list[int]
     plan: list[tuple[str, str]]
-    edits: dict[str, tuple[tuple[int, ...], str]]
+    edits: dict[str, tuple[tuple[tuple[int, int], ...], str]]
     first: int
     generate: int
     pad_id: int | None = None  # what generate pads with
+    rows: int = 1  # the ids read this many times in one batch, each row with its own edits (no generation)
 
 
 @dataclass(frozen=True)
 class Answer:
     found: list[Any]
-    logits: torch.Tensor  # (len(ids) - first, vocab)
+    logits: torch.Tensor  # (rows, len(ids) - first, vocab)
     generated: list[int]  # the ids after `ids`, [] without generation
     transfer: Transfer
 
@@ -85,7 +86,7 @@ def _run(model: Any, ask: Ask, backend: Any) -> dict[str, Any]:
     each step's token is read off its logits (the loop over the steps ends where generation does)."""
     import nnsight
 
-    ids, plan, edits, count = torch.tensor([ask.ids]), ask.plan, ask.edits, len(ask.ids) - ask.first
+    ids, plan, edits, count = torch.tensor([ask.ids] * ask.rows), ask.plan, ask.edits, len(ask.ids) - ask.first
     generated = steps = None
     if ask.generate:
         with model.generate(ids, max_new_tokens=ask.generate, do_sample=False, use_cache=not edits,
@@ -112,7 +113,7 @@ def _generated(saved: dict[str, Any], ask: Ask) -> list[int]:
         return []
     if saved["generated"] is not None:
         return saved["generated"][0, len(ask.ids):].tolist()
-    return [int(saved["logits"][-1].argmax()), *map(int, saved["steps"])]
+    return [int(saved["logits"][0, -1].argmax()), *map(int, saved["steps"])]
 
 
 def current_key() -> str | None:

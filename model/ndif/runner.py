@@ -4,8 +4,9 @@ run's hooks.
 
 What a run on NDIF does: the hooks the twin carried (model/ndif/twin.py), patterns and their summary, ablated heads
 (their output edited where attention computes it, on NDIF), the greedy continuation by nnsight's `generate` in the same
-request, or a given target scored. What it refuses, each with a sentence: masks other than the model's own (the causal
-what-ifs, blocked pairs, padding), generation a token at a time, the batched ablation and patching runs, gradients.
+request, or a given target scored; and a batch of runs each with its own heads ablated (the Ablation page's outcomes).
+What it refuses, each with a sentence: masks other than the model's own (the causal what-ifs, blocked pairs, padding),
+generation a token at a time, a batch past MAX_ROWS runs (the scan of every head), patching, gradients.
 """
 
 from __future__ import annotations
@@ -36,12 +37,13 @@ from attention_atlas.model.hf.text import TokenText
 from attention_atlas.model.ndif.request import TIMEOUT_S, Ask, current_key, send
 from attention_atlas.model.ndif.transfer import record
 from attention_atlas.model.ndif.twin import Probe
-from attention_atlas.model.ndif.wire import plan, replay
+from attention_atlas.model.ndif.wire import plan, replay, row_edits
 
 MAX_TEXT_CHARS = 100_000  # before tokenising, as a local Hugging Face run (model/hf/runner.py)
 CONTINUATION_TOKENS = 8  # the greedy continuation a run shows, as a local run's
 CONTINUATION_MAX_PROMPT = 512  # longer prompts show the next token only, as a local run's
 TOP_K = 10
+MAX_ROWS = 64  # ablated runs one request reads in its batch
 MASKS_REFUSED = ("NDIF runs the model under the mask it was trained with: the causal what-ifs, blocked pairs and "
                  "padding run on a model loaded here (Device: auto or cpu).")
 NOT_HERE = "{what} is not offered on NDIF here: {why} Load the model here (Device: auto) for it."
@@ -93,7 +95,7 @@ class NDIFRunner:
         answer = send(hosted.model, ask, hosted.simulate, key, hosted.timeout_s)
         captured = replay(hosted.taps, hosted.paths, hosted.probe, chosen, answer.found, options, allowed,
                           self.facts.n_heads, {"decoder": sequence})
-        logits = answer.logits.float()  # (len(sequence) - len(ids) + 1, vocab)
+        logits = answer.logits[0].float()  # (len(sequence) - len(ids) + 1, vocab)
         outputs = _top_next(logits[-1], self.text)
         output_text, kind = self._output(target, target_ids, logits, outputs, answer.generated)
         if target is not None:
@@ -123,8 +125,19 @@ class NDIFRunner:
                                         "continuation, made on NDIF in the same request."))
 
     def ablation_outcomes(self, trace: Trace, rows: Sequence[Sequence[Head]], mode: AblationMode) -> Outcome:
-        raise UserError(NOT_HERE.format(what="The scan of every head's ablation", why="it is a batch of runs that "
-                                        "this app reads whole. One run with heads ablated works (Ablation page)."))
+        """The next-token log-probabilities after `trace`'s text, once per row of `rows` (its heads ablated), in one
+        request of one batch; UserError past MAX_ROWS rows (a scan of every head)."""
+        if len(rows) > MAX_ROWS:
+            raise UserError(NOT_HERE.format(what=f"A batch of {len(rows):,} ablated runs", why=f"a request reads "
+                                            f"{MAX_ROWS} at most. Ablate the heads you choose (Ablation page)."))
+        if not trace.options.trained_masks or trace.options.pad_to:
+            raise UserError(MASKS_REFUSED)
+        hosted = self.hosted
+        chosen = row_edits(hosted.taps, hosted.paths, hosted.probe, rows, mode, self.facts.n_heads)
+        ask = Ask(trace.ids, chosen.steps, chosen.edits, len(trace.ids) - 1, 0, rows=len(rows))
+        key = None if hosted.simulate else current_key()
+        logits = send(hosted.model, ask, hosted.simulate, key, hosted.timeout_s).logits  # (rows, 1, vocab)
+        return Outcome("distributions", logits.float().log_softmax(-1).numpy(), (len(trace.ids) - 1,))
 
     def patched_outcomes(self, trace: Trace, clean: dict[str, np.ndarray], rows: Sequence[Patch | None]) -> Outcome:
         raise UserError(NOT_HERE.format(what="Activation patching", why="each patched run would carry a clean "

@@ -26,12 +26,13 @@ from attention_atlas.model.core.capture.hooks import ModuleTap, ReportedTap
 from attention_atlas.model.core.capture.record import Captured, capture, select_hook_names
 from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.masks import additive_mask
-from attention_atlas.model.core.options import RunOptions
+from attention_atlas.model.core.options import Head, RunOptions
 from attention_atlas.model.hf.heads import attention
 from attention_atlas.model.ndif.twin import Probe, stand_in
 
 VALUES = {"value", "z"}  # what an attention layer reports that needs its values to come back
 Taps = Mapping[str, ModuleTap | ReportedTap]
+Edits = dict[str, tuple[tuple[tuple[int, int], ...], str]]  # as model/ndif/remote.py takes them
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,7 @@ class Plan:
 
     steps: list[tuple[str, str]]  # (module path, part), in the forward pass's order
     hooks: list[str]  # the hook names the run records
-    edits: dict[str, tuple[tuple[int, ...], str]]  # attention module path -> (heads ablated, "zero" | "mean")
+    edits: Edits  # attention module path -> ((row, head) ablated ..., "zero" | "mean"), in the forward pass's order
 
 
 def plan(taps: Taps, paths: Mapping[nn.Module, str], probe: Probe, options: RunOptions, n_heads: int) -> Plan:
@@ -57,7 +58,7 @@ def plan(taps: Taps, paths: Mapping[nn.Module, str], probe: Probe, options: RunO
             attentions[path] = "attention+values" if wants_values else "attention"
         else:
             parts.update({(path, part): None for part in probe.parts[name]})
-    edits = _edits(taps, paths, options, n_heads)
+    edits = _edits(taps, paths, [(-1, head) for head in options.ablated], options.ablation, n_heads)
     parts.update({(path, attentions.get(path, "edit")): None for path in {*attentions, *edits}})
 
     def place(step: tuple[str, str]) -> int:
@@ -74,17 +75,25 @@ def carried(taps: Taps, probe: Probe) -> list[str]:
     return [name for name, tap in taps.items() if isinstance(tap, ReportedTap) or name in probe.parts]
 
 
-def _edits(taps: Taps, paths: Mapping[nn.Module, str], options: RunOptions,
-           n_heads: int) -> dict[str, tuple[tuple[int, ...], str]]:
-    """The ablated heads by attention module path (their site's hook_z tap); UserError for a head the model does not
-    have, before anything is sent."""
-    heads: dict[str, list[int]] = {}
-    for site, head in options.ablated:
+def _edits(taps: Taps, paths: Mapping[nn.Module, str], heads: Sequence[tuple[int, Head]], mode: str,
+           n_heads: int) -> Edits:
+    """The (row, head) pairs to ablate by attention module path (their site's hook_z tap; row -1: every row), in any
+    order; UserError for a head the model does not have, before anything is sent."""
+    pairs: dict[str, list[tuple[int, int]]] = {}
+    for row, (site, head) in heads:
         tap = taps.get(f"{site}.hook_z")
         if not isinstance(tap, ReportedTap) or not 0 <= head < n_heads:
             raise UserError(f"This model has no head {head} at {site} (its heads: 0–{n_heads - 1}).")
-        heads.setdefault(paths[tap.module], []).append(int(head))
-    return {path: (tuple(chosen), options.ablation) for path, chosen in heads.items()}
+        pairs.setdefault(paths[tap.module], []).append((row, int(head)))
+    return {path: (tuple(chosen), mode) for path, chosen in pairs.items()}
+
+
+def row_edits(taps: Taps, paths: Mapping[nn.Module, str], probe: Probe, rows: Sequence[Sequence[Head]], mode: str,
+              n_heads: int) -> Plan:
+    """The steps of a batch whose row b ablates the heads `rows[b]` and reads nothing (ablation's outcomes)."""
+    edits = _edits(taps, paths, [(row, head) for row, heads in enumerate(rows) for head in heads], mode, n_heads)
+    steps = sorted(((path, "edit") for path in edits), key=lambda step: probe.order[(step[0], "attention")])
+    return Plan(steps, [], {path: edits[path] for path, _ in steps})
 
 
 class _StandIn(nn.Module):

@@ -97,3 +97,14 @@ def test_a_run_brings_back_the_queries_and_keys_it_needs_and_the_values_only_whe
     assert received[1] - received[0] == pytest.approx(wire_bytes(2, 0, 2, 8, tokens, number_bytes=4), abs=2_000)
     assert received[0] - received[2] == pytest.approx(queries_and_keys / 2, abs=2_000)
     assert all(transfer_of(trace).simulated and transfer_of(trace).sent > 1_000 for trace in (patterns, values))
+
+
+def test_a_batch_of_ablated_runs_gives_the_local_outcomes(pairs) -> None:
+    ndif_runner, local_runner = pairs["llama"]
+    trace = ndif_runner.run(TEXT, None, RunOptions(hooks=("*.hook_pattern",)))
+    rows = [(), (("decoder.0.attn", 1),), (("decoder.1.attn", 0), ("decoder.1.attn", 3))]
+    ours = ndif_runner.ablation_outcomes(trace, rows, "mean")
+    theirs = local_runner.ablation_outcomes(local_runner.run(TEXT, None, RunOptions()), rows, "mean")
+    assert ours.values.shape == theirs.values.shape == (3, 1, ndif_runner.facts.vocab_size)
+    assert ours.positions == theirs.positions and largest_difference(ours.values, theirs.values) <= TOLERANCE
+    assert largest_difference(ours.values[0], ours.values[2]) > 1e-4  # the rows differ: each its own heads ablated

@@ -1,0 +1,82 @@
+"""Device → NDIF in the sidebar, simulated (nnsight's request round trip, model/ndif): a tiny Llama (grouped-query,
+rotary) opens on the main pages and their views, its model card says where it runs, heads are ablated there, and
+what NDIF does not do (the causal what-ifs, padding, generation a token at a time, the logit lens's weights) is said
+in a sentence; sent to NDIF, the key comes from the environment or a password box that is never kept in the link."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from streamlit.proto.TextInput_pb2 import TextInput as TextInputProto
+from streamlit.testing.v1 import AppTest
+
+from tests.app.app_session import assert_ok, open_app_page
+from tests.tiny_hf import build
+
+pytestmark = pytest.mark.slow  # a model opened on NDIF builds and probes its twin and loads nnsight: seconds
+SIMULATED = "NDIF, simulated"
+VIEWS = {  # page -> its tabs' key, and the views that say in a sentence what NDIF does not do (others: no error)
+    "app_pages/attention.py": ("view", {"Compare"}),
+    "app_pages/masks.py": ("masks_view", {"Mask on / off", "Padding"}),
+    "app_pages/activations.py": ("activations_view", {"Shapes"}),
+    "app_pages/positions.py": ("positions_view", {"This model"}),
+}
+NOT_DRAWN = {"Shapes", "This model"}  # views that read the model's weights here: not opened (docs/serving.md)
+REFUSED = ("under the mask it was trained with", "no logit lens here", "not offered on NDIF")
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    return build("llama", tmp_path_factory.mktemp("ndif") / "llama")
+
+
+def on_ndif(folder: Path, device: str = SIMULATED) -> AppTest:
+    at = open_app_page("app_pages/overview.py", folder=str(folder), text="the cat sat on the mat")
+    assert {"NDIF", SIMULATED} <= set(at.sidebar.selectbox(key="device").options)
+    at.sidebar.selectbox(key="device").set_value(device).run()
+    return at
+
+
+def assert_refused_in_a_sentence(at: AppTest, where: str) -> None:
+    assert not at.exception, f"{where}: {at.exception[0].message}"
+    assert at.error and all(any(words in e.value.replace("\\", "") for words in REFUSED) for e in at.error), where
+
+
+def test_the_main_pages_open_on_a_model_on_ndif_simulated(folder) -> None:
+    at = on_ndif(folder)
+    assert_ok(at, "overview")
+    card = at.table[0].value["value"]
+    assert card["device"] == "NDIF (simulated)" and card["runs on"].startswith("NDIF, simulated here")
+    assert at.sidebar.selectbox(key="precision").disabled
+    for page, (key, refused) in VIEWS.items():
+        at.switch_page(page).run()
+        for view in [tab.label for tab in at.tabs if tab.label not in NOT_DRAWN]:
+            at.session_state[key] = view
+            at.run()
+            (assert_refused_in_a_sentence if view in refused else assert_ok)(at, f"{page} · {view}")
+    at.switch_page("app_pages/ablation.py").run()
+    at.multiselect(key="ablation_heads").set_value([("decoder.0.attn", 1)]).run()
+    assert_ok(at, "a head ablated on NDIF")
+    assert at.get("plotly_chart"), "the ablated run's next tokens, drawn"
+    at.switch_page("app_pages/generate.py").run()
+    assert_refused_in_a_sentence(at, "generate")
+
+
+def test_sent_to_ndif_the_key_is_asked_for_and_never_put_in_the_link(folder, monkeypatch) -> None:
+    from nnsight import CONFIG
+
+    monkeypatch.delenv("NDIF_API_KEY", raising=False)
+    monkeypatch.setattr(CONFIG.API, "APIKEY", None)
+    monkeypatch.setattr(CONFIG.API, "HOST", "http://127.0.0.1:9")  # nothing listens there: no network
+    at = on_ndif(folder, "NDIF")
+    assert any("is a folder here" in e.value for e in at.error) and not at.exception  # a folder is never sent
+    at.sidebar.text_input(key="custom_model").set_value("meta-llama/Llama-3.1-70B").run()
+    assert at.sidebar.selectbox(key="device").value == "NDIF"
+    assert any("NDIF needs an API key: set NDIF_API_KEY" in e.value.replace("\\", "") for e in at.error)
+    box = at.sidebar.text_input(key="ndif_key")
+    assert box.label == "NDIF API key" and box.proto.type == TextInputProto.PASSWORD
+    box.set_value("secret-key-123").run()
+    assert any("NDIF cannot be reached from this server" in e.value for e in at.error) and not at.exception
+    assert "secret-key-123" not in str(dict(at.query_params))
+    assert "secret-key-123" not in str(at.session_state["_kept_choices"])
