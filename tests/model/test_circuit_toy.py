@@ -23,7 +23,9 @@ from attention_atlas.model.core.capture.hooks import editing
 from attention_atlas.model.core.capture.record import capture
 from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.masks import causal_mask
+from attention_atlas.model.inspect import circuit_pass
 from attention_atlas.model.inspect.circuit import Circuit, find_circuit
+from attention_atlas.model.inspect.circuit_heads import layer_heads
 from attention_atlas.model.registry import load_runner
 
 CLEAN = "kfzqbmxrtjkfzq"
@@ -113,6 +115,24 @@ def test_hook_mlp_in_edits_the_mlps_input_alone(runner) -> None:
     assert np.abs(edited["decoder.0.hook_mlp_out"] - plain["decoder.0.hook_mlp_out"]).max() > 0.1
     np.testing.assert_allclose(edited["decoder.0.hook_resid_post"] - edited["decoder.0.hook_mlp_out"],
                                plain["decoder.0.hook_resid_mid"], atol=1e-5)
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda heads: heads.w.update(q=heads.w["q"] * 1.5), "The heads of layer 0, computed again from their weights"),
+    (lambda heads: heads.b.update(o=heads.b["o"] + 0.5), "what attention 0 adds to the residual stream differs"),
+])
+def test_the_toys_graph_is_proven_on_its_run(runner, monkeypatch, change, message) -> None:
+    """Its heads computed again must be its own, and each layer's output its nodes' sum: the queries' weights or
+    W_O's bias read wrong where the graph computes the heads again is refused, as in a Hugging Face model. (New
+    tensors: the layer's bias may share the model's memory.)"""
+    def changed(*args):
+        found = layer_heads(*args)
+        change(found)
+        return found
+
+    monkeypatch.setattr(circuit_pass, "layer_heads", changed)
+    with pytest.raises(UserError, match=message):
+        find_circuit(runner, CLEAN, FIRST_HALF, "b", "x")
 
 
 @pytest.mark.parametrize(("toy", "texts", "answers", "message"), [
