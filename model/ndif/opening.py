@@ -71,7 +71,7 @@ def open_ndif(source: str, simulate: bool = False, progress: Callable[[str], Non
     twin = build_twin(source, config, tokenizer)
     found = probe(twin)
     tell("Loading its weights here to simulate NDIF…" if simulate else "Naming it for NDIF…")
-    model = _nnsight_model(where, tokenizer, simulate)
+    model = _nnsight_model(where, tokenizer, simulate, _dtype(config))
     module = model._module  # the model's own modules: on the meta device unless simulated
     taps = twin.family.taps(module)
     hosted_model = Hosted(model, taps, {m: path for path, m in module.named_modules()}, found, simulate)
@@ -92,15 +92,15 @@ def _read(where: str, source: str, offline: bool) -> tuple[Any, Any]:
         raise UserError(f"The config and tokenizer of {shown(source)} cannot be read here{hint}: {first}") from error
 
 
-def _nnsight_model(where: str, tokenizer: Any, simulate: bool) -> Any:
+def _nnsight_model(where: str, tokenizer: Any, simulate: bool, dtype: torch.dtype) -> Any:
     """nnsight's TransformersModel of `where`: its weights loaded here (float32, on the CPU) to simulate, else built on
-    the meta device."""
+    the meta device in the config's dtype (what NDIF runs it in, and what its queries and keys come back in)."""
     from nnsight import TransformersModel
 
     if simulate:
         return TransformersModel(where, task="text-generation", tokenizer=tokenizer, dispatch=True,
                                  dtype=torch.float32)
-    return TransformersModel(where, task="text-generation", tokenizer=tokenizer)
+    return TransformersModel(where, task="text-generation", tokenizer=tokenizer, dtype=dtype)
 
 
 def _facts(source: str, module: Any, twin: Any, config: Any, tokenizer: Any, simulate: bool) -> Any:
@@ -109,11 +109,12 @@ def _facts(source: str, module: Any, twin: Any, config: Any, tokenizer: Any, sim
         "NDIF (National Deep Inference Fabric), through nnsight: the text and the run's requests go there"
     facts = model_facts(source, module, twin.family, {"runs on": runs, "hooks proven on": "its twin, a model of its "
                                                       "class and layers a few dimensions wide, built here"})
-    dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or torch.float32
-    precision = precision_name(torch.float32 if simulate else _as_dtype(dtype))
+    precision = precision_name(torch.float32 if simulate else _dtype(config))
     return replace(facts, device="NDIF (simulated)" if simulate else "NDIF", precision=precision,
                    special_ids=sorted(set(tokenizer.all_special_ids)))
 
 
-def _as_dtype(dtype: Any) -> torch.dtype:
-    return dtype if isinstance(dtype, torch.dtype) else getattr(torch, str(dtype).removeprefix("torch."))
+def _dtype(config: Any) -> torch.dtype:
+    """The dtype the config names (float32 where it names none)."""
+    named = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or torch.float32
+    return named if isinstance(named, torch.dtype) else getattr(torch, str(named).removeprefix("torch."))

@@ -1,7 +1,8 @@
 """What goes wrong with NDIF reaches a person as a sentence (a UserError), never a traceback: no key, NDIF or the Hub
 out of reach, a model NDIF does not host, a folder given to send, the service's own refusals, a request waited for too
-long, what a run on NDIF does not do. And what is sent: model/ndif/remote.py reaches nothing of this project, and a
-request that names this project's code is refused where NDIF would refuse it."""
+long, what a run on NDIF does not do. And what is sent: model/ndif/remote.py reaches nothing of this project, a
+request that names this project's code is refused where NDIF would refuse it, and the sizes docs/serving.md gives for
+Llama-3.1 are those of their shapes."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from attention_atlas.model.ndif.opening import hosted_models, open_ndif
 from attention_atlas.model.ndif.request import NO_KEY, _Listener, _readable, _strict_unpickler
 from attention_atlas.model.ndif.runner import MASKS_REFUSED
 from attention_atlas.model.ndif.status import following, using_key
+from attention_atlas.model.ndif.transfer import config_wire_bytes
 
 HOSTED = "meta-llama/Llama-3.1-70B"
 
@@ -127,3 +129,21 @@ def test_a_request_naming_this_projects_code_is_refused_as_ndif_would() -> None:
     with pytest.raises(UserError, match="NDIF's servers do not have"):
         strict(__import__("io").BytesIO(blob), {}).load()
     assert strict(__import__("io").BytesIO(pickle.dumps({"a": (1, 2.0)})), {}).load() == {"a": (1, 2.0)}
+
+
+LLAMA_31 = {"8B": (32, 4096, 32), "70B": (80, 8192, 64), "405B": (126, 16384, 128)}  # layers, hidden size, heads
+
+
+def test_the_sizes_docs_serving_gives_are_those_of_llama_31s_shapes() -> None:
+    from transformers import LlamaConfig
+
+    docs = (Path(__file__).parents[2] / "docs" / "serving.md").read_text()
+    for name, (layers, hidden, heads) in LLAMA_31.items():
+        config = LlamaConfig(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads,
+                             num_key_value_heads=8)  # head_dim 128 in each
+        row = next(line for line in docs.splitlines() if line.startswith(f"| Llama-3.1-{name} |"))
+        for tokens in (512, 2048, 8192):
+            assert f"{config_wire_bytes(config, tokens) / 2**20:,.0f} MiB" in row, (name, tokens)
+    seventy = LlamaConfig(num_hidden_layers=80, hidden_size=8192, num_attention_heads=64, num_key_value_heads=8)
+    assert config_wire_bytes(seventy, 2048) == 3_019_898_880
+    assert "= 3,019,898,880 bytes of queries and keys" in docs
