@@ -105,6 +105,15 @@ def layer_map_words(blocks: dict[int, str], attention: tuple[int, ...]) -> str:
                      for words, numbers in kinds.items())
 
 
+def scaled_input_words(config: Any) -> str:
+    """What attention's input and its keys are multiplied by (Falcon-H1's attention_in_multiplier and key_multiplier),
+    in words; "" where by nothing."""
+    into, keys = (float(getattr(config, name, 1.0)) for name in ("attention_in_multiplier", "key_multiplier"))
+    return "; ".join(words for scale, words in (
+        (into, f"attention reads its norm's output × {into:g} (attention_in_multiplier)"),
+        (keys, f"its keys are multiplied by {keys:g} after their projection (key_multiplier)")) if scale != 1.0)
+
+
 def _layout_notes(config: Any, family: Family) -> dict[str, str]:
     """What the model card says of this layout beyond the facts' fields."""
     notes = {}
@@ -112,7 +121,8 @@ def _layout_notes(config: Any, family: Family) -> dict[str, str]:
         notes["sliding-window attention"] = window_words(family.windows, family.kind != "encoder")
     if layer_chunks(config):
         notes["chunked attention"] = chunk_words(layer_chunks(config))
-    for name, words in (("no positional encoding (NoPE)", nope_words(config)), ("qk-norm", qk_norm_words(config))):
+    for name, words in (("no positional encoding (NoPE)", nope_words(config)), ("qk-norm", qk_norm_words(config)),
+                        ("scaled inputs", scaled_input_words(config))):
         if words:
             notes[name] = words
     partial = rotated_fraction(config)

@@ -1,8 +1,9 @@
 """One attention head computed again by hand, in numpy, from its weights and its input: every step kept.
 
 softmax(mask(scale · Q Kᵀ + bias)) V with Q = X W_Q + b_Q, K = X_kv W_K + b_K, V = X_kv W_V + b_V; where the model
-has them, Q and K normalised (query/key norms), then rotated (rotary), normalised again (Llama 4's qk-norm), the
-queries scaled by position (Llama 4's temperature tuning), and the scores soft-capped. In float64, so
+has them, the keys multiplied (Falcon-H1's key_multiplier), Q and K normalised (query/key norms), then rotated
+(rotary), normalised again (Llama 4's qk-norm), the queries scaled by position (Llama 4's temperature tuning), and the
+scores soft-capped. In float64, so
 that what differs from the model's own float32 numbers is the model's rounding, not this file's.
 """
 
@@ -61,9 +62,10 @@ def compute_head(weights: HeadWeights, x: np.ndarray, x_kv: np.ndarray, mask: np
     q, k, v = (_project(x, weights.w_q, weights.b_q), _project(x_kv, weights.w_k, weights.b_k),
                _project(x_kv, weights.w_v, weights.b_v))
     rot_q = rot_k = None
-    if any(a is not None for a in (weights.rotary, weights.q_norm, weights.l2_eps, weights.query_scale)):
-        rot_q, rot_k = _normalised(q, x, weights.q_norm), _normalised(k, x_kv, weights.k_norm)  # what attention
-        if weights.rotary is not None:  # reads: normalised, rotated, normalised again (Llama 4), the queries scaled
+    changed = (weights.rotary, weights.q_norm, weights.l2_eps, weights.query_scale)
+    if weights.key_scale != 1.0 or any(a is not None for a in changed):  # what attention reads: the keys multiplied,
+        rot_q, rot_k = _normalised(q, x, weights.q_norm), _normalised(k * weights.key_scale, x_kv, weights.k_norm)
+        if weights.rotary is not None:  # normalised, rotated, normalised again (Llama 4), the queries scaled
             r = weights.rotary
             cos, sin = torch.from_numpy(r.cos).double(), torch.from_numpy(r.sin).double()  # (len, r)
             rot_q, rot_k = (rotate(torch.from_numpy(a), cos[: len(a)], sin[: len(a)], r.interleaved).numpy()

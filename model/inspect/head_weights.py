@@ -4,7 +4,9 @@ Every family stores W_Q, W_K, W_V and W_O in its own way: the from-scratch model
 [W_Q; W_K; W_V]) and `out_proj`; a Hugging Face model as its family's adapter reads them (model/hf/families/: separate,
 fused, transposed, W_O outside attention, and the scale). `head_weights` returns them all in one layout, x @ W + b,
 with what the model does around QK^T: its scale, rotation (none in a NoPE layer), position bias, query/key norms
-(before the rotation, or after it: Llama 4), its queries' temperature (Llama 4), soft-capping.
+(before the rotation, or after it: Llama 4), its queries' temperature (Llama 4), its keys' multiplier (Falcon-H1),
+soft-capping. Where a block hands attention its norm's output scaled (Falcon-H1's attention_in_multiplier), W_Q, W_K
+and W_V are read times that scale, so that they map the norm's output onto what the projections made.
 
 Nothing here changes the model: weights are copied out under `torch.no_grad`.
 """
@@ -97,6 +99,7 @@ class HeadWeights:
     sink: float | None = None  # the head's learned sink logit (GPT-OSS): one more key of every row's softmax, dropped
     latent: LatentHead | None = None  # multi-head latent attention: w_q, w_k, w_v then read latents (LatentHead)
     gate: Affine | None = None  # (d_model, heads x d_head): every head's output x sigmoid(X W_G + b_G) before W_O
+    key_scale: float = 1.0  # what the keys are multiplied by after their projection (Falcon-H1's key_multiplier)
 
     @property
     def d_value(self) -> int:
@@ -125,6 +128,7 @@ def head_weights(runner: Runner, site: str, layer: int, head: int, q_len: int, k
         return _slice(_scratch_affines(module), head, module.n_heads, module.n_heads, module.d_head,
                       1 / math.sqrt(module.d_head), f"1/√{module.d_head}")
     module, adapter, layer_weights = _hf_layer(runner, site, layer)
+    layer_weights = _reading_scaled(layer_weights, float(getattr(model.config, "attention_in_multiplier", 1.0)))
     scale, scale_text = layer_weights.scale, layer_weights.scale_text
     if source is not None and not math.isclose(source.scale, scale):  # the scale the model's attention received
         scale, scale_text = source.scale, f"{source.scale:.4g} (the model's own scale)"
@@ -144,7 +148,7 @@ def head_weights(runner: Runner, site: str, layer: int, head: int, q_len: int, k
                    softcap=None if source is None else source.softcap, l2_eps=l2_norm_eps(module),
                    query_scale=query_scales(module, q_len),
                    sink=None if source is None or source.sinks is None else float(source.sinks[head]),
-                   gate=layer_weights.gate)
+                   gate=layer_weights.gate, key_scale=float(getattr(module, "key_multiplier", 1.0)))
 
 
 def output_projection(runner: Runner, site: str, layer: int) -> Affine:
@@ -165,6 +169,17 @@ def _hf_layer(runner: Runner, site: str, layer: int) -> tuple[nn.Module, Adapter
     module = taps[where.pattern_name(layer)].module
     attn_out = taps.get(f"{where.stack}.{layer}.hook_attn_out")
     return module, adapter, adapter.layer_weights(module, module if attn_out is None else attn_out.module, layer)
+
+
+def _reading_scaled(layers: LayerWeights, factor: float) -> LayerWeights:
+    """The layer's weights where attention reads `factor` x its norm's output (Falcon-H1's attention_in_multiplier):
+    W_Q, W_K, W_V and a gate's W_G times `factor`, their biases as they are, so that each maps the norm's output onto
+    what its projection made."""
+    if factor == 1.0:
+        return layers
+    affines = {name: (w * factor if name in ("q", "k", "v") else w, b) for name, (w, b) in layers.affines.items()}
+    gate = None if layers.gate is None else (layers.gate[0] * factor, layers.gate[1])
+    return replace(layers, affines=affines, gate=gate)
 
 
 def _slice(affines: dict[str, Affine], head: int, n_heads: int, n_kv: int, d_head: int, scale: float,

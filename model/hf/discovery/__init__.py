@@ -8,7 +8,8 @@ attention's output in Gemma 2 and OLMo 2; GPT-NeoX and Phi run attention and the
 tell these apart; values can. `discover` runs the model once on a few tokens, records what each block's parts
 received and returned, and places a hook only where the values show its meaning:
 
-- ln1: the norm whose input is the block's input and whose output is attention's input (of two alike, the nearest);
+- ln1: the norm whose input is the block's input and whose output is attention's input (of two alike, the nearest),
+  or that scaled (Falcon-H1's attention_in_multiplier);
 - hook_attn_out: attention's output, or that of the norm applied to it (sandwich norms);
 - ln2: the norm whose output is the MLP's input; the block is parallel when that norm reads the block's input;
 - hook_resid_mid: what ln2 (or, without one, the MLP) reads after attention's sum (sequential blocks only);

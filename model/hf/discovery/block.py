@@ -11,7 +11,7 @@ from torch import nn
 from attention_atlas.model.hf.discovery.attention import attention_table
 from attention_atlas.model.hf.discovery.mlp import find_mlp, mlp_table
 from attention_atlas.model.hf.discovery.norms import is_norm, norm_value
-from attention_atlas.model.hf.discovery.values import adds_up, same
+from attention_atlas.model.hf.discovery.values import adds_up, same, scaled_copy
 from attention_atlas.model.hf.probe import Call, Probe
 from attention_atlas.model.hf.taps import Copied, OneRun, TapTable, first_input, first_output, norm_hooks, output
 
@@ -48,7 +48,7 @@ def block_table(block: nn.Module, probe: Probe, rotary: bool) -> TapTable:
     if parts is None:
         return table
     x, attention = parts.call.input, probe.calls[parts.attention[1]]
-    ln1 = parts.norm_before(attention.order, lambda c: same(c.input, x) and same(c.output, attention.input))
+    ln1 = parts.norm_before(attention.order, lambda c: same(c.input, x) and scaled_copy(attention.input, c.output))
     if ln1 is not None:
         table |= norm_hooks("ln1", ln1[0], norm_value(ln1[1]))
     table |= attention_table(parts.attention, probe, rotary)
