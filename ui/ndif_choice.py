@@ -24,7 +24,10 @@ HELP = ("NDIF (the National Deep Inference Fabric) runs the largest open models 
 
 
 def key_box(device: str) -> None:
-    """Where the key of NDIF's runs comes from: the environment (said in a caption), or a password box."""
+    """Under Device → NDIF: where the key of NDIF's runs comes from, the environment (said in a caption) or a password
+    box; under NDIF, simulated: that nothing leaves the machine."""
+    if device == NDIF_SIMULATED:
+        st.sidebar.caption("Each run goes through the request NDIF would receive, here: nothing leaves this machine.")
     if device != NDIF:
         return
     if os.environ.get(KEY_VARIABLE, "").strip():

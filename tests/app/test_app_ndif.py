@@ -5,6 +5,8 @@ in a sentence; sent to NDIF, the key comes from the environment or a password bo
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -80,3 +82,11 @@ def test_sent_to_ndif_the_key_is_asked_for_and_never_put_in_the_link(folder, mon
     assert any("NDIF cannot be reached from this server" in e.value for e in at.error) and not at.exception
     assert "secret-key-123" not in str(dict(at.query_params))
     assert "secret-key-123" not in str(at.session_state["_kept_choices"])
+
+
+def test_the_app_starts_without_importing_nnsight() -> None:
+    """nnsight is imported when a model is opened on NDIF, not before: the frame's modules do not reach it."""
+    code = ("import sys, attention_atlas.api, attention_atlas.ui.runs, attention_atlas.ui.trace_cache; "
+            "print('nnsight' in sys.modules, 'attention_atlas.model.ndif.request' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.split() == ["False", "False"]
