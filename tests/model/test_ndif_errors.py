@@ -16,8 +16,9 @@ import attention_atlas as aa
 from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.options import RunOptions
 from attention_atlas.model.ndif import remote
+from attention_atlas.model.ndif.backends import _Listener, _strict_unpickler, read_result
 from attention_atlas.model.ndif.opening import hosted_models, open_ndif
-from attention_atlas.model.ndif.request import NO_KEY, _Listener, _readable, _strict_unpickler
+from attention_atlas.model.ndif.request import NO_KEY, _readable
 from attention_atlas.model.ndif.runner import MASKS_REFUSED
 from attention_atlas.model.ndif.status import following, using_key
 from attention_atlas.model.ndif.transfer import config_wire_bytes
@@ -129,6 +130,22 @@ def test_a_request_naming_this_projects_code_is_refused_as_ndif_would() -> None:
     with pytest.raises(UserError, match="NDIF's servers do not have"):
         strict(__import__("io").BytesIO(blob), {}).load()
     assert strict(__import__("io").BytesIO(pickle.dumps({"a": (1, 2.0)})), {}).load() == {"a": (1, 2.0)}
+
+
+def test_a_result_is_read_as_tensors_numbers_and_containers_only() -> None:
+    import io
+
+    import torch
+
+    def saved(value) -> bytes:
+        buffer = io.BytesIO()
+        torch.save(value, buffer, pickle_protocol=4)  # as NDIF's server writes a result
+        return buffer.getvalue()
+
+    back = read_result(saved({"found": [(torch.ones(2, 3), None, {"scaling": 0.5})], "generated": None}))
+    assert torch.equal(back["found"][0][0], torch.ones(2, 3)) and back["found"][0][2] == {"scaling": 0.5}
+    with pytest.raises(pickle.UnpicklingError, match="names attention_atlas"):
+        read_result(saved({"options": RunOptions()}))
 
 
 LLAMA_31 = {"8B": (32, 4096, 32), "70B": (80, 8192, 64), "405B": (126, 16384, 128)}  # layers, hidden size, heads
