@@ -11,6 +11,7 @@ generation a token at a time, a batch past MAX_ROWS runs (the scan of every head
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -34,7 +35,7 @@ from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.hf.examples import EXAMPLES
 from attention_atlas.model.hf.taps import Family
 from attention_atlas.model.hf.text import TokenText
-from attention_atlas.model.ndif.request import TIMEOUT_S, Ask, current_key, send
+from attention_atlas.model.ndif.request import TIMEOUT_S, Answer, Ask, current_key, send
 from attention_atlas.model.ndif.transfer import record
 from attention_atlas.model.ndif.twin import Probe
 from attention_atlas.model.ndif.wire import plan, replay, row_edits
@@ -70,6 +71,7 @@ class NDIFRunner:
     def __init__(self, hosted: Hosted, facts: ModelFacts, family: Family, tokenizer: Any) -> None:
         self.hosted, self.facts, self.family = hosted, facts, family
         self.taps = hosted.taps
+        self._one_request = threading.Lock()  # nnsight's model object runs one trace at a time (sessions share it)
         self.examples = EXAMPLES["decoder"]
         self.text = TokenText(tokenizer, facts.model_id, facts.max_len)
 
@@ -91,8 +93,7 @@ class NDIFRunner:
         chosen = plan(hosted.taps, hosted.paths, hosted.probe, options, self.facts.n_heads)
         generate = CONTINUATION_TOKENS if target is None and len(ids) <= CONTINUATION_MAX_PROMPT else 0
         ask = Ask(sequence, chosen.steps, chosen.edits, len(ids) - 1, generate, self.text.pad_id())
-        key = None if hosted.simulate else current_key()
-        answer = send(hosted.model, ask, hosted.simulate, key, hosted.timeout_s)
+        answer = self._send(ask)
         captured = replay(hosted.taps, hosted.paths, hosted.probe, chosen, answer.found, options, allowed,
                           self.facts.n_heads, {"decoder": sequence})
         logits = answer.logits[0].float()  # (len(sequence) - len(ids) + 1, vocab)
@@ -105,6 +106,13 @@ class NDIFRunner:
         trace = replace(trace, text=text, target=target)
         record(trace, answer.transfer)
         return trace
+
+    def _send(self, ask: Ask) -> Answer:
+        """One request, with this thread's key where it is sent; one at a time on this model."""
+        hosted = self.hosted
+        key = None if hosted.simulate else current_key()
+        with self._one_request:
+            return send(hosted.model, ask, hosted.simulate, key, hosted.timeout_s)
 
     def _output(self, target: str | None, target_ids: list[int], logits: torch.Tensor,
                 outputs: dict[str, np.ndarray], generated: list[int]) -> tuple[str, OutputKind]:
@@ -135,8 +143,7 @@ class NDIFRunner:
         hosted = self.hosted
         chosen = row_edits(hosted.taps, hosted.paths, hosted.probe, rows, mode, self.facts.n_heads)
         ask = Ask(trace.ids, chosen.steps, chosen.edits, len(trace.ids) - 1, 0, rows=len(rows))
-        key = None if hosted.simulate else current_key()
-        logits = send(hosted.model, ask, hosted.simulate, key, hosted.timeout_s).logits  # (rows, 1, vocab)
+        logits = self._send(ask).logits  # (rows, 1, vocab)
         return Outcome("distributions", logits.float().log_softmax(-1).numpy(), (len(trace.ids) - 1,))
 
     def patched_outcomes(self, trace: Trace, clean: dict[str, np.ndarray], rows: Sequence[Patch | None]) -> Outcome:
