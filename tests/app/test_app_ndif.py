@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
 from streamlit.proto.TextInput_pb2 import TextInput as TextInputProto
 from streamlit.testing.v1 import AppTest
 
+from attention_atlas.ui import run_scheduler
 from tests.app.app_session import assert_ok, open_app_page
 from tests.tiny_hf import build
 
@@ -90,3 +92,18 @@ def test_the_app_starts_without_importing_nnsight() -> None:
             "print('nnsight' in sys.modules, 'attention_atlas.model.ndif.request' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_ndifs_words_are_the_runs_progress_and_a_wait_nobody_watches_stops(monkeypatch) -> None:
+    monkeypatch.setattr(run_scheduler, "PROGRESS_AFTER_S", 0.0)
+    progress, future, drawn = run_scheduler.RunProgress(lambda: False), Future(), []
+
+    def draw(passed: int, layers: int, words: str = "") -> None:
+        drawn.append((passed, layers, words))
+        future.set_result("the trace")
+
+    progress.tell("NDIF: queued (3 s)")  # from the run's worker, as NDIF's status stream moves
+    assert run_scheduler.await_run(future, progress, draw) == "the trace"
+    assert drawn == [(0, 0, "NDIF: queued (3 s)")]
+    with pytest.raises(run_scheduler.RunAbandoned):
+        run_scheduler.RunProgress(lambda: True).tell("NDIF: queued (4 s)")

@@ -10,6 +10,7 @@ import pytest
 from attention_atlas.model.core.options import RunOptions
 from attention_atlas.model.hf.loading import load_hf_runner
 from attention_atlas.model.ndif.opening import open_ndif
+from attention_atlas.model.ndif.status import following
 from attention_atlas.model.ndif.transfer import transfer_of, wire_bytes
 
 TEXT = "the quick brown fox jumps over the lazy dog"
@@ -85,7 +86,10 @@ def test_ablated_heads_are_ablated_on_ndif_as_here(pairs, family, mode) -> None:
 
 def test_a_run_brings_back_the_queries_and_keys_it_needs_and_the_values_only_where_asked(pairs) -> None:
     runner = pairs["llama"][0]  # 2 layers, 4 query heads and 2 key/value heads of 8 dimensions, float32
-    patterns = runner.run(TEXT, "dog", RunOptions(hooks=("*.hook_pattern",)))
+    told: list[str] = []
+    with following(told.append):
+        patterns = runner.run(TEXT, "dog", RunOptions(hooks=("*.hook_pattern",)))
+    assert told == ["NDIF (simulated): received", "NDIF (simulated): running", "NDIF: completed"]
     values = runner.run(TEXT, "dog", RunOptions(hooks=("*.hook_pattern", "*.hook_z")))
     one_layer = runner.run(TEXT, "dog", RunOptions(hooks=("decoder.1.attn.hook_pattern",)))
     tokens = len(patterns.tokens)
