@@ -11,6 +11,8 @@ post-norm model's on the way, a query/key norm's), q_i and k_j are affine in the
 `bias` is a part of each side: the norms' biases on the way and the projection's. The score is the one the model's
 attention computed (its own scale, before any soft-capping, the mask and the softmax: soft-capping, sinks and the
 softmax act after it); a split whose sum differs from it by more than SUM_TOLERANCE is refused, never shown.
+The tolerance is relative to the largest of the score's size, its parts' sizes summed and scale x |q_i| |k_j|: the
+model's own float32 dot product rounds relative to that, so a score near 0 of large q and k is not refused for it.
 """
 
 from __future__ import annotations
@@ -107,8 +109,9 @@ def explain_score(runner: Runner, trace: Trace, site: str, layer: int, head: int
     s = setup.weights.scale
     query_shares, key_shares, pairs = s * q_parts @ k_whole, s * k_parts @ q_whole, s * q_parts @ k_parts.T
     bias, recorded = float(setup.position_bias[0]), float(setup.recorded[0])
+    size = np.array([s * np.linalg.norm(q_whole) * np.linalg.norm(k_whole)])
     for shares in (query_shares, key_shares, pairs.ravel()):
-        refuse_wrong_sum(runner, shares[:, None], np.array([bias]), np.array([recorded]))
+        refuse_wrong_sum(runner, shares[:, None], np.array([bias]), np.array([recorded]), size)
     return ScoreParts(site, setup.layer, head, setup.query, j, setup.query_tokens, setup.key_tokens, q_names,
                       k_names, query_shares, key_shares, pairs, bias, setup.position_bias_name, recorded,
                       float(setup.probabilities[0]), s, setup.weights.scale_text, setup.weights.softcap)
@@ -122,19 +125,22 @@ def explain_pattern(runner: Runner, trace: Trace, site: str, layer: int, head: i
     q_names, q_parts = setup.query_vectors()
     query_shares = s * q_parts @ setup.k_whole.T  # (Pq, n)
     k_names, key_shares = setup.key_shares(s * setup.q_whole[0])  # (Pk, n)
+    size = s * np.linalg.norm(setup.q_whole[0]) * np.linalg.norm(setup.k_whole, axis=1)  # (n,)
     for shares in (query_shares, key_shares):
-        refuse_wrong_sum(runner, shares, setup.position_bias, setup.recorded)
+        refuse_wrong_sum(runner, shares, setup.position_bias, setup.recorded, size)
     return PatternParts(site, setup.layer, head, setup.query, setup.query_tokens, setup.key_tokens, setup.keys,
                         q_names, k_names, query_shares, key_shares, setup.position_bias, setup.position_bias_name,
                         setup.recorded, setup.probabilities, s, setup.weights.scale_text, setup.weights.softcap)
 
 
-def refuse_wrong_sum(runner: Runner, shares: np.ndarray, bias: np.ndarray, recorded: np.ndarray) -> None:
+def refuse_wrong_sum(runner: Runner, shares: np.ndarray, bias: np.ndarray, recorded: np.ndarray,
+                     product: np.ndarray) -> None:
     """UserError where shares (parts, n), summed with the position bias (n,), differ from the model's scores (n,) by
-    more than SUM_TOLERANCE (16-bit: 4 epsilons of the dtype) of the larger of a score's size and its shares'."""
+    more than SUM_TOLERANCE (16-bit: 4 epsilons of the dtype) of the largest of a score's size, its shares' and
+    `product` (n,), scale x |q_i| |k_j|."""
     epsilon = float(torch.finfo(getattr(torch, runner.facts.precision)).eps)
     total = shares.sum(0) + bias
-    size = np.maximum(np.abs(recorded), np.abs(shares).sum(0) + np.abs(bias))
+    size = np.maximum(np.maximum(np.abs(recorded), np.abs(shares).sum(0) + np.abs(bias)), product)
     wrong = ~(np.abs(total - recorded) <= max(SUM_TOLERANCE, 4 * epsilon) * np.maximum(size, 1e-6))  # NaN too
     if wrong.any():
         c = int(np.argmax(wrong))

@@ -17,10 +17,19 @@ from attention_atlas.model.core.runner import Runner
 from attention_atlas.model.core.trace.sites import Site
 from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.inspect.head_weights import HeadWeights, head_weights
-from attention_atlas.model.inspect.norm_output import norm_affine, norm_module
-from attention_atlas.model.inspect.qk_parts import Step, input_hook, stream_hooks, stream_shares, walk_steps
+from attention_atlas.model.inspect.norm_output import block_input
+from attention_atlas.model.inspect.qk_latent import latent_side
+from attention_atlas.model.inspect.qk_parts import stream_shares
 from attention_atlas.model.inspect.qk_sides import Side, side_of
-from attention_atlas.model.inspect.stream_parts import position_in, refuse_other_layers
+from attention_atlas.model.inspect.stream_parts import position_in
+from attention_atlas.model.inspect.stream_steps import (
+    Step,
+    input_hook,
+    stack_input,
+    step_hooks,
+    stream_hooks,
+    walk_steps,
+)
 
 
 @dataclass(frozen=True)
@@ -38,17 +47,16 @@ def readers(runner: Runner, site: str, layer: int) -> tuple[Reader, Reader]:
     """The query's and the keys' streams of the attention at `site` and `layer` (cross-attention: the decoder's
     stream read by its cross-attention, and the encoder's output)."""
     facts, where = runner.facts, Site.of(site)
-    post = facts.norm.startswith("post")
     crossing = where.stack == "decoder" and facts.kind == "encoder-decoder"
     reading = "cross_query" if where.is_cross else "attn"
     layers = facts.n_decoder_layers if where.stack == "decoder" else facts.n_encoder_layers
-    query = Reader(where.stack, walk_steps(post, where.stack, layer, reading, crossing),
-                   input_hook(post, where.stack, layer, reading, layers))
+    query = Reader(where.stack, walk_steps(facts, where.stack, layer, reading, crossing),
+                   input_hook(runner, where.stack, layer, reading, layers))
     if not where.is_cross:
         return query, query
     encoder = facts.n_encoder_layers
-    return query, Reader("encoder", walk_steps(post, "encoder", encoder, "output", False),
-                         input_hook(post, "encoder", encoder, "output", encoder), "encoder.")
+    return query, Reader("encoder", walk_steps(facts, "encoder", encoder, "output", False),
+                         input_hook(runner, "encoder", encoder, "output", encoder), "encoder.")
 
 
 def score_options(runner: Runner, site: str, layer: int) -> RunOptions:
@@ -57,12 +65,18 @@ def score_options(runner: Runner, site: str, layer: int) -> RunOptions:
     from; a from-scratch model records its scores)."""
     facts, where = runner.facts, Site.of(site)
     crossing = where.stack == "decoder" and facts.kind == "encoder-decoder"
-    hooks = stream_hooks(where.stack, crossing) + ([*stream_hooks("encoder", False)] if where.is_cross else [])
+    hooks = stream_hooks(runner, where.stack, crossing, gated(runner, where.stack))
+    hooks += stream_hooks(runner, "encoder", False, gated(runner, "encoder")) if where.is_cross else []
     hooks += [reader.hook for reader in readers(runner, site, layer)]
     hooks.append(where.pattern_name(layer))
     if getattr(runner, "model", None) is None:  # a from-scratch model: no kept queries and keys, its scores
         hooks.append(f"{where.stack}.{layer}.{where.kind}.hook_attn_scores")
     return RunOptions(hooks=tuple(dict.fromkeys(hooks)))
+
+
+def gated(runner: Runner, stack: str) -> bool:
+    """Whether the self-attention of `stack` gates each head's output by what it reads (Qwen3-Next, Qwen3.5)."""
+    return head_weights(runner, f"{stack}.attn", 0, 0, 1, 1).gate is not None
 
 
 @dataclass(frozen=True)
@@ -95,7 +109,7 @@ class HeadSetup:
     def key_vectors(self, key: int) -> tuple[list[str], np.ndarray]:
         """The same for the key at position `key` (one of `keys`)."""
         c = int(np.flatnonzero(self.keys == key)[0])
-        side = side_of(self.weights, "k", self.x_k[[c]], np.array([key]))
+        side = _side(self.weights, "k", self.x_k[[c]], np.array([key]))
         return self._vectors(self.readers[1], side, key)
 
     def key_shares(self, u: np.ndarray) -> tuple[list[str], np.ndarray]:
@@ -115,11 +129,9 @@ class HeadSetup:
 
 def setup_head(runner: Runner, trace: Trace, site: str, layer: int, head: int, query: int,
                keys: list[int] | None) -> HeadSetup:
-    """The setup of `head` at `query` and `keys` (None: every key the mask lets it see). UserError for a hybrid, a
-    site, layer, head or position outside the run, a key the mask hides, latent attention, or a hook the model's
-    layout does not offer."""
+    """The setup of `head` at `query` and `keys` (None: every key the mask lets it see). UserError for a site, layer,
+    head or position outside the run, a key the mask hides, or a hook the model's layout does not offer."""
     facts = runner.facts
-    refuse_other_layers(facts, "splitting a score into what each part of the stream wrote")
     if site not in trace.masks:
         raise UserError(f"{facts.model_id} has no attention site {site!r} in this run; its sites: "
                         f"{', '.join(trace.masks)}.")
@@ -141,14 +153,11 @@ def setup_head(runner: Runner, trace: Trace, site: str, layer: int, head: int, q
             raise UserError(f"The query at {i} ({query_tokens[i]!r}) cannot see the key at {hidden[0]} "
                             f"({key_tokens[hidden[0]]!r}): the mask hides it, so the model used no score there.")
     weights = head_weights(runner, site, layer, head, len(query_tokens), len(key_tokens), source)
-    if weights.latent is not None:
-        raise UserError(f"{facts.model_id} uses multi-head latent attention: its keys are read through a shared "
-                        "low-rank latent with a norm of its own, which this split does not take apart yet.")
     both = readers(runner, site, layer)
     _refuse_missing(runner, trace, both)
     x_q = _read(runner, trace, both[0].hook, np.array([i]))
     x_k = _read(runner, trace, both[1].hook, chosen)
-    q_side, k_side = side_of(weights, "q", x_q, np.array([i])), side_of(weights, "k", x_k, chosen)
+    q_side, k_side = _side(weights, "q", x_q, np.array([i])), _side(weights, "k", x_k, chosen)
     bias = np.zeros(len(chosen)) if weights.position_bias is None else \
         weights.position_bias[i, chosen].astype(np.float64)
     probabilities = trace.pattern_rows(site, layer, [i], heads=[head])[0, 0, chosen].astype(np.float64)
@@ -161,12 +170,12 @@ def setup_head(runner: Runner, trace: Trace, site: str, layer: int, head: int, q
 def _read(runner: Runner, trace: Trace, hook: str, positions: np.ndarray) -> np.ndarray:
     """(n, d_model) float64: what the attention reads at `positions`, from `hook` (a norm's output from its
     `hook_normalized`)."""
-    value = trace[hook][positions].astype(np.float64)
-    if not hook.endswith(".hook_normalized"):
-        return value
-    gain, bias = norm_affine(norm_module(runner, hook))
-    return value * gain + bias
+    return block_input(runner, hook, trace[hook][positions]).astype(np.float64)
 
+
+def _side(weights: HeadWeights, which: str, x: np.ndarray, positions: np.ndarray) -> Side:
+    """The query ("q") or key ("k") side of the head for x (n, d_model) at `positions` (qk_sides, qk_latent)."""
+    return (latent_side if weights.latent is not None else side_of)(weights, which, x, positions)  # type: ignore[arg-type]
 
 def _recorded(trace: Trace, where: Site, layer: int, head: int, i: int, keys: np.ndarray) -> np.ndarray:
     """(n,) the model's own scores of `head` from query i to `keys`: from the queries and keys its attention read,
@@ -188,11 +197,10 @@ def _refuse_missing(runner: Runner, trace: Trace, both: tuple[Reader, Reader]) -
     """UserError naming the hooks each side's walk reads that this run lacks (each layer's as one pattern)."""
     needed = []
     for reader in both:
-        needed += [reader.hook, f"{reader.stack}.0.hook_resid_pre"]
-        for kind, where in reader.steps:
-            needed += {"attn": [f"{where}.attn.hook_z", f"{where}.hook_attn_out"],
-                       "cross": [f"{where}.cross_attn.hook_z", f"{where}.hook_cross_attn_out"],
-                       "mlp": [f"{where}.hook_mlp_out"], "norm": []}[kind]
+        needed += [reader.hook, stack_input(runner.facts, reader.stack)]
+        gates = gated(runner, reader.stack)
+        for step in reader.steps:
+            needed += step_hooks(runner, step, gates)
     missing = [name for name in dict.fromkeys(needed) if name not in trace]
     if missing:
         shown = ", ".join(dict.fromkeys(re.sub(r"\.\d+\.", ".*.", name) for name in missing))

@@ -1,7 +1,7 @@
 """"Why here?" on the Attention page's One head view and in Step through: the cell or row a link or the boxes choose,
 taken apart as `Model.explain_score` / `explain_pattern` take it apart (the figures hold the API's numbers), the
 sentence said from them (on toy-induction: its induction head reads what a layer-0 head that looks at the previous
-token wrote, K-composition), and a model the parts cannot be proven for says why."""
+token wrote, K-composition), and a hybrid's other blocks among the parts."""
 
 from __future__ import annotations
 
@@ -62,9 +62,17 @@ def test_step_through_explains_its_head_too() -> None:
     assert at.markdown[-1].value.startswith("L1H2 attends from ‘e’ (#13) to ‘r’ (#4) mostly because of")
 
 
-def test_a_hybrid_says_why_it_cannot_be_taken_apart(tmp_path) -> None:
+def test_a_hybrids_score_is_taken_apart_with_its_other_blocks(tmp_path) -> None:
+    """Qwen3.5's attention layer 1 (its block 3) reads what its gated delta-net blocks 0 and 2 wrote: each one part,
+    as the API gives them."""
     folder = build_hybrid("qwen3_5_text", tmp_path / "qwen3_5_text")
     at = open_app_page("app_pages/attention.py", folder=str(folder), text="the cat sat on the mat",
-                       params={"view": "One head", "why_open": "1"})
+                       params={"view": "One head", "layer": "1", "head": "0", "why_open": "1", "why_query": "6",
+                               "why_key": "2"})
     assert_ok(at, "hybrid")
-    assert any("hybrid" in info.value for info in at.info), [info.value for info in at.info]
+    parts = aa.load(folder).explain_score("the cat sat on the mat", layer=1, head=0, query=6, key=2)
+    assert {"block 0 (gated delta-net)", "block 2 (gated delta-net)"} <= set(parts.key_parts)
+    bars = chart(at, "L1H0 · from #6")["data"]
+    order = np.argsort(-np.abs(parts.key_shares), kind="stable")[:10]
+    assert bars[1]["y"] == [parts.key_parts[i] for i in order]
+    np.testing.assert_allclose(plotly_array(bars[1]["x"]), parts.key_shares[order], rtol=1e-6)

@@ -1,8 +1,10 @@
 """A score taken apart on the models TransformerLens does not load (model/inspect/score_parts.py): a row's scores, which
 each side's shares add up to, checked against transformers' own eager attention (its probabilities: the difference of
 two keys' log-probabilities is the difference of their scores) with query/key norms, ALiBi, partial rotary, parallel
-blocks, soft-capping, T5's relative buckets, DeBERTa's position terms and cross-attention (the encoder's output as
-keys, pre- and post-norm); the shipped toy-induction's K-composition; and every refusal, each with its reason."""
+blocks, soft-capping, norms after attention, multi-head latent attention, T5's relative buckets, DeBERTa's position
+terms and cross-attention (the encoder's output as keys, pre- and post-norm); the shipped toy-induction's
+K-composition; and every refusal, each with its reason (tests/model/test_score_parts_hybrids.py: hybrids, and one
+share of each new layout computed again)."""
 
 from __future__ import annotations
 
@@ -19,7 +21,6 @@ from attention_atlas.model.inspect.score_parts import explain_pattern, explain_s
 from attention_atlas.model.inspect.score_setup import score_options
 from attention_atlas.model.registry import load_runner
 from tests.tiny_hf import build, build_type
-from tests.tiny_hybrids import build_hybrid
 from tests.transformer_lens_reference import randomise_norms
 
 TEXT = "the quick brown fox jumps over the lazy dog"
@@ -29,7 +30,11 @@ CASES = [  # (model type, site, layer): what each brings
     ("bloom", "decoder.attn", 1),  # ALiBi: a position bias outside q·k
     ("phi", "decoder.attn", 1),  # partial rotary, attention and MLP in parallel
     ("gpt_neox", "decoder.attn", 1),  # partial rotary, a fused projection
-    ("gemma2", "decoder.attn", 0),  # soft-capping (its layer 1 is refused: a norm after attention)
+    ("gemma2", "decoder.attn", 1),  # soft-capping, a norm after attention (its scale frozen)
+    ("gemma3_text", "decoder.attn", 1),  # a norm after attention, query/key norms, sliding layer 0
+    ("olmo2", "decoder.attn", 1),  # no norm before attention, one after; query/key norms over every head at once
+    ("deepseek_v2", "decoder.attn", 1),  # multi-head latent attention: keys through a shared latent and its norm
+    ("deepseek_v3", "decoder.attn", 1),  # and queries through their own latent; rotated pairs laid out apart
     ("t5", "encoder.attn", 1),  # relative position buckets, no scale
     ("t5", "decoder.cross_attn", 1),  # queries from the decoder, keys from the encoder's output (pre-norm)
     ("bart", "decoder.cross_attn", 1),  # the same, post-norm
@@ -48,6 +53,17 @@ def eager_model(runner, folder):
 def test_each_side_adds_up_to_transformers_own_scores(tmp_path, model_type: str, site: str, layer: int) -> None:
     folder = build(model_type, tmp_path / "m") if model_type in ("t5", "bart") else build_type(model_type,
                                                                                                  tmp_path / "m")
+    row = rows_against_eager(folder, site, layer)
+    if model_type in ("bloom", "t5") and site != "decoder.cross_attn":
+        assert row.position_bias_name is not None and np.abs(row.position_bias).max() > 0
+    if site == "decoder.cross_attn":
+        assert all(name.startswith("encoder.") or name == "bias" for name in row.key_parts)
+        assert len(row.keys) == len(row.key_tokens) and "L0.cross.H1" in row.query_parts
+
+
+def rows_against_eager(folder, site: str, layer: int):
+    """Every head's row at the last query of `layer`, its scores held to transformers' eager attention and each side
+    adding up to them; the last head's row."""
     runner = load_hf_runner(str(folder))
     randomise_norms(runner.model)
     seq2seq = runner.facts.kind == "encoder-decoder"
@@ -70,11 +86,7 @@ def test_each_side_adds_up_to_transformers_own_scores(tmp_path, model_type: str,
             np.testing.assert_allclose(shares.sum(0) + row.position_bias, row.scores,
                                        atol=1e-4 * np.abs(row.scores).max())
         assert np.ptp(row.scores) > 1e-3  # scores that differ: the comparison says something
-    if model_type in ("bloom", "t5") and site != "decoder.cross_attn":
-        assert row.position_bias_name is not None and np.abs(row.position_bias).max() > 0
-    if site == "decoder.cross_attn":
-        assert all(name.startswith("encoder.") or name == "bias" for name in row.key_parts)
-        assert len(row.keys) == len(trace.tokens) and "L0.cross.H1" in row.query_parts
+    return row
 
 
 def test_toy_inductions_key_side_is_led_by_a_previous_token_head() -> None:
@@ -142,26 +154,14 @@ def test_a_site_layer_or_head_outside_the_run_is_refused(gpt2) -> None:
         explain_score(runner, trace, "decoder.attn", 1, 0, 9, 2)
 
 
-def test_a_norm_after_the_attention_is_refused(tmp_path) -> None:
-    """Gemma 2 normalises what attention writes before it joins the stream: layer 0's heads cannot be told apart."""
-    runner = load_hf_runner(str(build_type("gemma2", tmp_path / "gemma2")))
-    trace = runner.run(TEXT, None, score_options(runner, "decoder.attn", 1))
+def test_heads_that_do_not_add_up_to_what_attention_writes_are_refused(gpt2) -> None:
+    """What layer 0's attention writes changed after the run (as a norm inside it that no hook shows would): its
+    heads' z · W_O no longer add up to it, so no earlier head's share is told."""
+    runner, trace = gpt2
+    written = trace["decoder.0.hook_attn_out"] * 1.5
+    changed = dataclasses.replace(trace, captured={**trace.captured, "decoder.0.hook_attn_out": written})
     with pytest.raises(UserError, match=r"heads of decoder\.0\.attn do not add up .* cannot be told apart"):
-        explain_score(runner, trace, "decoder.attn", 1, 0, 5, 2)
-
-
-def test_latent_attention_is_refused(mla_runners) -> None:
-    runner = mla_runners["deepseek_v2"]
-    trace = runner.run(TEXT, None, score_options(runner, "decoder.attn", 0))
-    with pytest.raises(UserError, match="multi-head latent attention"):
-        explain_score(runner, trace, "decoder.attn", 0, 0, 5, 2)
-
-
-def test_a_hybrid_is_refused(tmp_path) -> None:
-    runner = load_hf_runner(str(build_hybrid("lfm2", tmp_path / "lfm2")))
-    trace = runner.run(TEXT, None, RunOptions(hooks=("*.hook_pattern",)))
-    with pytest.raises(UserError, match="is a hybrid"):
-        explain_score(runner, trace, "decoder.attn", 1, 0, 5, 2)
+        explain_score(runner, changed, "decoder.attn", 1, 0, 5, 2)
 
 
 def test_a_bfloat16_models_scores_are_read_from_the_bits_its_trace_keeps(tmp_path) -> None:
