@@ -26,7 +26,7 @@ from attention_atlas.model.core.capture.hooks import ModuleTap, ReportedTap
 from attention_atlas.model.core.capture.record import Captured, capture, select_hook_names
 from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.masks import additive_mask
-from attention_atlas.model.core.options import Head, RunOptions
+from attention_atlas.model.core.options import ABLATION_MODES, Head, RunOptions
 from attention_atlas.model.hf.heads import attention
 from attention_atlas.model.ndif.twin import Probe, stand_in
 
@@ -79,6 +79,8 @@ def _edits(taps: Taps, paths: Mapping[nn.Module, str], heads: Sequence[tuple[int
            n_heads: int) -> Edits:
     """The (row, head) pairs to ablate by attention module path (their site's hook_z tap; row -1: every row), in any
     order; UserError for a head the model does not have, before anything is sent."""
+    if heads and mode not in ABLATION_MODES:
+        raise UserError(f"Unknown ablation {mode!r}: choose one of {', '.join(ABLATION_MODES)}.")
     pairs: dict[str, list[tuple[int, int]]] = {}
     for row, (site, head) in heads:
         tap = taps.get(f"{site}.hook_z")
