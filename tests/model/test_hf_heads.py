@@ -266,3 +266,17 @@ def test_per_head_values_stay_with_the_thread_that_asked(runners) -> None:
             np.testing.assert_array_equal(value, serial[k][name])
     assert all(sorted(p) == ["decoder.0.hook_resid_post", "decoder.1.hook_resid_post"] for p in plain)
 
+
+
+def test_a_heads_weights_read_from_the_model_cannot_be_written_into_it(folders) -> None:
+    """`affine` hands out the model's own float32 memory (no copy): read-only, so that no reader can change the model
+    every session shares."""
+    from attention_atlas.model.hf.families.adapter import affine
+    from attention_atlas.model.hf.loading import load_hf_runner
+
+    runner = load_hf_runner(str(folders["llama"]))
+    weight, _ = affine(runner.model.base_model.layers[0].self_attn.o_proj)
+    before = runner.model.base_model.layers[0].self_attn.o_proj.weight.detach().clone()
+    with pytest.raises(ValueError, match="read-only"):
+        weight[0, 0] = 1.0
+    assert torch.equal(runner.model.base_model.layers[0].self_attn.o_proj.weight, before)

@@ -112,11 +112,17 @@ def alibi_bias(slope: float, q_len: int, k_len: int) -> np.ndarray:
 
 
 def affine(layer: nn.Module) -> Affine:
-    """A Linear (weight (out, in)) or a GPT-2 Conv1D (weight (in, out)) as x @ W + b, float32 numpy (copied)."""
+    """A Linear (weight (out, in)) or a GPT-2 Conv1D (weight (in, out)) as x @ W + b, float32 numpy, read-only: a
+    float32 weight on the CPU is the model's own memory (shared by every session), not a copy."""
     with torch.no_grad(), weights_at_hand(layer):
-        weight = layer.weight.detach().float().cpu().numpy()
-        bias = None if getattr(layer, "bias", None) is None else layer.bias.detach().float().cpu().numpy()
+        weight = _read_only(layer.weight.detach().float().cpu().numpy())
+        bias = None if getattr(layer, "bias", None) is None else _read_only(layer.bias.detach().float().cpu().numpy())
     return (weight if type(layer).__name__ == "Conv1D" else weight.T), bias
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    array.flags.writeable = False
+    return array
 
 
 def config_int(config: Any, *names: str, default: int = 0) -> int:
