@@ -45,7 +45,7 @@ from attention_atlas.ui.colour_scale import choose_scale, colour_scale
 from attention_atlas.ui.downloads import constant, downloads, file_name, matrix_table
 from attention_atlas.ui.expert_views import experts_view
 from attention_atlas.ui.norm_views import norms_view
-from attention_atlas.ui.page import current_runner, current_trace, show_open_tab, trace_with
+from attention_atlas.ui.page import current_runner, current_trace, show_open_tab, trace_with, weights_here
 from attention_atlas.ui.ssd_view import implicit_attention_view
 from attention_atlas.viz.colour_range import WHOLE
 from attention_atlas.viz.logit_lens import rank_lines
@@ -246,6 +246,8 @@ def shapes(trace: Trace, stack: str) -> None:
     st.caption("Every module one forward pass over this text entered, in order, with the shapes of its tensor "
                "inputs and outputs (batch first) and its own parameters (shared weights count in each module "
                "that holds them).")
+    if not weights_here("The shapes view (one forward pass traced module by module)"):
+        return
     table = shapes_of_run(trace, current_runner())
     filter_col, leaves_col = st.columns([2, 1])
     text = filter_col.text_input("Filter modules", key="activations_shape_filter",

@@ -20,7 +20,7 @@ from attention_atlas.ui.circuit_views import circuit_section
 from attention_atlas.ui.contribution_views import contribution_section
 from attention_atlas.ui.downloads import constant, downloads, file_name
 from attention_atlas.ui.messages import literal, show_error
-from attention_atlas.ui.page import PAGES, current_runner, current_trace, trace_with
+from attention_atlas.ui.page import PAGES, current_runner, current_trace, trace_with, weights_here
 from attention_atlas.ui.patching_views import patching_section
 from attention_atlas.ui.pickers import clicked_head
 from attention_atlas.ui.runs import readable_failures
@@ -135,6 +135,8 @@ def page() -> None:
         return
     if st.session_state.pop(OPEN_CLICKED, False):
         st.switch_page(ATTENTION_PAGE)
+    if not weights_here("Attribution (each part's share through the unembedding, patching, circuits)"):
+        return
     trace = trace_with(tuple(dict.fromkeys((*attribution_options(runner).hooks, *contribution_options().hooks))))
     # one run for the attribution and the graph
     tokens = trace.target_tokens if trace.facts.kind == "encoder-decoder" else trace.tokens

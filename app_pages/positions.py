@@ -15,7 +15,7 @@ from attention_atlas.plot.common import stack_tokens
 from attention_atlas.plot.positions import default_size, sinusoid_figure
 from attention_atlas.ui import url_state
 from attention_atlas.ui.downloads import downloads, file_name
-from attention_atlas.ui.page import current_runner, current_trace
+from attention_atlas.ui.page import current_runner, current_trace, weights_here
 from attention_atlas.ui.pickers import keep_valid
 from attention_atlas.ui.position_model_views import model_view, tokens_view
 from attention_atlas.ui.trace_cache import per_trace
@@ -202,7 +202,8 @@ def show(view: str, trace: Trace, stack: str, size: tuple[int, int, str | None],
     """One tab: the sinusoid views need a valid size (else they say why); the model views do not."""
     length, d_model, problem = size
     if view == "This model":
-        model_view(scheme_for(trace, stack, model_length), model_length, measure, name)
+        if weights_here("This view"):
+            model_view(scheme_for(trace, stack, model_length), model_length, measure, name)
     elif view == "Your tokens":
         tokens_view(stack, name)
     elif problem is not None:

@@ -21,7 +21,7 @@ from attention_atlas.model.inspect.step_hooks import StepNames, hooks_to_capture
 from attention_atlas.ui import url_state
 from attention_atlas.ui.downloads import file_name
 from attention_atlas.ui.matrix_view import show_matrix
-from attention_atlas.ui.page import current_runner, current_trace, show_open_tab, trace_with
+from attention_atlas.ui.page import current_runner, current_trace, show_open_tab, trace_with, weights_here
 from attention_atlas.ui.pickers import choose_head, keep_valid
 from attention_atlas.ui.score_terms import score_terms_view
 from attention_atlas.ui.trace_cache import per_trace
@@ -282,6 +282,8 @@ def page() -> None:
     st.caption("One head of one layer, computed again here from the model's weights on your tokens: the real numbers "
                "at every step, checked against what the model computed. Hover a cell for its value.")
     site, layer, head = choose_head(trace)
+    if not weights_here("Step through"):
+        return
     chosen = load_head(trace, site, layer, head)
     if not show_check(chosen):
         return

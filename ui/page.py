@@ -154,6 +154,16 @@ def current_runner() -> Runner:
         st.stop()
 
 
+def weights_here(what: str) -> bool:
+    """Whether this run's model has its weights on this machine (a model run on NDIF keeps them there: its runner's
+    `weights_here` is False); where not, says that `what` reads them and is not shown."""
+    if getattr(current_runner(), "weights_here", True):
+        return True
+    st.info(f"{what} reads the model's own weights, which stay on NDIF with the model: not shown for a model run "
+            "there.", icon=":material/cloud:")
+    return False
+
+
 def trace_with(hooks: tuple[str, ...], causal: CausalMode | None = None, pad_to: int = 0,
                blocked: tuple[tuple[int, int], ...] = (), ablated: tuple[Head, ...] = (),
                ablation: AblationMode = "zero") -> Trace:

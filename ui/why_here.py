@@ -62,6 +62,10 @@ def why_here(trace: Trace, site: str, layer: int, head: int, prefix: str) -> Non
     except UserError as error:
         st.info(f"{error} The parts need the model's weights.", icon=":material/info:")
         return
+    if not getattr(runner, "weights_here", True):
+        st.info("The parts are read through the model's own weights, which stay on NDIF with the model: not shown "
+                "for a model run there.", icon=":material/cloud:")
+        return
     n_q, n_k = len(trace.query_tokens(site)), len(trace.key_tokens(site))
     query_col, key_col, view_col = st.columns(3)
     with query_col:

@@ -68,6 +68,8 @@ class Hosted:
 class NDIFRunner:
     """A model on NDIF (or simulated here), with the Runner interface of model/core/runner.py."""
 
+    weights_here = False  # its weights stay on NDIF: views that read them (Step through, Why here?, …) say so
+
     def __init__(self, hosted: Hosted, facts: ModelFacts, family: Family, tokenizer: Any) -> None:
         self.hosted, self.facts, self.family = hosted, facts, family
         self.taps = hosted.taps

@@ -23,10 +23,10 @@ SIMULATED = "NDIF, simulated"
 VIEWS = {  # page -> its tabs' key, and the views that say in a sentence what NDIF does not do (others: no error)
     "app_pages/attention.py": ("view", {"Compare"}),
     "app_pages/masks.py": ("masks_view", {"Mask on / off", "Padding"}),
-    "app_pages/activations.py": ("activations_view", {"Shapes"}),
-    "app_pages/positions.py": ("positions_view", {"This model"}),
+    "app_pages/activations.py": ("activations_view", set()),
+    "app_pages/positions.py": ("positions_view", set()),
 }
-NOT_DRAWN = {"Shapes", "This model"}  # views that read the model's weights here: not opened (docs/serving.md)
+WEIGHTS = {"Shapes", "This model"}  # views that read the model's weights here: they say so (docs/serving.md)
 REFUSED = ("under the mask it was trained with", "no logit lens here", "not offered on NDIF")
 
 
@@ -55,16 +55,33 @@ def test_the_main_pages_open_on_a_model_on_ndif_simulated(folder) -> None:
     assert at.sidebar.selectbox(key="precision").disabled
     for page, (key, refused) in VIEWS.items():
         at.switch_page(page).run()
-        for view in [tab.label for tab in at.tabs if tab.label not in NOT_DRAWN]:
+        for view in [tab.label for tab in at.tabs]:
             at.session_state[key] = view
             at.run()
             (assert_refused_in_a_sentence if view in refused else assert_ok)(at, f"{page} · {view}")
+            if view in WEIGHTS:
+                assert any("stay on NDIF" in info.value for info in at.info), view
+    for page in ("app_pages/step_through.py", "app_pages/tour.py", "app_pages/attribution.py"):
+        at.switch_page(page).run()
+        assert not at.exception, f"{page}: {at.exception[0].message if at.exception else ''}"
+    at.switch_page("app_pages/step_through.py").run()
+    assert any("stay on NDIF" in info.value for info in at.info), "step through"
     at.switch_page("app_pages/ablation.py").run()
     at.multiselect(key="ablation_heads").set_value([("decoder.0.attn", 1)]).run()
     assert_ok(at, "a head ablated on NDIF")
     assert at.get("plotly_chart"), "the ablated run's next tokens, drawn"
     at.switch_page("app_pages/generate.py").run()
     assert_refused_in_a_sentence(at, "generate")
+
+
+def test_why_here_says_the_weights_stay_on_ndif(folder) -> None:
+    at = on_ndif(folder)
+    at.switch_page("app_pages/attention.py").run()
+    at.session_state["view"] = "One head"
+    at.run()
+    at.toggle(key="why_open").set_value(True).run()
+    assert_ok(at, "why here")
+    assert any("stay on NDIF" in info.value for info in at.info)
 
 
 def test_sent_to_ndif_the_key_is_asked_for_and_never_put_in_the_link(folder, monkeypatch) -> None:
