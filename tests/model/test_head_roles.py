@@ -18,6 +18,7 @@ from attention_atlas.model.core.options import RunOptions
 from attention_atlas.model.core.trace import head_roles
 from attention_atlas.model.core.trace.kept_masks import compact
 from attention_atlas.model.core.trace.summaries import summarise_site
+from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.registry import load_runner
 
 SITE = "decoder.attn"
@@ -227,3 +228,18 @@ def test_the_keys_each_query_sees_and_their_mean_distance(mask) -> None:
     seen, mean = head_roles.key_spans(kept)
     np.testing.assert_array_equal(seen, allowed.sum(1))
     np.testing.assert_allclose(mean, (allowed * np.abs(i - keys)).sum(1) / allowed.sum(1), rtol=1e-12)
+
+
+def test_a_trace_loaded_from_its_file_names_its_heads_as_the_run_did(runners, tmp_path) -> None:
+    """A file keeps no summary: the loaded trace's roles come from one made from its kept sources, the same table as
+    the one the run's own summary gave (a tiny llama on a text that repeats itself)."""
+    runner = runners["llama"]
+    trace = runner.run("the cat sat on the mat and the cat sat on the hat, " * 4, options=SUMMARISED)
+    trace.save(tmp_path / "run.npz")
+    loaded = Trace.load(tmp_path / "run.npz")
+    assert trace.summaries and not loaded.summaries
+    made, later = trace.head_roles(), loaded.head_roles()
+    assert made.role.tolist() == later.role.tolist()
+    measures = list(head_roles.MEASURES)
+    np.testing.assert_allclose(later[measures].to_numpy(float), made[measures].to_numpy(float), atol=1e-9)
+    assert made["induction"].notna().all()  # the run's ids measured it

@@ -67,30 +67,35 @@ def reduce_rows(start: int, p: torch.Tensor, layout: RowLayout, entropy: torch.T
     if sees_ahead is None:  # the last key first: a bidirectional block's is not 0, and reading it is cheap
         sees_ahead = width > last + 1 and (bool(p[..., -1].any()) or bool(p[..., last + 1 :].any()))
     rollout = None if layout.rollout_starts is None else column_block_sums(p.sum(0), layout.rollout_starts)
-    return ReducedRows(start, statistic_sums(start, each, target_shares(start, p, layout), layout),
+    return ReducedRows(start, statistic_sums(start, each, target_sums(start, p, layout), layout),
                        column_block_sums(p, layout.thumbnail_starts), rollout, sees_ahead)
 
 
 def statistic_sums(start: int, each: torch.Tensor, targets: torch.Tensor | None, layout: RowLayout) -> torch.Tensor:
     """(heads, len(STATISTICS)) sums over a block's rows from query `start` on: of each row's first ROW_STATISTICS
     `each` (heads, rows, ROW_STATISTICS), of the first and previous token's shares over the rows from
-    `layout.from_row`, of the rows' shares on their induction targets (heads, rows) (`target_shares`; read only
+    `layout.from_row`, of their shares on their induction targets (`targets`, (heads,) `target_sums`; read only
     where the layout has targets, else 0), and of each row's distance less the first token's part, p[i, 0] x i (0
     where the layout is not positional: its distances are)."""
     later = each[:, max(layout.from_row - start, 0) :, 2:4].sum(1)  # (heads, 2)
-    induction = each.new_zeros(len(each), 1) if layout.targets is None else targets.sum(-1, keepdim=True)
+    induction = each.new_zeros(len(each)) if layout.targets is None else targets  # (heads,)
     queries = torch.arange(start, start + each.shape[1], device=each.device, dtype=each.dtype)  # (rows,)
-    off_first = (each[..., 1] - each[..., 2] * queries).sum(-1, keepdim=True)  # (heads, 1)
-    return torch.cat([each.sum(1), later, induction, off_first], -1)
+    off_first = (each[..., 1] - each[..., 2] * queries).sum(-1) if layout.positional else induction.new_zeros(len(each))
+    return torch.cat([each.sum(1), later, induction[:, None], off_first[:, None]], -1)
 
 
-def target_shares(start: int, p: torch.Tensor, layout: RowLayout) -> torch.Tensor | None:
-    """(heads, rows): each row's probability on its induction target key (0 where it has none), from p (heads, rows,
-    width) of queries start..; None where the layout measures none."""
+def target_sums(start: int, p: torch.Tensor, layout: RowLayout) -> torch.Tensor | None:
+    """(heads,): the sum over a block's rows of each one's probability on its induction target key, from p (heads,
+    rows, width) of queries start.. (a row with no target, or one past `width`: 0); None where the layout measures
+    none. On the CPU numpy's indexing (half the time of torch's few small ops), elsewhere one gather."""
     if layout.targets is None:
         return None
-    targets = torch.from_numpy(layout.targets) if p.device.type == "cpu" else _on_device(layout.targets, p.device)
-    return key_shares(p, targets[start : start + p.shape[1]])
+    rows = p.shape[1]
+    if p.device.type == "cpu":
+        targets = layout.targets[start : start + rows]
+        seen = np.flatnonzero((targets >= 0) & (targets < p.shape[-1]))
+        return torch.from_numpy(p.numpy()[:, seen, targets[seen]].sum(-1))
+    return key_shares(p, _on_device(layout.targets, p.device)[start : start + rows]).sum(-1)
 
 
 def key_shares(p: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:

@@ -177,9 +177,9 @@ class PatternSource:
         for part, start, first, _, scores, allowed, query, keys in self._scores(
                 np.arange(heads), positions, scratch, torch.float32, PASS_BYTES, multiply=not makes_scores):
             n, width = scores.shape[1:]
-            if part.start == 0:  # the kernel's statistics row by row, and each row's share on its induction target
+            if part.start == 0:  # the kernel's statistics row by row, and the rows' shares on their induction targets
                 reduced = {"thumbnail": torch.empty(heads, n, len(layout.thumbnail_starts) - 1),
-                           "statistics": torch.empty(heads, n, ROW_STATISTICS), "targets": torch.empty(heads, n)}
+                           "statistics": torch.empty(heads, n, ROW_STATISTICS), "targets": torch.empty(heads)}
             rollout = None if layout.rollout_starts is None else torch.empty(n, len(layout.rollout_starts) - 1)
             into = (value[part.start // group : part.stop // group], output[part, start : start + n]) if writes \
                 else None
@@ -190,7 +190,7 @@ class PatternSource:
             if rollout is not None:  # the heads' sums: this pass's heads added to the earlier passes'
                 reduced["rollout"] = rollout if part.start == 0 else reduced["rollout"].add_(rollout)
             if layout.targets is not None:  # read from the probabilities the kernel left in `scores`
-                reduced["targets"][part] = row_reduction.target_shares(start, scores, layout)
+                reduced["targets"][part] = row_reduction.target_sums(start, scores, layout)
             whole = None if part.stop < heads else ReducedRows(  # after the block's last pass
                 start, row_reduction.statistic_sums(start, reduced["statistics"], reduced["targets"], layout),
                 reduced["thumbnail"], reduced.get("rollout"), row_reduction.sees_ahead(start, n, first, width))
