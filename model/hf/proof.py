@@ -6,6 +6,9 @@ layer, whatever path its attention took (the attention interface, or a family's 
 softmax with an extra logit (attention sinks), a mask the app does not know (chunks), or a score computed in code the
 app never sees would otherwise be drawn without a word.
 
+The same probe holds the app's readout to the model's own logits (model/hf/readout_proof.py): a readout that differs
+is refused, not the model.
+
 The reference is the same loaded model, its attention made transformers' eager for the probe only (before any session
 can share it): a second copy would double the memory of loading."""
 
@@ -19,11 +22,13 @@ import numpy as np
 import torch
 from torch import nn
 
+from attention_atlas.model.core.capture.hooks import ModuleTap
 from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.options import RunOptions
 from attention_atlas.model.hf.heads import ATTENTION
 from attention_atlas.model.hf.own_attention import use_original_methods
 from attention_atlas.model.hf.placement import input_device
+from attention_atlas.model.hf.readout_proof import prove_readout, readout_tap
 
 PROOF_TEXT = "the quick brown fox jumps over the lazy dog and the cat sat on the mat"  # with the target: about
 PROOF_TARGET = "while the dog ran after the fox"  # 24 tokens, past the windows and chunks of the tests' tiny models
@@ -39,11 +44,12 @@ class AttentionNotProven(UserError):
 def prove_attention(runner: Any) -> None:
     """AttentionNotProven unless the app's run of PROOF_TEXT on `runner` (an HFRunner just loaded, not yet shared)
     gives every attention layer's probabilities, and the next-token probabilities, that transformers' eager attention
-    gives on the same ids."""
+    gives on the same ids; then its readout held to the model's logits (`prove_readout`: refused on its card where
+    it differs)."""
     kind = runner.family.kind
     target = None if kind == "encoder" else PROOF_TARGET  # a decoder reads it teacher-forced: nothing generated
     trace = runner.run(PROOF_TEXT, target, RunOptions(hooks=("*.hook_pattern",)))
-    reference = eager_attentions(runner.model, kind, trace.ids, trace.target_ids)
+    reference = eager_attentions(runner.model, kind, trace.ids, trace.target_ids, readout_tap(runner))
     tolerance = TOLERANCE.get(next(runner.model.parameters()).dtype, HALF_TOLERANCE)
     model_type = runner.model.config.model_type
     for site, layers in reference["attentions"].items():
@@ -68,14 +74,23 @@ def prove_attention(runner: Any) -> None:
             raise AttentionNotProven(
                 f"{model_type}: with this app's attention the model's next-token probabilities differ from its own "
                 f"by {difference:.2g}, so its runs cannot be shown truthfully yet.")
+    if "stream" in reference:
+        prove_readout(runner, reference["stream"], reference["logits"])
 
 
-def eager_attentions(model: nn.Module, kind: str, ids: list[int], target_ids: list[int]) -> dict[str, Any]:
+def eager_attentions(model: nn.Module, kind: str, ids: list[int], target_ids: list[int],
+                     stream: ModuleTap | None = None) -> dict[str, Any]:
     """transformers' eager attention on `ids` (and `target_ids`, for an encoder-decoder): {"attentions": {site:
-    [(heads, q_len, k_len) float32 per layer]}, "next": (vocab,) next-token probabilities (decoders)}."""
+    [(heads, q_len, k_len) float32 per layer]}, "next": (vocab,) next-token probabilities (decoders), "logits":
+    (vocab,) float32 at the last position (decoders and encoder-decoders), "stream": (1, d_model) what `stream`
+    reads there in the same pass (the stack's output the logits were made from)}."""
     device = input_device(model)
     tensor = torch.tensor([ids], device=device)  # (1, len)
+    read: list[torch.Tensor] = []
     with transformers_eager(model), torch.inference_mode():
+        if stream is not None:  # removed on leaving, with every hook added inside
+            stream.module.register_forward_hook(lambda module, args, kwargs, out: read.append(
+                stream.read(args, kwargs, out)[0, -1:].clone()), with_kwargs=True)
         if kind == "encoder-decoder":
             out = model(input_ids=tensor, decoder_input_ids=torch.tensor([target_ids], device=device),
                         output_attentions=True)
@@ -88,6 +103,10 @@ def eager_attentions(model: nn.Module, kind: str, ids: list[int], target_ids: li
                                             for site, layers in sites.items()}}
     if kind == "decoder":
         found["next"] = out.logits[0, -1].float().softmax(-1).cpu().numpy()
+    if kind != "encoder":
+        found["logits"] = out.logits[0, -1].float().cpu().numpy()
+    if read:
+        found["stream"] = read[-1]
     return found
 
 

@@ -1,6 +1,9 @@
 """What pages need from a loaded model beyond its hooks: its unembedding (the logit lens; some tokens' rows, for
 direct logit attribution) and one plain forward pass on a trace's tokens (for the shape trace). Read-only: the
-shared model's weights are used, never changed, and nothing stays registered on it."""
+shared model's weights are used, never changed, and nothing stays registered on it.
+
+A Hugging Face model's readout is held to its own logits when it opens (model/hf/readout_proof.py); where it differs,
+the model card says how (`READOUT_REFUSED`), and the unembedding and its rows are refused with that sentence."""
 
 from __future__ import annotations
 
@@ -26,6 +29,12 @@ from attention_atlas.model.toy.runner import ToyRunner
 POST_NORM = "no final norm (post-norm: each layer's output is already normalised)"
 NO_LM_HEAD = ("{model} is {family}: it has no unembedding (no matrix that turns its vectors into token scores), "
               "so there is no logit lens to show. The other views work.")
+READOUT_REFUSED = "logit readout refused"  # the model card's note where the readout differs from the model's logits
+
+
+def readout_refusal(runner: HFRunner) -> str | None:
+    """Why the runner's readout is refused (it differed from the model's own logits when it opened), or None."""
+    return runner.facts.notes.get(READOUT_REFUSED)
 
 
 def unembedding_for(runner: Runner) -> Unembedding | str:
@@ -60,6 +69,8 @@ def _hf_unembedding(runner: HFRunner) -> Unembedding | str:
     head = model.get_output_embeddings()
     if head is None:
         return NO_LM_HEAD.format(model=runner.facts.model_id, family=f"{type(model).__name__} ({family.name})")
+    if refusal := readout_refusal(runner):
+        return refusal
     final = model.base_model.get_submodule(family.final_norm) if family.final_norm else None
     bias = getattr(model, "final_logits_bias", None)  # (1, vocab) or None
     scale, factor = head_scales(model.config)
@@ -97,6 +108,8 @@ def logit_map(runner: Runner, ids: list[int]) -> LogitMap:
         head = model.get_output_embeddings()
         if head is None:
             raise UserError(NO_LM_HEAD.format(model=runner.facts.model_id, family=type(model).__name__))
+        if refusal := readout_refusal(runner):
+            raise UserError(refusal)
         scale, factor = head_scales(model.config)
         final_bias = getattr(model, "final_logits_bias", None)  # (1, vocab) or None
         return _rows(head, ids, (scale, factor), None if final_bias is None else final_bias[0],
