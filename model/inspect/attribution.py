@@ -9,14 +9,18 @@ and the unembedding's). Post-norm models (the paper's, BERT, BART) normalise the
 norm on the way from a part to the output is frozen at its own scale in the same way (a "direct" path crosses the
 norms but no attention and no MLP). A head writes z · its rows of W_O (its value bias inside z, as pattern rows sum
 to 1); the attention's output bias and each MLP (its biases included, as TransformerLens's `mlp_out`) are parts of
-their own. Walking the stack backwards carries one direction in the stream: each part's share is its value at the
-position · that direction.
+their own. Walking the stack backwards carries one direction in the stream (model/inspect/qk_parts.py, the walk that
+splits an attention score too): each part's share is its value at the position · that direction. A hybrid's blocks of
+other kinds (Mamba, delta-net, convolution, an MLP alone) are parts of their own, each its output less its input, and
+so is what a block that adds attention scaled writes besides its heads (`L{l}.rest`: Granite's MLP, Falcon-H1's
+Mamba and MLP); a head's write goes through the norm after attention, its scale frozen, where the block has one
+(Gemma 2 and 3, OLMo 2).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -25,13 +29,14 @@ import torch
 from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.options import RunOptions
 from attention_atlas.model.core.runner import Runner
+from attention_atlas.model.core.trace.facts import ModelFacts
 from attention_atlas.model.core.trace.trace import Trace
-from attention_atlas.model.inspect.head_weights import output_projection
 from attention_atlas.model.inspect.lens import Unembedding
-from attention_atlas.model.inspect.norm_output import norm_affine, norm_centres, norm_module
 from attention_atlas.model.inspect.offered import offered_hooks
+from attention_atlas.model.inspect.qk_parts import stream_shares
 from attention_atlas.model.inspect.readout import logit_map, unembedding_for
-from attention_atlas.model.inspect.stream_parts import position_in, prediction_hook, refuse_other_layers
+from attention_atlas.model.inspect.stream_parts import position_in, prediction_hook
+from attention_atlas.model.inspect.stream_steps import Step, gated, stack_input, step_hooks, stream_hooks, walk_steps
 
 SUM_TOLERANCE = 1e-3  # relative, float32: heads that do not add up to what their attention writes (a norm inside it),
 # or parts that do not add up to the model's logit, are refused; 16-bit models: 4 epsilons of their dtype
@@ -50,17 +55,21 @@ class Attribution:
     attention_bias: np.ndarray  # (layers,) the attention output's bias
     cross_heads: np.ndarray | None  # (layers, heads) cross-attention heads (encoder-decoders), else None
     cross_bias: np.ndarray | None  # (layers,)
-    mlp: np.ndarray  # (layers,) each MLP's output, its biases included
+    mlp: np.ndarray  # (layers,) each MLP's output, its biases included; NaN where the block records no MLP output
+    # apart (Granite's, Falcon-H1's: in `blocks`' L{l}.rest), 0 where it has none (Nemotron-H's attention blocks)
     embeddings: float  # the stack's input: token (and position) embeddings
     constant: float  # the norms' biases through to the output, and the unembedding's bias
     model_logit: float  # the model's own logit (difference), from its last layer's output through its readout
     softcap: float | None  # Gemma 2 caps logits (c tanh(x / c)): the parts add up to the logit before the cap
+    blocks: dict[str, float] = field(default_factory=dict)  # the stream's other parts: a hybrid's blocks of other
+    # kinds ("block 0 (Mamba)"), what a block that adds attention scaled writes besides its heads ("L1.rest")
 
     @property
     def total(self) -> float:
         """The sum of every part and the constant: the logit (difference) before any soft-capping."""
         parts = [self.heads, self.attention_bias, self.mlp, self.cross_heads, self.cross_bias]
-        return float(sum(p.sum() for p in parts if p is not None) + self.embeddings + self.constant)
+        return float(sum(np.nansum(p) for p in parts if p is not None) + sum(self.blocks.values()) +
+                     self.embeddings + self.constant)
 
     def ranked(self) -> list[tuple[str, int, int, float]]:
         """Every head as (site, layer, head, share), the largest share by size first."""
@@ -137,7 +146,7 @@ def attribution_options(runner: Runner) -> RunOptions:
     facts = runner.facts
     output = unembedding_for(runner)
     read = () if isinstance(output, str) else (output.hook(facts.n_decoder_layers - 1), prediction_hook(facts, output))
-    hooks = ("decoder.*.hook_z", "decoder.*_out", "decoder.*.hook_scale", "decoder.0.hook_resid_pre", *read)
+    hooks = (*stream_hooks(runner, "decoder", facts.kind == "encoder-decoder", gated(runner, "decoder")), *read)
     return RunOptions(hooks=tuple(dict.fromkeys(hooks)))
 
 
@@ -146,15 +155,15 @@ def needed_hooks(runner: Runner, unembedding: Unembedding) -> list[str]:
     and the scale of each norm on the way to the output (a post-norm model's in every block; the final norm's where
     the model has one)."""
     facts = runner.facts
-    cross, post = facts.kind == "encoder-decoder", facts.norm.startswith("post")
-    names = ["decoder.0.hook_resid_pre", unembedding.hook(facts.n_decoder_layers - 1)]
-    names += ["decoder.ln_final.hook_scale"] if "decoder.ln_final.hook_scale" in offered_hooks(runner) else []
-    for layer in range(facts.n_decoder_layers):
-        prefix = f"decoder.{layer}"
-        names += [f"{prefix}.attn.hook_z", f"{prefix}.hook_attn_out", f"{prefix}.hook_mlp_out"]
-        names += [f"{prefix}.cross_attn.hook_z", f"{prefix}.hook_cross_attn_out"] if cross else []
-        names += [f"{prefix}.{norm}.hook_scale" for norm in ("ln1", "ln2", *(("ln_cross",) if cross else ())) if post]
-    return names
+    names, scales = [stack_input(facts, "decoder"), prediction_hook(facts, unembedding)], []
+    gates = gated(runner, "decoder")
+    for step in reversed(_steps(facts)):  # the stream's order: what each block writes, then the norms' scales
+        kind, where = step
+        if kind != "norm":
+            names += step_hooks(runner, step, gates)
+        elif not where.endswith("ln_final") or f"{where}.hook_scale" in offered_hooks(runner):
+            scales.append(f"{where}.hook_scale")
+    return names + scales
 
 
 def refuse_missing(runner: Runner, trace: Trace, names: list[str]) -> None:
@@ -176,13 +185,12 @@ def refuse_missing(runner: Runner, trace: Trace, names: list[str]) -> None:
 
 def attribute(runner: Runner, trace: Trace, answer: str, wrong: str | None = None, position: int = -1) -> Attribution:
     """Direct logit attribution at `position` of the decoder's sequence (-1: the next token's prediction), from a
-    `trace` recorded with `attribution_options`. UserError where the model has no next-token readout, is a hybrid, the
-    trace lacks a hook it reads (`refuse_missing`), or the parts do not add up (to a layer's or the model's output)."""
+    `trace` recorded with `attribution_options`. UserError where the model has no next-token readout, the trace lacks
+    a hook it reads (`refuse_missing`), or the parts do not add up (to a layer's or block's or the model's output)."""
     facts = runner.facts
     if facts.kind == "encoder":
         raise UserError(f"{facts.model_id} is an encoder: it reads the whole text at once and predicts no next token, "
                         "so there is no logit to attribute. Choose a causal language model (SmolLM2, toy-gpt-date).")
-    refuse_other_layers(facts, "direct logit attribution")
     unembedding = unembedding_for(runner)
     if isinstance(unembedding, str):
         raise UserError(unembedding)
@@ -193,32 +201,26 @@ def attribute(runner: Runner, trace: Trace, answer: str, wrong: str | None = Non
     readout = logit_map(runner, ids)
     sign = np.array([1.0, -1.0][:len(ids)])
     direction = sign @ readout.directions  # (d_model,) float64
-    constant = float(sign @ readout.constants)
-    walk = _Walk(runner, trace, p, direction, constant)
-    walk.back_through("decoder.ln_final")
+    split = stream_shares(runner, trace, _steps(facts), "decoder", np.array([p]), np.ones((1, 1)), direction[None],
+                          heads_add_up)
+    shares = dict(zip(split.names, split.shares[:, 0].tolist(), strict=True))
     layers = facts.n_decoder_layers
-    heads, bias, mlp = np.zeros((layers, facts.n_heads)), np.zeros(layers), np.zeros(layers)
-    cross = (np.zeros((layers, facts.n_heads)), np.zeros(layers)) if facts.kind == "encoder-decoder" else None
-    for layer in reversed(range(layers)):
-        prefix = f"decoder.{layer}"
-        post_norm = facts.norm.startswith("post")
-        if post_norm:
-            walk.back_through(f"{prefix}.ln2")
-        mlp[layer] = walk.share(trace[f"{prefix}.hook_mlp_out"][p])
-        if cross is not None:
-            if post_norm:
-                walk.back_through(f"{prefix}.ln_cross")
-            cross[0][layer], cross[1][layer] = walk.attention(f"{prefix}.cross_attn", f"{prefix}.hook_cross_attn_out")
-        if post_norm:
-            walk.back_through(f"{prefix}.ln1")
-        heads[layer], bias[layer] = walk.attention(f"{prefix}.attn", f"{prefix}.hook_attn_out")
-    embeddings = walk.share(trace["decoder.0.hook_resid_pre"][p])
-    output = trace[unembedding.hook(layers - 1)][p]  # (d_model,) the last layer's output, as the readout reads it
+    heads = np.array([[shares.pop(f"L{layer}H{head}") for head in range(facts.n_heads)] for layer in range(layers)])
+    bias, mlp = (np.array([shares.pop(f"L{layer}.{name}", 0.0) for layer in range(layers)])
+                 for name in ("attn_bias", "mlp"))
+    mlp[[f"L{layer}.rest" in shares for layer in range(layers)]] = np.nan  # its MLP is in the rest
+    cross = None
+    if facts.kind == "encoder-decoder":
+        cross = (np.array([[shares.pop(f"L{layer}.cross.H{head}") for head in range(facts.n_heads)]
+                           for layer in range(layers)]),
+                 np.array([shares.pop(f"L{layer}.cross_attn_bias", 0.0) for layer in range(layers)]))
+    embeddings = shares.pop("embed") + shares.pop("pos_embed", 0.0)
+    output = trace[prediction_hook(facts, unembedding)][p]  # (d_model,) the stack's output, as the readout reads it
     with torch.no_grad():
         logits = unembedding.readout(torch.from_numpy(np.ascontiguousarray(output))[None])[0, ids].double().numpy()
     tokens = trace.target_tokens if facts.kind == "encoder-decoder" else trace.tokens
     found = Attribution(answer, wrong, p, tokens[p], heads, bias, *(cross or (None, None)), mlp, embeddings,
-                        walk.constant, float(sign @ logits), readout.softcap)
+                        float(sign @ readout.constants + split.bias[0]), float(sign @ logits), readout.softcap, shares)
     refuse_wrong_sum(found, logits, facts.precision)
     return found
 
@@ -230,8 +232,9 @@ def refuse_wrong_sum(found: Attribution, logits: np.ndarray, precision: str) -> 
     cap = found.softcap
     uncapped = cap * np.arctanh(np.clip(logits / cap, -1 + 1e-7, 1 - 1e-7)) if cap else logits
     model = float(np.array([1.0, -1.0][:len(logits)]) @ uncapped)
-    parts = [found.heads, found.attention_bias, found.mlp, found.cross_heads, found.cross_bias]
-    size = sum(float(np.abs(part).sum()) for part in parts if part is not None) + abs(found.embeddings) \
+    parts = [found.heads, found.attention_bias, found.mlp, found.cross_heads, found.cross_bias,
+             np.array(list(found.blocks.values()))]
+    size = sum(float(np.nansum(np.abs(part))) for part in parts if part is not None) + abs(found.embeddings) \
         + abs(found.constant)
     scale = max(1.0, size, float(np.abs(uncapped).sum()))
     epsilon = float(torch.finfo(getattr(torch, precision)).eps)
@@ -249,42 +252,6 @@ def heads_add_up(rebuilt: np.ndarray, written: np.ndarray) -> bool:
     return bool(np.abs(rebuilt - written).max() <= SUM_TOLERANCE * max(float(np.abs(written).max()), 1.0))
 
 
-class _Walk:
-    """One direction in the residual stream at position `p`, carried from the output backwards: a part's share is its
-    value · the direction; a norm on the way (its scale frozen at the run's) turns the direction into the one its
-    input is read along, and adds its bias's share to the constant."""
-
-    def __init__(self, runner: Runner, trace: Trace, p: int, direction: np.ndarray, constant: float) -> None:
-        self.runner, self.trace, self.p = runner, trace, p
-        self.direction, self.constant = direction, constant
-
-    def share(self, value: np.ndarray) -> float:
-        return float(np.asarray(value, np.float64) @ self.direction)
-
-    def back_through(self, norm: str) -> None:
-        """Across the norm `norm` ("decoder.3.ln2"), where the model has it (`needed_hooks` made sure that the trace
-        lacks only the scales of norms the model does not have): out = centre(x) / scale x gain + bias."""
-        if f"{norm}.hook_scale" not in self.trace:
-            return
-        module = norm_module(self.runner, f"{norm}.hook_normalized")
-        gain, bias = norm_affine(module)  # (d_model,) each
-        self.constant += float(bias @ self.direction)
-        scale = float(self.trace[f"{norm}.hook_scale"][self.p, 0])
-        direction = gain * self.direction / scale
-        self.direction = direction - direction.mean() if norm_centres(module) else direction  # centring: symmetric
-
-    def attention(self, attention: str, out_hook: str) -> tuple[np.ndarray, float]:
-        """(heads,) each head's share and the output bias's, for the attention `attention` ("decoder.2.cross_attn");
-        UserError where they do not add up to what the layer writes (`out_hook`)."""
-        stack, layer, site = attention.split(".")
-        z = np.asarray(self.trace[f"{attention}.hook_z"][:, self.p], np.float64)  # (heads, d_head)
-        w_o, b_o = output_projection(self.runner, f"{stack}.{site}", int(layer))  # (heads x d_head, d_model)
-        per_head = np.einsum("hd,hdm->hm", z, w_o.astype(np.float64).reshape(*z.shape, -1))  # (heads, d_model)
-        b_o = np.zeros(w_o.shape[1]) if b_o is None else b_o.astype(np.float64)
-        written = np.asarray(self.trace[out_hook][self.p], np.float64)  # (d_model,)
-        rebuilt = per_head.sum(0) + b_o
-        if not heads_add_up(rebuilt, written):
-            raise UserError(f"{self.runner.facts.model_id}: the heads of {attention} do not add up to what the layer "
-                            "writes to the residual stream (a norm after the attention, as in Gemma 2): its heads' "
-                            "direct shares cannot be told apart.")
-        return per_head @ self.direction, float(b_o @ self.direction)
+def _steps(facts: ModelFacts) -> list[Step]:
+    """What lies between the embeddings and what the readout reads: the final norm, each layer's (or block's) parts."""
+    return walk_steps(facts, "decoder", facts.n_decoder_layers, "output", facts.kind == "encoder-decoder")

@@ -24,9 +24,8 @@ import numpy as np
 
 from attention_atlas.model.core.runner import Runner
 from attention_atlas.model.core.trace.trace import Trace
-from attention_atlas.model.inspect.attribution import heads_add_up
 from attention_atlas.model.inspect.stream_steps import Step, stack_input
-from attention_atlas.model.inspect.stream_walk import Walk
+from attention_atlas.model.inspect.stream_walk import AddsUp, Walk
 
 
 @dataclass(frozen=True)
@@ -40,11 +39,11 @@ class StreamShares:
 
 
 def stream_shares(runner: Runner, trace: Trace, steps: list[Step], stack: str, positions: np.ndarray,
-                  coefficients: np.ndarray, basis: np.ndarray, prefix: str = "") -> StreamShares:
+                  coefficients: np.ndarray, basis: np.ndarray, adds_up: AddsUp, prefix: str = "") -> StreamShares:
     """Each part's share along directions coefficients @ basis ((n, k) @ (k, d_model) float64: n directions), row r
     at position positions[r], of the stream read at the top of `steps`; `prefix` names the parts ("encoder.").
-    UserError where a layer's heads do not add up to what its attention writes."""
-    walk = Walk(runner, trace, positions, coefficients, basis)
+    UserError where a layer's heads do not add up to what its attention writes (`adds_up`)."""
+    walk = Walk(runner, trace, positions, coefficients, basis, adds_up)
     groups: list[tuple[list[str], list[np.ndarray]]] = []  # one a block, from the reader down
     for kind, where in steps:
         if kind == "norm":
@@ -64,7 +63,7 @@ def stream_shares(runner: Runner, trace: Trace, steps: list[Step], stack: str, p
             with_bias = [bias] if bias is not None else []
             groups.append(([*(head_name.format(h) for h in range(len(heads))), *[bias_name] * len(with_bias)],
                            [*heads, *with_bias]))
-    embeddings = _embeddings(runner, trace, stack, positions)
+    embeddings = _embeddings(runner, trace, stack, positions, adds_up)
     groups.append(([prefix + name for name, _ in embeddings], [walk.share(v, at_positions=False)
                                                                 for _, v in embeddings]))
     groups.reverse()  # the stream's order: the embeddings, then each layer's blocks
@@ -72,13 +71,14 @@ def stream_shares(runner: Runner, trace: Trace, steps: list[Step], stack: str, p
                         np.stack([row for _, rows in groups for row in rows]), walk.bias)
 
 
-def _embeddings(runner: Runner, trace: Trace, stack: str, positions: np.ndarray) -> list[tuple[str, np.ndarray]]:
+def _embeddings(runner: Runner, trace: Trace, stack: str, positions: np.ndarray,
+                adds_up: AddsUp) -> list[tuple[str, np.ndarray]]:
     """(name, (n, d_model)) the stack's input at `positions`: the token and position embeddings apart where they add
     up to it, else the input whole (an embedding norm or a scaled sum lies between: `embed`)."""
     start = trace[stack_input(runner.facts, stack)][positions].astype(np.float64)
     parts = [(name, trace[f"{stack}.hook_{name}"][positions].astype(np.float64)) for name in ("embed", "pos_embed")
              if f"{stack}.hook_{name}" in trace]
     total = sum(value for _, value in parts)
-    if parts and total.shape == start.shape and heads_add_up(total, start):  # (ALBERT's embeddings are narrower)
+    if parts and total.shape == start.shape and adds_up(total, start):  # (ALBERT's embeddings are narrower)
         return parts
     return [("embed", start)]

@@ -16,6 +16,7 @@ from attention_atlas.model.core.options import RunOptions
 from attention_atlas.model.core.runner import Runner
 from attention_atlas.model.core.trace.sites import Site
 from attention_atlas.model.core.trace.trace import Trace
+from attention_atlas.model.inspect.attribution import heads_add_up
 from attention_atlas.model.inspect.head_weights import HeadWeights, head_weights
 from attention_atlas.model.inspect.norm_output import block_input
 from attention_atlas.model.inspect.qk_latent import latent_side
@@ -24,6 +25,7 @@ from attention_atlas.model.inspect.qk_sides import Side, side_of
 from attention_atlas.model.inspect.stream_parts import position_in
 from attention_atlas.model.inspect.stream_steps import (
     Step,
+    gated,
     input_hook,
     stack_input,
     step_hooks,
@@ -74,10 +76,6 @@ def score_options(runner: Runner, site: str, layer: int) -> RunOptions:
     return RunOptions(hooks=tuple(dict.fromkeys(hooks)))
 
 
-def gated(runner: Runner, stack: str) -> bool:
-    """Whether the self-attention of `stack` gates each head's output by what it reads (Qwen3-Next, Qwen3.5)."""
-    return head_weights(runner, f"{stack}.attn", 0, 0, 1, 1).gate is not None
-
 
 @dataclass(frozen=True)
 class HeadSetup:
@@ -116,14 +114,14 @@ class HeadSetup:
         """(names, (parts, n)): each part's key at every key's position · u (d_head,), `bias` last."""
         coefficients, constant = self.k_side.back(np.broadcast_to(u, (len(self.keys), len(u))))
         found = stream_shares(self.runner, self.trace, self.readers[1].steps, self.readers[1].stack, self.keys,
-                              coefficients, self.k_side.w.T, self.readers[1].prefix)
+                              coefficients, self.k_side.w.T, heads_add_up, self.readers[1].prefix)
         return [*found.names, "bias"], np.vstack([found.shares, found.bias + constant])
 
     def _vectors(self, reader: Reader, side: Side, position: int) -> tuple[list[str], np.ndarray]:
         d_head = side.w.shape[1]
         coefficients, constant = side.back(np.eye(d_head))  # row r: what the scores read's r-th number
         found = stream_shares(self.runner, self.trace, reader.steps, reader.stack, np.full(d_head, position),
-                              coefficients, side.w.T, reader.prefix)
+                              coefficients, side.w.T, heads_add_up, reader.prefix)
         return [*found.names, "bias"], np.vstack([found.shares, found.bias + constant])
 
 

@@ -16,6 +16,7 @@ from typing import Literal
 
 from attention_atlas.model.core.runner import Runner
 from attention_atlas.model.core.trace.facts import ModelFacts
+from attention_atlas.model.inspect.head_weights import head_weights
 from attention_atlas.model.inspect.offered import offered_hooks
 
 Reading = Literal["attn", "cross_query", "output"]  # what reads the stream: self-attention at a layer, the
@@ -45,6 +46,11 @@ def block_name(facts: ModelFacts, block: int) -> str:
     """A block without softmax attention as a part: "block 0 (Mamba)", "block 2 (MLP)"."""
     kind = facts.block_kinds[block]
     return f"block {block} ({'MLP' if kind.startswith('no token mixing') else kind.split(' (')[0]})"
+
+
+def gated(runner: Runner, stack: str) -> bool:
+    """Whether the self-attention of `stack` gates each head's output by what it reads (Qwen3-Next, Qwen3.5)."""
+    return head_weights(runner, f"{stack}.attn", 0, 0, 1, 1).gate is not None
 
 
 def stream_hooks(runner: Runner, stack: str, cross: bool, gated: bool) -> list[str]:

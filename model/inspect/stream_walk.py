@@ -13,6 +13,8 @@ delta-net or convolution block, an MLP alone) writes one part: its output less i
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from torch import nn
 
@@ -21,7 +23,6 @@ from attention_atlas.model.core.runner import Runner
 from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.hf.discovery.norms import is_norm
 from attention_atlas.model.hf.taps import norm_eps
-from attention_atlas.model.inspect.attribution import heads_add_up
 from attention_atlas.model.inspect.block_scales import attention_write_scale
 from attention_atlas.model.inspect.head_math import concat_heads, output_gates
 from attention_atlas.model.inspect.head_weights import HeadWeights, head_weights
@@ -30,16 +31,19 @@ from attention_atlas.model.inspect.offered import offered_hooks
 from attention_atlas.model.inspect.stream_steps import attention_input, attention_layer, block_name
 
 CHECKED = 32  # positions at which a layer's heads are checked to add up to what its attention writes
+AddsUp = Callable[[np.ndarray, np.ndarray], bool]  # (rebuilt, written) -> whether the parts rebuilt what was written
 
 
 class Walk:
     """Directions (n, d_model), row r at position positions[r], carried down the stream, kept as
     rows[:, None] x coefficients @ basis: (n,) x (n, k) @ (k, d_model), k = d_head. Every norm on the way is a row's
-    scale and a map of the basis alone, so a layer's heads cost n x k x d_head a head, not n x d_model x d_head."""
+    scale and a map of the basis alone, so a layer's heads cost n x k x d_head a head, not n x d_model x d_head.
+    `adds_up` is the check, with its tolerance, that the parts rebuild what a layer or block wrote
+    (model/inspect/attribution.py `heads_add_up`: one for every split)."""
 
     def __init__(self, runner: Runner, trace: Trace, positions: np.ndarray, coefficients: np.ndarray,
-                 basis: np.ndarray) -> None:
-        self.runner, self.trace, self.positions = runner, trace, positions
+                 basis: np.ndarray, adds_up: AddsUp) -> None:
+        self.runner, self.trace, self.positions, self.adds_up = runner, trace, positions, adds_up
         self.rows = np.ones(len(positions))  # (n,) float64
         self.coefficients, self.basis = coefficients, basis  # (n, k), (k, d_model) float64
         self.bias = np.zeros(len(positions))  # (n,)
@@ -137,7 +141,7 @@ class Walk:
             gain, bias = norm_affine(norm)
             centred = rebuilt - rebuilt.mean(-1, keepdims=True) if norm_centres(norm) else rebuilt
             rebuilt = centred / _scale(rebuilt, norm)[:, None] * gain + bias
-        if not heads_add_up(rebuilt, self.trace[f"{prefix}.{out}"][at].astype(np.float64)):
+        if not self.adds_up(rebuilt, self.trace[f"{prefix}.{out}"][at].astype(np.float64)):
             raise UserError(f"{self.runner.facts.model_id}: the heads of {prefix}.{site} do not add up to what the "
                             "layer writes to the residual stream, so what each earlier head adds to a score cannot be "
                             "told apart.")
@@ -145,7 +149,7 @@ class Walk:
     def _check_sum(self, block: int, written: np.ndarray, recorded: list[str]) -> None:
         """UserError where what block `block` records of its attention (and MLP) is not what it writes."""
         at = self._checked_positions()
-        if not heads_add_up(sum(self.trace[hook][at].astype(np.float64) for hook in recorded), written[at]):
+        if not self.adds_up(sum(self.trace[hook][at].astype(np.float64) for hook in recorded), written[at]):
             raise UserError(f"{self.runner.facts.model_id}: block {block} writes more to the residual stream than its "
                             "attention and MLP, which this split cannot tell apart.")
 

@@ -1,10 +1,12 @@
 """Direct logit attribution (model/inspect/attribution.py): each head's and each MLP's share equal to TransformerLens
 3.9's own (`stack_head_results` and `decompose_resid` with `apply_ln`) on the same random weights, and the parts adding
 up to the model's own logit difference in every kind of stack: pre- and post-norm, LayerNorm and RMSNorm, parallel
-blocks, encoder-decoders' decoders with cross-attention, and the from-scratch models."""
+blocks, norms after attention, latent attention, encoder-decoders' decoders with cross-attention, and the
+from-scratch models (hybrids: tests/model/test_hybrids.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -53,9 +55,11 @@ def test_every_heads_and_mlps_share_is_transformer_lens_own(tmp_path, family: st
     assert np.abs(ours.heads).max() > 1e-3  # the heads do write in that direction: a comparison of zeros proves nothing
 
 
-ADDS_UP = ["gpt_neox", "phi", "olmo", "cohere", "opt", "qwen3", "mixtral", "gemma", "bloom", "falcon"]  # parallel
-# blocks, norms without weights or bias, learned positions, query/key norms, experts, embeddings scaled, ALiBi and
-# sublayers that add the residual themselves, a grouped fused projection
+ADDS_UP = ["gpt_neox", "phi", "olmo", "cohere", "opt", "qwen3", "mixtral", "gemma", "bloom", "falcon",
+           "gemma3_text", "olmo2", "deepseek_v2"]
+# parallel blocks, norms without weights or bias, learned positions, query/key norms, experts, embeddings scaled, ALiBi
+# and sublayers that add the residual themselves, a grouped fused projection, norms after attention and the MLP (each
+# head's write through its layer's, frozen), multi-head latent attention
 
 
 @pytest.mark.parametrize("model_type", ADDS_UP)
@@ -101,12 +105,18 @@ def test_the_from_scratch_post_norm_models(model_id: str) -> None:
         assert found.total == pytest.approx(found.model_logit, rel=1e-4, abs=1e-4), position
 
 
-def test_a_norm_inside_the_attention_output_is_refused_with_its_reason(tmp_path) -> None:
-    """Gemma 2 normalises what attention writes before it joins the stream: the heads cannot be told apart."""
+def test_heads_that_do_not_add_up_to_what_attention_writes_are_refused(tmp_path) -> None:
+    """Gemma 2 normalises what attention writes before it joins the stream: its heads' writes through that norm (its
+    scale frozen) add up to it; changed after the run, what layer 0 wrote is no longer theirs, and no head's share is
+    told."""
     runner = load_hf_runner(str(build_type("gemma2", tmp_path / "model")))
     answer, wrong = two_words(runner)
-    with pytest.raises(UserError, match="do not add up"):
-        attribute(runner, runner.run(TEXT, options=attribution_options(runner)), answer, wrong)
+    trace = runner.run(TEXT, options=attribution_options(runner))
+    attribute(runner, trace, answer, wrong)
+    written = trace["decoder.0.hook_attn_out"] * 1.5
+    changed = dataclasses.replace(trace, captured={**trace.captured, "decoder.0.hook_attn_out": written})
+    with pytest.raises(UserError, match=r"heads of decoder\.0\.attn do not add up"):
+        attribute(runner, changed, answer, wrong)
 
 
 def test_bad_input_gets_a_sentence(tmp_path) -> None:

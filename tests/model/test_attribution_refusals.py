@@ -16,7 +16,7 @@ import transformers
 from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.options import RunOptions
 from attention_atlas.model.hf.loading import load_hf_runner
-from attention_atlas.model.inspect import attribution
+from attention_atlas.model.inspect import attribution, stream_walk
 from attention_atlas.model.inspect.attribution import attribute, attribution_options, likeliest
 from attention_atlas.model.inspect.contributions import contribution_graph, contribution_options
 from attention_atlas.model.registry import load_runner
@@ -78,8 +78,8 @@ def test_parts_that_miss_the_models_logit_are_refused(monkeypatch) -> None:
     longer add up to the model's own logit, and the split is refused rather than drawn."""
     runner = load_runner("toy-gpt-date")
     trace = runner.run("march 3 2021", None, attribution_options(runner))
-    affine = attribution.norm_affine
-    monkeypatch.setattr(attribution, "norm_affine", lambda module: (affine(module)[0] * 1.1, affine(module)[1]))
+    affine = stream_walk.norm_affine
+    monkeypatch.setattr(stream_walk, "norm_affine", lambda module: (affine(module)[0] * 1.1, affine(module)[1]))
     with pytest.raises(UserError, match=r"The parts add up to [-+]\d+\.\d{3}, but the model's own logit difference is "
                                         r"[-+]\d+\.\d{3}"):
         attribute(runner, trace, "2", "1")

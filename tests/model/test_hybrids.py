@@ -24,6 +24,7 @@ from attention_atlas.model.inspect.contributions import contribution_graph, cont
 from attention_atlas.model.inspect.patching import KINDS, kinds_of, patch
 from attention_atlas.model.inspect.tour import step_shape, tour_options, tour_steps
 from attention_atlas.plot.tour import step_figure
+from tests.model.test_score_parts_hybrids import frozen
 from tests.tiny_hf import log_probs_with_columns_zeroed
 from tests.tiny_hybrids import ATTENTION_BLOCKS, HYBRID_TYPES, build_hybrid, build_qwen3_5_checkpoint
 
@@ -121,16 +122,33 @@ def test_facts_written_before_the_layer_numbers_still_read() -> None:
 
 
 @pytest.mark.parametrize("model_type", HYBRID_TYPES)
-def test_attribution_and_the_contribution_graph_refuse_with_a_sentence(hybrid_runners, model_type: str) -> None:
-    """Direct logit attribution and the contribution graph split the stream into attention heads and MLPs: in a hybrid
-    the Mamba, delta-net and convolution layers write to it too, so they say so rather than draw a split without
-    them (the tiny LFM2's convolutions write so little that its parts added up within the sum's tolerance)."""
+def test_attribution_adds_up_to_the_models_logits_and_the_graph_refuses(hybrid_runners, model_type: str) -> None:
+    """Direct logit attribution splits a hybrid's logit difference with its other blocks as parts of their own, each
+    block's share its output less its input (transformers' hidden states) through the final norm, its scale frozen,
+    onto the unembedding, and the parts add up to transformers' own logits; the contribution graph, which splits
+    each sum into heads and an MLP, still says it does not apply."""
     runner = hybrid_runners[model_type]
     trace = runner.run(TEXT, options=attribution_options(runner))
+    found = attribute(runner, trace, " fox", " dog")
+    model, norm = runner.model, runner.taps["decoder.ln_final.hook_normalized"].module  # the final norm's module
+    seen = {}
+    handle = norm.register_forward_pre_hook(lambda module, args: seen.update(stream=args[0][0, -1]))
+    with torch.inference_mode():
+        out = model(input_ids=torch.tensor([trace.ids]), output_hidden_states=True, use_cache=False)
+        handle.remove()
+        fox, dog = (runner.text.tokenizer(w, add_special_tokens=False)["input_ids"][0] for w in (" fox", " dog"))
+        assert found.model_logit == pytest.approx(float(out.logits[0, -1, fox] - out.logits[0, -1, dog]), abs=1e-5)
+        assert found.total == pytest.approx(found.model_logit, abs=1e-5)
+        unembedding = model.get_output_embeddings().weight[fox] - model.get_output_embeddings().weight[dog]
+        blocks = [name for name in found.blocks if name.startswith("block ")]
+        for name in blocks:
+            block = int(name.split()[1])
+            written = out.hidden_states[block + 1][0, -1] - out.hidden_states[block][0, -1]
+            theirs = float(frozen(norm, written, seen["stream"]) @ unembedding)
+            assert found.blocks[name] == pytest.approx(theirs, abs=1e-4 * abs(found.total) + 1e-6), name
+    assert len(blocks) == (0 if model_type == "falcon_h1" else 2)
+    assert np.isnan(found.mlp).all() == (model_type in ("granitemoehybrid", "falcon_h1"))  # in L{l}.rest
     parallel = model_type == "falcon_h1"  # attention and Mamba side by side in every block: no block's sum is shown
-    with pytest.raises(UserError, match="has no decoder.*cannot be split into parts" if parallel else
-                       "is a hybrid: its blocks other than softmax attention"):
-        attribute(runner, trace, " fox")
     with pytest.raises(UserError, match="its residual stream is not attention's sum" if parallel else
                        "the contribution graph cannot split the stream into parts"):
         contribution_graph(runner, runner.run(TEXT, options=contribution_options()))
