@@ -83,8 +83,11 @@ def residual(trace: Trace, stack: str) -> None:
     streamed = stream_trace(stack)
     by_block = blockwise(streamed, stack)
     if by_block:
-        st.caption("A hybrid: its stream is read at every block, softmax attention or not (the model card's layer "
-                   "map); a block's write is its output minus its input, its token mixer and MLP together.")
+        st.caption(("A hybrid: its stream is read at every block, softmax attention or not (the model card's layer "
+                    "map)" if streamed.facts.attention_blocks or "layer map" in streamed.facts.notes else
+                    "Its blocks add what they write scaled, with no sum in between to read: its stream is read at "
+                    "each block's input and output") + "; a block's write is its output minus its input, its token "
+                   "mixer and MLP together.")
     needed = stream_hooks(streamed, stack) if by_block else tuple(
         f"{stack}.0.{hook}" for hook in (*stream_boundaries(streamed, stack), *STREAM[3:5]))
     if missing_hooks(streamed, tuple(needed)):
