@@ -25,7 +25,7 @@ from attention_atlas.ui.patching_views import patching_section
 from attention_atlas.ui.pickers import clicked_head
 from attention_atlas.ui.runs import readable_failures
 from attention_atlas.ui.trace_cache import per_trace
-from attention_atlas.viz.attribution import head_shares_heatmap, layer_shares_bars
+from attention_atlas.viz.attribution import block_shares_bars, head_shares_heatmap, layer_shares_bars
 from attention_atlas.viz.tokens import visible_token
 
 ATTENTION_PAGE = next(page.file for page in PAGES if page.title == "Attention")
@@ -109,6 +109,12 @@ def show(trace: Trace, found: Attribution) -> None:
     st.plotly_chart(figure, key="attribution_layers")
     downloads(figure, f"{name}.layers", "attribution_layers_files",
               constant(pd.DataFrame(parts, index=pd.Index(range(len(found.mlp)), name="layer"))))
+    if found.blocks:  # a hybrid's other blocks, or what a block that adds attention scaled writes besides its heads
+        figure = block_shares_bars(found.blocks, f"The other parts' direct share of the {measure}", "share")
+        st.plotly_chart(figure, key="attribution_blocks")
+        downloads(figure, f"{name}.blocks", "attribution_blocks_files",
+                  constant(pd.DataFrame({"share": list(found.blocks.values())},
+                                        index=pd.Index(list(found.blocks), name="part"))))
     st.dataframe(ranking(found), hide_index=True)
 
 

@@ -59,6 +59,18 @@ def layer_shares_bars(parts: dict[str, np.ndarray], title: str, measure: str) ->
     return fig
 
 
+def block_shares_bars(shares: dict[str, float], title: str, measure: str) -> go.Figure:
+    """shares: part name ("block 0 (Mamba)", "L1.rest") -> its direct share, one bar each, red adding, blue taking."""
+    names, values = [plotly_text(name) for name in shares], np.array(list(shares.values()), dtype=np.float64)
+    title, measure = plotly_text(title), plotly_text(measure)
+    fig = go.Figure(go.Bar(x=names, y=values, marker={"color": ["#c0392b" if v >= 0 else "#2471a3" for v in values]},
+                           hovertemplate="%{x}<br>" + measure + ": %{y:+.4g}<extra></extra>"))
+    fig.update_xaxes(title="part", type="category")
+    fig.update_yaxes(title=measure, zeroline=True, zerolinecolor="#888")
+    fig.update_layout(title=title, height=320, margin={"l": 60, "r": 20, "t": 50, "b": 80})
+    return fig
+
+
 def patching_heatmap(values: np.ndarray, tokens: list[str], title: str) -> go.Figure:
     """values (layers, positions): how much of the clean run's logit difference each patched activation restores
     (0 = the corrupted run, 1 = the clean run), a column a position labelled by its clean token."""

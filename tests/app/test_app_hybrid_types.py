@@ -225,6 +225,9 @@ def test_attribution_splits_a_hybrids_logit(folder, model_type: str) -> None:
     shown = {metric.label: metric.value for metric in at.metric}
     model = next(value for label, value in shown.items() if label.startswith("The model's"))
     assert shown["The parts, summed"] == model, shown
+    if not every_block_attends(model_type):  # the other blocks' shares drawn, each named by its block
+        bars = chart(at, "The other parts' direct share")["data"][0]
+        assert any(name.startswith("block ") for name in bars["x"]), bars["x"]
 
 
 @pytest.mark.parametrize("model_type", ["lfm2", "jamba", "granitemoehybrid"])

@@ -87,6 +87,7 @@ BUILDERS: dict[str, Build] = {
     "ablation.change_bars": lambda h: ablation.change_bars(_tokens(h), RNG.random(3), h, h),
     "attribution.head_shares_heatmap": lambda h: attribution.head_shares_heatmap(RNG.random((2, 3)), h, h),
     "attribution.layer_shares_bars": lambda h: attribution.layer_shares_bars({h: RNG.random(2)}, h, h),
+    "attribution.block_shares_bars": lambda h: attribution.block_shares_bars({h: 0.5, "L1.rest": -0.2}, h, h),
     "attribution.patching_heatmap": lambda h: attribution.patching_heatmap(RNG.random((2, 3)), _tokens(h), h),
     "attribution.contribution_graph_figure": lambda h: attribution.contribution_graph_figure(
         [("attention", 0, 0, 1, 0.5), ("residual", 0, 1, 1, 0.7)], _tokens(h), 1, [(0.5, 0.5, f"{h} → x\n{h}")], h),
