@@ -106,7 +106,8 @@ def test_the_tour_draws_the_stream_after_every_block(folder, reference) -> None:
     keys = [step.key for step in tour_steps(trace)]
     step = tour_steps(trace)[keys.index("decoder.blocks")]
     assert "Each of the 2 blocks does the same" in step.text
-    at = open_app_page("app_pages/tour.py", folder=str(folder), text=TEXT, params={"step": str(keys.index("decoder.blocks"))})
+    at = open_app_page("app_pages/tour.py", folder=str(folder), text=TEXT,
+                       params={"step": str(keys.index("decoder.blocks"))})
     assert_ok(at, "Tour")
     lengths = chart(at, "decoder.blocks.*.hook_resid_post")["data"][0]
     assert list(lengths["y"]) == ["after block 0 (softmax attention)", "after block 1 (softmax attention)"]

@@ -26,8 +26,18 @@ from attention_atlas.model.inspect.readout import READOUT_REFUSED, logit_map, un
 from attention_atlas.plot.stream import logit_lens, residual
 from tests.last_block import last_block_and_logits
 from tests.model.test_readout_scales import SCALED
-from tests.tiny_hf import DECODER_TYPES, FAMILIES, LM_SPECIALS, MLA_TYPES, SEQ2SEQ_TYPES, SHARED, WORDS, _tokenizer
-from tests.tiny_hf import build, build_type
+from tests.tiny_hf import (
+    DECODER_TYPES,
+    FAMILIES,
+    LM_SPECIALS,
+    MLA_TYPES,
+    SEQ2SEQ_TYPES,
+    SHARED,
+    WORDS,
+    _tokenizer,
+    build,
+    build_type,
+)
 from tests.tiny_hybrids import HYBRID_TYPES, build_hybrid
 from tests.tiny_llama4 import build_llama4
 from tests.tiny_sinks import build_gpt_oss

@@ -47,8 +47,8 @@ PER_LAYER: dict[str, str] = {
     **{f"ln1.{name}": meaning for name, meaning in _NORM.items()},  # the norm at self-attention
     **{f"ln_cross.{name}": meaning for name, meaning in _NORM.items()},  # the norm at cross-attention
     **{f"ln2.{name}": meaning for name, meaning in _NORM.items()},  # the norm at the MLP
-    "hook_mlp_in": "(pos, d_model): the pre-norm toys: what the MLP's norm reads, hook_resid_mid's value, where an edit "
-                   "changes the MLP's input alone and not the stream (TransformerLens's, with use_hook_mlp_in)",
+    "hook_mlp_in": "(pos, d_model): the pre-norm toys: what the MLP's norm reads, hook_resid_mid's value, where an "
+                   "edit changes the MLP's input alone and not the stream (TransformerLens's, with use_hook_mlp_in)",
     "mlp.hook_pre": "(pos, d_ff): the MLP's hidden layer before the activation (gated MLPs: the gate projection)",
     "mlp.hook_pre_linear": "(pos, d_ff): gated MLPs: the up projection, which the activated gate multiplies",
     "mlp.hook_post": "(pos, d_ff): the MLP's hidden layer after the activation (x the gate, in gated MLPs)",
