@@ -207,8 +207,10 @@ def statistics(c: Choice) -> None:
                    "keys (the source) are two sequences, so those are left out.")
     else:
         st.caption("Entropy H: how spread a head's attention is (0 = one key). Mean distance d: how far it looks. "
-                   "The last three: the average share of attention on the first token, the previous one, itself. "
-                   "Computed on every token, special ones included.")
+                   "Then the average share of attention on the first token, the previous one, itself; the first "
+                   "two again over the queries from 16 on (what names a sink or a previous-token head), the share "
+                   "on the token after the query's last earlier occurrence (an induction head's), and the mean "
+                   "distance off the first token. Computed on every token, special ones included.")
     if SINK in table:
         st.caption("To the sink: the average share of a row that the head's learned sink took (one more key, no "
                    "token); the other measures read the weights on the tokens, which sum to 1 less it.")
