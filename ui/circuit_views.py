@@ -84,7 +84,7 @@ def circuit_section(runner: Runner, shown: Trace, answer: str, wrong: str | None
     find, stop = st.columns(2)
     if find.button("Find the circuit", key="attribution_circuit_find", type="primary"):
         find_circuit(runner, shown, asked)
-    stop.button("Stop", key="attribution_circuit_stop", help="Ends the search after the pass under way.")
+    stop.button("Stop the search", key="attribution_circuit_stop", help="Ends the search after the pass under way.")
     if st.session_state.get(ASKED) != asked:
         return
     try:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from playwright.sync_api import expect
 
-from app_browser.page import choose, figure, heatmap_values, live
+from app_browser.page import choose, figure, heatmap_values, live, wait_idle
 from app_browser.server import ARTIFACTS
 from attention_atlas.viz.masked import MASKED_LABEL
 
@@ -122,7 +122,8 @@ def test_a_click_on_the_pooled_head_opens_that_region(page) -> None:
     pooled = figure(page, "max-pooled")
     expect(pooled).to_be_visible(timeout=120_000)
     pooled.locator(".scatterlayer .point").nth(12 * 24 + 0).click(force=True)  # row block 12 of 24, column 0
-    main = page.get_by_test_id("stMain")
+    wait_idle(page)  # the rerun the click asked for; the elements of the run before it linger, marked stale
+    main = live(page.get_by_test_id("stMain"))
     expect(main.get_by_role("switch", name="Keys follow the rows (the diagonal block)")).not_to_be_checked()
-    expect(page.get_by_text("key columns #0–#511")).to_be_visible()
+    expect(main.get_by_text("key columns #0–#511")).to_be_visible()
     assert page.console_errors == []
