@@ -14,12 +14,12 @@ attribution patching's estimate instead (seconds). docs/attribution.md explains 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 import numpy as np
 
 from attention_atlas.api import load
+from attention_atlas.command_output import print_and_write
 from attention_atlas.model.core.devices import DEVICE_CHOICES, PRECISION_CHOICES
 from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.inspect.patching import HEAD_KINDS, Patching
@@ -69,17 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         summary["patching"] = {"clean": patched.clean, "corrupted": patched.corrupted,
                                "estimated": patched.estimated, "most_restored": most_restored(patched)}
     every = {"model": model.id, **found.as_dict(), **({} if patched is None else {"patching": patched.as_dict()})}
-    try:  # strict JSON: a cell not patched is null, and no value may be Infinity or NaN
-        printed, written = (json.dumps(value, ensure_ascii=False, allow_nan=False) for value in (summary, every))
-    except ValueError:
-        print("error: a number of the result is not finite (Infinity or NaN: a run that overflowed its precision), "
-              "so no JSON was written. Try --precision float32.", file=sys.stderr)
-        return 2
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as file:
-            file.write(written)
-    print(printed)
-    return 0
+    return print_and_write(summary, every, args.out)
 
 
 def most_restored(patched: Patching) -> dict[str, dict[str, float | int]]:

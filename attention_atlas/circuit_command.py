@@ -14,12 +14,12 @@ every edge's score and the curve. `Model.circuit` in docs/python.md is the same 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 import numpy as np
 
 from attention_atlas.api import load
+from attention_atlas.command_output import print_and_write
 from attention_atlas.model.core.devices import DEVICE_CHOICES, PRECISION_CHOICES
 from attention_atlas.model.core.errors import UserError
 
@@ -68,14 +68,4 @@ def main(argv: list[str] | None = None) -> int:
                "top_edges": [{"edge": edge, "score": score} for edge, score in ranked],
                "faithfulness": {str(n): value for n, value in zip(sizes, curve.tolist(), strict=True)}}
     every = {"model": model.id, **fields, "curve": {"edges": sizes, "faithfulness": curve.tolist()}}
-    try:  # strict JSON: no value may be Infinity or NaN
-        printed, written = (json.dumps(value, ensure_ascii=False, allow_nan=False) for value in (summary, every))
-    except ValueError:
-        print("error: a number of the result is not finite (Infinity or NaN: a run that overflowed its precision), "
-              "so no JSON was written. Try --precision float32.", file=sys.stderr)
-        return 2
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as file:
-            file.write(written)
-    print(printed)
-    return 0
+    return print_and_write(summary, every, args.out)

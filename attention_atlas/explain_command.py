@@ -11,10 +11,10 @@ self-attention's: the run's tokens; the summary names them).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from attention_atlas.api import load
+from attention_atlas.command_output import print_and_write
 from attention_atlas.model.core.devices import DEVICE_CHOICES, PRECISION_CHOICES
 from attention_atlas.model.core.errors import UserError
 
@@ -57,15 +57,4 @@ def main(argv: list[str] | None = None) -> int:
                "position_bias": found.position_bias, "position_bias_name": found.position_bias_name,
                "query_side": [{"part": name, "share": share} for name, share in found.ranked("query")[:TOP]],
                "key_side": [{"part": name, "share": share} for name, share in found.ranked("key")[:TOP]]}
-    try:  # strict JSON: no value may be Infinity or NaN
-        printed, written = (json.dumps(value, ensure_ascii=False, allow_nan=False)
-                            for value in (summary, {"model": model.id, **found.as_dict()}))
-    except ValueError:
-        print("error: a number of the result is not finite (Infinity or NaN: a run that overflowed its precision), "
-              "so no JSON was written. Try --precision float32.", file=sys.stderr)
-        return 2
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as file:
-            file.write(written)
-    print(printed)
-    return 0
+    return print_and_write(summary, {"model": model.id, **found.as_dict()}, args.out)
