@@ -10,7 +10,7 @@ from pathlib import Path
 
 from playwright.sync_api import expect
 
-from app_browser.page import choose, figure, heatmap_values, open_page, screenshots, wait_idle
+from app_browser.page import choose, figure, heatmap_values, live, open_page, screenshots, wait_idle
 from tests.tiny_hf import build, build_type
 
 
@@ -41,7 +41,8 @@ def test_spread_a_custom_model_over_the_cpu_and_the_disk(page, tmp_path) -> None
     card.scroll_into_view_if_needed()
     screenshots(page, "spread-model-card")
     open_page(page, "Step through")
-    page.get_by_test_id("stMain").get_by_label("Layer", exact=True).first.click()
+    wait_idle(page)  # the page's run, whose picker the click opens (not one a rerun left stale)
+    live(page.get_by_test_id("stMain")).get_by_label("Layer", exact=True).first.click()
     page.get_by_role("option", name="3", exact=True).click()  # a layer on the disk
     wait_idle(page)
     expect(page.locator(".js-plotly-plot").first).to_be_visible()
