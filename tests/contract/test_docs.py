@@ -32,6 +32,7 @@ COMMANDS = {  # how a command is written in the docs -> the file that declares i
     "attention-atlas train ": "model/toy/train.py",
     "attention-atlas attribute ": "attention_atlas/attribute_command.py",
     "attention-atlas circuit ": "attention_atlas/circuit_command.py",
+    "attention-atlas explain ": "attention_atlas/explain_command.py",
     "python -m attention_atlas trace ": "attention_atlas/trace_command.py",
     "python -m attention_atlas train ": "model/toy/train.py",
     "attention-atlas ": "attention_atlas/cli.py",
