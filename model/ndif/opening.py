@@ -8,6 +8,7 @@ through the serialisation round trip a real request takes (model/ndif/request.py
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -16,11 +17,12 @@ import torch
 
 from attention_atlas.model.core.devices import precision_name
 from attention_atlas.model.core.errors import UserError
-from attention_atlas.model.hf.facts import model_facts
+from attention_atlas.model.hf.facts import SOURCE_BYTES_LIMIT, longest_input, model_facts
 from attention_atlas.model.hf.families import kind_of
 from attention_atlas.model.hf.loading import check_hub_id, check_local_folder, hub_reachable, local_folder, shown
 from attention_atlas.model.ndif.request import NO_KEY, current_key
 from attention_atlas.model.ndif.runner import Hosted, NDIFRunner
+from attention_atlas.model.ndif.transfer import layer_shapes, wire_bytes
 from attention_atlas.model.ndif.twin import build_twin, probe
 
 STATUS_TIMEOUT_S = 10.0
@@ -74,7 +76,8 @@ def open_ndif(source: str, simulate: bool = False, progress: Callable[[str], Non
     model = _nnsight_model(where, tokenizer, simulate, _dtype(config))
     module = model._module  # the model's own modules: on the meta device unless simulated
     taps = twin.family.taps(module)
-    hosted_model = Hosted(model, taps, {m: path for path, m in module.named_modules()}, found, simulate)
+    shapes = layer_shapes(config)[1:]
+    hosted_model = Hosted(model, taps, {m: path for path, m in module.named_modules()}, found, shapes, simulate)
     return NDIFRunner(hosted_model, _facts(source, module, twin, config, tokenizer, simulate), twin.family, tokenizer)
 
 
@@ -111,7 +114,16 @@ def _facts(source: str, module: Any, twin: Any, config: Any, tokenizer: Any, sim
                                                       "class and layers a few dimensions wide, built here"})
     precision = precision_name(torch.float32 if simulate else _dtype(config))
     return replace(facts, device="NDIF (simulated)" if simulate else "NDIF", precision=precision,
-                   special_ids=sorted(set(tokenizer.all_special_ids)))
+                   special_ids=sorted(set(tokenizer.all_special_ids)), max_len=_longest(config, twin.family))
+
+
+def _longest(config: Any, family: Any) -> int:
+    """The most tokens a run on NDIF reads: the model's own limit (at most LONGEST_INPUT, as a local model's), and as
+    many as keep one layer's queries and keys, fetched and kept here in float32, within SOURCE_BYTES_LIMIT (the app's
+    runs keep a summary made on NDIF, and the layers a view opens: model/ndif/fetched.py)."""
+    _, heads, kv_heads, d_head = layer_shapes(config)
+    return min(longest_input(config, family, byte_limit=sys.maxsize), SOURCE_BYTES_LIMIT // wire_bytes(
+        1, heads, kv_heads, d_head, 1, number_bytes=4))
 
 
 def _dtype(config: Any) -> torch.dtype:

@@ -1,16 +1,18 @@
 """The code that runs on NDIF, inside one nnsight request: it reads what a run of the app needs off the hosted
 model's modules and hands back plain tensors, never anything of this project.
 
-nnsight ships this module by its source (`nnsight.register`, model/ndif/request.py): NDIF's servers have torch and
-nnsight, not attention_atlas, so this file imports torch alone and reaches nothing else of the project (a contract
-test holds it to that). The plan it follows is plain data made here (model/ndif/wire.py): a list of
-(module path, part) in the order the forward pass reaches them, nnsight's rule (a location the model has passed cannot
-be read any more). A part is
+nnsight ships this module by its source (`nnsight.register`, model/ndif/request.py), and model/ndif/remote_summary.py
+with it: NDIF's servers have torch and nnsight, not attention_atlas, so these files import torch and each other alone
+and reach nothing else of the project (a contract test holds them to that). The plan it follows is plain data made
+here (model/ndif/wire.py): a list of (module path, part) in the order the forward pass reaches them, nnsight's rule (a
+location the model has passed cannot be read any more). A part is
 - "input": the module's first input (the hidden states going in);
 - "output": its output, a tensor or a tuple whose tensors come back (anything else as None);
 - "attention" (or "attention+values"): what the module's attention function was handed (`attention_interface(self,
   query, key, value, mask, ...)` in transformers' code): the queries and keys after any rotation (and the values),
   and the call's numbers (scaling, sliding window, soft-cap);
+- "summary": the layer's attention summarised there from those queries and keys (model/ndif/remote_summary.py, by
+  the site's layout): its thumbnails', statistics' and rollout's sums, not the queries and keys;
 - "edit": nothing read.
 At an attention step the heads chosen are ablated in the attention function's output (before the output projection).
 Each tensor is copied to the host as it comes (a copy of its own: a view would carry its whole storage back).
@@ -21,6 +23,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+
+from attention_atlas.model.ndif import remote_summary
 
 Step = tuple[str, str]  # (module path, "input" | "output" | "attention" | "attention+values" | "edit")
 Edits = dict[str, tuple[tuple[tuple[int, int], ...], str]]  # attention module path -> ((row, head) ..., "zero" |
@@ -71,9 +75,10 @@ def ablate(output: torch.Tensor, pairs: tuple[tuple[int, int], ...], mode: str) 
             output[rows, :, head] = output[rows, :, head].mean(dim=-2, keepdim=True)
 
 
-def collect(model: Any, plan: list[Step], edits: Edits) -> list[Any]:
+def collect(model: Any, plan: list[Step], edits: Edits, layout: remote_summary.Layout | None = None) -> list[Any]:
     """Walk `plan` through one forward pass of `model` (an nnsight envoy), returning what each step read, in order
-    (None for an edit); edits: the heads to ablate, by attention module (each one a step of the plan)."""
+    (None for an edit); edits: the heads to ablate, by attention module (each one a step of the plan); layout: the
+    summary's, for "summary" steps."""
     for path, part in plan:  # each attention function's call made readable before the pass reaches its module
         if part not in ("input", "output"):
             module_at(model, path).source  # noqa: B018 (nnsight instruments the forward when this is first read)
@@ -88,6 +93,9 @@ def collect(model: Any, plan: list[Step], edits: Edits) -> list[Any]:
             call = attention_call(envoy)
             if part == "edit":
                 found.append(None)
+            elif part == "summary":
+                args, kwargs = call.inputs
+                found.append(remote_summary.reduce_layer(args[1], args[2], kwargs, layout))
             else:
                 args, kwargs = call.inputs
                 values = host(args[3]) if part == "attention+values" else None
@@ -106,8 +114,9 @@ def edit_only(model: Any, edits: Edits) -> None:
 
 def last_logits(model: Any, count: int) -> torch.Tensor:
     """The logits (batch, count, vocab) of the last `count` positions: those the run reads (generate computes the
-    last position's only)."""
-    return host(model.output.logits[:, -count:])
+    last position's only; 0: none)."""
+    logits = model.output.logits
+    return host(logits[:, logits.shape[1] - count :])
 
 
 def chosen(model: Any) -> int:

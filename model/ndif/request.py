@@ -1,8 +1,9 @@
 """One run as one nnsight request: sent to NDIF, or simulated here (nnsight's own serialisation round trip).
 
-The request carries the token ids, the plan (plain data, model/ndif/wire.py) and model/ndif/remote.py, shipped by its
-source (`nnsight.register`): the body of the `with` blocks below is what NDIF runs. What comes back is the saved
-values: the plan's tensors, the logits the run reads, the generated ids.
+The request carries the token ids, the plan (plain data, model/ndif/wire.py) and model/ndif/remote.py and
+remote_summary.py, shipped by their source (`nnsight.register`): the body of the `with` blocks below is what NDIF runs.
+What comes back is the saved values: the plan's tensors (or a layer's summary sums), the logits the run reads, the
+generated ids.
 
 Simulated, the request takes nnsight's serialisation round trip here, strictly (model/ndif/backends.py), and its
 result goes through torch.save and back, as NDIF's does; sent, NDIF's status stream is followed. Either way the bytes
@@ -19,7 +20,7 @@ from typing import Any
 import torch
 
 from attention_atlas.model.core.errors import UserError
-from attention_atlas.model.ndif import remote
+from attention_atlas.model.ndif import remote, remote_summary
 from attention_atlas.model.ndif.backends import Simulated, read_result, watched
 from attention_atlas.model.ndif.status import api_key, tell
 from attention_atlas.model.ndif.transfer import Transfer
@@ -39,6 +40,7 @@ class Ask:
     generate: int
     pad_id: int | None = None  # what generate pads with
     rows: int = 1  # the ids read this many times in one batch, each row with its own edits (no generation)
+    layout: dict[str, Any] | None = None  # the site summary's layout, for "summary" steps (remote_summary.Layout)
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,7 @@ def send(model: Any, ask: Ask, simulate: bool, key: str | None, timeout_s: float
     import nnsight
 
     nnsight.register(remote)
+    nnsight.register(remote_summary)
     backend = Simulated(model) if simulate else _watched(model, key, timeout_s)
     try:
         with warnings.catch_warnings():  # the loop over an ablated generation's steps ends where generation does
@@ -80,12 +83,13 @@ def _run(model: Any, ask: Ask, backend: Any) -> dict[str, Any]:
     each step's token is read off its logits (the loop over the steps ends where generation does)."""
     import nnsight
 
-    ids, plan, edits, count = torch.tensor([ask.ids] * ask.rows), ask.plan, ask.edits, len(ask.ids) - ask.first
+    ids, plan, edits, layout = torch.tensor([ask.ids] * ask.rows), ask.plan, ask.edits, ask.layout
+    count = len(ask.ids) - ask.first
     generated = steps = None
     if ask.generate:
         with model.generate(ids, max_new_tokens=ask.generate, do_sample=False, use_cache=not edits,
                             pad_token_id=ask.pad_id, backend=backend) as tracer:
-            found = nnsight.save(remote.collect(model, plan, edits))
+            found = nnsight.save(remote.collect(model, plan, edits, layout))
             logits = nnsight.save(remote.last_logits(model, count))
             if edits:
                 steps = nnsight.save([])
@@ -96,7 +100,7 @@ def _run(model: Any, ask: Ask, backend: Any) -> dict[str, Any]:
                 generated = nnsight.save(tracer.result)
     else:
         with model.trace(ids, backend=backend):
-            found = nnsight.save(remote.collect(model, plan, edits))
+            found = nnsight.save(remote.collect(model, plan, edits, layout))
             logits = nnsight.save(remote.last_logits(model, count))
     return {"found": found, "logits": logits, "generated": generated, "steps": steps}
 

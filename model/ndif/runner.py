@@ -2,9 +2,11 @@
 trace made here by the local capture from what came back (model/ndif/wire.py), with the names and meaning of a local
 run's hooks.
 
-What a run on NDIF does: the hooks the twin carried (model/ndif/twin.py), patterns and their summary, ablated heads
-(their output edited where attention computes it, on NDIF), the greedy continuation by nnsight's `generate` in the same
-request, or a given target scored; and a batch of runs each with its own heads ablated (the Ablation page's outcomes).
+What a run on NDIF does: the hooks the twin carried (model/ndif/twin.py), patterns and their summary (the app's
+frame: summarised on NDIF, each layer's queries and keys fetched when a view opens it, model/ndif/fetched.py), ablated
+heads (their output edited where attention computes it, on NDIF), the greedy continuation by nnsight's `generate` in
+the same request, or a given target scored; and a batch of runs each with its own heads ablated (the Ablation page's
+outcomes).
 What it refuses, each with a sentence: masks other than the model's own (the causal what-ifs, blocked pairs, padding),
 generation a token at a time, a batch past MAX_ROWS runs (the scan of every head), patching, gradients.
 """
@@ -12,6 +14,7 @@ generation a token at a time, a batch past MAX_ROWS runs (the scan of every head
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -20,6 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from attention_atlas.model.core.attention.source import PatternSource
 from attention_atlas.model.core.capture.ablation import Outcome
 from attention_atlas.model.core.capture.hooks import ModuleTap, ReportedTap
 from attention_atlas.model.core.capture.patching import Patch
@@ -31,14 +35,19 @@ from attention_atlas.model.core.options import AblationMode, Head, RunOptions
 from attention_atlas.model.core.runner import trace_of_run
 from attention_atlas.model.core.text_checks import validate_text
 from attention_atlas.model.core.trace.facts import ModelFacts, OutputKind
+from attention_atlas.model.core.trace.kept_masks import sharing_site_masks
+from attention_atlas.model.core.trace.sites import Site
 from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.hf.examples import EXAMPLES
+from attention_atlas.model.hf.facts import SOURCE_BYTES_LIMIT
 from attention_atlas.model.hf.taps import Family
 from attention_atlas.model.hf.text import TokenText
+from attention_atlas.model.ndif.fetched import FetchedSource, Fetcher
 from attention_atlas.model.ndif.request import TIMEOUT_S, Answer, Ask, current_key, send
-from attention_atlas.model.ndif.transfer import record
+from attention_atlas.model.ndif.summaries import site_summary, summariser, wire_layout
+from attention_atlas.model.ndif.transfer import Ledger, Transfer, record, wire_bytes
 from attention_atlas.model.ndif.twin import Probe
-from attention_atlas.model.ndif.wire import plan, replay, row_edits
+from attention_atlas.model.ndif.wire import Plan, fetch_plan, plan, replay, row_edits
 
 MAX_TEXT_CHARS = 100_000  # before tokenising, as a local Hugging Face run (model/hf/runner.py)
 CONTINUATION_TOKENS = 8  # the greedy continuation a run shows, as a local run's
@@ -61,6 +70,7 @@ class Hosted:
     taps: dict[str, ModuleTap | ReportedTap]  # hook name -> tap on the model's own modules
     paths: dict[nn.Module, str]  # module -> its path, as the request names it
     probe: Probe
+    shapes: tuple[int, int, int]  # (heads, kv_heads, d_head) of each attention layer
     simulate: bool
     timeout_s: float = TIMEOUT_S
 
@@ -94,10 +104,16 @@ class NDIFRunner:
         hosted = self.hosted
         chosen = plan(hosted.taps, hosted.paths, hosted.probe, options, self.facts.n_heads)
         generate = CONTINUATION_TOKENS if target is None and len(ids) <= CONTINUATION_MAX_PROMPT else 0
-        ask = Ask(sequence, chosen.steps, chosen.edits, len(ids) - 1, generate, self.text.pad_id())
+        _check_size(chosen, hosted.shapes, len(sequence))
+        made = summariser(self.facts.n_heads, sequence) if chosen.fetched else None
+        ask = Ask(sequence, chosen.steps, chosen.edits, len(ids) - 1, generate, self.text.pad_id(),
+                  layout=None if made is None else wire_layout(made.layout))
         answer = self._send(ask)
         captured = replay(hosted.taps, hosted.paths, hosted.probe, chosen, answer.found, options, allowed,
                           self.facts.n_heads, {"decoder": sequence})
+        if made is not None:  # every layer summarised on NDIF: the site's summary from its sums
+            reduced = [found for (_, part), found in zip(chosen.steps, answer.found, strict=True) if part == "summary"]
+            captured[Site.of_pattern(next(iter(chosen.fetched)))[0].name] = site_summary(made, reduced)
         logits = answer.logits[0].float()  # (len(sequence) - len(ids) + 1, vocab)
         outputs = _top_next(logits[-1], self.text)
         output_text, kind = self._output(target, target_ids, logits, outputs, answer.generated)
@@ -105,9 +121,35 @@ class NDIFRunner:
             outputs |= score_target(logits[:-1], target_ids, self.text.tokens)
         trace = trace_of_run(self.facts, sequence, [], self.text.tokens, {"decoder.attn": allowed[0, 0]}, captured,
                              outputs=outputs, output_text=output_text, options=options, output_kind=kind)
-        trace = replace(trace, text=text, target=target)
-        record(trace, answer.transfer)
+        ledger = Ledger(answer.transfer)
+        layer = wire_bytes(1, *hosted.shapes, len(sequence), number_bytes=4)  # one layer's, kept here
+        fetcher = Fetcher(self._fetcher(chosen, sequence, options, allowed, trace.masks), ledger,
+                          max(1, SOURCE_BYTES_LIMIT // layer))
+        shape = (self.facts.n_heads, len(sequence), len(sequence))
+        fetched = {name: FetchedSource(shape, name, fetcher) for name in chosen.fetched}
+        trace = replace(trace, text=text, target=target, pattern_sources={**trace.pattern_sources, **fetched})
+        record(trace, ledger)
         return trace
+
+    def _fetcher(self, chosen: Plan, sequence: list[int], options: RunOptions, allowed: torch.Tensor,
+                 masks: dict[str, np.ndarray]) -> Callable[[str], tuple[PatternSource, Transfer]]:
+        """How a layer of a run summarised on NDIF is fetched: a request for its queries and keys (`fetch_plan`)
+        under the run's edits, sent with the key of the thread that reads it, made the layer's pattern source here.
+        Holds this runner weakly (a trace kept in a cache does not keep its model loaded) and no key."""
+        runner, hosted = weakref.ref(self), self.hosted
+
+        def fetch(name: str) -> tuple[PatternSource, Transfer]:
+            self = runner()
+            if self is None:
+                raise UserError("The model of this run has been let go since: run it again to open this layer.")
+            one = fetch_plan(chosen, name, hosted.probe)
+            answer = self._send(Ask(sequence, one.steps, one.edits, len(sequence), 0))
+            captured = replay(hosted.taps, hosted.paths, hosted.probe, one, answer.found,
+                              replace(options, summarised=False), allowed, self.facts.n_heads, {"decoder": sequence})
+            source = captured[name][0]
+            return sharing_site_masks({name: source}, masks)[name], answer.transfer
+
+        return fetch
 
     def _send(self, ask: Ask) -> Answer:
         """One request, with this thread's key where it is sent; one at a time on this model."""
@@ -155,6 +197,17 @@ class NDIFRunner:
     def gradients(self, trace: Trace, hooks: Sequence[str], position: int,
                   metric: Callable[[torch.Tensor], torch.Tensor]) -> dict[str, np.ndarray]:
         raise UserError(NOT_HERE.format(what="A gradient pass", why="it needs the model's weights here."))
+
+
+def _check_size(chosen: Plan, shapes: tuple[int, int, int], tokens: int) -> None:
+    """UserError for a run that would bring back more queries and keys (and values) than a run keeps here
+    (SOURCE_BYTES_LIMIT, float32 as they are kept), before anything is sent."""
+    kept = sum(wire_bytes(1, *shapes, tokens, number_bytes=4, values=part == "attention+values")
+               for _, part in chosen.steps if part.startswith("attention"))
+    if kept > SOURCE_BYTES_LIMIT:
+        raise UserError(f"This run would bring back {kept / 2**30:.1f} GiB of queries and keys from NDIF, more "
+                        f"than the {SOURCE_BYTES_LIMIT / 2**30:.0f} GiB a run keeps here: ask for fewer layers, or a "
+                        "shorter text (the views of every layer read a summary made on NDIF).")
 
 
 def _top_next(logits: torch.Tensor, text: TokenText) -> dict[str, np.ndarray]:

@@ -3,7 +3,9 @@
 `plan` turns the hooks a run asks for (and the heads it ablates) into the steps of model/ndif/remote.py, in the
 order the forward pass reaches them (the twin's, model/ndif/twin.py): for a hook read off a module, the part of it
 its reader needs; for an attention layer whose values are wanted (its pattern, queries, keys, scores, z), the queries
-and keys its attention function was handed (after the rotation), and the values only where v or z is asked for.
+and keys its attention function was handed (after the rotation), and the values only where v or z is asked for. A
+run that summarises its site and asks only for the patterns (the app's frame) has each layer summarised on NDIF
+("summary": model/ndif/remote_summary.py) and its queries and keys fetched when a view opens it (`fetch_plan`).
 
 `replay` hands what came back to the same capture as a local run (model/core/capture/record.py): each module's reader
 reads it through a stand-in module that returns the fetched output, and each attention layer's values go through the
@@ -15,7 +17,7 @@ ablated where the run ablates them. The meaning of every hook is thus the local 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -27,6 +29,7 @@ from attention_atlas.model.core.capture.record import Captured, capture, select_
 from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.masks import additive_mask
 from attention_atlas.model.core.options import ABLATION_MODES, Head, RunOptions
+from attention_atlas.model.hf.chunks import chunk_size
 from attention_atlas.model.hf.heads import attention
 from attention_atlas.model.ndif.twin import Probe, stand_in
 
@@ -40,24 +43,33 @@ class Plan:
     """One run's steps for model/ndif/remote.py and what each serves."""
 
     steps: list[tuple[str, str]]  # (module path, part), in the forward pass's order
-    hooks: list[str]  # the hook names the run records
+    hooks: list[str]  # the hook names the run records from what its steps bring back (`replay`)
     edits: Edits  # attention module path -> ((row, head) ablated ..., "zero" | "mean"), in the forward pass's order
+    fetched: dict[str, str] = field(default_factory=dict)  # pattern hook name -> its attention module's path: the
+    # layers summarised on NDIF ("summary" steps), whose queries and keys a view fetches when it opens them
 
 
 def plan(taps: Taps, paths: Mapping[nn.Module, str], probe: Probe, options: RunOptions, n_heads: int) -> Plan:
     """The steps that bring back what `options` asks for: its hooks (the ones the wire can carry: `carried`) and its
-    ablated heads."""
+    ablated heads; each layer summarised on NDIF where the run summarises and reads only patterns
+    (`summarised_on_ndif`)."""
     hooks = select_hook_names(carried(taps, probe), options.hooks)
     parts: dict[tuple[str, str], None] = {}
     attentions: dict[str, str] = {}  # attention module path -> "attention" or "attention+values"
+    read: dict[str, set[str]] = {}  # attention module path -> what its hooks read
     for name in hooks:
         tap = taps[name]
         path = paths[tap.module]
         if isinstance(tap, ReportedTap):
             wants_values = tap.quantity in VALUES or attentions.get(path) == "attention+values"
             attentions[path] = "attention+values" if wants_values else "attention"
+            read.setdefault(path, set()).add(tap.quantity)
         else:
             parts.update({(path, part): None for part in probe.parts[name]})
+    fetched = {}
+    if summarised_on_ndif(options, read, {path: module for module, path in paths.items()}):
+        fetched = {name: paths[taps[name].module] for name in hooks if isinstance(taps[name], ReportedTap)}
+        attentions = dict.fromkeys(attentions, "summary")
     edits = _edits(taps, paths, [(-1, head) for head in options.ablated], options.ablation, n_heads)
     parts.update({(path, attentions.get(path, "edit")): None for path in {*attentions, *edits}})
 
@@ -66,7 +78,23 @@ def plan(taps: Taps, paths: Mapping[nn.Module, str], probe: Probe, options: RunO
         return probe.order[(path, part if part in ("input", "output") else "attention")]
 
     ordered_edits = {path: edits[path] for path in sorted(edits, key=lambda path: place((path, "edit")))}
-    return Plan(sorted(parts, key=place), hooks, ordered_edits)
+    return Plan(sorted(parts, key=place), [name for name in hooks if name not in fetched], ordered_edits, fetched)
+
+
+def summarised_on_ndif(options: RunOptions, read: Mapping[str, set[str]], modules: Mapping[str, nn.Module]) -> bool:
+    """Whether a run's attention layers are summarised on NDIF: it summarises, its attention hooks are patterns
+    alone, and no layer attends within chunks (Llama 4's: model/ndif/remote_summary.py knows the causal mask and
+    sliding windows only)."""
+    return options.summarised and bool(read) and all(quantities == {"pattern"} for quantities in read.values()) \
+        and not any(chunk_size(modules[path]) for path in read)
+
+
+def fetch_plan(chosen: Plan, name: str, probe: Probe) -> Plan:
+    """The steps that bring back the queries and keys of the layer of `chosen`'s pattern hook `name` (one its run
+    summarised on NDIF), under the run's edits."""
+    path = chosen.fetched[name]
+    steps = {(path, "attention"): None} | {(edited, "edit"): None for edited in chosen.edits if edited != path}
+    return Plan(sorted(steps, key=lambda step: probe.order[(step[0], "attention")]), [name], chosen.edits)
 
 
 def carried(taps: Taps, probe: Probe) -> list[str]:

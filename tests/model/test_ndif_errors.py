@@ -15,13 +15,14 @@ import pytest
 import attention_atlas as aa
 from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.options import RunOptions
-from attention_atlas.model.ndif import remote
+from attention_atlas.model.ndif import remote, remote_summary
 from attention_atlas.model.ndif.backends import _Listener, _strict_unpickler, read_result
 from attention_atlas.model.ndif.opening import hosted_models, open_ndif
 from attention_atlas.model.ndif.request import NO_KEY, _readable
 from attention_atlas.model.ndif.runner import MASKS_REFUSED
 from attention_atlas.model.ndif.status import following, using_key
-from attention_atlas.model.ndif.transfer import config_wire_bytes
+from attention_atlas.model.ndif.transfer import config_run_bytes, config_wire_bytes
+from bench.ndif_transfer import config, table
 
 HOSTED = "meta-llama/Llama-3.1-70B"
 
@@ -117,11 +118,13 @@ def test_ndifs_statuses_are_told_and_a_long_wait_stops_at_the_deadline() -> None
 
 
 def test_what_ndif_runs_imports_torch_alone() -> None:
-    tree = ast.parse(Path(remote.__file__).read_text())
-    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
-                for alias in node.names}
-    imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
-    assert imported == {"torch", "__future__", "typing"}
+    """model/ndif/remote.py and remote_summary.py, shipped by their source, import torch and each other alone."""
+    for module in (remote, remote_summary):
+        tree = ast.parse(Path(module.__file__).read_text())
+        imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+        imported |= {f"{node.module}.{alias.name}" if node.module == "attention_atlas.model.ndif" else node.module
+                     for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) for alias in node.names}
+        assert imported <= {"torch", "__future__", "typing", "attention_atlas.model.ndif.remote_summary"}, module
 
 
 def test_a_request_naming_this_projects_code_is_refused_as_ndif_would() -> None:
@@ -148,19 +151,34 @@ def test_a_result_is_read_as_tensors_numbers_and_containers_only() -> None:
         read_result(saved({"options": RunOptions()}))
 
 
-LLAMA_31 = {"8B": (32, 4096, 32), "70B": (80, 8192, 64), "405B": (126, 16384, 128)}  # layers, hidden size, heads
-
-
 def test_the_sizes_docs_serving_gives_are_those_of_llama_31s_shapes() -> None:
-    from transformers import LlamaConfig
-
+    """docs/serving.md's table is bench/ndif_transfer.py's, from model/ndif/transfer.py's formulas, which
+    tests/model/test_ndif_runs.py holds to what simulated runs bring back."""
     docs = (Path(__file__).parents[2] / "docs" / "serving.md").read_text()
-    for name, (layers, hidden, heads) in LLAMA_31.items():
-        config = LlamaConfig(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads,
-                             num_key_value_heads=8)  # head_dim 128 in each
-        row = next(line for line in docs.splitlines() if line.startswith(f"| Llama-3.1-{name} |"))
-        for tokens in (512, 2048, 8192):
-            assert f"{config_wire_bytes(config, tokens) / 2**20:,.0f} MiB" in row, (name, tokens)
-    seventy = LlamaConfig(num_hidden_layers=80, hidden_size=8192, num_attention_heads=64, num_key_value_heads=8)
-    assert config_wire_bytes(seventy, 2048) == 3_019_898_880
-    assert "= 3,019,898,880 bytes of queries and keys" in docs
+    assert table() in docs
+    seventy = config("70B")
+    assert config_wire_bytes(seventy, 2048) == 3_019_898_880  # 80 layers x 2,048 x 128 x (64 + 8) x 2 bytes
+    for size in (config_wire_bytes(seventy, 2048), config_run_bytes(seventy, 2048)):
+        assert f"{size:,} bytes" in docs
+
+
+def test_a_run_that_would_bring_back_more_than_a_run_keeps_is_refused_before_it_is_sent() -> None:
+    from attention_atlas.model.ndif.runner import _check_size
+    from attention_atlas.model.ndif.wire import Plan
+
+    seventy = (64, 8, 128)  # Llama-3.1-70B's heads, key/value heads, head_dim
+    every_layer = Plan([(f"model.layers.{i}.self_attn", "attention") for i in range(80)], [], {})
+    with pytest.raises(UserError, match=r"bring back 5\.6 GiB of queries and keys from NDIF, more than the 1 GiB"):
+        _check_size(every_layer, seventy, 2048)  # 80 x (64 + 8) x 2,048 x 128 x 4 bytes, float32 here
+    _check_size(Plan(every_layer.steps[:14], [], {}), seventy, 2048)  # 14 layers: 1,008 MiB
+    _check_size(Plan([(path, "summary") for path, _ in every_layer.steps], [], {}), seventy, 8192)  # summaries
+
+
+def test_a_fetched_source_reads_every_field_of_a_pattern_source_from_what_it_fetched() -> None:
+    """A field PatternSource gains is fetched too, not read as its class default."""
+    from dataclasses import fields
+
+    from attention_atlas.model.core.attention.source import PatternSource
+    from attention_atlas.model.ndif.fetched import FetchedSource
+
+    assert all(isinstance(getattr(FetchedSource, field.name), property) for field in fields(PatternSource))

@@ -1,17 +1,21 @@
 """A model on NDIF, simulated (nnsight's request round trip, model/ndif): its runs equal the local Hugging Face run of
 the same folder, hook by hook, pattern by pattern, in its summary and its output, with heads ablated too; and what came
-back is the queries and keys the run needs, no more."""
+back is the queries and keys the run needs, no more: the app's frame run brings back its summary alone (made on NDIF,
+under sliding windows, soft caps and sinks too), and a layer's queries and keys when a view opens it."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from attention_atlas.model.core.attention.summary import ROLLOUT_SIZE
 from attention_atlas.model.core.options import RunOptions
 from attention_atlas.model.hf.loading import load_hf_runner
 from attention_atlas.model.ndif.opening import open_ndif
 from attention_atlas.model.ndif.status import following
-from attention_atlas.model.ndif.transfer import transfer_of, wire_bytes
+from attention_atlas.model.ndif.transfer import summary_bytes, transfer_of, wire_bytes
+from tests.tiny_hf import build, build_type
+from tests.tiny_sinks import build_gpt_oss
 
 TEXT = "the quick brown fox jumps over the lazy dog"
 TOLERANCE = 1e-4
@@ -24,6 +28,13 @@ def pairs(folders) -> dict:
     """Each family's tiny folder opened on NDIF, simulated, and loaded here."""
     return {family: (open_ndif(str(folders[family]), simulate=True), load_hf_runner(str(folders[family])))
             for family in FAMILIES}
+
+
+@pytest.fixture(scope="module")
+def long_pair(tmp_path_factory) -> tuple:
+    """The tiny Llama with room for 1,024 positions, on NDIF (simulated) and here."""
+    folder = build("llama", tmp_path_factory.mktemp("ndif_long") / "llama", max_position_embeddings=1024)
+    return open_ndif(str(folder), simulate=True), load_hf_runner(str(folder))
 
 
 def largest_difference(a, b) -> float:
@@ -112,3 +123,45 @@ def test_a_batch_of_ablated_runs_gives_the_local_outcomes(pairs) -> None:
     assert ours.values.shape == theirs.values.shape == (3, 1, ndif_runner.facts.vocab_size)
     assert ours.positions == theirs.positions and largest_difference(ours.values, theirs.values) <= TOLERANCE
     assert largest_difference(ours.values[0], ours.values[2]) > 1e-4  # the rows differ: each its own heads ablated
+
+
+def assert_same_summary(ours, theirs) -> None:
+    assert largest_difference(ours.thumbnails, theirs.thumbnails) <= TOLERANCE
+    assert np.allclose(ours.statistics, theirs.statistics, rtol=1e-5, atol=TOLERANCE, equal_nan=True)
+    assert largest_difference(ours.rollout, theirs.rollout) <= TOLERANCE
+
+
+def test_the_apps_run_is_summarised_on_ndif_and_a_layer_comes_when_a_view_opens_it(long_pair) -> None:
+    ndif_runner, local_runner = long_pair  # 2 layers, 4 query heads and 2 key/value heads of 8 dimensions, float32
+    words = TEXT.split()
+    text = " ".join(words[i * 7 % len(words)] for i in range(600))  # a text that repeats: induction targets
+    options = RunOptions(hooks=("*.hook_pattern",), summarised=True, ablated=(("decoder.0.attn", 1),))
+    ndif, local = ndif_runner.run(text, None, options), local_runner.run(text, None, options)
+    n = len(local.tokens)
+    assert n > ROLLOUT_SIZE  # the rollout in blocks of positions, the thumbnails in blocks of rows and columns
+    assert_same_summary(ndif.summaries["decoder.attn"], local.summaries["decoder.attn"])
+    assert ndif.names() == local.names() and ndif.output_text == local.output_text
+    run = transfer_of(ndif)
+    logits = ndif_runner.facts.vocab_size * 4  # the next token's
+    assert run.requests == 1 and 0 < run.received - summary_bytes(2, 4, n) - logits < 12_000  # no queries or keys
+    assert ndif.pattern_source("decoder.attn", 1).arrays() == []  # not fetched yet
+    drawn = ndif.head_pattern("decoder.attn", 1, 2)  # a view opens head 2 of layer 1: its layer comes
+    assert largest_difference(drawn, local.head_pattern("decoder.attn", 1, 2)) <= TOLERANCE
+    whole = local_runner.run(text, None, RunOptions(hooks=("decoder.1.attn.hook_pattern",)))
+    assert largest_difference(drawn, whole.head_pattern("decoder.attn", 1, 2)) > 1e-4  # fetched under the ablation
+    opened = transfer_of(ndif)
+    assert opened.requests == 2
+    assert opened.received - run.received == pytest.approx(wire_bytes(1, 4, 2, 8, n, number_bytes=4), abs=3_000)
+    ndif.head_pattern("decoder.attn", 1, 0)
+    assert transfer_of(ndif).requests == 2  # kept with the run
+
+
+@pytest.mark.parametrize("model_type", ["gemma2", "gpt_oss"])
+def test_sliding_windows_soft_caps_and_sinks_are_summarised_on_ndif_as_here(tmp_path, model_type) -> None:
+    """Gemma 2: a sliding window of 3 and soft-capped scores; GPT-OSS: a sink logit a head and sliding windows."""
+    folder = build_gpt_oss(tmp_path / "m") if model_type == "gpt_oss" else build_type(model_type, tmp_path / "m")
+    options = RunOptions(hooks=("*.hook_pattern",), summarised=True)
+    ndif = open_ndif(str(folder), simulate=True).run(TEXT, None, options)
+    local = load_hf_runner(str(folder)).run(TEXT, None, options)
+    assert ndif.pattern_source("decoder.attn", 0).arrays() == []  # its queries and keys stayed there
+    assert_same_summary(ndif.summaries["decoder.attn"], local.summaries["decoder.attn"])

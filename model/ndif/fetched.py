@@ -1,0 +1,88 @@
+"""A layer's pattern source whose queries and keys stayed on NDIF: a run summarised there (model/ndif/wire.py) brings
+back its summary, and a view that opens a head of a layer fetches that layer's queries and keys then, in a request of
+its own (sent with the key of whoever opens it), under the run's edits. Each run keeps the last layers it fetched, as
+many as its runner lets it (SOURCE_BYTES_LIMIT's worth: a layer of Llama-3.1-70B at 8,192 tokens is 288 MiB of float32
+queries and keys here); what each fetch moved is added to the run's transfer (model/ndif/transfer.py).
+
+`FetchedSource` is a PatternSource (model/core/attention/source.py) to every reader: its shape is known before the
+fetch, every other field is the fetched source's."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+
+import numpy as np
+
+from attention_atlas.model.core.attention.source import PatternSource
+from attention_atlas.model.ndif.transfer import Ledger, Transfer
+
+
+class Fetcher:
+    """One run's layers summarised on NDIF, fetched when first read and kept (the last `keep`), one fetch at a
+    time."""
+
+    def __init__(self, fetch: Callable[[str], tuple[PatternSource, Transfer]], ledger: Ledger, keep: int) -> None:
+        self._fetch, self._ledger, self._keep = fetch, ledger, keep
+        self._kept: OrderedDict[str, PatternSource] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def source(self, name: str) -> PatternSource:
+        """The source of pattern hook `name`: kept, or fetched now."""
+        with self._lock:
+            if name in self._kept:
+                self._kept.move_to_end(name)
+                return self._kept[name]
+            source, transfer = self._fetch(name)
+            self._ledger.add(transfer)
+            for array in source.arrays():  # shared by every session that reads the run, as a trace's arrays
+                if isinstance(array, np.ndarray):
+                    array.flags.writeable = False
+            self._kept[name] = source
+            while len(self._kept) > self._keep:
+                self._kept.popitem(last=False)
+            return source
+
+    def kept(self, name: str) -> PatternSource | None:
+        with self._lock:
+            return self._kept.get(name)
+
+
+class FetchedSource(PatternSource):
+    """A pattern source of (heads, q_len, k_len) whose fields are fetched from NDIF when first read."""
+
+    def __init__(self, shape: tuple[int, int, int], name: str, fetcher: Fetcher) -> None:
+        object.__setattr__(self, "_shape", shape)
+        object.__setattr__(self, "_name", name)
+        object.__setattr__(self, "_fetcher", fetcher)
+
+    def fetched(self) -> PatternSource:
+        return self._fetcher.source(self._name)
+
+    query = property(lambda self: self.fetched().query)
+    key = property(lambda self: self.fetched().key)
+    scale = property(lambda self: self.fetched().scale)
+    allowed = property(lambda self: self.fetched().allowed)
+    bias = property(lambda self: self.fetched().bias)
+    softcap = property(lambda self: self.fetched().softcap)
+    sinks = property(lambda self: self.fetched().sinks)
+    device = property(lambda self: self.fetched().device)
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return self._shape
+
+    def arrays(self) -> list[np.ndarray]:
+        """The arrays held: the fetched source's while the run keeps it, else none."""
+        kept = self._fetcher.kept(self._name)
+        return [] if kept is None else kept.arrays()
+
+    def __getitem__(self, index: int) -> PatternSource:
+        return self.fetched()[index]
+
+    def __repr__(self) -> str:
+        return f"FetchedSource({self._name!r}, shape={self._shape})"
+
+    __eq__ = object.__eq__  # not the dataclass's, which would compare (and fetch) every field
+    __hash__ = object.__hash__
