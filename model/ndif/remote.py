@@ -119,6 +119,19 @@ def last_logits(model: Any, count: int) -> torch.Tensor:
     return host(logits[:, logits.shape[1] - count :])
 
 
+def step_rows(model: Any, paths: list[str]) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
+    """At one pass of a generation: the ids it read (the prompt, then the token chosen at the pass before), the last
+    query's attention row (heads, keys) at each attention module of `paths` (in the forward pass's order), and the
+    last position's logits (vocab,)."""
+    args, kwargs = model.inputs
+    ids = host(kwargs["input_ids"] if "input_ids" in kwargs else args[0])[0]
+    rows = []
+    for path in paths:
+        call_args, call_kwargs = attention_call(module_at(model, path)).inputs
+        rows.append(host(remote_summary.last_row(call_args[1], call_args[2], call_kwargs)))
+    return ids, rows, host(model.output.logits[0, -1])
+
+
 def chosen(model: Any) -> int:
     """The greedy choice of this pass: the last position's likeliest token."""
     return int(model.output.logits[0, -1].argmax())

@@ -50,6 +50,15 @@ def reduce_layer(query: torch.Tensor, key: torch.Tensor, kwargs: dict[str, Any],
     return (thumbnail[:, thumb_rows, thumb_cols].cpu(), statistics.cpu(), rollout[roll_rows, roll_cols].cpu())
 
 
+def last_row(query: torch.Tensor, key: torch.Tensor, kwargs: dict[str, Any]) -> torch.Tensor:
+    """The last query's probabilities over the keys it read, (heads, k_len) in the query's dtype, from query (1,
+    heads, q_len, d_head) and key (1, kv_heads, k_len, d_head): a generation step's, the last key its own position
+    (a sliding-window layer's cache keeps only its last keys)."""
+    q, k = query[0, :, -1:].detach().float(), key[0].detach().float()
+    scale = float(kwargs.get("scaling") or q.shape[-1] ** -0.5)
+    return probabilities(q, k, k.shape[1] - 1, scale, kwargs)[:, 0].to(query.dtype)
+
+
 def probabilities(q: torch.Tensor, k: torch.Tensor, start: int, scale: float, kwargs: dict[str, Any]) -> torch.Tensor:
     """(heads, rows, end) float32 probabilities of queries start.. (q: (heads, rows, d_head)) over keys 0..end-1
     (k: (kv_heads, end, d_head)); query head h reads key head h // (heads / kv_heads)."""

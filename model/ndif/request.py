@@ -41,14 +41,17 @@ class Ask:
     pad_id: int | None = None  # what generate pads with
     rows: int = 1  # the ids read this many times in one batch, each row with its own edits (no generation)
     layout: dict[str, Any] | None = None  # the site summary's layout, for "summary" steps (remote_summary.Layout)
+    passes: list[str] | None = None  # attention module paths: `generate` greedy tokens, reading at each pass the
+    # ids it read, the last query's attention row in each of these modules and the logits (remote.step_rows), no plan
 
 
 @dataclass(frozen=True)
 class Answer:
     found: list[Any]
-    logits: torch.Tensor  # (rows, len(ids) - first, vocab)
+    logits: torch.Tensor | None  # (rows, len(ids) - first, vocab); None for `passes`
     generated: list[int]  # the ids after `ids`, [] without generation
     transfer: Transfer
+    passes: list[tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]]  # `Ask.passes`' reads, a pass each
 
 
 def send(model: Any, ask: Ask, simulate: bool, key: str | None, timeout_s: float = TIMEOUT_S) -> Answer:
@@ -74,7 +77,7 @@ def send(model: Any, ask: Ask, simulate: bool, key: str | None, timeout_s: float
         saved, backend.received = _round_trip(saved)
     tell("NDIF: completed")
     transfer = Transfer(backend.sent, backend.received, simulate)
-    return Answer(list(saved["found"]), saved["logits"], _generated(saved, ask), transfer)
+    return Answer(list(saved["found"]), saved["logits"], _generated(saved, ask), transfer, list(saved["passes"]))
 
 
 def _run(model: Any, ask: Ask, backend: Any) -> dict[str, Any]:
@@ -83,6 +86,8 @@ def _run(model: Any, ask: Ask, backend: Any) -> dict[str, Any]:
     each step's token is read off its logits (the loop over the steps ends where generation does)."""
     import nnsight
 
+    if ask.passes is not None:
+        return _passes(model, ask, backend)
     ids, plan, edits, layout = torch.tensor([ask.ids] * ask.rows), ask.plan, ask.edits, ask.layout
     count = len(ask.ids) - ask.first
     generated = steps = None
@@ -102,12 +107,26 @@ def _run(model: Any, ask: Ask, backend: Any) -> dict[str, Any]:
         with model.trace(ids, backend=backend):
             found = nnsight.save(remote.collect(model, plan, edits, layout))
             logits = nnsight.save(remote.last_logits(model, count))
-    return {"found": found, "logits": logits, "generated": generated, "steps": steps}
+    return {"found": found, "logits": logits, "generated": generated, "steps": steps, "passes": []}
+
+
+def _passes(model: Any, ask: Ask, backend: Any) -> dict[str, Any]:
+    """A greedy generation of `ask.generate` tokens read pass by pass (`Ask.passes`): the body of the `with` block is
+    what NDIF runs; the loop over the passes ends where generation does (an end token)."""
+    import nnsight
+
+    ids, paths = torch.tensor([ask.ids]), ask.passes
+    with model.generate(ids, max_new_tokens=ask.generate, do_sample=False, pad_token_id=ask.pad_id,
+                        backend=backend) as tracer:
+        passes = nnsight.save([])
+        for _ in tracer.iter[:]:
+            passes.append(remote.step_rows(model, paths))
+    return {"found": [], "logits": None, "generated": None, "steps": None, "passes": passes}
 
 
 def _generated(saved: dict[str, Any], ask: Ask) -> list[int]:
     """The ids a generation added after `ask.ids`: from generate's result, or the first token and each later step's."""
-    if not ask.generate:
+    if not ask.generate or ask.passes is not None:
         return []
     if saved["generated"] is not None:
         return saved["generated"][0, len(ask.ids):].tolist()

@@ -5,10 +5,10 @@ run's hooks.
 What a run on NDIF does: the hooks the twin carried (model/ndif/twin.py), patterns and their summary (the app's
 frame: summarised on NDIF, each layer's queries and keys fetched when a view opens it, model/ndif/fetched.py), ablated
 heads (their output edited where attention computes it, on NDIF), the greedy continuation by nnsight's `generate` in
-the same request, or a given target scored; and a batch of runs each with its own heads ablated (the Ablation page's
-outcomes).
+the same request, or a given target scored; a batch of runs each with its own heads ablated (the Ablation page's
+outcomes); generation a token at a time (model/ndif/stepper.py).
 What it refuses, each with a sentence: masks other than the model's own (the causal what-ifs, blocked pairs, padding),
-generation a token at a time, a batch past MAX_ROWS runs (the scan of every head), patching, gradients.
+a batch past MAX_ROWS runs (the scan of every head), patching, gradients.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ from attention_atlas.model.hf.taps import Family
 from attention_atlas.model.hf.text import TokenText
 from attention_atlas.model.ndif.fetched import FetchedSource, Fetcher
 from attention_atlas.model.ndif.request import TIMEOUT_S, Answer, Ask, current_key, send
+from attention_atlas.model.ndif.stepper import ndif_stepper
 from attention_atlas.model.ndif.summaries import site_summary, summariser, wire_layout
 from attention_atlas.model.ndif.transfer import Ledger, Transfer, record, wire_bytes
 from attention_atlas.model.ndif.twin import Probe
@@ -172,9 +173,19 @@ class NDIFRunner:
         return () if self.hosted.simulate else (PRIVACY,)
 
     def stepper(self, text: str, options: RunOptions) -> Stepper:
-        raise UserError(NOT_HERE.format(what="Generation a token at a time", why="each token would be one more "
-                                        "request, queued behind everyone's. A run's output is its greedy "
-                                        "continuation, made on NDIF in the same request."))
+        """Generation a token at a time (model/ndif/stepper.py), under the model's own masks."""
+        if not options.trained_masks:
+            raise UserError(MASKS_REFUSED)
+        return ndif_stepper(self, text)
+
+    def passes_sender(self, paths: list[str]) -> Callable[[list[int], int], list[Any]]:
+        """send(ids, tokens): a request that generates `tokens` greedy tokens after `ids`, reading at each pass the
+        last query's attention row at the attention modules `paths` (remote.step_rows)."""
+
+        def send(ids: list[int], tokens: int) -> list[Any]:
+            return self._send(Ask(ids, [], {}, len(ids), tokens, self.text.pad_id(), passes=paths)).passes
+
+        return send
 
     def ablation_outcomes(self, trace: Trace, rows: Sequence[Sequence[Head]], mode: AblationMode) -> Outcome:
         """The next-token log-probabilities after `trace`'s text, once per row of `rows` (its heads ablated), in one

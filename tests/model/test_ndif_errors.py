@@ -87,8 +87,8 @@ def test_a_run_sent_without_a_key_or_a_reachable_ndif_says_so(folders, no_key, n
     with pytest.raises(UserError, match="under the mask it was trained with"):
         runner.run("the cat sat", None, RunOptions(causal="off"))
     assert "blocked pairs" in MASKS_REFUSED
-    with pytest.raises(UserError, match="Generation a token at a time is not offered on NDIF"):
-        runner.stepper("the cat sat", RunOptions())
+    with pytest.raises(UserError, match="under the mask it was trained with"):
+        runner.stepper("the cat sat", RunOptions(causal="off"))
     with pytest.raises(UserError, match="Activation patching is not offered on NDIF"):
         runner.patched_outcomes(None, {}, [None])
 

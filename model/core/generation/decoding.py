@@ -46,6 +46,8 @@ class Stepper:
     tokens: Callable[[list[int]], list[str]]  # ids -> token strings a person reads
     decode: Callable[[list[int]], str]  # generated ids -> their text (special tokens left out)
     source: list[int] = field(default_factory=list)  # what the encoder reads (empty: a causal LM)
+    ahead: Callable[[int], None] | None = None  # told the most passes a `generate` call asks for next (a model on
+    # NDIF brings them in one request: model/ndif/stepper.py)
 
 
 def last_row(pattern: Captured) -> np.ndarray:
@@ -82,6 +84,8 @@ def make_step(logits: torch.Tensor, patterns: Mapping[str, Captured], token_id: 
 def generate(stepper: Stepper, generated: list[int], n: int, choose: Chooser) -> Iterator[Step]:
     """Up to `n` more tokens after `generated`, one Step each; stops after an end token or at the longest context."""
     ids = [*stepper.context, *generated]
+    if stepper.ahead is not None:
+        stepper.ahead(n)
     for _ in range(n):
         if len(ids) >= stepper.max_context or (len(ids) > len(stepper.context) and ids[-1] in stepper.eos_ids):
             return
