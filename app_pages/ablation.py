@@ -25,7 +25,7 @@ from attention_atlas.model.inspect.ablation import (
     scan_work,
 )
 from attention_atlas.model.inspect.readout import spell_for
-from attention_atlas.ui.downloads import constant, downloads, file_name
+from attention_atlas.ui.downloads import constant, downloads, figure_label, file_name
 from attention_atlas.ui.messages import show_error
 from attention_atlas.ui.page import current_request, current_runner, current_trace, trace_with
 from attention_atlas.ui.pickers import head_label
@@ -107,7 +107,7 @@ def show_change(trace: Trace, heads: tuple[Head, ...], mode: AblationMode) -> No
         before, after = top_next(outcome.values[0, 0], spell), top_next(outcome.values[1, 0], spell)
         figure = next_token_comparison({"before": before, "after": after}, "Next token: the 10 likeliest, before "
                                        "and after")
-        st.plotly_chart(figure, key="ablation_next")
+        st.plotly_chart(figure, key="ablation_next", alt=figure_label(figure, csv=True))
         table = pd.DataFrame({"before": [visible_token(t) for t in before[0]], "p before": before[1],
                               "after": [visible_token(t) for t in after[0]], "p after": after[1]})
     else:
@@ -119,7 +119,7 @@ def show_change(trace: Trace, heads: tuple[Head, ...], mode: AblationMode) -> No
         if outcome.kind == "distributions":
             st.caption("A bar per position: how far the distribution of the token after it moved. Both runs read "
                        "the output the whole model wrote, so the positions line up.")
-        st.plotly_chart(figure, key="ablation_positions")
+        st.plotly_chart(figure, key="ablation_positions", alt=figure_label(figure, csv=True))
         table = pd.DataFrame({"token": [visible_token(t) for t in tokens], axis: values},
                              index=pd.Index(outcome.positions, name="position"))
     downloads(figure, name, "ablation_change", constant(table))
@@ -178,7 +178,7 @@ def show_scan(trace: Trace, scan: HeadScan) -> None:
         names = [trace.facts.layer_words(i) for i in range(len(effects))]  # a hybrid's true layer numbers
         figure = scan_heatmap(effects, f"{Site.of(site).label}: the change each head's ablation makes", scan.measure,
                               names)
-        st.plotly_chart(figure, key=f"ablation_scan_{site}")
+        st.plotly_chart(figure, key=f"ablation_scan_{site}", alt=figure_label(figure, csv=True))
         table = pd.DataFrame(effects, index=pd.Index([trace.facts.layer_choice(i) for i in range(len(effects))],
                                                      name="layer"))
         downloads(figure, file_name(trace.facts.model_id, "scan", site, scan.mode), f"ablation_scan_{site}",

@@ -42,7 +42,7 @@ from attention_atlas.ui.activations import (
     stream_trace,
 )
 from attention_atlas.ui.colour_scale import choose_scale, colour_scale
-from attention_atlas.ui.downloads import constant, downloads, file_name, matrix_table
+from attention_atlas.ui.downloads import constant, downloads, figure_label, file_name, matrix_table
 from attention_atlas.ui.expert_views import experts_view
 from attention_atlas.ui.norm_views import norms_view
 from attention_atlas.ui.page import current_runner, current_trace, show_open_tab, trace_with, weights_here
@@ -99,7 +99,7 @@ def residual(trace: Trace, stack: str) -> None:
     choice = choose_scale(values, "activations_residual_scale") if name in NORMS else WHOLE  # a massive activation
     shown = residual_scale(name, values, choice)  # flattens the norms
     figure = residual_figure(streamed, stack, name, shown)
-    st.plotly_chart(figure, key="activations_residual")
+    st.plotly_chart(figure, key="activations_residual", alt=figure_label(figure, csv=True))
     downloads(figure, f"{file_stem(trace, stack)}.{name}", "activations_residual",
               lambda: matrix_table(values, rows, tokens).set_axis(rows, axis=0))
     peak = np.unravel_index(int(np.argmax(measures["boundaries"])), measures["boundaries"].shape)
@@ -114,7 +114,7 @@ def residual(trace: Trace, stack: str) -> None:
         lines = layer_lines(np.stack([measures["attn"].mean(1), measures["mlp"].mean(1)]),
                             ["‖attn_out‖", "‖mlp_out‖"], f"{stack}: what each block writes, mean over tokens",
                             "mean norm")
-    st.plotly_chart(lines, key="activations_writes")
+    st.plotly_chart(lines, key="activations_writes", alt=figure_label(lines, csv=False))
     downloads(lines, f"{file_stem(trace, stack)}.writes", "activations_writes")
 
 
@@ -148,7 +148,7 @@ def neurons(trace: Trace, stack: str) -> None:
     shown = slice(start, start + TEXT_WINDOW)
     named = trace.facts.layer_words(layer)  # a hybrid's true layer number
     text = coloured_text(tokens[shown], hidden[shown, neuron], f"{named} · neuron {neuron} on the text", start)
-    st.plotly_chart(text, key="activations_text")
+    st.plotly_chart(text, key="activations_text", alt=figure_label(text, csv=True))
     column = pd.DataFrame({"token": [position_label(i, t) for i, t in enumerate(tokens)],
                            "activation": hidden[:, neuron]})  # (pos,): the maker keeps this, not the layer
     downloads(text, f"{file_stem(trace, stack)}.{layer}.n{neuron}", "activations_text", constant(column))
@@ -158,7 +158,7 @@ def neurons(trace: Trace, stack: str) -> None:
     shown = colour_scale(drawn, "activation", "activations_neuron_scale", signed=True)
     grid = layer_token_heatmap(drawn, names, tokens, f"{named}: the {len(names)} most active neurons (by "
                                "their peak)", "activation", "RdBu_r", shown.zrange)
-    st.plotly_chart(grid, key="activations_neurons")
+    st.plotly_chart(grid, key="activations_neurons", alt=figure_label(grid, csv=True))
     if shown.note:
         st.caption(shown.note)
     downloads(grid, f"{file_stem(trace, stack)}.{layer}.neurons", "activations_neurons",
@@ -193,7 +193,7 @@ def lens(trace: Trace, stack: str) -> None:
     shown = [tokens[i] for i in positions]
     spell = spell_for(current_runner())
     grid = lens_figure(streamed, unembedding, read, spell)
-    st.plotly_chart(grid, key="activations_lens")
+    st.plotly_chart(grid, key="activations_lens", alt=figure_label(grid, csv=True))
     downloads(grid, f"{file_stem(trace, lens_stack)}.lens", "activations_lens",
               lambda: lens_table(read, shown, spell))
     chosen = st.multiselect("Positions followed", list(range(len(positions))), default=[len(positions) - 1],
@@ -204,7 +204,7 @@ def lens(trace: Trace, stack: str) -> None:
         names = [f"{position_label(int(positions[i]), shown[i])} → {finals[i]!r}" for i in chosen]
         lines = rank_lines(read.final_ranks[:, chosen], read.final_probs[:, chosen], names,
                            "rank of the final prediction at each layer")
-        st.plotly_chart(lines, key="activations_lens_ranks")
+        st.plotly_chart(lines, key="activations_lens_ranks", alt=figure_label(lines, csv=False))
         downloads(lines, f"{file_stem(trace, lens_stack)}.lens-ranks", "activations_lens_ranks")
 
 
@@ -235,7 +235,7 @@ def trajectories(trace: Trace, stack: str) -> None:
         return
     figure = trajectory_figure(points[:, chosen], [tokens[i] for i in chosen], chosen, fit,
                                f"{stack}: token trajectories across layers (PCA)")
-    st.plotly_chart(figure, key="activations_trajectories")
+    st.plotly_chart(figure, key="activations_trajectories", alt=figure_label(figure, csv=True))
     downloads(figure, f"{file_stem(trace, stack)}.trajectories", "activations_trajectories",
               lambda: pd.DataFrame({"layer": np.repeat(np.arange(points.shape[0]), len(chosen)),
                                     "token": [position_label(i, tokens[i]) for i in chosen] * points.shape[0],
@@ -275,7 +275,7 @@ def shapes(trace: Trace, stack: str) -> None:
                "with the shape the module above it returned. Modules that read the same input (the Q, K and V "
                "projections) run one after the other, so they appear one under the other.")
     figure = layer_diagram(rows, f"{stack} {trace.facts.layer_words(layer)}: the shapes on the arrows (batch left out)")
-    st.plotly_chart(figure, key="activations_shape_diagram")
+    st.plotly_chart(figure, key="activations_shape_diagram", alt=figure_label(figure, csv=False))
     downloads(figure, f"{file_stem(trace, stack)}.{layer}.diagram", "activations_shape_diagram")
 
 

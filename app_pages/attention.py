@@ -18,7 +18,7 @@ from attention_atlas.plot.attention import model_view_figure, model_view_grid, s
 from attention_atlas.ui import url_state
 from attention_atlas.ui.attention_choice import Choice
 from attention_atlas.ui.compare import show_compare
-from attention_atlas.ui.downloads import constant, downloads, whole_csv
+from attention_atlas.ui.downloads import constant, downloads, figure_label, whole_csv
 from attention_atlas.ui.long_head_views import choose_draw, show_distance, show_pooled, show_sink_apart
 from attention_atlas.ui.page import current_trace, show_open_tab
 from attention_atlas.ui.pickers import choose_head, keep_valid, open_clicked_head
@@ -121,9 +121,10 @@ def matrix(c: Choice, shown: Choice) -> None:
     if drawn.size <= CLICKABLE_CELLS and c.site.endswith("attn"):
         clickable_cells(figure, "weight", "click: why here?")
         st.plotly_chart(figure, key="attention_one_head", selection_mode="points",
-                        on_select=partial(clicked_cell, "attention_one_head", shown.rows, shown.cols))
+                        on_select=partial(clicked_cell, "attention_one_head", shown.rows, shown.cols),
+                        alt=figure_label(figure, csv=True))
     else:
-        st.plotly_chart(figure, key="attention_one_head")
+        st.plotly_chart(figure, key="attention_one_head", alt=figure_label(figure, csv=True))
     whole = whole_csv(len(c.rows), len(c.cols))
     downloads(figure, f"{c.name}.{c.head}", "attention_one_head", c.table(c.head_pattern) if whole else
               shown.table(drawn))
@@ -136,7 +137,7 @@ def sink(c: Choice, shares: np.ndarray) -> None:
     st.caption(f"The sink took {shares.mean():.1%} of head {c.head}'s attention, on average over the query rows "
                f"drawn (from {shares.min():.1%} to {shares.max():.1%}); the tokens got the rest.")
     figure = sink_bars(shares, c.queries, c.rows, f"{c.where} · head {c.head} · sink")
-    st.plotly_chart(figure, key="attention_sink")
+    st.plotly_chart(figure, key="attention_sink", alt=figure_label(figure, csv=False))
 
 
 def layer_heads(c: Choice) -> None:
@@ -148,7 +149,8 @@ def layer_heads(c: Choice) -> None:
     heads = c.trace.facts.n_heads
     words = c.trace.facts.layer_words(c.layer)  # a hybrid's true layer number
     figure = thumbnail_figure(grid, LAYER_THUMBNAIL, f"{words}: all {heads} heads", c.colorscale, [words])
-    st.plotly_chart(figure, key="attention_layer_heads", on_select="rerun", selection_mode="points")
+    st.plotly_chart(figure, key="attention_layer_heads", on_select="rerun", selection_mode="points",
+                    alt=figure_label(figure, csv=False))
     downloads(figure, f"{c.name}.heads", "attention_layer_heads")
 
 
@@ -158,7 +160,8 @@ def model_view(c: Choice) -> None:
                "scaled to its own maximum. Click one to open it.")
     image = model_view_image(c.trace, c.site, thumbnail_size(c.trace.facts.n_heads), c.hide_special)
     figure = model_view_figure(c.trace, c.site, image, c.colorscale)
-    st.plotly_chart(figure, key="attention_model_view", on_select="rerun", selection_mode="points")
+    st.plotly_chart(figure, key="attention_model_view", on_select="rerun", selection_mode="points",
+                    alt=figure_label(figure, csv=False))
     downloads(figure, f"{c.name.rsplit('.', 1)[0]}.model-view", "attention_model_view")
     roles_section(c.trace, c.site, "attention_roles")
 
@@ -178,7 +181,7 @@ def token_lines(c: Choice) -> None:
     focus = focus_col.selectbox("Only the lines of", list(labels), key="attention_lines_focus",
                                 format_func=labels.__getitem__)  # labels, not `c`: the session keeps format_func
     figure = c.lines_figure(chosen, focus)
-    st.plotly_chart(figure, key="attention_lines")
+    st.plotly_chart(figure, key="attention_lines", alt=figure_label(figure, csv=False))
     downloads(figure, f"{c.name}.lines", "attention_lines")
 
 
@@ -219,7 +222,7 @@ def statistics(c: Choice) -> None:
     measure = st.selectbox("Every head of every layer by", measures, key="attention_stats_measure")
     values = table[measure].unstack("head")  # (layers, heads)
     figure = layer_head_heatmap(values.to_numpy(), measure, f"{c.label}: {measure}", c.colorscale)
-    st.plotly_chart(figure, key="attention_stats_heatmap")
+    st.plotly_chart(figure, key="attention_stats_heatmap", alt=figure_label(figure, csv=True))
     downloads(figure, f"{c.name.rsplit('.', 1)[0]}.{measure.split(' (')[0].replace(' ', '-')}",
               "attention_stats_heatmap", constant(values))
 
@@ -238,7 +241,7 @@ def rollout(c: Choice) -> None:
     rolled = c.shown(summary.rollout)  # (q_shown, k_shown)
     unreachable = c.masked & (rolled == 0)  # a mask cut every path from the query to the key
     figure = c.heatmap(rolled, f"rollout · {c.label}", unreachable)
-    st.plotly_chart(figure, key="attention_rollout")
+    st.plotly_chart(figure, key="attention_rollout", alt=figure_label(figure, csv=True))
     downloads(figure, name, "attention_rollout", c.table(rolled))
 
 
@@ -256,7 +259,7 @@ def block_rollout(c: Choice, rolled: np.ndarray, starts: np.ndarray, name: str) 
     figure = attention_heatmap(rolled, labels, labels, f"rollout · {c.label} · {blocks} × {blocks} blocks",
                                categories=(labels, labels), colorscale=c.colorscale, masked=hidden & (rolled == 0),
                                axis_titles=("query block", "key block"))
-    st.plotly_chart(figure, key="attention_rollout")
+    st.plotly_chart(figure, key="attention_rollout", alt=figure_label(figure, csv=True))
     table = pd.DataFrame(rolled.astype(np.float32), index=labels, columns=labels)
     downloads(figure, name, "attention_rollout", constant(table))
 

@@ -18,7 +18,7 @@ from attention_atlas.model.inspect.attribution import Attribution, attribute, at
 from attention_atlas.model.inspect.contributions import contribution_options
 from attention_atlas.ui.circuit_views import circuit_section
 from attention_atlas.ui.contribution_views import contribution_section
-from attention_atlas.ui.downloads import constant, downloads, file_name
+from attention_atlas.ui.downloads import constant, downloads, figure_label, file_name
 from attention_atlas.ui.messages import literal, show_error
 from attention_atlas.ui.page import PAGES, current_runner, current_trace, trace_with, weights_here
 from attention_atlas.ui.patching_views import patching_section
@@ -99,19 +99,20 @@ def show(trace: Trace, found: Attribution) -> None:
         label = "cross-attention" if field == "cross_heads" else "attention"
         figure = head_shares_heatmap(shares, f"Each {label} head's direct share of the {measure}", "share")
         st.plotly_chart(figure, key=f"attribution_{word}_heads", selection_mode="points",
-                        on_select=partial(choose_clicked, f"attribution_{word}_heads", site, shares.shape[1]))
+                        on_select=partial(choose_clicked, f"attribution_{word}_heads", site, shares.shape[1]),
+                        alt=figure_label(figure, csv=True))
         downloads(figure, f"{name}.{field}", f"attribution_{word}_files",
                   constant(pd.DataFrame(shares, index=pd.Index(range(len(shares)), name="layer"))))
     parts = {"attention heads": found.heads.sum(1) + found.attention_bias, "MLP": found.mlp}
     if found.cross_heads is not None:
         parts["cross-attention"] = found.cross_heads.sum(1) + found.cross_bias
     figure = layer_shares_bars(parts, "Each layer's direct share, by part", "share")
-    st.plotly_chart(figure, key="attribution_layers")
+    st.plotly_chart(figure, key="attribution_layers", alt=figure_label(figure, csv=True))
     downloads(figure, f"{name}.layers", "attribution_layers_files",
               constant(pd.DataFrame(parts, index=pd.Index(range(len(found.mlp)), name="layer"))))
     if found.blocks:  # a hybrid's other blocks, or what a block that adds attention scaled writes besides its heads
         figure = block_shares_bars(found.blocks, f"The other parts' direct share of the {measure}", "share")
-        st.plotly_chart(figure, key="attribution_blocks")
+        st.plotly_chart(figure, key="attribution_blocks", alt=figure_label(figure, csv=True))
         downloads(figure, f"{name}.blocks", "attribution_blocks_files",
                   constant(pd.DataFrame({"share": list(found.blocks.values())},
                                         index=pd.Index(list(found.blocks), name="part"))))

@@ -14,7 +14,7 @@ from attention_atlas.model.core.options import RunOptions
 from attention_atlas.plot.generating import layer_means, step_figure, step_kinds
 from attention_atlas.ui import generation as gen
 from attention_atlas.ui import url_state
-from attention_atlas.ui.downloads import constant, downloads, file_name, matrix_table
+from attention_atlas.ui.downloads import constant, downloads, figure_label, file_name, matrix_table
 from attention_atlas.ui.messages import literal, show_error
 from attention_atlas.ui.page import current_request, current_runner, current_trace
 from attention_atlas.ui.run_scheduler import run_slots
@@ -151,8 +151,8 @@ def alternatives(generation: gen.Generation, settings: DecodeSettings, stepper: 
     """The ten most likely tokens at this step, and forcing one."""
     names = generation.alternatives[index]
     chosen = next((i for i, t in enumerate(step.top_ids) if t == step.token_id), None)
-    st.plotly_chart(alternatives_bar(names, step.top_probs, chosen, f"Top {len(names)} at step {index + 1}"),
-                    key="generate_alternatives")
+    bars = alternatives_bar(names, step.top_probs, chosen, f"Top {len(names)} at step {index + 1}")
+    st.plotly_chart(bars, key="generate_alternatives", alt=figure_label(bars, csv=False))
     pick = st.selectbox("Force instead", range(len(names)), key="generate_force_pick",
                         format_func=lambda i: f"{i + 1}. {visible_token(names[i])} ({step.top_probs[i]:.1%})")
     if st.button("Force and continue", key="generate_force", icon=":material/call_split:"):
@@ -170,13 +170,14 @@ def attention_rows(step: Step, context: list[str], source: list[str], model_id: 
     layer = st.selectbox("Layer (per-head view)", range(layers), key="generate_layer", format_func=words)
     for kind in step_kinds(step):
         fig = step_figure(step, index, context, source, kind, layer_words=words)
-        st.plotly_chart(fig, key=f"generate_{kind}_layers")
+        st.plotly_chart(fig, key=f"generate_{kind}_layers", alt=figure_label(fig, csv=True))
         keys = context if kind == "self" else source
         rows = step.self_rows if kind == "self" else step.cross_rows  # (layers, heads, keys)
         table = matrix_table(layer_means(rows), [words(i) for i in range(layers)], keys)
         downloads(fig, file_name(model_id, f"step{index + 1}", kind, "layers"), f"generate_{kind}_layers",
                   constant(table))
-        st.plotly_chart(step_figure(step, index, context, source, kind, layer, words), key=f"generate_{kind}_heads")
+        heads = step_figure(step, index, context, source, kind, layer, words)
+        st.plotly_chart(heads, key=f"generate_{kind}_heads", alt=figure_label(heads, csv=False))
 
 
 def page() -> None:

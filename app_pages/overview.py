@@ -13,7 +13,7 @@ import streamlit as st
 from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.inspect.score_words import PREVIOUS_TOKEN
-from attention_atlas.ui.downloads import downloads, file_name, matrix_table, whole_csv
+from attention_atlas.ui.downloads import downloads, figure_label, file_name, matrix_table, whole_csv
 from attention_atlas.ui.messages import literal, show_error
 from attention_atlas.ui.page import current_request, current_trace
 from attention_atlas.ui.pickers import choose_head, opening_head, site_label
@@ -45,7 +45,7 @@ def head_section(trace: Trace) -> None:
                                f"{site_label(trace, site)} · {trace.facts.layer_words(layer)} · head {head}",
                                row_positions=rows, col_positions=cols, masked=~visible[np.ix_(rows, cols)],
                                height=HEAD_HEIGHT)
-    st.plotly_chart(figure, key="overview_heatmap")
+    st.plotly_chart(figure, key="overview_heatmap", alt=figure_label(figure, csv=True))
     name = f"{trace.facts.model_id}.{site}.{layer}.{head}".replace("/", "_")
     if whole_csv(n_q, n_k):  # the whole matrix: a copy, not a view (the CSV's maker outlives the run)
         table = partial(matrix_table, trace.head_pattern(site, layer, head).copy(), queries, keys)
@@ -78,8 +78,8 @@ def output_section(trace: Trace) -> None:
         st.subheader("Token similarity")
         st.caption("An encoder's output is one vector per token. Cosine similarity of the last layer's vectors: "
                    "tokens the model sees alike are red.")
-        st.plotly_chart(similarity_heatmap(outputs["token_similarity"], trace.tokens, "cosine similarity"),
-                        key="overview_similarity")
+        figure = similarity_heatmap(outputs["token_similarity"], trace.tokens, "cosine similarity")
+        st.plotly_chart(figure, key="overview_similarity", alt=figure_label(figure, csv=False))
         return
     if trace.output_kind == "teacher-forced":
         forced_section(trace, outside)
@@ -93,8 +93,8 @@ def output_section(trace: Trace) -> None:
     if "top_next_tokens" in outputs:
         after = "the text and the target" if trace.output_kind == "teacher-forced" else "the text"
         st.caption(f"The ten most likely next tokens after {after}, with the masks chosen in the sidebar.")
-        st.plotly_chart(next_token_bars(outputs["top_next_tokens"], outputs["top_next_probs"], "next token"),
-                        key="overview_next_tokens")
+        bars = next_token_bars(outputs["top_next_tokens"], outputs["top_next_probs"], "next token")
+        st.plotly_chart(bars, key="overview_next_tokens", alt=figure_label(bars, csv=False))
     if facts.kind == "encoder-decoder" and trace.options.causal == "off":
         st.caption("With the causal mask off, every decoder position sees the whole output, so the traced pass's "
                    "rows can predict other tokens than the ones generated step by step.")

@@ -14,7 +14,7 @@ from attention_atlas.model.inspect.positions import PositionScheme, position_sch
 from attention_atlas.plot.common import stack_tokens
 from attention_atlas.plot.positions import default_size, sinusoid_figure
 from attention_atlas.ui import url_state
-from attention_atlas.ui.downloads import downloads, file_name
+from attention_atlas.ui.downloads import downloads, figure_label, file_name
 from attention_atlas.ui.page import current_runner, current_trace, weights_here
 from attention_atlas.ui.pickers import keep_valid
 from attention_atlas.ui.position_model_views import model_view, tokens_view
@@ -88,7 +88,7 @@ def sinusoid_view(table: np.ndarray, name: str) -> None:
         st.caption(f"Drawn: every {viz.stride(len(table))}-th position and {viz.stride(table.shape[1])}-th dimension; "
                    "the CSV holds all of them.")
     figure = sinusoid_figure(table)
-    st.plotly_chart(figure, key="positions_table")
+    st.plotly_chart(figure, key="positions_table", alt=figure_label(figure, csv=True))
     downloads(figure, f"{name}.sinusoid", "positions_table", lambda: dims_table(table))
 
 
@@ -108,7 +108,7 @@ def waves_view(table: np.ndarray, name: str) -> None:
         return
     st.caption("Click a dimension in the legend to pick it out (shift-click for several).")
     chart = viz.waves_chart(table, dims, f"waves of {len(dims)} dimensions over {len(table)} positions")
-    st.altair_chart(chart, key="positions_waves")
+    st.altair_chart(chart, key="positions_waves", alt=figure_label(chart, csv=True))
     downloads(chart, f"{name}.waves", "positions_waves", lambda: dims_table(table)[[f"dim {d}" for d in dims]])
 
 
@@ -120,13 +120,13 @@ def similarity_view(table: np.ndarray, name: str, measure: str) -> None:
     st.caption("Nearby positions are alike, far ones less so; every diagonal is constant: the similarity depends only "
                f"on the offset. At offset 0 the dot product is d/2 = {table.shape[1] // 2}.")
     figure = viz.similarity_figure(similarity, f"sinusoid · {measure} of positions", measure)
-    st.plotly_chart(figure, key="positions_similarity")
+    st.plotly_chart(figure, key="positions_similarity", alt=figure_label(figure, csv=True))
     downloads(figure, f"{name}.similarity", "positions_similarity",
               lambda: pd.DataFrame(similarity, index=position_rows(len(table)), columns=position_rows(len(table))))
     profile = pd.DataFrame({"offset k": np.arange(len(table)), measure: pe.distance_profile(similarity),
                             "series": "sinusoid"})
     chart = viz.line_chart(profile, "offset k", measure, f"distance profile · {measure} vs offset k")
-    st.altair_chart(chart, key="positions_profile")
+    st.altair_chart(chart, key="positions_profile", alt=figure_label(chart, csv=True))
     downloads(chart, f"{name}.profile", "positions_profile", lambda: profile.set_index("offset k"))
 
 

@@ -28,7 +28,7 @@ from attention_atlas.plot.tour import (
     tokens_table,
 )
 from attention_atlas.ui import url_state
-from attention_atlas.ui.downloads import constant, csv_fits, downloads, file_name
+from attention_atlas.ui.downloads import constant, csv_fits, downloads, figure_label, file_name
 from attention_atlas.ui.messages import literal, show_error
 from attention_atlas.ui.page import current_runner, current_trace, trace_with
 from attention_atlas.ui.pickers import keep_valid
@@ -51,7 +51,7 @@ def draw(drawn: DeltaGenerator, figure: go.Figure, name: str, table: Callable[[]
     if st.session_state.get("tour_present"):
         figure.update_layout(font={"size": PRESENTER_FONT}, title_font_size=PRESENTER_FONT + 3,
                              height=max(figure.layout.height or 0, PRESENTER_HEIGHT))
-    drawn.plotly_chart(figure, key="tour_figure")
+    drawn.plotly_chart(figure, key="tour_figure", alt=figure_label(figure, csv=True))
     with drawn:
         downloads(figure, name, "tour_figure_files", table)
 
@@ -88,7 +88,9 @@ def show_diagram(trace: Trace, steps: list[Step], index: int, where: DeltaGenera
         if pair else []
     figure = tour_diagram(labels, shapes, index, joins)
     where.plotly_chart(figure, key="tour_diagram", on_select=partial(jump, len(figure.data) - 1),
-                       selection_mode="points", config={"displayModeBar": False})
+                       selection_mode="points", config={"displayModeBar": False},
+                       alt=figure_label(figure, csv=False, about=f"The forward pass in {len(steps)} steps, step "
+                                        f"{index + 1} lit: click a step to open it"))
     with where:
         downloads(figure, file_name(trace.facts.model_id, "tour", "diagram"), "tour_diagram_files")
 

@@ -18,7 +18,7 @@ from attention_atlas.model.core.trace.sites import Site
 from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.inspect.ablation import every_head, head_site
 from attention_atlas.model.registry import list_model_ids
-from attention_atlas.ui.downloads import downloads, matrix_table
+from attention_atlas.ui.downloads import downloads, figure_label, matrix_table
 from attention_atlas.ui.messages import show_error
 from attention_atlas.ui.page import current_request, trace_with
 from attention_atlas.ui.pickers import head_label, keep_valid
@@ -169,10 +169,10 @@ def show_compare(c: Shown) -> None:
         return
     pattern_a, pattern_b = c.head_pattern, b.head_pattern  # (q_shown, k_shown) float32
     left, right = st.columns(2)
-    with left:
-        st.plotly_chart(c.heatmap(pattern_a, f"A · {a_label}", c.masked), key="attention_compare_a")
-    with right:
-        st.plotly_chart(b.heatmap(pattern_b, f"B · {b_label}", b.masked), key="attention_compare_b")
+    for column, run, pattern, label, key in ((left, c, pattern_a, f"A · {a_label}", "attention_compare_a"),
+                                             (right, b, pattern_b, f"B · {b_label}", "attention_compare_b")):
+        side = run.heatmap(pattern, label, run.masked)
+        column.plotly_chart(side, key=key, alt=figure_label(side, csv=False))
     difference = pattern_b - pattern_a  # (q_shown, k_shown)
     largest = float(np.abs(difference).max())
     st.caption(f"{c.where} · head {c.head}. A: {a_label}. B: {b_label}. Largest |B − A|: {largest:.4f}. Red: B "
@@ -180,6 +180,6 @@ def show_compare(c: Shown) -> None:
     rows = [q if q == other_q else f"{q} | {other_q}" for q, other_q in zip(c.queries, b.queries, strict=True)]
     cols = [k if k == other_k else f"{k} | {other_k}" for k, other_k in zip(c.keys, b.keys, strict=True)]
     figure = difference_figure(difference, rows, cols, f"B − A · {c.where} · head {c.head}")
-    st.plotly_chart(figure, key="attention_compare_difference")
+    st.plotly_chart(figure, key="attention_compare_difference", alt=figure_label(figure, csv=True))
     downloads(figure, f"{c.name}.{c.head}.compare", "attention_compare_difference",
               partial(matrix_table, difference, rows, cols, c.rows, c.cols))

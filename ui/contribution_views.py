@@ -13,7 +13,7 @@ from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.runner import Runner
 from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.inspect.contributions import THRESHOLD, Edge, contribution_graph
-from attention_atlas.ui.downloads import downloads, file_name
+from attention_atlas.ui.downloads import downloads, figure_label, file_name
 from attention_atlas.ui.messages import literal
 from attention_atlas.ui.trace_cache import per_trace
 from attention_atlas.viz.attribution import contribution_graph_figure
@@ -48,7 +48,7 @@ def contribution_section(runner: Runner, trace: Trace, position: int,
                                        graph.n_layers, clickable, f"The routes to the prediction after "
                                        f"{position % len(tokens)}: {visible_token(tokens[position])}")
     st.plotly_chart(figure, key="attribution_graph_edges", selection_mode="points",
-                    on_select=partial(_clicked, attention, open_head))
+                    on_select=partial(_clicked, attention, open_head), alt=figure_label(figure, csv=False))
     downloads(figure, file_name(runner.facts.model_id, "contributions", graph.position), "attribution_graph_files")
 
 

@@ -1,5 +1,5 @@
 """Download buttons under a figure (plotly or altair): PNG, SVG and HTML files of it, and the data behind it as
-CSV."""
+CSV; and the label a screen reader reads of the figure, which says where its numbers are."""
 
 from __future__ import annotations
 
@@ -12,9 +12,20 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from attention_atlas.viz.export import FORMATS, available_formats, chart_bytes, figure_bytes
+from attention_atlas.viz.figure_text import figure_title
 from attention_atlas.viz.tokens import position_label
 
+CSV_SAID = "Its numbers: the CSV download under the figure."
+UNNAMED = "Figure"  # the label of a figure with neither a title nor `about` (tests/browser/test_accessibility.py: none)
 WHOLE_CSV_UP_TO = 2048  # tokens a side: a matrix's CSV holds it whole up to this (4M cells, about 40 MB)
+
+
+def figure_label(figure: go.Figure | alt.TopLevelMixin, csv: bool, about: str = "") -> str:
+    """What a screen reader reads of a figure (`alt` of st.plotly_chart and st.altair_chart: the ARIA label of a
+    role="figure"): its title, or `about` where it has none, and where its numbers are when `csv` (`downloads`
+    with a table draws it under the figure)."""
+    name = figure_title(figure) or about or UNNAMED
+    return f"{name.rstrip('.')}. {CSV_SAID}" if csv else f"{name.rstrip('.')}."
 
 
 def csv_fits(n_rows: int, n_cols: int) -> bool:

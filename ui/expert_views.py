@@ -12,7 +12,7 @@ from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.hf.router_scores import scoring_of
 from attention_atlas.plot.common import layer_count, stack_tokens
 from attention_atlas.ui import url_state
-from attention_atlas.ui.downloads import downloads, file_name, matrix_table
+from attention_atlas.ui.downloads import downloads, figure_label, file_name, matrix_table
 from attention_atlas.ui.page import trace_with
 from attention_atlas.viz.experts import expert_load_heatmap, routing_heatmap, tokens_per_expert
 from attention_atlas.viz.tokens import position_label
@@ -50,7 +50,7 @@ def experts_view(trace: Trace, stack: str) -> None:
                   f" Only layers {', '.join(map(str, routed_layers))} route their tokens."))
     name = file_name(trace.facts.model_id, stack, layer)
     figure = routing_heatmap(scores, indices, tokens, f"{named}: each token's experts", scoring.value_name)
-    st.plotly_chart(figure, key="activations_experts")
+    st.plotly_chart(figure, key="activations_experts", alt=figure_label(figure, csv=True))
     rows = [f"expert {e}" for e in range(experts)]
     downloads(figure, f"{name}.experts", "activations_experts", lambda: pd.concat(
         [matrix_table(scores.T, rows, tokens).set_axis(rows, axis=0),
@@ -59,7 +59,7 @@ def experts_view(trace: Trace, stack: str) -> None:
     counts = tokens_per_expert(list(chosen.values()), experts)  # (routed layers, experts)
     names = [trace.facts.layer_words(i) for i in routed_layers]
     load = expert_load_heatmap(counts, names, f"{stack}: tokens each expert received, by layer")
-    st.plotly_chart(load, key="activations_expert_load")
+    st.plotly_chart(load, key="activations_expert_load", alt=figure_label(load, csv=True))
     downloads(load, f"{file_name(trace.facts.model_id, stack)}.expert-load", "activations_expert_load",
               lambda: pd.DataFrame(counts, index=names, columns=rows))
     row = routed_layers.index(layer)

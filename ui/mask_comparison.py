@@ -9,7 +9,7 @@ import numpy as np
 import streamlit as st
 
 from attention_atlas.model.core.trace.trace import Trace
-from attention_atlas.ui.downloads import downloads
+from attention_atlas.ui.downloads import downloads, figure_label
 from attention_atlas.ui.mask_views import heatmap, name
 from attention_atlas.ui.messages import literal
 from attention_atlas.ui.page import current_runner
@@ -77,5 +77,5 @@ def next_tokens(runs: dict[str, Trace], shared: int) -> None:
             f"after decoder position #{row} ({literal(position_label(row, first.query_tokens(decoder)[row]))})"
         st.caption(f"The likeliest next tokens {where}, with and without the mask.")
         figure = next_token_comparison(choices, "next token")
-        st.plotly_chart(figure, key="masks_next_tokens")
+        st.plotly_chart(figure, key="masks_next_tokens", alt=figure_label(figure, csv=False))
         downloads(figure, name(first, "next-token"), "masks_next_tokens")

@@ -10,7 +10,7 @@ import streamlit as st
 from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.hf.chunks import chunk_words
 from attention_atlas.plot.masking import DRAWN, SiteMask, corner_figure, first_self_site
-from attention_atlas.ui.downloads import csv_fits, csv_gigabytes, downloads, file_name, matrix_table
+from attention_atlas.ui.downloads import csv_fits, csv_gigabytes, downloads, figure_label, file_name, matrix_table
 
 
 def name(trace: Trace, *parts: object) -> str:
@@ -28,7 +28,7 @@ def show_corner(figure: go.Figure, matrix: np.ndarray, trace: Trace, site: str, 
     """A figure of the corner of `matrix` (`corner_figure`), with its downloads."""
     queries, keys = trace.query_tokens(site), trace.key_tokens(site)
     n_q, n_k = min(len(queries), DRAWN), min(len(keys), DRAWN)
-    st.plotly_chart(figure, key=key)
+    st.plotly_chart(figure, key=key, alt=figure_label(figure, csv=True))
     whole = csv_fits(len(queries), len(keys))
     if max(len(queries), len(keys)) > max(n_q, n_k):
         st.caption(f"Drawn: the first {n_q} × {n_k} of {len(queries):,} × {len(keys):,} cells; "

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from attention_atlas.ui.downloads import downloads
+from attention_atlas.ui.downloads import downloads, figure_label
 from attention_atlas.viz.step_through import shape_text, step_heatmap, truncation_note
 
 
@@ -23,7 +23,7 @@ def show_matrix(
     title = f"{name} · {shape_text(values.shape, axis_names)}"
     fig = step_heatmap(values, row_names, col_names, title, axis_titles=axis_names, zrange=zrange,
                        colorscale=colorscale, show_values=show_values)
-    st.plotly_chart(fig, key=f"{key}_chart", config={"displaylogo": False})
+    st.plotly_chart(fig, key=f"{key}_chart", config={"displaylogo": False}, alt=figure_label(fig, csv=True))
     note = truncation_note(values.shape)
     if note:
         st.caption(note)

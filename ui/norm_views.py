@@ -12,7 +12,7 @@ from attention_atlas.model.inspect.norm_inputs import norm_input
 from attention_atlas.plot.common import stack_tokens
 from attention_atlas.ui import url_state
 from attention_atlas.ui.activations import stream_trace
-from attention_atlas.ui.downloads import downloads, file_name, matrix_table
+from attention_atlas.ui.downloads import downloads, figure_label, file_name, matrix_table
 from attention_atlas.ui.page import trace_with
 from attention_atlas.viz.residual import layer_token_heatmap
 from attention_atlas.viz.tokens import position_label
@@ -40,7 +40,7 @@ def norms_view(trace: Trace, stack: str) -> None:
     shown = np.log10(np.maximum(values, 1e-12)) if log else values
     figure = layer_token_heatmap(shown, rows, tokens, f"{stack}: what each norm divides by",
                                  "log₁₀ σ / RMS" if log else "σ / RMS")
-    st.plotly_chart(figure, key="activations_norms")
+    st.plotly_chart(figure, key="activations_norms", alt=figure_label(figure, csv=True))
     downloads(figure, f"{file_name(trace.facts.model_id, stack)}.norms", "activations_norms",
               lambda: matrix_table(values, rows, tokens).set_axis(rows, axis=0))
     ratio = (values / np.maximum(np.median(values, axis=1, keepdims=True), 1e-12)).max(axis=0)  # (pos,)
@@ -82,6 +82,6 @@ def input_means(trace: Trace, stack: str, scale_names: list[str], tokens: list[s
                + ("; RMSNorm does not subtract it (it divides the raw vector by its RMS)." if rms else ".")
                + " Read from the residual stream the norm reads (model/inspect/norm_inputs.py).")
     figure = layer_token_heatmap(means, rows, tokens, f"{stack}: the mean μ of each norm's input", "μ")
-    st.plotly_chart(figure, key="activations_norm_means")
+    st.plotly_chart(figure, key="activations_norm_means", alt=figure_label(figure, csv=True))
     downloads(figure, f"{file_name(trace.facts.model_id, stack)}.norm-means", "activations_norm_means",
               lambda: matrix_table(means, rows, tokens).set_axis(rows, axis=0))

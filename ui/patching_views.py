@@ -25,7 +25,7 @@ from attention_atlas.model.inspect.patching import (
     prepare_patching,
     read_output,
 )
-from attention_atlas.ui.downloads import constant, downloads, file_name
+from attention_atlas.ui.downloads import constant, downloads, figure_label, file_name
 from attention_atlas.ui.messages import show_error
 from attention_atlas.ui.run_scheduler import run_slots
 from attention_atlas.ui.runs import readable_failures
@@ -182,7 +182,7 @@ def show_patching(model_id: str, found: Patching, word: str) -> None:
             # position grids: 1 = the clean run, whatever the largest cell
         else:
             figure = patching_heatmap(normalised, found.clean_tokens, title)
-        st.plotly_chart(figure, key=f"attribution_{word}_{kind}")
+        st.plotly_chart(figure, key=f"attribution_{word}_{kind}", alt=figure_label(figure, csv=True))
         downloads(figure, file_name(model_id, "patching" if not found.estimated else "estimate", kind),
                   f"attribution_{word}_{kind}_files",
                   constant(pd.DataFrame(normalised, index=pd.Index(range(len(values)), name="layer"))))

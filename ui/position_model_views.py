@@ -10,7 +10,7 @@ import streamlit as st
 from attention_atlas.model.core import sinusoid as pe
 from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.inspect.positions import PositionScheme
-from attention_atlas.ui.downloads import downloads
+from attention_atlas.ui.downloads import downloads, figure_label
 from attention_atlas.ui.page import trace_with
 from attention_atlas.viz import positions as viz
 from attention_atlas.viz.tokens import position_label
@@ -57,18 +57,18 @@ def absolute_view(scheme: PositionScheme, length: int, measure: str, name: str) 
     for col, matrix, title, key in zip(st.columns(2), [table, reference], titles, ["model", "paper"], strict=True):
         with col:
             figure = viz.table_heatmap(matrix, title)
-            st.plotly_chart(figure, key=f"positions_{key}_table")
+            st.plotly_chart(figure, key=f"positions_{key}_table", alt=figure_label(figure, csv=False))
             downloads(figure, f"{name}.{key}-table", f"positions_{key}_table",
                       lambda matrix=matrix: table_frame(matrix, [f"#{p}" for p in range(len(matrix))]))
     for col, matrix, title, key in zip(st.columns(2), sims, titles, ["model", "paper"], strict=True):
         with col:
             figure = viz.similarity_figure(matrix, f"{measure} of positions · {title.split(' ·')[0]}", measure)
-            st.plotly_chart(figure, key=f"positions_{key}_similarity")
+            st.plotly_chart(figure, key=f"positions_{key}_similarity", alt=figure_label(figure, csv=False))
             downloads(figure, f"{name}.{key}-similarity", f"positions_{key}_similarity")
     profile = pd.concat([pd.DataFrame({"offset k": np.arange(rows), measure: pe.distance_profile(s), "series": series})
                          for s, series in zip(sims, ["this model", "sinusoid"], strict=True)])
     chart = viz.line_chart(profile, "offset k", measure, f"distance profile · mean {measure} at offset k")
-    st.altair_chart(chart, key="positions_model_profile")
+    st.altair_chart(chart, key="positions_model_profile", alt=figure_label(chart, csv=True))
     downloads(chart, f"{name}.model-profile", "positions_model_profile",
                     lambda: profile.pivot(index="offset k", columns="series", values=measure))
 
@@ -87,7 +87,7 @@ def rotary_view(scheme: PositionScheme, name: str) -> None:
                        for f, series in [(freqs, "this model (inv_freq)"),
                                          (pe.frequencies(head_dim), "sinusoid, base 10000")]])
     chart = viz.line_chart(frame, "pair i", "radians per position", "frequency of each dimension pair", log_y=True)
-    st.altair_chart(chart, key="positions_rotary_freqs")
+    st.altair_chart(chart, key="positions_rotary_freqs", alt=figure_label(chart, csv=True))
     downloads(chart, f"{name}.rotary-frequencies", "positions_rotary_freqs",
                     lambda: frame.pivot(index="pair i", columns="series", values="radians per position"))
     profile = scheme.rotary_profile  # (len,)
@@ -96,7 +96,7 @@ def rotary_view(scheme: PositionScheme, name: str) -> None:
                 f"{profile[0]:.0f} at distance 0).")
     frame = pd.DataFrame({"distance m − n": np.arange(len(profile)), "q·k": profile, "series": "rotary"})
     chart = viz.line_chart(frame, "distance m − n", "q·k", "rotated q·k vs distance")
-    st.altair_chart(chart, key="positions_rotary_profile")
+    st.altair_chart(chart, key="positions_rotary_profile", alt=figure_label(chart, csv=True))
     downloads(chart, f"{name}.rotary-qk", "positions_rotary_profile", lambda: frame.set_index("distance m − n"))
 
 
@@ -106,7 +106,7 @@ def relative_view(scheme: PositionScheme, name: str) -> None:
     st.latex(scheme.formula)
     if scheme.bias is not None:
         figure = viz.bias_heatmap(scheme.bias, "relative position bias per head")
-        st.plotly_chart(figure, key="positions_bias")
+        st.plotly_chart(figure, key="positions_bias", alt=figure_label(figure, csv=True))
         side = (scheme.bias.shape[1] - 1) // 2
         downloads(figure, f"{name}.relative-bias", "positions_bias", lambda: pd.DataFrame(
             scheme.bias, index=[f"head {h}" for h in range(len(scheme.bias))],
@@ -117,7 +117,7 @@ def relative_view(scheme: PositionScheme, name: str) -> None:
                               "series": "relative position"})
         chart = viz.line_chart(frame, "key − query", "embedding row", "the relative position embedding each "
                                "distance reads")
-        st.altair_chart(chart, key="positions_buckets")
+        st.altair_chart(chart, key="positions_buckets", alt=figure_label(chart, csv=True))
         downloads(chart, f"{name}.relative-buckets", "positions_buckets",
                   lambda: frame.drop(columns="series").set_index("key − query"))
 
@@ -147,6 +147,6 @@ def tokens_view(stack: str, name: str) -> None:
         with col:
             key = f"positions_tokens_{title.split()[0]}"
             figure = viz.token_heatmap(part, tokens, f"{stack} · {title}", (-top, top), colorbar=i == len(parts) - 1)
-            st.plotly_chart(figure, key=key)
+            st.plotly_chart(figure, key=key, alt=figure_label(figure, csv=True))
             downloads(figure, f"{name}.{stack}.{title.replace(' ', '-')}", key,
                       lambda part=part: table_frame(part, rows))

@@ -13,7 +13,7 @@ from attention_atlas.model.hf.ssd import MOST_TOKENS, implicit_attention, ssd_mi
 from attention_atlas.plot.common import stack_tokens
 from attention_atlas.ui import url_state
 from attention_atlas.ui.activations import fall_back
-from attention_atlas.ui.downloads import downloads, file_name
+from attention_atlas.ui.downloads import downloads, figure_label, file_name
 from attention_atlas.ui.page import current_runner
 from attention_atlas.ui.run_scheduler import run_slots
 from attention_atlas.ui.trace_cache import per_trace
@@ -60,5 +60,5 @@ def implicit_attention_view(trace: Trace, stack: str) -> None:
     causal = np.where(np.tril(np.ones_like(matrix, dtype=bool)), matrix, np.nan)  # (n, n): nothing after t
     figure = matrix_heatmap(causal, tokens, tokens, f"layer {block} · head {head}: implicit attention M (no softmax)",
                             zrange=(-reach, reach), colorscale="RdBu_r", value_name="M")
-    st.plotly_chart(figure, key="activations_ssd")
+    st.plotly_chart(figure, key="activations_ssd", alt=figure_label(figure, csv=False))
     downloads(figure, f"{file_name(trace.facts.model_id, stack)}.ssd.{block}.{head}", "activations_ssd_files")

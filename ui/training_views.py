@@ -11,6 +11,7 @@ from attention_atlas.model.toy.archive import toy_archive
 from attention_atlas.model.toy.head_scores import Score
 from attention_atlas.model.toy.live import LiveTraining, Snapshot
 from attention_atlas.ui.compare import ANOTHER_MODEL
+from attention_atlas.ui.downloads import figure_label
 from attention_atlas.ui.page import PAGES
 from attention_atlas.ui.pickers import clicked_head, keep_valid
 from attention_atlas.ui.session_models import add_session_model, open_model, still_listed
@@ -98,14 +99,15 @@ def charts(training: LiveTraining, snapshots: list[Snapshot], snapshot: Snapshot
     step = training.step  # read once: the thread appends meanwhile
     steps = max(step, 1) if training.done else training.recipe.settings.steps  # the axis: to where it ended, or will
     columns = st.columns([1, 1, 1.4])
-    columns[0].altair_chart(curve_chart("loss", training.losses[:step], snapshot.step, steps), key="train_loss")
-    columns[1].altair_chart(curve_chart("token accuracy", training.accuracies[:step], snapshot.step, steps,
-                                        (0.0, 1.0)), key="train_accuracy")
+    loss = curve_chart("loss", training.losses[:step], snapshot.step, steps)
+    columns[0].altair_chart(loss, key="train_loss", alt=figure_label(loss, csv=False))
+    accuracy = curve_chart("token accuracy", training.accuracies[:step], snapshot.step, steps, (0.0, 1.0))
+    columns[1].altair_chart(accuracy, key="train_accuracy", alt=figure_label(accuracy, csv=False))
     if score is not None:
         values = np.stack([s.scores[(score.name, score.site)] for s in snapshots])  # (snapshots, layers, heads)
         threshold = INDUCTION_THRESHOLD if score.name == "induction" else None
-        columns[2].altair_chart(scores_chart([s.step for s in snapshots], values, score.name, snapshot.step, steps,
-                                             threshold), key="train_scores")
+        scores = scores_chart([s.step for s in snapshots], values, score.name, snapshot.step, steps, threshold)
+        columns[2].altair_chart(scores, key="train_scores", alt=figure_label(scores, csv=False))
 
 
 def progress(training: LiveTraining) -> None:
@@ -176,16 +178,19 @@ def heads(training: LiveTraining, snapshot: Snapshot, site: str, score: Score | 
         choice = st.selectbox("Head", options, key="train_head", help="Or click a head in the grid below.",
                               format_func=lambda h: best_words if h == BEST else f"layer {h[0]} · head {h[1]}")
         grid = thumbnail_grid(list(patterns), THUMBNAIL, training.probe_masks[site])
-        st.plotly_chart(thumbnail_figure(grid, THUMBNAIL), key="train_grid", on_select="rerun",
-                        selection_mode="points", config={"displayModeBar": False})  # a picker: nothing to zoom
+        thumbnails = thumbnail_figure(grid, THUMBNAIL)
+        st.plotly_chart(thumbnails, key="train_grid", on_select="rerun", selection_mode="points",
+                        config={"displayModeBar": False},  # a picker: nothing to zoom
+                        alt=figure_label(thumbnails, csv=False, about=f"Every head at step {snapshot.step:,}"))
         st.caption(f"Every head at step {snapshot.step:,}: click one to draw it large.")
     with right:
         layer, head = best if choice == BEST else choice
         title = f"layer {layer} · head {head} at step {snapshot.step:,}"
         if score is not None:
             title += f" · {score.name} score {snapshot.scores[(score.name, site)][layer, head]:.2f}"
-        st.plotly_chart(attention_heatmap(patterns[layer, head], queries, keys, title,
-                                          masked=~training.probe_masks[site], height=420), key="train_head_pattern")
+        pattern = attention_heatmap(patterns[layer, head], queries, keys, title, masked=~training.probe_masks[site],
+                                    height=420)
+        st.plotly_chart(pattern, key="train_head_pattern", alt=figure_label(pattern, csv=False))
 
 
 def best_head(snapshot: Snapshot, score: Score) -> tuple[int, int]:

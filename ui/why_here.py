@@ -20,7 +20,7 @@ from attention_atlas.model.inspect.score_setup import score_options
 from attention_atlas.model.inspect.score_words import head_words, row_sentence, score_sentence
 from attention_atlas.plot.explain import pairs_matrix, row_matrix, sides_bars
 from attention_atlas.ui import url_state
-from attention_atlas.ui.downloads import downloads
+from attention_atlas.ui.downloads import downloads, figure_label
 from attention_atlas.ui.page import current_request, trace_with
 from attention_atlas.ui.runs import runner_of
 from attention_atlas.ui.site_summary import site_summary
@@ -103,19 +103,19 @@ def show_cell(parts: ScoreParts, roles: dict[str, str], prefix: str) -> None:
                + (f" The model then caps it to c·tanh(score / c), c = {parts.softcap:g}." if parts.softcap else ""))
     figure = sides_bars(parts)
     st.plotly_chart(figure, key=f"{prefix}_why_sides", selection_mode="points",
-                    on_select=partial(open_clicked_part, f"{prefix}_why_sides"))
+                    on_select=partial(open_clicked_part, f"{prefix}_why_sides"), alt=figure_label(figure, csv=False))
     st.caption("Click a head's bar to open that head.")
     name = f"{parts.site}.{parts.layer}.{parts.head}.q{parts.query}k{parts.key}"
     downloads(figure, f"{name}.why", f"{prefix}_why_sides_files")
     pairs = pairs_matrix(parts)
-    st.plotly_chart(pairs, key=f"{prefix}_why_pairs")
+    st.plotly_chart(pairs, key=f"{prefix}_why_pairs", alt=figure_label(pairs, csv=False))
     downloads(pairs, f"{name}.why-pairs", f"{prefix}_why_pairs_files")
 
 
 def show_row(parts: PatternParts, roles: dict[str, str], prefix: str) -> None:
     st.markdown(row_sentence(parts, roles))
     figure = row_matrix(parts)
-    st.plotly_chart(figure, key=f"{prefix}_why_row")
+    st.plotly_chart(figure, key=f"{prefix}_why_row", alt=figure_label(figure, csv=False))
     downloads(figure, f"{parts.site}.{parts.layer}.{parts.head}.q{parts.query}.why-row", f"{prefix}_why_row_files")
 
 

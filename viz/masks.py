@@ -10,12 +10,15 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from attention_atlas.viz.colours import OKABE_ITO
 from attention_atlas.viz.heatmap import matrix_heatmap
 from attention_atlas.viz.tokens import plotly_label, plotly_text, visible_token
 
 VISIBLE_RGB = "rgb(76, 120, 168)"  # a cell where the query may attend to the key
-REASON_RGB = {"causal": "rgb(214, 39, 40)", "window": "rgb(44, 160, 44)", "padding": "rgb(148, 103, 189)",
-              "blocked": "rgb(255, 127, 14)", "chunk": "rgb(23, 190, 207)"}
+# the tint of each reason a cell is hidden, told apart with red-green colour blindness too (a causal mask and a
+# sliding window are often drawn together)
+REASON_RGB = {"causal": OKABE_ITO["vermillion"], "window": OKABE_ITO["bluish green"],
+              "padding": OKABE_ITO["reddish purple"], "blocked": OKABE_ITO["orange"], "chunk": OKABE_ITO["sky blue"]}
 REASON_TEXT = {"causal": "hidden by the causal mask (a later key)",
                "window": "hidden by the sliding window (too far back)", "padding": "hidden by the padding mask",
                "blocked": "hidden by your custom mask", "chunk": "hidden by the chunk (an earlier chunk's key)"}

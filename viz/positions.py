@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from attention_atlas.viz.colours import CATEGORICAL
 from attention_atlas.viz.heatmap import position_labels
 from attention_atlas.viz.tokens import plotly_text
 
@@ -78,7 +79,7 @@ def waves_chart(table: np.ndarray, dims: Sequence[int], title: str) -> alt.Chart
     pick = alt.selection_point(fields=["dimension"], bind="legend")
     return alt.Chart(long, title=title).mark_line(point=len(table) <= 64).encode(
         x=alt.X("position:Q"), y=alt.Y("value:Q", scale=alt.Scale(domain=[-1.05, 1.05])),
-        color=alt.Color("dimension:N", sort=[f"dim {d}" for d in dims], scale=alt.Scale(scheme="category10")),
+        color=alt.Color("dimension:N", sort=[f"dim {d}" for d in dims], scale=alt.Scale(range=list(CATEGORICAL))),
         opacity=alt.condition(pick, alt.value(1.0), alt.value(0.12)),
         tooltip=["dimension", "position", alt.Tooltip("value:Q", format=".4f")],
     ).add_params(pick).properties(height=320)
@@ -89,6 +90,6 @@ def line_chart(frame: pd.DataFrame, x: str, y: str, title: str, log_y: bool = Fa
     scale = alt.Scale(type="log") if log_y else alt.Scale(zero=False)
     return alt.Chart(frame, title=title).mark_line(point=len(frame) <= 130).encode(
         x=alt.X(f"{x}:Q"), y=alt.Y(f"{y}:Q", scale=scale),
-        color=alt.Color("series:N", scale=alt.Scale(scheme="category10")),
+        color=alt.Color("series:N", scale=alt.Scale(range=list(CATEGORICAL))),
         tooltip=["series", alt.Tooltip(f"{x}:Q"), alt.Tooltip(f"{y}:Q", format=".4g")],
     ).properties(height=300)

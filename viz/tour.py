@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 from attention_atlas.viz.tokens import plotly_text
 
 ROW_PX = 21  # a step's height
-LIT, UNLIT, SHAPE = "#d62728", "#9aa5b1", "#6b7785"
+LIT, UNLIT = "#d62728", "#9aa5b1"
 
 
 def tour_diagram(labels: Sequence[str], shapes: Sequence[str], current: int,
@@ -27,7 +27,8 @@ def tour_diagram(labels: Sequence[str], shapes: Sequence[str], current: int,
         figure.add_trace(go.Scatter(x=[0, -0.25, -0.25, 0], y=[-start, -start, -end, -end], mode="lines",
                                     hoverinfo="skip", line={"color": UNLIT, "width": 1.5, "dash": "dot"},
                                     showlegend=False))
-    text = [f"{plotly_text(label)}  <span style='color:{SHAPE}'>{plotly_text(shape)}</span>" if shape
+    # the shape in italics, in the text's own colour: no grey reads at 4.5:1 on both themes' backgrounds
+    text = [f"{plotly_text(label)}  <i>{plotly_text(shape)}</i>" if shape
             else plotly_text(label) for label, shape in zip(labels, shapes, strict=True)]
     figure.add_trace(go.Scatter(
         x=[0] * count, y=[-i for i in range(count)], mode="markers+text", text=text, textposition="middle right",
