@@ -19,7 +19,7 @@ from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.inspect.circuit import Circuit, circuit_steps
 from attention_atlas.plot.circuit import MAX_DRAWN
 from attention_atlas.plot.circuit import circuit as circuit_graph
-from attention_atlas.ui.downloads import downloads, file_name
+from attention_atlas.ui.downloads import downloads, figure_label, file_name
 from attention_atlas.ui.messages import show_error
 from attention_atlas.ui.run_scheduler import run_slots
 from attention_atlas.ui.runs import readable_failures
@@ -144,9 +144,10 @@ def show_circuit(model_id: str, found: Found, open_head: Callable[[str, int, int
     graph, curve = st.columns([3, 2])
     figure = circuit_graph(circuit, kept)
     graph.plotly_chart(figure, key="attribution_circuit_graph", selection_mode="points",
+                       alt=figure_label(figure, csv=False),
                        on_select=partial(open_clicked_node, list(figure.data[0].customdata), open_head))
     line = faithfulness_figure(points, values, kept, f"faithfulness of the top-n circuit ({circuit.method})")
-    curve.plotly_chart(line, key="attribution_circuit_curve")
+    curve.plotly_chart(line, key="attribution_circuit_curve", alt=figure_label(line, csv=False))
     name = file_name(model_id, "circuit", circuit.method)
     downloads(figure, name, "attribution_circuit_graph_files")
     downloads(line, f"{name}.faithfulness", "attribution_circuit_curve_files")

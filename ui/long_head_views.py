@@ -15,7 +15,7 @@ from attention_atlas.model.inspect.long_head import HeadOverview, head_overview,
 from attention_atlas.plot.long_head import DISTANCE_ROWS, distance_view, pooled_view, sink_view
 from attention_atlas.ui.attention_choice import Choice
 from attention_atlas.ui.colour_scale import choose_scale
-from attention_atlas.ui.downloads import downloads
+from attention_atlas.ui.downloads import downloads, figure_label
 from attention_atlas.ui.trace_cache import per_trace
 from attention_atlas.viz.heatmap import WINDOW
 from attention_atlas.viz.long_views import zoom_centres
@@ -44,7 +44,7 @@ def show_pooled(c: Choice, window: tuple[int, int, int, int]) -> None:
     region around it there."""
     o = overview_of(c)
     figure = pooled_view(c, o, window)
-    st.plotly_chart(figure, key="attention_pooled", selection_mode="points",
+    st.plotly_chart(figure, key="attention_pooled", selection_mode="points", alt=figure_label(figure, csv=False),
                     on_select=partial(open_clicked_region, zoom_centres(o.row_starts, o.col_starts), len(c.rows),
                                       len(c.cols)))
     downloads(figure, f"{c.name}.{c.head}.pooled", "attention_pooled_files")
@@ -72,7 +72,7 @@ def show_distance(c: Choice) -> None:
                "previous-token head is one bright column at 1, a local head a band near 0." +
                (f" Each row is the mean of a block of up to {block} queries (every query is a row up to "
                 f"{DISTANCE_ROWS})." if block > 1 else ""))
-    st.plotly_chart(figure, key="attention_distance")
+    st.plotly_chart(figure, key="attention_distance", alt=figure_label(figure, csv=False))
     downloads(figure, f"{c.name}.{c.head}.distance", "attention_distance_files")
 
 
@@ -91,5 +91,5 @@ def show_sink_apart(c: Choice) -> None:
     st.caption(f"The sink{'s' if len(drawn.sinks) > 1 else ''} {names} took {drawn.whole_share:.1%} of this head's "
                f"attention over every query ({drawn.drawn_share:.1%} over the rows drawn); the other keys are drawn "
                "on their own scale. " + (drawn.scale.note or ""))
-    st.plotly_chart(drawn.figure, key="attention_sink_apart")
+    st.plotly_chart(drawn.figure, key="attention_sink_apart", alt=figure_label(drawn.figure, csv=False))
     downloads(drawn.figure, f"{c.name}.{c.head}.sink-apart", "attention_sink_apart_files")

@@ -12,7 +12,7 @@ from attention_atlas.model.core.trace.head_roles import ROLE_MEASURE, site_roles
 from attention_atlas.model.core.trace.sites import Site
 from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.plot.common import site_label
-from attention_atlas.ui.downloads import constant, downloads, file_name
+from attention_atlas.ui.downloads import constant, downloads, figure_label, file_name
 from attention_atlas.ui.site_summary import site_summary
 from attention_atlas.ui.trace_cache import per_trace
 from attention_atlas.viz.roles import role_grid
@@ -48,7 +48,8 @@ def roles_section(trace: Trace, site: str, chart_key: str) -> None:
     words = [trace.facts.layer_words(layer) for layer in range(layers)] if not Site.of(site).is_cross else None
     figure = role_grid(roles, shares.reshape(layers, heads), names.reshape(layers, heads),
                        f"{site_label(trace, site)}: every head by its role", words)
-    st.plotly_chart(figure, key=chart_key, on_select="rerun", selection_mode="points")
+    st.plotly_chart(figure, key=chart_key, on_select="rerun", selection_mode="points",
+                    alt=figure_label(figure, csv=True))
     downloads(figure, file_name(trace.facts.model_id, site, "roles"), f"{chart_key}_files", constant(table))
 
 
