@@ -34,6 +34,7 @@ from torch import nn
 from attention_atlas.model.core.attention.layer_inputs import PatternInputs
 from attention_atlas.model.core.capture.hooks import (
     ModuleTap,
+    Recorder,
     ReportedTap,
     active_recorder,
     reported_edit,
@@ -91,7 +92,7 @@ def attention(
     mask = windowed(attention_mask, window, query.size(-2), key.size(-2), query.device)
     mask = chunked(mask, chunk_size(module), query.size(-2), key.size(-2), query.device)  # Llama 4's chunks
     if "window" in wanted:  # what the layer slides by (model/hf/discovery.py asks once, when a model loads)
-        active_recorder()(wanted["window"], torch.tensor(window))
+        _recorder()(wanted["window"], torch.tensor(window))
     computed = _report_inputs(wanted, query, key, value, scale, bias, mask, softcap, sinks) if wanted else None
     if computed is not None:  # by the capture, from the probabilities it summarised (model/core/attention/source.py)
         out = computed
@@ -105,7 +106,7 @@ def attention(
     if edit is not None:  # an intervention on this thread (model/core/capture/ablation.py)
         out = edit(out.transpose(1, 2)).transpose(1, 2)  # the edit sees (batch, heads, q_len, d_head)
     if "z" in wanted:
-        active_recorder()(wanted["z"], out.transpose(1, 2))  # (batch, heads, q_len, d_head)
+        _recorder()(wanted["z"], out.transpose(1, 2))  # (batch, heads, q_len, d_head)
     return out, None
 
 
@@ -187,6 +188,13 @@ def hides_ahead(mask: torch.Tensor) -> bool:
     return bool((mask.masked_fill(~seen, 0) == 0).all()) and bool((hidden <= torch.finfo(mask.dtype).min).all())
 
 
+def _recorder() -> Recorder:
+    """This thread's recorder, wherever a module is asked for reports (`recording` sets both, so there is one)."""
+    record = active_recorder()
+    assert record is not None, "reports asked for outside recording"
+    return record
+
+
 def _report_inputs(
     wanted: Mapping[str, str], query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float,
     position_bias: torch.Tensor | None, mask: torch.Tensor | None, softcap: float | None,
@@ -195,7 +203,7 @@ def _report_inputs(
     """Hand the wanted values going into attention to the thread's recorder; the scores are computed only if
     wanted, and a pattern is handed over as what it is computed from (model/core/attention/source.py). Returns
     attention's output (batch, q_len, heads, d_head) where the recorder computed it with the pattern, else None."""
-    record = active_recorder()
+    record = _recorder()
     inputs = {"query": query, "key": key, "value": value}
     output = None
     for quantity, name in wanted.items():

@@ -98,7 +98,7 @@ def input_device(model: nn.Module) -> torch.device:
     first GPU in its map, else the CPU), as accelerate's dispatch chooses it. (A spread model's `.device` is that of
     its first weight, the meta device where that weight is offloaded to the disk.)"""
     if not is_spread(model):
-        return model.device
+        return model.device  # pyright: ignore[reportReturnType] transformers' property; torch's __getattr__
     placed = [d for d in model.hf_device_map.values() if d not in ("cpu", "disk")]
     if not placed:
         return torch.device("cpu")

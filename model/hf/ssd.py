@@ -96,7 +96,7 @@ def _matrix(mixer: nn.Module, x_in: torch.Tensor) -> tuple[torch.Tensor, torch.T
     conv = F.conv1d(xbc.T[None], weight["conv1d.weight"], weight.get("conv1d.bias"),
                     padding=weight["conv1d.weight"].shape[-1] - 1, groups=mixer.conv_dim)[0, :, :n].T  # (n, conv)
     xs, b, c = mixer.act(conv).split([inner, groups * states, groups * states], dim=-1)
-    low, high = mixer.time_step_limit
+    low, high = mixer.time_step_limit  # pyright: ignore[reportGeneralTypeIssues] a tuple; torch's __getattr__
     dt = F.softplus(dt + weight["dt_bias"]).clamp(low, high)  # (n, heads)
     a = -torch.exp(weight["A_log"])  # (heads,)
     per_group = heads // groups

@@ -78,4 +78,5 @@ def eos_ids(model: nn.Module) -> set[int]:
     """The ids that end a sequence the model writes (its generation config's, else its config's)."""
     eos = model.generation_config.eos_token_id
     eos = model.config.eos_token_id if eos is None else eos
-    return set(eos) if isinstance(eos, list) else {eos} if eos is not None else set()
+    ids = set(eos) if isinstance(eos, list) else {eos} if eos is not None else set()
+    return ids  # pyright: ignore[reportReturnType] configs' ints, read through torch's __getattr__

@@ -126,7 +126,7 @@ def score_steps(runs: CircuitRuns, method: str = "EAP-IG", steps: int = 5, token
     for done, chunk in enumerate(chunks, 1):
         zeros = _Zeros()
         start = None if chunk[0] is None else torch.stack([corrupted[0] + a * (clean[0] - corrupted[0])
-                                                           for a in chunk])  # (rows, len, d_model)
+                                                           for a in chunk if a is not None])  # (rows, len, d_model)
         with slot(), torch.enable_grad():
             found = run_graph(runs.model, runs.texts[:1].expand(len(chunk), -1), zeros, *runs.ids, start)
             found.metric.sum().backward()

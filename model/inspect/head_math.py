@@ -95,7 +95,8 @@ def _scored(weights: HeadWeights, q: np.ndarray, k: np.ndarray, v: np.ndarray, r
     return HeadSteps(*(None if a is None else a.astype(np.float32) for a in steps))
 
 
-def _latent_heads(weights: HeadWeights, x: np.ndarray) -> tuple[np.ndarray, ...]:
+def _latent_heads(weights: HeadWeights, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                                                                 np.ndarray, np.ndarray | None, np.ndarray]:
     """Multi-head latent attention's q, k, v, rotated q and k (heads [nope | rope]), and its two latents (self-attention
     only): the rotation turns the rope part, of the query and of the key part every head shares."""
     latent = weights.latent

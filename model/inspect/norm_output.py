@@ -60,7 +60,9 @@ def _probe(width: int) -> torch.Tensor:
 
 def _width(module: nn.Module) -> int:
     parameter = next(iter(module.parameters()), None)
-    return parameter.shape[-1] if parameter is not None else module.normalized_shape[-1]
+    if parameter is not None:
+        return parameter.shape[-1]
+    return module.normalized_shape[-1]  # pyright: ignore[reportReturnType] torch's __getattr__
 
 
 def _apply(module: nn.Module, x: torch.Tensor) -> np.ndarray:

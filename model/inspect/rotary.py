@@ -42,7 +42,9 @@ def _pairs_halves(rotary: nn.Module, cos: torch.Tensor, sin: torch.Tensor) -> bo
     """Whether the model's own `apply_rotary_pos_emb` (in the rotary module's source file) turns a table of one number
     a pair (r / 2,) on the pairs (i, i + r/2), not (2i, 2i + 1): read from what it does to one probe vector."""
     apply = getattr(inspect.getmodule(type(rotary)), "apply_rotary_pos_emb", None)
-    names = list(inspect.signature(apply).parameters) if apply is not None else []
+    if apply is None:  # no such function beside the rotary module: nothing read says halves
+        return False
+    names = list(inspect.signature(apply).parameters)
     probe = torch.linspace(-1, 1, 2 * len(cos), dtype=torch.float64)[None, None, None]  # (1, 1, 1, r)
     given = {"cos": cos[None, None], "sin": sin[None, None]} | {n: probe for n in ("q", "k", "tensor") if n in names}
     try:

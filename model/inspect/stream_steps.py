@@ -89,7 +89,7 @@ def walk_steps(facts: ModelFacts, stack: str, layer: int, reading: Reading, cros
     post_norm = facts.norm.startswith("post")
     steps: list[Step] = []
     if reading == "cross_query":  # the layer's own self-attention lies under its cross-attention
-        steps += [("norm", f"{stack}.{layer}.{'ln1' if post_norm else 'ln_cross'}"), ("attn", f"{stack}.{layer}")]
+        steps.extend([("norm", f"{stack}.{layer}.{'ln1' if post_norm else 'ln_cross'}"), ("attn", f"{stack}.{layer}")])
     elif not post_norm or reading == "output":  # a post-norm model's output norms are each layer's ln2, below
         steps.append(("norm", f"{stack}.ln_final" if reading == "output" else f"{stack}.{layer}.ln1"))
     if blockwise(facts, stack):
@@ -99,11 +99,11 @@ def walk_steps(facts: ModelFacts, stack: str, layer: int, reading: Reading, cros
     for below in reversed(range(layer)):
         prefix = f"{stack}.{below}"
         if post_norm:
-            steps += [("norm", f"{prefix}.ln2"), ("mlp", prefix)]
-            steps += [("norm", f"{prefix}.ln_cross"), ("cross", prefix)] if cross else []
-            steps += [("norm", f"{prefix}.ln1"), ("attn", prefix)]
+            steps.extend([("norm", f"{prefix}.ln2"), ("mlp", prefix)])
+            steps.extend([("norm", f"{prefix}.ln_cross"), ("cross", prefix)] if cross else [])
+            steps.extend([("norm", f"{prefix}.ln1"), ("attn", prefix)])
         else:
-            steps += [("mlp", prefix), *([("cross", prefix)] if cross else []), ("attn", prefix)]
+            steps.extend([("mlp", prefix), *([("cross", prefix)] if cross else []), ("attn", prefix)])
     return steps
 
 

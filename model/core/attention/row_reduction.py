@@ -116,12 +116,12 @@ def induction_targets(ids: Sequence[int]) -> np.ndarray:
     """(n,) int64: for each position i of a sequence of token ids, its induction target j + 1, the token after the
     last earlier position j of the same id; -1 where the id did not occur before, or occurred just before (j + 1 = i:
     the target would be the query itself)."""
-    ids = np.asarray(ids, dtype=np.int64)
-    order = np.argsort(ids, kind="stable")  # positions of each id together, in order
-    last = np.full(len(ids), -1)
-    same = ids[order[1:]] == ids[order[:-1]]
+    id_array = np.asarray(ids, dtype=np.int64)  # (n,)
+    order = np.argsort(id_array, kind="stable")  # positions of each id together, in order
+    last = np.full(len(id_array), -1)
+    same = id_array[order[1:]] == id_array[order[:-1]]
     last[order[1:][same]] = order[:-1][same]  # each position's last earlier one of its id
-    return np.where((last >= 0) & (last + 1 < np.arange(len(ids))), last + 1, -1)
+    return np.where((last >= 0) & (last + 1 < np.arange(len(id_array))), last + 1, -1)
 
 
 def row_distances(first: int, p: torch.Tensor) -> torch.Tensor:

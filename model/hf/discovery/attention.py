@@ -44,7 +44,8 @@ def _fused_heads(module: nn.Module, probe: Probe) -> tuple[FusedHeads, FusedHead
         if key is None or call is None or not is_projection(child) or call.output is None:
             continue
         for layout in ("blocks", "per head", "per group"):
-            readers = tuple(FusedHeads(name, part, layout, len(query), len(key), query.shape[-1]) for part in (0, 1))
+            sizes = (len(query), len(key), query.shape[-1])  # heads, kv_heads, d_head
+            readers = (FusedHeads(name, 0, layout, *sizes), FusedHeads(name, 1, layout, *sizes))  # queries, keys
             try:
                 made: list[torch.Tensor] = [reader.split(call.output)[0, :, 0] for reader in readers]  # (heads, d_head)
             except (RuntimeError, IndexError):  # the layout does not fit the projection's width

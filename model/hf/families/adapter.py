@@ -145,10 +145,11 @@ def interleaved(whole: Affine, d_head: int) -> list[Affine]:
     """A fused projection whose columns hold each head's query, key and value side by side ((heads, 3, d_head):
     GPT-NeoX, BLOOM) as the q, k and v affines, each (d_model, heads x d_head)."""
 
-    def part(a: np.ndarray | None, i: int) -> np.ndarray | None:
-        return None if a is None else a.reshape(*a.shape[:-1], -1, 3, d_head)[..., i, :].reshape(*a.shape[:-1], -1)
+    def part(a: np.ndarray, i: int) -> np.ndarray:
+        return a.reshape(*a.shape[:-1], -1, 3, d_head)[..., i, :].reshape(*a.shape[:-1], -1)
 
-    return [(part(whole[0], i), part(whole[1], i)) for i in range(3)]
+    w, b = whole
+    return [(part(w, i), None if b is None else part(b, i)) for i in range(3)]
 
 
 class Adapter:

@@ -38,7 +38,7 @@ class AlbertAdapter(BertAdapter):
         keep = {id(tensor): tensor for tensor in [*model.parameters(), *model.buffers()]} | {id(model.config):
                                                                                            model.config}
         blocks = [copy.deepcopy(layer, memo=dict(keep)) for group in _groups_in_order(encoder, model.config)
-                  for layer in group.albert_layers]
+                  for layer in group.albert_layers]  # pyright: ignore[reportGeneralTypeIssues] torch's __getattr__
         encoder.add_module(BLOCKS, nn.ModuleList(blocks))
         route(encoder, _encoder_forward)
 
@@ -58,7 +58,8 @@ class AlbertAdapter(BertAdapter):
 def _groups_in_order(encoder: nn.Module, config: Any) -> list[nn.Module]:
     """The layer group each of the N blocks applies, as transformers picks it: group int(i / (N / groups))."""
     n, groups = config.num_hidden_layers, config.num_hidden_groups
-    return [encoder.albert_layer_groups[int(i / (n / groups))] for i in range(n)]
+    return [encoder.albert_layer_groups[int(i / (n / groups))]  # pyright: ignore[reportReturnType] torch's __getattr__
+            for i in range(n)]
 
 
 def _encoder_forward(self: nn.Module, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None,

@@ -84,6 +84,7 @@ def _attention(self: nn.Module, hidden_states: torch.Tensor, alibi: torch.Tensor
     else:
         query, key, value = self._split_heads(fused)  # (batch, len, heads or kv_heads, d_head)
     query, key, value = (x.transpose(1, 2) for x in (query, key, value))  # (batch, heads or kv_heads, len, d_head)
+    assert position_embeddings is not None  # rotary: transformers passes them (ALiBi Falcons are refused in prepare)
     cos, sin = position_embeddings
     query, key = apply_rotary_pos_emb(query, key, cos, sin)
     if layer_past is not None:

@@ -128,8 +128,8 @@ def _built(openmp: bool, source: Path = SOURCE, flags: tuple[str, ...] = FLAGS) 
     if compiler is None:
         _log.warning("No C compiler found: attention summaries use torch ops on the CPU (slower).")
         return None
-    flags = [*flags, *(["-fopenmp"] if openmp else [])]
-    name = library_name(source, compiler, flags)
+    built_with = [*flags, *(["-fopenmp"] if openmp else [])]  # a list: its repr is part of the cached name
+    name = library_name(source, compiler, built_with)
     if name is None:
         if not openmp:
             _log.warning("The C compiler %s does not run; attention summaries use torch ops (slower).", compiler)
@@ -140,8 +140,8 @@ def _built(openmp: bool, source: Path = SOURCE, flags: tuple[str, ...] = FLAGS) 
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
         built, obj = Path(scratch) / target.name, Path(scratch) / "attention_rows.o"
-        compile_and_link = ([compiler, *flags, "-c", str(source), "-o", str(obj)],
-                            [compiler, "-shared", *flags[-1:] * openmp, str(obj), "-o", str(built), "-lm"])
+        compile_and_link = ([compiler, *built_with, "-c", str(source), "-o", str(obj)],
+                            [compiler, "-shared", *built_with[-1:] * openmp, str(obj), "-o", str(built), "-lm"])
         try:
             for command in compile_and_link:
                 subprocess.run(command, check=True, capture_output=True, text=True, timeout=120)
