@@ -18,7 +18,7 @@ RED, BLUE = "#c0392b", "#2c6fbb"  # a part that adds to the score, one that take
 def largest(names: Sequence[str], shares: np.ndarray, top: int) -> tuple[list[str], np.ndarray]:
     """The `top` parts by the size of their share, the largest first: (names, (top,) shares)."""
     order = np.argsort(-np.abs(shares), kind="stable")[:top]
-    return [names[i] for i in order], shares[order]
+    return [names[int(i)] for i in order], shares[order]
 
 
 def sides_figure(query: tuple[Sequence[str], np.ndarray], key: tuple[Sequence[str], np.ndarray], score: float,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypeVar
 
 import altair as alt
 import numpy as np
@@ -10,6 +11,7 @@ import pandas as pd
 
 MOST_POINTS = 500  # points a curve is drawn with: longer runs are averaged over consecutive steps
 MARK_COLOUR = "#d62728"
+_Drawn = TypeVar("_Drawn", alt.Chart, alt.LayerChart)
 
 
 def averaged(values: Sequence[float], most: int = MOST_POINTS) -> tuple[np.ndarray, np.ndarray, int]:
@@ -22,11 +24,11 @@ def averaged(values: Sequence[float], most: int = MOST_POINTS) -> tuple[np.ndarr
     return ends, sums / np.diff(np.concatenate([[0], ends])), width
 
 
-def _marked(chart: alt.Chart, step: int | None) -> alt.LayerChart | alt.Chart:
+def _marked(chart: _Drawn, step: int | None) -> _Drawn | alt.LayerChart:
     if step is None:
         return chart
     rule = alt.Chart(pd.DataFrame({"step": [step]})).mark_rule(color=MARK_COLOUR, strokeWidth=2).encode(x="step:Q")
-    return alt.layer(chart, rule)
+    return alt.LayerChart(layer=[chart, rule])  # alt.layer's, less its facet hoisting (these charts have no facets)
 
 
 def curve_chart(name: str, values: Sequence[float], marked: int | None, steps: int,
@@ -67,4 +69,4 @@ def scores_chart(steps: Sequence[int], scores: np.ndarray, name: str, marked: in
     if threshold is not None:
         layers_drawn.append(alt.Chart(pd.DataFrame({name: [threshold]})).mark_rule(strokeDash=[6, 4], color="grey")
                             .encode(y=f"{name}:Q"))
-    return _marked(alt.layer(*layers_drawn), marked)
+    return _marked(alt.LayerChart(layer=layers_drawn), marked)
