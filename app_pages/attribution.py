@@ -20,6 +20,7 @@ from attention_atlas.ui.circuit_views import circuit_section
 from attention_atlas.ui.contribution_views import contribution_section
 from attention_atlas.ui.downloads import constant, downloads, figure_label, file_name
 from attention_atlas.ui.messages import literal, show_error
+from attention_atlas.ui.ndif_patching import ndif_patching
 from attention_atlas.ui.page import PAGES, current_runner, current_trace, trace_with, weights_here
 from attention_atlas.ui.patching_views import patching_section
 from attention_atlas.ui.pickers import clicked_head
@@ -142,7 +143,9 @@ def page() -> None:
         return
     if st.session_state.pop(OPEN_CLICKED, False):
         st.switch_page(ATTENTION_PAGE)
-    if not weights_here("Attribution (each part's share through the unembedding, patching, circuits)"):
+    if not weights_here("The direct split (each part's share through the unembedding), the contribution graph and "
+                        "circuits"):
+        ndif_patching(runner, shown)  # its patched runs and gradients are NDIF's to make
         return
     trace = trace_with(tuple(dict.fromkeys((*attribution_options(runner).hooks, *contribution_options().hooks))))
     # one run for the attribution and the graph

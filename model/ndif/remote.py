@@ -26,7 +26,11 @@ import torch
 
 from attention_atlas.model.ndif import remote_summary
 
-Step = tuple[str, str]  # (module path, "input" | "output" | "attention" | "attention+values" | "edit")
+Step = tuple[str, str]  # (module path, "input" | "output" | "attention" | "attention+values" | "summary" | "edit")
+Site = tuple[str, str]  # where a hook's value is, to patch it or read its gradient: (module path, "input" | "output"
+# | "z": the module's first input, its output tensor (or the first of a tuple), its attention function's output)
+Patches = list[tuple[str, str, list[tuple[int, int | None, int | None, torch.Tensor]]]]  # (module path, part,
+# [(row, position or None: every one, head (z) or None, the value put there)]), in the order the forward reaches them
 Edits = dict[str, tuple[tuple[tuple[int, int], ...], str]]  # attention module path -> ((row, head) ..., "zero" |
 # "mean"), row -1: every row of the batch
 
@@ -130,6 +134,35 @@ def step_rows(model: Any, paths: list[str]) -> tuple[torch.Tensor, list[torch.Te
         call_args, call_kwargs = attention_call(module_at(model, path)).inputs
         rows.append(host(remote_summary.last_row(call_args[1], call_args[2], call_kwargs)))
     return ids, rows, host(model.output.logits[0, -1])
+
+
+def value_at(model: Any, path: str, part: str) -> torch.Tensor:
+    """The tensor at a site (`Site`): (batch, len, d), or a z's (batch, len, heads, d_head)."""
+    envoy = module_at(model, path)
+    if part == "input":
+        return envoy.input
+    if part == "z":
+        return attention_call(envoy).output[0]
+    out = envoy.output
+    return out if isinstance(out, torch.Tensor) else out[0]
+
+
+def prepare_sites(model: Any, sites: list[Site]) -> None:
+    """Make each z site's attention call readable before the pass reaches its module."""
+    for path, part in sites:
+        if part == "z":
+            module_at(model, path).source  # noqa: B018 (nnsight instruments the forward when this is first read)
+
+
+def apply_patches(model: Any, patches: Patches) -> None:
+    """Put each value of `patches` in place, in one forward pass (model/core/capture/patching.py's meaning: a value at
+    a position, or at every position; a z's at its head)."""
+    prepare_sites(model, [(path, part) for path, part, _ in patches])
+    for path, part, puts in patches:
+        target = value_at(model, path, part)
+        for row, position, head, value in puts:
+            where = (row, slice(None) if position is None else position, *(() if head is None else (head,)))
+            target[where] = value.to(device=target.device, dtype=target.dtype)
 
 
 def chosen(model: Any) -> int:

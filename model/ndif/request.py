@@ -43,12 +43,15 @@ class Ask:
     layout: dict[str, Any] | None = None  # the site summary's layout, for "summary" steps (remote_summary.Layout)
     passes: list[str] | None = None  # attention module paths: `generate` greedy tokens, reading at each pass the
     # ids it read, the last query's attention row in each of these modules and the logits (remote.step_rows), no plan
+    patches: remote.Patches | None = None  # values put in place in the pass, each row its own (remote.apply_patches)
+    gradient: tuple[list[remote.Site], int, Any] | None = None  # (sites, position, metric): the gradient of
+    # metric(the logits after the position) with respect to each site's value, in one forward and backward pass
 
 
 @dataclass(frozen=True)
 class Answer:
-    found: list[Any]
-    logits: torch.Tensor | None  # (rows, len(ids) - first, vocab); None for `passes`
+    found: list[Any]  # the plan's reads; a gradient's, one a site
+    logits: torch.Tensor | None  # (rows, len(ids) - first, vocab); None for `passes` and a gradient
     generated: list[int]  # the ids after `ids`, [] without generation
     transfer: Transfer
     passes: list[tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]]  # `Ask.passes`' reads, a pass each
@@ -88,6 +91,8 @@ def _run(model: Any, ask: Ask, backend: Any) -> dict[str, Any]:
 
     if ask.passes is not None:
         return _passes(model, ask, backend)
+    if ask.gradient is not None:
+        return _gradient(model, ask, backend)
     ids, plan, edits, layout = torch.tensor([ask.ids] * ask.rows), ask.plan, ask.edits, ask.layout
     count = len(ask.ids) - ask.first
     generated = steps = None
@@ -104,8 +109,10 @@ def _run(model: Any, ask: Ask, backend: Any) -> dict[str, Any]:
             else:
                 generated = nnsight.save(tracer.result)
     else:
+        patches = ask.patches or []
         with model.trace(ids, backend=backend):
             found = nnsight.save(remote.collect(model, plan, edits, layout))
+            remote.apply_patches(model, patches)
             logits = nnsight.save(remote.last_logits(model, count))
     return {"found": found, "logits": logits, "generated": generated, "steps": steps, "passes": []}
 
@@ -124,9 +131,27 @@ def _passes(model: Any, ask: Ask, backend: Any) -> dict[str, Any]:
     return {"found": [], "logits": None, "generated": None, "steps": None, "passes": passes}
 
 
+def _gradient(model: Any, ask: Ask, backend: Any) -> dict[str, Any]:
+    """The gradient of `ask.gradient`'s metric with respect to each of its sites' values, row 0 of each (`found`):
+    the body of the `with` blocks is what NDIF runs (the backward pass's inside the forward's: nnsight reads each
+    block's source, and ships this one's); gradients are read in the backward pass's order."""
+    import nnsight
+
+    sites, position, metric = ask.gradient
+    with model.trace(torch.tensor([ask.ids]), backend=backend):
+        remote.prepare_sites(model, sites)
+        values = [remote.value_at(model, path, part) for path, part in sites]
+        score = metric(model.output.logits[0, position].float())
+        found = nnsight.save([])
+        with score.backward():
+            for value in reversed(values):
+                found.append(remote.host(value.grad[0]))
+    return {"found": found[::-1], "logits": None, "generated": None, "steps": None, "passes": []}
+
+
 def _generated(saved: dict[str, Any], ask: Ask) -> list[int]:
     """The ids a generation added after `ask.ids`: from generate's result, or the first token and each later step's."""
-    if not ask.generate or ask.passes is not None:
+    if not ask.generate or ask.passes is not None or ask.gradient is not None:
         return []
     if saved["generated"] is not None:
         return saved["generated"][0, len(ask.ids):].tolist()

@@ -6,9 +6,10 @@ What a run on NDIF does: the hooks the twin carried (model/ndif/twin.py), patter
 frame: summarised on NDIF, each layer's queries and keys fetched when a view opens it, model/ndif/fetched.py), ablated
 heads (their output edited where attention computes it, on NDIF), the greedy continuation by nnsight's `generate` in
 the same request, or a given target scored; a batch of runs each with its own heads ablated (the Ablation page's
-outcomes); generation a token at a time (model/ndif/stepper.py).
+outcomes); generation a token at a time (model/ndif/stepper.py); activation patching and gradients
+(model/ndif/patches.py).
 What it refuses, each with a sentence: masks other than the model's own (the causal what-ifs, blocked pairs, padding),
-a batch past MAX_ROWS runs (the scan of every head), patching, gradients.
+a batch past MAX_ROWS ablated runs (the scan of every head).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from attention_atlas.model.hf.facts import SOURCE_BYTES_LIMIT
 from attention_atlas.model.hf.taps import Family
 from attention_atlas.model.hf.text import TokenText
 from attention_atlas.model.ndif.fetched import FetchedSource, Fetcher
+from attention_atlas.model.ndif.patches import gradient_ask, gradients_by_hook, patch_steps
 from attention_atlas.model.ndif.request import TIMEOUT_S, Answer, Ask, current_key, send
 from attention_atlas.model.ndif.stepper import ndif_stepper
 from attention_atlas.model.ndif.summaries import site_summary, summariser, wire_layout
@@ -193,8 +195,7 @@ class NDIFRunner:
         if len(rows) > MAX_ROWS:
             raise UserError(NOT_HERE.format(what=f"A batch of {len(rows):,} ablated runs", why=f"a request reads "
                                             f"{MAX_ROWS} at most. Ablate the heads you choose (Ablation page)."))
-        if not trace.options.trained_masks or trace.options.pad_to:
-            raise UserError(MASKS_REFUSED)
+        self._check_read_as_typed(trace)
         hosted = self.hosted
         chosen = row_edits(hosted.taps, hosted.paths, hosted.probe, rows, mode, self.facts.n_heads)
         ask = Ask(trace.ids, chosen.steps, chosen.edits, len(trace.ids) - 1, 0, rows=len(rows))
@@ -202,12 +203,34 @@ class NDIFRunner:
         return Outcome("distributions", logits.float().log_softmax(-1).numpy(), (len(trace.ids) - 1,))
 
     def patched_outcomes(self, trace: Trace, clean: dict[str, np.ndarray], rows: Sequence[Patch | None]) -> Outcome:
-        raise UserError(NOT_HERE.format(what="Activation patching", why="each patched run would carry a clean "
-                                        "run's activations to NDIF and back."))
+        """The next-token log-probabilities after `trace`'s text (the corrupted one), once per row of `rows` (the
+        clean run's activation patched in, or None): MAX_ROWS rows a request (model/ndif/patches.py)."""
+        self._check_read_as_typed(trace)
+        hosted, found = self.hosted, []
+        for start in range(0, len(rows), MAX_ROWS):
+            chunk = rows[start : start + MAX_ROWS]
+            patches = patch_steps(hosted.taps, hosted.paths, hosted.probe, chunk, clean)
+            ask = Ask(trace.ids, [], {}, len(trace.ids) - 1, 0, rows=len(chunk), patches=patches)
+            found.append(self._send(ask).logits)  # (rows, 1, vocab)
+        return Outcome("distributions", torch.cat(found).float().log_softmax(-1).numpy(), (len(trace.ids) - 1,))
 
     def gradients(self, trace: Trace, hooks: Sequence[str], position: int,
                   metric: Callable[[torch.Tensor], torch.Tensor]) -> dict[str, np.ndarray]:
-        raise UserError(NOT_HERE.format(what="A gradient pass", why="it needs the model's weights here."))
+        """The gradient of `metric(the logits after `position`)` with respect to each hook's value in a run of
+        `trace`'s text, in one forward and backward pass on NDIF (model/ndif/patches.py)."""
+        self._check_read_as_typed(trace)
+        if position != len(trace.ids) - 1:
+            raise UserError(f"This model's runs here read the prediction after token {len(trace.ids) - 1}, not "
+                            f"{position}.")
+        hosted = self.hosted
+        asked = gradient_ask(hosted.taps, hosted.paths, hosted.probe, hooks, position, metric)
+        found = self._send(Ask(trace.ids, [], {}, len(trace.ids), 0, gradient=asked)).found
+        return gradients_by_hook(hosted.taps, hosted.paths, hooks, asked[0], found)
+
+    @staticmethod
+    def _check_read_as_typed(trace: Trace) -> None:
+        if not trace.options.trained_masks or trace.options.pad_to:
+            raise UserError(MASKS_REFUSED)
 
 
 def _check_size(chosen: Plan, shapes: tuple[int, int, int], tokens: int) -> None:

@@ -1,7 +1,8 @@
 """Device → NDIF in the sidebar, simulated (nnsight's request round trip, model/ndif): a tiny Llama (grouped-query,
 rotary) opens on the main pages and their views, its model card says where it runs, heads are ablated there, it
-generates a token at a time, and what NDIF does not do (the causal what-ifs, padding, the logit lens's weights) is said
-in a sentence; sent to NDIF, the key comes from the environment or a password box that is never kept in the link."""
+generates a token at a time, the Attribution page patches it there, and what NDIF does not do (the causal what-ifs,
+padding, the logit lens's weights) is said in a sentence; sent to NDIF, the key comes from the environment or a
+password box that is never kept in the link."""
 
 from __future__ import annotations
 
@@ -10,12 +11,16 @@ import sys
 from concurrent.futures import Future
 from pathlib import Path
 
+import numpy as np
 import pytest
 from streamlit.proto.TextInput_pb2 import TextInput as TextInputProto
 from streamlit.testing.v1 import AppTest
 
+from attention_atlas.model.hf.loading import load_hf_runner
+from attention_atlas.model.inspect.patching import attribution_patching, patch
 from attention_atlas.ui import run_scheduler
 from tests.app.app_session import assert_ok, open_app_page
+from tests.plotly_specs import chart, plotly_array
 from tests.tiny_hf import build
 
 pytestmark = pytest.mark.slow  # a model opened on NDIF builds and probes its twin and loads nnsight: seconds
@@ -74,6 +79,25 @@ def test_the_main_pages_open_on_a_model_on_ndif_simulated(folder) -> None:
     at.button(key="generate_run").click().run()
     assert_ok(at, "generate")
     assert at.code[0].value.startswith("the cat sat on the mat ") and len(at.dataframe[0].value) == 16  # 16 tokens
+
+
+def test_the_attribution_pages_patching_runs_on_ndif(folder) -> None:
+    """Patched runs and attribution patching's estimate made on NDIF (simulated), equal to the local model's."""
+    at = on_ndif(folder)
+    at.switch_page("app_pages/attribution.py").run()
+    assert any("stay on NDIF" in info.value for info in at.info)  # the direct split, the graph, circuits
+    at.text_input(key="attribution_answer").set_value(" cat").run()
+    at.text_input(key="attribution_wrong").set_value(" mat").run()
+    at.text_input(key="attribution_corrupted").set_value("the mat sat on the cat").run()
+    at.button(key="attribution_patch").click().run()
+    assert_ok(at, "patching on NDIF")
+    local = load_hf_runner(str(folder))
+    texts = ("the cat sat on the mat", "the mat sat on the cat", " cat", " mat")
+    for title, make in (("Patching each head's output", patch), ("estimate for each head", attribution_patching)):
+        if make is attribution_patching:
+            at.radio(key="attribution_patch_show").set_value("estimate").run()
+        shown = plotly_array(chart(at, title)["data"][0]["z"])
+        np.testing.assert_allclose(shown, make(local, *texts).normalised("head_out"), atol=1e-4)
 
 
 def test_why_here_says_the_weights_stay_on_ndif(folder) -> None:
