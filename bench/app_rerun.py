@@ -97,6 +97,7 @@ def main() -> None:
           f"{RUNS} timed reruns with a change (layer/head alternately), each followed by a plain rerun")
 
     layer, head = at.selectbox(key="layer").value, at.selectbox(key="head").value  # the app opens on a chosen head
+    assert layer is not None and head is not None, "the page opened with no head chosen"
     times: dict[str, list[float]] = {"layer": [], "head": [], "plain": []}
     same_trace = True
     for i in range(WARMUP + RUNS):

@@ -36,7 +36,9 @@ def profiled(work, device: torch.device) -> tuple[float, torch.profiler.profile]
 
 def kernel_table(profile: torch.profiler.profile, top: int) -> str:
     """The GPU's busy time, its kernel count and its `top` kernels by GPU time, as lines."""
-    kernels = [event for event in profile.events() if event.device_type == torch.autograd.DeviceType.CUDA]
+    events = profile.events()
+    assert events is not None  # None only before the profile has finished
+    kernels = [event for event in events if event.device_type == torch.profiler.DeviceType.CUDA]
     busy_us = sum(event.time_range.elapsed_us() for event in kernels)
     by_name: dict[str, list[float]] = {}
     for event in kernels:

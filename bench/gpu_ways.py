@@ -184,6 +184,7 @@ def block_sizes(config, length: int, device: torch.device) -> str:
     from attention_atlas.model.core.attention.source import block_rows
 
     free = Scratch().free_bytes(device)
+    assert free is not None  # a CUDA device's (None elsewhere)
     rows = block_rows(device.type, config.num_attention_heads, length, free)
     return (f"  capture + summary's blocks: {min(rows, length):,} query rows of every head ({-(-length // rows)} a "
             f"layer), from {free / 2**30:,.1f} GiB free")

@@ -24,6 +24,7 @@ import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -91,7 +92,7 @@ def measure(model_id: str, length: int) -> str:
     ways = (("sdpa", bare), ("capture", ours), ("summary", ours_summarised), ("torch ops", torch_summarised),
             ("eager", old))
     times: dict[str, list[float]] = {name: [] for name, _ in ways}
-    results: dict[str, object] = {}
+    results: dict[str, Any] = {}  # each way's result: the captures' dicts, eager's list of patterns
     for i in range(RUNS[length] + 1):
         for name, work in ways:
             seconds, results[name] = timed(work)

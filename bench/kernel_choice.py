@@ -45,6 +45,7 @@ def torch_ops(layout: RowLayout, start: int) -> Way:
         p = p / total[..., None]
         entropy = total.log2() - (shifted * p).sum(-1)
         reduced = reduce_rows(start, p, layout, entropy, sees_ahead=True)
+        assert reduced.rollout is not None  # the layout has rollout blocks (main's)
         return p, reduced.statistics, reduced.thumbnail, reduced.rollout
 
     return way
@@ -72,7 +73,7 @@ def numba_way(layout: RowLayout, start: int) -> Way | None:
     """The kernel's loops in numba (every key seen: the mask's band is left out, as in this benchmark's blocks)."""
     if importlib.util.find_spec("numba") is None:
         return None
-    import numba
+    import numba  # pyright: ignore[reportMissingImports] optional: installed only to measure it
 
     @numba.njit(parallel=True, fastmath={"reassoc", "contract", "arcp"}, cache=False)
     def rows_kernel(p, start, floor, thumb_starts, thumb, roll_starts, roll, stats):  # pragma: no cover (compiled)
