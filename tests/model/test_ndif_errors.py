@@ -89,8 +89,6 @@ def test_a_run_sent_without_a_key_or_a_reachable_ndif_says_so(folders, no_key, n
     assert "blocked pairs" in MASKS_REFUSED
     with pytest.raises(UserError, match="under the mask it was trained with"):
         runner.stepper("the cat sat", RunOptions(causal="off"))
-    with pytest.raises(UserError, match="Activation patching is not offered on NDIF"):
-        runner.patched_outcomes(None, {}, [None])
 
 
 def test_the_services_refusals_become_sentences() -> None:

@@ -4,6 +4,8 @@ what cannot cross the wire is refused in a sentence."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -54,3 +56,5 @@ def test_a_batch_past_a_requests_rows_goes_in_several_and_what_cannot_cross_is_s
         ndif.gradients(corrupted, ["decoder.0.hook_resid_pre"], len(corrupted.ids) - 1, validate_text)
     with pytest.raises(UserError, match="read the prediction after token 4, not 2"):
         ndif.gradients(corrupted, ["decoder.0.hook_resid_pre"], 2, lambda logits: logits[0])
+    with pytest.raises(UserError, match="under the mask it was trained with"):  # a padded run: not as NDIF reads it
+        ndif.patched_outcomes(replace(corrupted, options=RunOptions(pad_to=8)), clean.captured, [None])
