@@ -51,6 +51,7 @@ def test_opens_on_a_real_model_with_a_head_that_shows_structure() -> None:
     assert at.markdown[0].value.startswith("Attention Atlas runs a real transformer")
     trace = at.session_state["trace"]
     layer, head = at.selectbox(key="layer").value, at.selectbox(key="head").value
+    assert layer is not None and head is not None  # the page opens on a chosen head
     share = previous_token_share(trace, layer)  # (heads,)
     assert share[head] > 0.9 and share[head] == pytest.approx(max(  # the clearest previous-token head of the model
         previous_token_share(trace, i).max() for i in range(6)), abs=1e-6)

@@ -50,7 +50,7 @@ def test_smollm2_names_mary_over_john_and_the_heads_add_up() -> None:
     np.testing.assert_allclose(shown, expected.heads, atol=1e-9)
     table = at.dataframe[0].value
     top = np.unravel_index(np.abs(expected.heads).argmax(), expected.heads.shape)
-    assert table["head"][0] == f"layer {top[0]} · head {top[1]}"
+    assert table["head"].iloc[0] == f"layer {top[0]} · head {top[1]}"
 
 
 def test_a_toy_gpt_at_a_chosen_position_with_its_defaults() -> None:

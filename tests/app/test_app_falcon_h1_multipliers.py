@@ -22,7 +22,7 @@ def folder(tmp_path_factory) -> Path:
 def test_the_card_says_pre_norm_and_the_multipliers(folder) -> None:
     at = open_app_page("app_pages/overview.py", folder=str(folder), text=TEXT)
     assert_ok(at, "overview")
-    card = at.table[0].value["value"]
+    card = at.table[0].value["value"].to_dict()  # the card's values by their names
     assert card["normalisation"] == "pre-norm (RMSNorm)"
     assert "attention_in_multiplier" in card["scaled inputs"] and "key_multiplier" in card["scaled inputs"]
 

@@ -90,7 +90,7 @@ def test_every_page_opens(folder, model_type: str, page: str, view: None) -> Non
     at = open_app_page(page, folder=str(folder), text=TEXT)
     assert_ok(at, page)
     if page == "app_pages/overview.py":
-        card = at.table[0].value["value"]
+        card = at.table[0].value["value"].to_dict()  # the card's values by their names
         blocks = ATTENTION_BLOCKS[model_type]
         assert card["decoder layers"] == str(len(blocks))
         assert f"layers {', '.join(map(str, blocks))}: softmax attention" in card["layer map"], card["layer map"]

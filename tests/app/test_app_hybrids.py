@@ -23,7 +23,7 @@ def folder(tmp_path_factory) -> Path:
 def test_the_overview_names_the_layer_map(folder) -> None:
     at = open_app_page("app_pages/overview.py", folder=str(folder), text=TEXT)
     assert_ok(at, "overview")
-    card = at.table[0].value["value"]
+    card = at.table[0].value["value"].to_dict()  # the card's values by their names
     assert card["decoder layers"] == "2"
     assert card["layer map"] == ("layers 0, 2: gated delta-net (linear attention); layers 1, 3: softmax attention "
                                  "(shown as attention layers 0–1, of 4 layers)")

@@ -55,7 +55,7 @@ def assert_refused_in_a_sentence(at: AppTest, where: str) -> None:
 def test_the_main_pages_open_on_a_model_on_ndif_simulated(folder) -> None:
     at = on_ndif(folder)
     assert_ok(at, "overview")
-    card = at.table[0].value["value"]
+    card = at.table[0].value["value"].to_dict()  # the card's values by their names
     assert card["device"] == "NDIF (simulated)" and card["runs on"].startswith("NDIF, simulated here")
     assert at.sidebar.selectbox(key="precision").disabled
     for page, (key, refused) in VIEWS.items():

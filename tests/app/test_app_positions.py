@@ -91,7 +91,7 @@ def test_every_control_on_an_encoder_decoder() -> None:
     assert error <= 1e-6
     table = at.dataframe[0].value
     assert len(table) == 8 and list(table.columns[3:5]) == ["PE(#14) sin", "PE(#14) cos"]
-    assert table["|error|"].max() <= 1e-6
+    assert table["|error|"].to_numpy().max() <= 1e-6
     assert at.number_input(key="positions_pos").proto.max == 14  # pos + k stays inside the table
     at.radio(key="positions_stack").set_value("decoder").run()
     _view(at, "Your tokens")

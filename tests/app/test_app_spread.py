@@ -32,7 +32,7 @@ def _spread(folder: Path, budgets: str) -> AppTest:
 def test_a_spread_model_opens_on_every_page_and_says_where_its_layers_are(folder) -> None:
     at = _spread(folder, "cpu=80000")
     assert_ok(at, "overview")
-    card = at.table[0].value["value"]
+    card = at.table[0].value["value"].to_dict()  # the card's values by their names
     assert card["device"] == "cpu + disk"
     assert card["where the layers are"].startswith("cpu: model.embed_tokens, model.layers.0 · disk: model.layers.1–3")
     assert card["memory budgets"] == "cpu 78.1 KiB"
@@ -57,7 +57,7 @@ def test_a_budget_that_cannot_be_read_is_named_and_a_toy_model_runs_on_one_devic
     assert any("the size must be a number" in error.value for error in at.error)
     at.sidebar.text_input(key="device_memory").set_value("").run()  # no budget: all the memory there is
     assert_ok(at, "no budgets")
-    assert at.table[0].value["value"]["device"] == "cpu"  # it all fits: one device
+    assert at.table[0].value["value"].to_dict()["device"] == "cpu"  # it all fits: one device
     at.sidebar.selectbox(key="model_id").set_value("toy-copy").run()
     assert_ok(at, "a toy model after a spread one")
     assert "spread" not in at.sidebar.selectbox(key="device").options
