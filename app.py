@@ -12,6 +12,7 @@ from attention_atlas.model.core.devices import PRECISION_CHOICES, SPREAD, availa
 from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.runner import Runner
 from attention_atlas.model.core.trace.trace import Trace
+from attention_atlas.model.ndif.status import using_key
 from attention_atlas.model.registry import (
     PACKAGED,
     TOY_PREFIX,
@@ -24,7 +25,8 @@ from attention_atlas.ui import url_state
 from attention_atlas.ui.messages import show_error
 from attention_atlas.ui.ndif_choice import DEVICES as NDIF_DEVICES
 from attention_atlas.ui.ndif_choice import HELP as NDIF_HELP
-from attention_atlas.ui.ndif_choice import key_box
+from attention_atlas.ui.ndif_choice import key_box, typed_key
+from attention_atlas.ui.ndif_runs import RunStopped, page_words
 from attention_atlas.ui.page import FRAME_KEYS, PAGES, REQUEST, TRACE, keep_frame_choices, keep_page_choices
 from attention_atlas.ui.pickers import forget_head
 from attention_atlas.ui.runs import RunRequest, get_runner, is_loaded, trace_for
@@ -224,7 +226,7 @@ def run(runner: Runner, request: RunRequest) -> Trace | None:
     try:
         trace, kept = trace_for(request, summarised=True)
     except UserError as error:
-        if switched and text != runner.examples[0]:
+        if switched and text != runner.examples[0] and not isinstance(error, RunStopped):
             st.session_state["pending_text"] = runner.examples[0]
             st.session_state["text_note"] = f"{model_id} cannot read the text you had ({error}) It shows its own " \
                                             "example instead; the text box is yours to change."
@@ -254,8 +256,9 @@ def main() -> None:
     trace, slot = sidebar(shown.shows_run)
     st.session_state[TRACE] = trace
     try:
-        with slot.container() if slot is not None else st.container():  # one block for the page (`loading_slot`)
-            navigation.run()
+        with slot.container() if slot is not None else st.container(), using_key(typed_key()), page_words():
+            navigation.run()  # one block for the page (`loading_slot`); what it asks NDIF itself (a layer it opens, a
+            # generation), sent with this session's key and its words shown
     finally:  # between runs, the session holds its trace weakly: the cache decides how long a trace lives
         st.session_state[TRACE] = None if trace is None else weakref.proxy(trace)
         release_free_memory()

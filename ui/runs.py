@@ -30,7 +30,8 @@ from attention_atlas.model.hf.placement import Placement, parse_budgets
 from attention_atlas.model.ndif.status import using_key
 from attention_atlas.model.registry import list_model_ids, load_runner
 from attention_atlas.ui.ndif_choice import DEVICES as NDIF_DEVICES
-from attention_atlas.ui.ndif_choice import NDIF_SIMULATED, typed_key
+from attention_atlas.ui.ndif_choice import NDIF, NDIF_SIMULATED, typed_key
+from attention_atlas.ui.ndif_runs import key_identity, stoppable
 from attention_atlas.ui.session_models import session_runner
 from attention_atlas.ui.trace_cache import cached_trace
 
@@ -137,13 +138,18 @@ def trace_for(request: RunRequest, hooks: tuple[str, ...] = PATTERNS, causal: Ca
     options = request.options(hooks, causal, pad_to, blocked, ablated, ablation)
     if summarised:
         options = replace(options, summarised=True)
-    key, ndif_key = (request, options), typed_key()  # NDIF's key: this session's, handed to this run only
+    key = (request, options, *key_identity(request.device))  # a run sent to NDIF: its key's, too (ui/ndif_runs.py)
+    ndif_key = typed_key()  # NDIF's key: this session's, handed to this run only
 
     def compute() -> Trace:
         with using_key(ndif_key):
             return runner.run(request.text, request.target, options)
 
-    return readable_failures(f"Running {request.model_id}", lambda: cached_trace(key, compute))
+    def wait() -> tuple[Trace, bool]:
+        return stoppable(key, lambda: cached_trace(key, compute)) if request.device == NDIF else \
+            cached_trace(key, compute)
+
+    return readable_failures(f"Running {request.model_id}", wait)
 
 
 def readable_failures(what: str, work: Callable[[], T]) -> T:

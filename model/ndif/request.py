@@ -191,9 +191,15 @@ def _readable(error: Exception) -> Exception:
 
     detail = _first_line(error)
     if isinstance(error, RemoteError):
-        if any(word in detail.lower() for word in ("api key", "api-key", "unauthorized", "401", "403")):
+        said = detail.lower()
+        if any(word in said for word in ("api key", "api-key", "unauthorized", "401", "403")):
             return UserError(f"NDIF did not accept the API key ({detail}): check NDIF_API_KEY, or the key typed in "
                              "the sidebar.")
+        if any(word in said for word in ("429", "rate limit", "too many", "quota", "exceed", "limit")):
+            return UserError(f"NDIF refused the run: it is over one of its limits ({detail}). Wait and try again, or "
+                             "ask for less (a shorter text, fewer layers).")
+        if any(word in said for word in ("503", "unavailable", "not running", "deploying")):
+            return UserError(f"NDIF is not taking this run now ({detail}): try again in a few minutes.")
         return UserError(f"NDIF refused the run: {detail}")
     if isinstance(error, OSError | httpx.TransportError | websocket.WebSocketException):
         return UserError(f"NDIF cannot be reached from this server ({detail}): check the network, or simulate the "
