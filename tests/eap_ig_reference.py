@@ -79,11 +79,12 @@ def logit_diff(logits, clean_logits, input_lengths, labels, mean=True, loss=Fals
 
 def record(family: str, folder: Path) -> dict:
     """Every number the tests read, for one model."""
-    from eap import attribute as attribute_module
-    from eap import evaluate as evaluate_module
-    from eap.attribute import attribute
-    from eap.evaluate import evaluate_baseline, evaluate_graph
-    from eap.graph import Graph
+    # eap: the EAP-IG library's checkout, made importable by load_library at recording time only (not installed)
+    from eap import attribute as attribute_module  # pyright: ignore[reportMissingImports] recording-only
+    from eap import evaluate as evaluate_module  # pyright: ignore[reportMissingImports] recording-only
+    from eap.attribute import attribute  # pyright: ignore[reportMissingImports] recording-only
+    from eap.evaluate import evaluate_baseline, evaluate_graph  # pyright: ignore[reportMissingImports] recording-only
+    from eap.graph import Graph  # pyright: ignore[reportMissingImports] recording-only
 
     hf = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
     tokenizer = transformers.AutoTokenizer.from_pretrained(folder)

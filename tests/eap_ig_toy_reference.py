@@ -36,11 +36,12 @@ OUT = ROOT / "tests" / "data" / "eap_ig_toy_reference.json"
 
 def record() -> dict:
     """Every number the tests read."""
-    from eap import attribute as attribute_module
-    from eap import evaluate as evaluate_module
-    from eap.attribute import attribute
-    from eap.evaluate import evaluate_baseline, evaluate_graph
-    from eap.graph import Graph
+    # eap: the EAP-IG library's checkout, made importable by load_library at recording time only (not installed)
+    from eap import attribute as attribute_module  # pyright: ignore[reportMissingImports] recording-only
+    from eap import evaluate as evaluate_module  # pyright: ignore[reportMissingImports] recording-only
+    from eap.attribute import attribute  # pyright: ignore[reportMissingImports] recording-only
+    from eap.evaluate import evaluate_baseline, evaluate_graph  # pyright: ignore[reportMissingImports] recording-only
+    from eap.graph import Graph  # pyright: ignore[reportMissingImports] recording-only
 
     toy = load_runner(TOY).toy  # type: ignore[attr-defined]
     model = toy_reference(toy.model)

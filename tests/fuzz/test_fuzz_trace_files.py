@@ -28,6 +28,7 @@ NAME = "x.npz"  # how the messages call the file
 MAX_BYTES = 4 * 1024**2  # the most the arrays may take decompressed, as a server bounds an upload
 
 Bases = dict[str, bytes]
+Member = tuple[str, bytes]  # a zip member: its name, its bytes
 
 
 @dataclass(frozen=True)
@@ -51,12 +52,12 @@ def bases(tmp_path_factory) -> Bases:
     return files
 
 
-def _members(data: bytes) -> list[Damaged]:
+def _members(data: bytes) -> list[Member]:
     with zipfile.ZipFile(io.BytesIO(data)) as archive:
         return [(info.filename, archive.read(info)) for info in archive.infolist()]
 
 
-def _archive(members: list[Damaged], compression: int = zipfile.ZIP_DEFLATED) -> bytes:
+def _archive(members: list[Member], compression: int = zipfile.ZIP_DEFLATED) -> bytes:
     buffer = io.BytesIO()
     with warnings.catch_warnings():  # a doubled member's name ("Duplicate name") is part of the damage
         warnings.simplefilter("ignore", UserWarning)

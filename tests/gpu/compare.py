@@ -175,6 +175,7 @@ def assert_same_summary(gpu: SiteSummary, cpu: SiteSummary, tol: Tolerance, what
     if cpu.layer_flows is None:
         assert gpu.layer_flows is None and gpu.rollout is None
         return
+    assert gpu.layer_flows is not None, f"{what}: no rollout factors on the GPU"
     assert [f.shape for f in gpu.layer_flows] == [f.shape for f in cpu.layer_flows]
     for layer, (a, b) in enumerate(zip(gpu.layer_flows, cpu.layer_flows, strict=True)):
         np.testing.assert_allclose(a, b, atol=tol.pattern, err_msg=f"{what} layer {layer} rollout factor")
