@@ -1,5 +1,6 @@
 """The README and docs/ say what the code is: every picture named exists and is made by `make screenshots`, every
-code name cited exists, the hook tables are the vocabulary's, and the trace file's keys are the ones documented."""
+code name cited exists, every link reaches its page and heading, the hook tables are the vocabulary's, and the trace
+file's keys are the ones documented."""
 
 from __future__ import annotations
 
@@ -23,8 +24,7 @@ from tests.tiny_hf import build
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
-DOC_FILES = ("architecture.md", "hooks.md", "performance.md", "serving.md", "robustness.md", "python.md")
-PAGES = [README, *(DOCS / name for name in DOC_FILES)]
+PAGES = [README, *sorted(DOCS.glob("*.md"))]
 INSIDE = ("model", "ui", "viz", "app_pages")  # installed as attention_atlas.<folder>
 PACKAGES = (*INSIDE, "bench", "attention_atlas", "app_browser", "tests", "scripts")
 COMMANDS = {  # how a command is written in the docs -> the file that declares its flags (longest prefix first)
@@ -60,6 +60,20 @@ def test_docs_hold_the_references_and_no_work_log() -> None:
         assert not log.findall(page.read_text()), (page.name, log.findall(page.read_text()))
         for link in re.findall(r"\]\(([^)#:]+\.md)\)", page.read_text()):  # relative links between them
             assert (page.parent / link).is_file(), (page.name, link)
+
+
+def test_every_link_reaches_its_heading() -> None:
+    """`[its keys](hooks.md#the-files-keys)` and `[On a GPU](#on-a-gpu)`: the page has a heading of that anchor."""
+    assert _anchor("### Figures: `attention_atlas.plot`") == "figures-attention_atlasplot"
+    assert _anchor("### The file's keys") == "the-files-keys"
+    broken = []
+    for page in PAGES:
+        for link, anchor in re.findall(r"\]\(([^)#:\s]*)#([^)\s]+)\)", page.read_text()):
+            target = page.parent / link if link else page
+            if not target.is_file() or anchor not in {_anchor(h) for h in re.findall(r"^#+ .+$", target.read_text(),
+                                                                                    re.MULTILINE)}:
+                broken.append(f"{page.name}: {link}#{anchor}")
+    assert not broken, broken
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
@@ -135,6 +149,11 @@ def _documented_keys() -> dict[str, re.Pattern]:
     hook = r"(?:encoder|decoder)\.[\w.]+"
     return {key: re.compile(re.sub(r"<[^>]+>", lambda m: hook if "hook" in m.group() else r"[^:]+",
                                    re.escape(key).replace(r"\<", "<").replace(r"\>", ">"))) for key in keys}
+
+
+def _anchor(heading: str) -> str:
+    """The anchor GitHub gives a Markdown heading: its words in lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.lstrip("#").strip().lower()).replace(" ", "-")
 
 
 def _screenshot_names() -> set[str]:
