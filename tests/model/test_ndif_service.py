@@ -2,11 +2,16 @@
 it would send it, the fake answers with NDIF's status stream (received, queued, running, then completed or error) and
 runs the request here. The statuses are told as the run's progress, in order; the service's refusals (its limits,
 its key check, a model it is not running) become sentences; a wait is stopped by whoever follows it, or by its
-deadline, and the stream is closed either way."""
+deadline, and the stream is closed either way; the model every session shares keeps neither the key nor the text."""
 
 from __future__ import annotations
 
+import gc
 import io
+import sys
+import types
+import uuid
+from collections.abc import Iterator
 from dataclasses import replace
 
 import numpy as np
@@ -114,3 +119,33 @@ def test_a_wait_stops_when_its_follower_says_so_or_at_its_deadline(runners, serv
     finally:
         sent.hosted = replace(sent.hosted, timeout_s=600.0)
     assert service["closed"] == 2
+
+
+def reachable(root: object) -> Iterator[object]:
+    """Every object reachable from `root` (no classes, modules or modules' globals: what every session shares
+    anyway)."""
+    seen, stack = set(), [root]
+    while stack:
+        found = stack.pop()
+        if id(found) in seen or isinstance(found, type | types.ModuleType):
+            continue
+        seen.add(id(found))
+        if isinstance(found, dict) and getattr(sys.modules.get(str(found.get("__name__"))), "__dict__", None) is found:
+            continue
+        yield found
+        stack.extend(gc.get_referents(found))
+
+
+def test_a_run_leaves_no_key_and_no_text_on_the_model_every_session_shares(runners, service) -> None:
+    sent = runners[1]
+    key, text = f"key-{uuid.uuid4().hex}", "zebra fox saw the dog"
+    with using_key(key):
+        trace = sent.run(text, None, OPTIONS)
+        trace.head_pattern("decoder.attn", 1, 0)  # a layer fetched too
+    ids = sent.text.encode(text)
+    del trace
+    gc.collect()
+    for found in reachable(sent):
+        assert not (isinstance(found, str) and key in found)
+        assert not (isinstance(found, list | tuple) and list(found) == ids)
+        assert not (isinstance(found, torch.Tensor) and found.numel() == len(ids) and found.flatten().tolist() == ids)
