@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from attention_atlas.model.core.attention import native, row_reduction
-from attention_atlas.model.core.attention.arrays import Array, as_index, as_tensor, run_of
+from attention_atlas.model.core.attention.arrays import Array, Kept, RowScaled, as_index, as_tensor, run_of
 from attention_atlas.model.core.attention.block_means import BlockMeans
 from attention_atlas.model.core.attention.row_reduction import ROW_STATISTICS, ReducedRows, RowLayout, reduce_rows
 from attention_atlas.model.core.attention.scratch import Scratch, head_passes
@@ -71,9 +71,9 @@ class PatternSource:
     A trace keeps host numpy arrays; while a capture summarises its run (model/core/attention/summary.py) the arrays are
     the capture's own tensors, still on the model's device. Either way the probabilities are computed on `device`."""
 
-    query: Array  # (heads, q_len, d_head): what attention read (rotated in rotary models); float32, or bfloat16
-    # on a GPU while a bfloat16 model's capture summarises (`kept_dtype`)
-    key: Array  # (kv_heads, k_len, d_head); query head h reads key head h // (heads / kv_heads)
+    query: Kept  # (heads, q_len, d_head): what attention read (rotated in rotary models); float32, or bfloat16 on
+    # a GPU while a bfloat16 model's capture summarises (`kept_dtype`); a long text's kept on the host as RowScaled
+    key: Kept  # (kv_heads, k_len, d_head); query head h reads key head h // (heads / kv_heads)
     scale: float  # the scores' factor (1/sqrt(d_head) in most models; T5: 1)
     allowed: Array  # (q_len, k_len) bool: True where the mask let the query see the key
     bias: Array | None = None  # (heads, q_len, k_len) added to the scores: T5's and ALiBi (one tensor every layer
@@ -94,7 +94,8 @@ class PatternSource:
 
     def arrays(self) -> list[np.ndarray]:
         """The arrays held (the bias and the mask may be shared with other layers: count them once)."""
-        return [self.query, self.key, self.allowed, *(a for a in (self.bias, self.sinks) if a is not None)]
+        kept = [a for a in (self.query, self.key) for a in (a.arrays() if isinstance(a, RowScaled) else (a,))]
+        return [*kept, self.allowed, *(a for a in (self.bias, self.sinks) if a is not None)]
 
     def pattern(self, heads: Any = slice(None), rows: Any = slice(None), dtype: type = np.float16) -> np.ndarray:
         """(len(heads), len(rows), k_len) probabilities of the chosen heads and query rows (all by default)."""
@@ -258,13 +259,12 @@ class PatternSource:
         groups of query heads reading one key head, its scores at most `pass_bytes` (None: every head). For a
         summary's every head and consecutive rows nothing waits for the device."""
         device = torch.device(self.device)
-        query = as_tensor(self.query, device).to(dtype)  # (heads, q_len, d_head)
-        key = as_tensor(self.key, device).to(dtype)  # (kv_heads, k_len, d_head): head h reads h // (heads / kv_heads)
-        bias = self.bias
+        query, key, bias = self.query, self.key, self.bias  # (heads, q_len, d_head), (kv_heads, k_len, d_head)
         if len(head_ids) < len(query) or bool((np.asarray(head_ids) != np.arange(len(query))).any()):
-            heads = torch.from_numpy(np.asarray(head_ids)).to(device)
-            query, key = query[heads], key[heads // (len(query) // len(key))]  # some heads: a key head each
-            bias = bias[heads] if isinstance(bias, torch.Tensor) else bias
+            heads = np.asarray(head_ids)  # some heads, a key head each (head h reads h // (heads / kv_heads)), chosen
+            query, key = query[heads], key[heads // (len(query) // len(key))]  # where they are: only theirs converted
+            bias = bias[torch.from_numpy(heads).to(device)] if isinstance(bias, torch.Tensor) else bias
+        query, key = as_tensor(query, device).to(dtype), as_tensor(key, device).to(dtype)
         key = key.transpose(1, 2).contiguous()  # (kv_heads, d_head, k_len); a group of query heads reads each
         group = len(query) // len(key)
         contiguous = len(row_ids) > 0 and bool((np.diff(row_ids) == 1).all())

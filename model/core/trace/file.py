@@ -18,6 +18,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from attention_atlas.model.core.attention.arrays import RowScaled
 from attention_atlas.model.core.attention.source import PatternSource
 from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.trace.file_fields import fields_of
@@ -64,7 +65,9 @@ def write(path: str | Path | IO[bytes], trace: dict[str, Any], dense: bool = Fal
                              "without dense and read its patterns with load_trace")
         arrays.update({name: source.pattern() for name, source in sources.items()})
     for name, source in ({} if dense else sources).items():
-        parts = {"query": source.query, "key": source.key, "scale": np.array(source.scale)}
+        parts = {"scale": np.array(source.scale)}
+        for part, kept in (("query", source.query), ("key", source.key)):  # a RowScaled as its steps and scales
+            parts |= {part: kept.steps, f"{part}_scale": kept.scales} if isinstance(kept, RowScaled) else {part: kept}
         parts |= {} if source.allowed is trace["masks"].get(_site(name)) else {"allowed": source.allowed}
         parts |= {} if source.bias is None else {"bias": source.bias}
         parts |= {} if source.softcap is None else {"softcap": np.array(source.softcap)}

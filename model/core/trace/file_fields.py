@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from attention_atlas.model.core.attention.arrays import RowScaled
 from attention_atlas.model.core.attention.source import PatternSource
 from attention_atlas.model.core.options import ABLATION_MODES, RunOptions
 from attention_atlas.model.core.trace.facts import DecodeStep, ModelFacts, OutputKind, Outputs
@@ -21,7 +22,7 @@ from attention_atlas.model.core.trace.sites import PATTERN_SUFFIX, Site
 
 PLAIN = {"format", "text", "target", "tokens", "ids", "target_tokens", "target_ids", "facts", "options", "output_text",
          "output_kind", "cautions", "fallback", "step_ids"}
-SOURCE_PARTS = {"query", "key", "scale", "allowed", "bias", "softcap", "sinks"}
+SOURCE_PARTS = {"query", "key", "scale", "allowed", "bias", "softcap", "sinks", "query_scale", "key_scale"}
 SITES = {"encoder.attn", "decoder.attn", "decoder.cross_attn"}
 _FACT_TYPES = {f.name: f.type for f in dataclasses.fields(ModelFacts)}
 _REQUIRED_FACTS = {f.name for f in dataclasses.fields(ModelFacts) if f.default is dataclasses.MISSING
@@ -175,7 +176,7 @@ def _sources(parts: dict[str, np.ndarray], masks: dict[str, np.ndarray]) -> dict
     for name, p in by_name.items():
         if not {"query", "key", "scale"} <= set(p):
             raise ValueError(f"its pattern source of {name} lacks its query, key or scale")
-        query, key = _array(f"{name} query", p["query"], "fu", 3), _array(f"{name} key", p["key"], "fu", 3)
+        query, key = (_kept(name, part, p) for part in ("query", "key"))
         heads, q_len, _ = query.shape
         allowed = _array(f"{name} mask", p["allowed"], np.bool_, 2) if "allowed" in p else \
             masks.get(Site.of_pattern(name)[0].name)
@@ -190,6 +191,18 @@ def _sources(parts: dict[str, np.ndarray], masks: dict[str, np.ndarray]) -> dict
                                       bias=bias, softcap=_float(name, p["softcap"]) if "softcap" in p else None,
                                       sinks=sinks)
     return sources
+
+
+def _kept(name: str, part: str, parts: dict[str, np.ndarray]) -> np.ndarray | RowScaled:
+    """A source's query or key: float32, 16 bits (bfloat16 as uint16), or int16 steps with their `<part>_scale` (one
+    float32 a row: RowScaled)."""
+    if f"{part}_scale" not in parts:
+        return _array(f"{name} {part}", parts[part], "fu", 3)
+    steps = _array(f"{name} {part}", parts[part], np.int16, 3)
+    scales = _array(f"{name} {part} scale", parts[f"{part}_scale"], np.float32, 3)
+    if scales.shape != (*steps.shape[:2], 1):
+        raise ValueError(f"its pattern source of {name} has a {part} scale of shape {scales.shape}, not one a row")
+    return RowScaled(steps, scales)
 
 
 def _float(name: str, value: np.ndarray) -> float:
