@@ -1,5 +1,6 @@
 """Model runs in the server: at most MAX_RUNS at once, computed in worker threads while the scripts that asked wait
-and draw how far the run is; a run no script waits for any more is abandoned at its next attention layer."""
+and draw how far the run is, with a button that stops it; a run no script waits for any more is abandoned at its next
+report (an attention layer, or a block of a summarised layer's rows), at once where a person stopped it."""
 
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ class Waiters:
         self._counts: dict[tuple, int] = {}  # key -> scripts waiting for its run
         self._running: set[tuple] = set()  # keys whose run is in flight
         self._unwatched_since: dict[tuple, float] = {}  # key in flight -> when its last waiting script left
+        self._stopped: set[tuple] = set()  # keys in flight that a person stopped (`stop`)
 
     @contextlib.contextmanager
     def waiting(self, key: tuple) -> Iterator[None]:
@@ -58,6 +60,13 @@ class Waiters:
                     if key in self._running:
                         self._unwatched_since[key] = time.monotonic()
 
+    def stop(self, key: tuple) -> None:
+        """A person stopped the run of `key`: abandoned as soon as no script waits for it (another session waiting
+        for the same run keeps it going)."""
+        with self._lock:
+            if key in self._running:
+                self._stopped.add(key)
+
     @contextlib.contextmanager
     def running(self, key: tuple) -> Iterator[None]:
         """While open, the run of `key` is in flight."""
@@ -71,12 +80,14 @@ class Waiters:
             with self._lock:
                 self._running.discard(key)
                 self._unwatched_since.pop(key, None)
+                self._stopped.discard(key)
 
     def abandoned(self, key: tuple) -> bool:
-        """Whether no script has waited for the run of `key` for ABANDON_AFTER_S."""
+        """Whether no script has waited for the run of `key` for ABANDON_AFTER_S, or none waits for it since a
+        person stopped it."""
         with self._lock:
-            since = self._unwatched_since.get(key)
-        return since is not None and time.monotonic() - since >= ABANDON_AFTER_S
+            since, stopped = self._unwatched_since.get(key), key in self._stopped
+        return since is not None and (stopped or time.monotonic() - since >= ABANDON_AFTER_S)
 
 
 @st.cache_resource(show_spinner=False)
@@ -100,11 +111,12 @@ class RunProgress:
     run stops there (RunAbandoned) once `abandoned()` says nobody waits for it any more."""
 
     def __init__(self, abandoned: Callable[[], bool]) -> None:
-        self.state = (0, 0)  # (layers passed, layers kept): one tuple, replaced whole
+        self.state: tuple[float, int] = (0, 0)  # (layers passed, with the share of the layer under way; layers
+        # kept): one tuple, replaced whole
         self.words = ""  # where a run on NDIF is ("NDIF: queued (12 s)", model/ndif/status.py), told from its worker
         self.abandoned = abandoned
 
-    def report(self, passed: int, layers: int) -> None:
+    def report(self, passed: float, layers: int) -> None:
         self.state = (passed, layers)
         if self.abandoned():
             raise RunAbandoned
@@ -134,19 +146,64 @@ def await_run(future: Future[T], progress: RunProgress, draw: Callable[..., None
                 draw(passed, layers)
 
 
+def progress_words(passed: float, layers: int) -> str:
+    """"Attention layer 3 of 4": the layer under way (the last, once every layer is passed)."""
+    return f"Attention layer {min(int(passed) + 1, layers)} of {layers}"
+
+
 @contextlib.contextmanager
-def layer_bar() -> Iterator[Callable[[int, int], None]]:
+def layer_bar() -> Iterator[Callable[[float, int], None]]:
     """draw(passed, layers): a progress bar "Attention layer 12 of 30", made when first drawn and gone at the end;
     draw(0, 0, words): where a run on NDIF is, in words."""
     bar = None
 
-    def draw(passed: int, layers: int, words: str = "") -> None:
+    def draw(passed: float, layers: int, words: str = "") -> None:
         nonlocal bar
         bar = st.empty() if bar is None else bar
-        bar.progress(passed / layers if layers else 0.0, text=words or f"Attention layer {passed} of {layers}")
+        bar.progress(min(passed / layers, 1.0) if layers else 0.0, text=words or progress_words(passed, layers))
 
     try:
         yield draw
     finally:
         if bar is not None:
             bar.empty()
+
+
+STOPPED = "runs_stopped"  # session state: {the key of a run a person stopped: where it was, in words}, the last
+MOST_STOPS = 4  # STOPPED remembers at most this many (a key holds the text)
+
+
+def stop_run(key: tuple, progress: RunProgress, waiters: Waiters) -> None:
+    """A person stopped the run of `key` (`stop_button`'s click, before the script runs again): the session remembers
+    it (`STOPPED`: ui/trace_cache.py then says so instead of running it again) and where it was, and `waiters` end
+    it at its next report once no script waits for it."""
+    stops = st.session_state.setdefault(STOPPED, {})
+    stops[key] = progress_words(*progress.state) if progress.state[1] else ""
+    for old in list(stops)[:-MOST_STOPS]:
+        del stops[old]
+    waiters.stop(key)
+
+
+@contextlib.contextmanager
+def stop_button(key: tuple, progress: RunProgress, waiters: Waiters
+                ) -> Iterator[Callable[[Callable[..., None]], Callable[..., None]]]:
+    """stoppable(draw): `draw` that also shows, under what it first draws, a button that stops the run of `key`
+    (`stop_run`), gone at the end. Its click reruns the script, which stops the one waiting here."""
+    holder = None
+
+    def stoppable(draw: Callable[..., None]) -> Callable[..., None]:
+        def drawn(*args: object) -> None:
+            nonlocal holder
+            draw(*args)
+            if holder is None:
+                holder = st.empty()
+                holder.button("Stop the run", key=f"run_stop_{abs(hash(key))}", icon=":material/stop:",
+                              on_click=stop_run, args=(key, progress, waiters),
+                              help="Ends the run at its next block of rows; the text stays as it is.")
+        return drawn
+
+    try:
+        yield stoppable
+    finally:
+        if holder is not None:
+            holder.empty()

@@ -31,6 +31,7 @@ from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.ndif.status import following
 from attention_atlas.ui.run_scheduler import (
+    STOPPED,
     RunAbandoned,
     RunProgress,
     Waiters,
@@ -39,6 +40,7 @@ from attention_atlas.ui.run_scheduler import (
     run_slots,
     run_waiters,
     run_workers,
+    stop_button,
 )
 
 T = TypeVar("T")
@@ -85,6 +87,7 @@ def cached_trace(key: tuple, compute: Callable[[], Trace]) -> tuple[Trace, bool]
 
     cache = shared_cache(budget_bytes())
     evictions = cache.evictions
+    stopped_here(key, key in cache)
     if key in cache:  # served here: a cached trace never waits behind runs queued for a worker
         trace, kept = _served_here(cache, key, run, waiters)
     else:
@@ -117,11 +120,27 @@ def _await_in_worker(cache: ByteCache, key: tuple, run: Callable[[RunProgress], 
         progress = RunProgress(lambda: waiters.abandoned(key))
         with waiters.waiting(key):
             future = run_workers().submit(cache.get_or_compute, key, functools.partial(run, progress))
-            with st.spinner("Running the model…"), layer_bar() as draw:  # the spinner: only after half a second
+            with st.spinner("Running the model…"), layer_bar() as draw, \
+                    stop_button(key, progress, waiters) as stoppable:  # the spinner: only after half a second
                 try:
-                    return await_run(future, progress, draw)
+                    return await_run(future, progress, stoppable(draw))
                 except RunAbandoned:
                     continue
+
+
+def stopped_here(key: tuple, cached: bool) -> None:
+    """Where this session stopped the run of `key` (ui/run_scheduler.py `stop_button`) and it is not cached (it did
+    not finish first): say so, offer to run it again, and stop the script."""
+    stops = st.session_state.get(STOPPED, {})
+    if key not in stops:
+        return
+    if cached:
+        del stops[key]
+        return
+    where = f" at {stops[key][0].lower()}{stops[key][1:]}" if stops[key] else ""
+    st.info(f"The run was stopped{where}. Change the text or the model, or run it again.", icon=":material/stop:")
+    st.button("Run it again", key="run_again", icon=":material/play_arrow:", on_click=lambda: stops.pop(key, None))
+    st.stop()
 
 
 class _NotCached(Exception):
