@@ -18,9 +18,10 @@ ROLE_COLOURS = {  # told apart with red-green colour blindness too (Okabe & Ito'
 
 
 def role_grid(roles: np.ndarray, shares: np.ndarray, measures: np.ndarray, title: str,
-              layer_names: Sequence[str] | None = None) -> go.Figure:
+              layer_names: Sequence[str] | None = None, retrieval: np.ndarray | None = None) -> go.Figure:
     """roles (layers, heads) role names; shares (layers, heads) the measure each role's rule read (NaN for "mixed");
-    measures (layers, heads) that measure's name. Rows: layers (named by `layer_names`, default "layer 0", …)."""
+    measures (layers, heads) that measure's name. Rows: layers (named by `layer_names`, default "layer 0", …).
+    retrieval (layers, heads): each head's retrieval score, said on hover where it is not NaN."""
     layers, heads = roles.shape
     names = [plotly_text(n) for n in layer_names] if layer_names is not None else [f"layer {i}" for i in range(layers)]
     order = [role for role in ROLE_COLOURS if (roles == role).any()]
@@ -31,6 +32,9 @@ def role_grid(roles: np.ndarray, shares: np.ndarray, measures: np.ndarray, title
                       plotly_text(str(role)) for role, measure, share in zip(roles.reshape(-1), measures.reshape(-1),
                                                                            shares.reshape(-1), strict=True)],
                      dtype=object).reshape(roles.shape)  # (layers, heads): the role, and the share behind it
+    if retrieval is not None:
+        hover = np.where(np.isnan(retrieval), hover, hover + np.char.mod("<br>retrieval score: %.2f",
+                                                                         np.nan_to_num(retrieval)).astype(object))
     layer_of, head_of = np.divmod(np.arange(layers * heads), heads)
     data = [
         {"type": "heatmap", "z": index.astype(np.float64), "x": list(range(heads)), "y": names, "zmin": -0.5,

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from attention_atlas.model.core.attention.arrays import RowScaled
 from attention_atlas.model.core.attention.source import ROW_BLOCK, PatternSource
 from attention_atlas.model.core.attention.summary import SiteSummary
 from attention_atlas.model.core.options import RunOptions
@@ -25,6 +26,7 @@ from attention_atlas.model.core.trace import file
 from attention_atlas.model.core.trace.attention_view import AttentionView
 from attention_atlas.model.core.trace.facts import DecodeStep, ModelFacts, OutputKind, Outputs
 from attention_atlas.model.core.trace.head_roles import site_roles
+from attention_atlas.model.core.trace.retrieval import site_retrieval
 from attention_atlas.model.core.trace.sites import Site
 from attention_atlas.model.core.trace.summaries import summarise_site
 
@@ -36,9 +38,11 @@ def _root(array: np.ndarray) -> np.ndarray:
     return array
 
 
-def distinct_nbytes(arrays: Iterator[np.ndarray] | list[np.ndarray]) -> int:
-    """Bytes held by these arrays, memory shared by several of them (views of one array) counted once."""
-    roots = {id(_root(a)): _root(a) for a in arrays}
+def distinct_nbytes(arrays: Iterator[np.ndarray | RowScaled] | list[np.ndarray | RowScaled]) -> int:
+    """Bytes held by these arrays (a RowScaled's: its two), memory shared by several of them (views of one array)
+    counted once."""
+    plain = [part for a in arrays for part in (a.arrays() if isinstance(a, RowScaled) else (a,))]
+    roots = {id(_root(a)): _root(a) for a in plain}
     return sum(root.nbytes for root in roots.values())
 
 
@@ -211,12 +215,14 @@ class Trace:
     def head_roles(self) -> pd.DataFrame:
         """Every head of every site named by what it does (model/core/trace/head_roles.py: ROLES and their rules): site,
         layer, head, role and the measures behind it, read from the summary the run made, else from one made now
-        (`summarise_site`: one pass over every layer's kept sources, as a trace loaded from a file needs)."""
+        (`summarise_site`: one pass over every layer's kept sources, as a trace loaded from a file needs); and its
+        retrieval score (model/core/trace/retrieval.py `site_retrieval`)."""
         tables = []
         for site in self.sites():
             summary = self.summaries[site] if site in self.summaries else summarise_site(self, site)
             ids = None if Site.of(site).is_cross else self.query_ids(site)
-            tables.append(site_roles(site, summary, self.masks[site], ids))
+            roles = site_roles(site, summary, self.masks[site], ids)
+            tables.append(roles.assign(retrieval=site_retrieval(self, site).reshape(-1)))
         return pd.concat(tables, ignore_index=True)
 
     def summary(self) -> dict[str, Any]:
