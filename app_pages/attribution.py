@@ -143,8 +143,7 @@ def page() -> None:
         return
     if st.session_state.pop(OPEN_CLICKED, False):
         st.switch_page(ATTENTION_PAGE)
-    if not weights_here("The direct split (each part's share through the unembedding), the contribution graph and "
-                        "circuits"):
+    if not weights_here("Direct logit attribution (with its contribution graph and circuits)"):
         ndif_patching(runner, shown)  # its patched runs and gradients are NDIF's to make
         return
     trace = trace_with(tuple(dict.fromkeys((*attribution_options(runner).hooks, *contribution_options().hooks))))

@@ -52,7 +52,8 @@ def open_ndif(source: str, simulate: bool = False, progress: Callable[[str], Non
         check_local_folder(folder, source)
         if not simulate:
             raise UserError(f"NDIF runs the models it hosts, named by their Hugging Face Hub id; {shown(source)} is "
-                            "a folder here. Give the hub id, or simulate the run here (simulate=True).")
+                            "a folder here. Give the hub id, or simulate the run here (simulate=True, or Device → "
+                            "NDIF, simulated).")
     else:
         check_hub_id(source)
     if not simulate:
@@ -62,7 +63,7 @@ def open_ndif(source: str, simulate: bool = False, progress: Callable[[str], Non
         names = hosted()
         if names is None:
             raise UserError("NDIF cannot be reached from this server to say which models it hosts: check the "
-                            "network, or simulate the run here (simulate=True).")
+                            "network, or simulate the run here (simulate=True, or Device → NDIF, simulated).")
         if source not in names:
             raise UserError(f"NDIF does not host {shown(source)} now. It hosts: {', '.join(names) or 'nothing'}.")
     where = str(folder) if folder is not None else source
