@@ -1,6 +1,6 @@
 """The README and docs/ say what the code is: every picture named exists and is made by `make screenshots`, every
-code name cited exists, every link reaches its page and heading, the hook tables are the vocabulary's, and the trace
-file's keys are the ones documented."""
+code name cited exists, every link reaches its page and heading, the hook tables are the vocabulary's, the trace
+file's keys are the ones documented, and the docs stay reference-sized (what is true now; history stays in git)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 PAGES = [README, *sorted(DOCS.glob("*.md"))]
+PAGE_MOST_BYTES = 25_000  # a page of docs/ at most
+DOCS_MOST_BYTES = 120_000  # all of docs/*.md at most
 INSIDE = ("model", "ui", "viz", "app_pages")  # installed as attention_atlas.<folder>
 PACKAGES = (*INSIDE, "bench", "attention_atlas", "app_browser", "tests", "scripts")
 COMMANDS = {  # how a command is written in the docs -> the file that declares its flags (longest prefix first)
@@ -74,6 +76,13 @@ def test_every_link_reaches_its_heading() -> None:
                                                                                     re.MULTILINE)}:
                 broken.append(f"{page.name}: {link}#{anchor}")
     assert not broken, broken
+
+
+def test_the_docs_stay_reference_sized() -> None:
+    """Each page of docs/ at most 25 KB and all of them 120 KB: one current table per measure, no history."""
+    sizes = {page.name: len(page.read_bytes()) for page in DOCS.glob("*.md")}
+    assert not {name: size for name, size in sizes.items() if size > PAGE_MOST_BYTES}, sizes
+    assert sum(sizes.values()) <= DOCS_MOST_BYTES, sizes
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
