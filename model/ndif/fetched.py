@@ -1,8 +1,9 @@
 """A layer's pattern source whose queries and keys stayed on NDIF: a run summarised there (model/ndif/wire.py) brings
 back its summary, and a view that opens a head of a layer fetches that layer's queries and keys then, in a request of
-its own (sent with the key of whoever opens it), under the run's edits. Each run keeps the last layers it fetched, as
-many as its runner lets it (SOURCE_BYTES_LIMIT's worth: a layer of Llama-3.1-70B at 8,192 tokens is 288 MiB of float32
-queries and keys here); what each fetch moved is added to the run's transfer (model/ndif/transfer.py).
+its own (sent with the key of whoever opens it), under the run's edits. Each run keeps the last layers it fetched,
+KEPT_BYTES of them (at least one: a layer of Llama-3.1-70B at 2,048 tokens is 72 MiB of float32 queries and keys
+here, at 8,192 tokens 288 MiB): a cached trace's size is counted when it is cached, before any fetch, so what its
+fetches hold stays small beside it; what each fetch moved is added to the run's transfer (model/ndif/transfer.py).
 
 `FetchedSource` is a PatternSource (model/core/attention/source.py) to every reader: its shape is known before the
 fetch, every other field is the fetched source's."""
@@ -17,6 +18,8 @@ import numpy as np
 
 from attention_atlas.model.core.attention.source import PatternSource
 from attention_atlas.model.ndif.transfer import Ledger, Transfer
+
+KEPT_BYTES = 256 << 20  # a run's fetched layers kept here, at most (at least one)
 
 
 class Fetcher:

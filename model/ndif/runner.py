@@ -43,7 +43,7 @@ from attention_atlas.model.hf.examples import EXAMPLES
 from attention_atlas.model.hf.facts import SOURCE_BYTES_LIMIT
 from attention_atlas.model.hf.taps import Family
 from attention_atlas.model.hf.text import TokenText
-from attention_atlas.model.ndif.fetched import FetchedSource, Fetcher
+from attention_atlas.model.ndif.fetched import KEPT_BYTES, FetchedSource, Fetcher
 from attention_atlas.model.ndif.patches import gradient_ask, gradients_by_hook, patch_steps
 from attention_atlas.model.ndif.request import TIMEOUT_S, Answer, Ask, current_key, send
 from attention_atlas.model.ndif.stepper import ndif_stepper
@@ -127,7 +127,7 @@ class NDIFRunner:
         ledger = Ledger(answer.transfer)
         layer = wire_bytes(1, *hosted.shapes, len(sequence), number_bytes=4)  # one layer's, kept here
         fetcher = Fetcher(self._fetcher(chosen, sequence, options, allowed, trace.masks), ledger,
-                          max(1, SOURCE_BYTES_LIMIT // layer))
+                          max(1, KEPT_BYTES // layer))
         shape = (self.facts.n_heads, len(sequence), len(sequence))
         fetched = {name: FetchedSource(shape, name, fetcher) for name in chosen.fetched}
         trace = replace(trace, text=text, target=target, pattern_sources={**trace.pattern_sources, **fetched})

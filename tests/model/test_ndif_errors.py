@@ -180,3 +180,32 @@ def test_a_fetched_source_reads_every_field_of_a_pattern_source_from_what_it_fet
     from attention_atlas.model.ndif.fetched import FetchedSource
 
     assert all(isinstance(getattr(FetchedSource, field.name), property) for field in fields(PatternSource))
+
+
+def test_a_run_keeps_the_layers_it_fetched_last_and_fetches_one_again_once_let_go() -> None:
+    import numpy as np
+
+    from attention_atlas.model.core.attention.source import PatternSource
+    from attention_atlas.model.ndif.fetched import FetchedSource, Fetcher
+    from attention_atlas.model.ndif.transfer import Ledger, Transfer
+
+    asked: list[str] = []
+
+    def fetch(name: str) -> tuple[PatternSource, Transfer]:
+        asked.append(name)
+        source = PatternSource(np.ones((2, 3, 4), np.float32), np.ones((1, 3, 4), np.float32), 0.5,
+                               np.tril(np.ones((3, 3), bool)))
+        return source, Transfer(10, 100, True)
+
+    ledger = Ledger(Transfer(1, 2, True))
+    fetcher = Fetcher(fetch, ledger, keep=2)
+    layers = {name: FetchedSource((2, 3, 3), name, fetcher) for name in "abc"}
+    assert layers["a"].shape == (2, 3, 3) and layers["a"].arrays() == [] and asked == []
+    for name in "abab":
+        assert layers[name].pattern(dtype=np.float32).shape == (2, 3, 3)
+    layers["c"].scale  # noqa: B018 (a field read fetches)
+    layers["b"].key  # noqa: B018
+    layers["a"].query  # noqa: B018 (let go when c came: fetched again)
+    assert asked == ["a", "b", "c", "a"] and layers["c"].arrays() == []  # b and a kept
+    assert ledger.total == Transfer(41, 402, True, requests=5) and ledger.total.transfer_bytes == 443
+    assert not layers["a"].query.flags.writeable  # shared by every session that reads the run
