@@ -130,8 +130,8 @@ MLA = {"kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head
        "n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "n_shared_experts": 1,
        "first_k_dense_replace": 1}  # layer 0's MLP dense, layer 1's experts
 MLA_TYPES: dict[str, dict[str, object]] = {
-    "deepseek_v2": MLA | {"q_lora_rank": None},  # q_proj
-    "deepseek_v3": MLA | {"q_lora_rank": 16, "n_group": 2, "topk_group": 1},  # q_a_proj, its norm, q_b_proj
+    "deepseek_v2": {**MLA, "q_lora_rank": None},  # q_proj
+    "deepseek_v3": {**MLA, "q_lora_rank": 16, "n_group": 2, "topk_group": 1},  # q_a_proj, its norm, q_b_proj
 }
 DISTINCT_NORMS = {"falcon"}  # two norms read the block's input (ln_attn, ln_mlp): made unlike, as trained ones are
 ENCODER_TYPES: dict[str, tuple[str, dict[str, object]]] = {  # type -> (its model class in transformers, settings)
@@ -153,9 +153,10 @@ ENCODER_TYPES: dict[str, tuple[str, dict[str, object]]] = {  # type -> (its mode
                                        "pad_token_id": 0, "local_attention": 4,  # layer 1 sees 2 each side
                                        "global_attn_every_n_layers": 2}),
 }
-SEQ2SEQ_SHARED = {"d_model": 32, "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4,
-                  "decoder_attention_heads": 4, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64,
-                  "max_position_embeddings": 64, "pad_token_id": 0, "eos_token_id": 3, "decoder_start_token_id": 0}
+SEQ2SEQ_SHARED: dict[str, object] = {
+    "d_model": 32, "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4, "decoder_attention_heads": 4,
+    "encoder_ffn_dim": 64, "decoder_ffn_dim": 64, "max_position_embeddings": 64, "pad_token_id": 0, "eos_token_id": 3,
+    "decoder_start_token_id": 0}
 SEQ2SEQ_TYPES: dict[str, dict[str, object]] = {
     "mt5": {"d_model": 32, "d_kv": 8, "d_ff": 64, "num_layers": 2, "num_heads": 4, "pad_token_id": 0,
             "eos_token_id": 3, "decoder_start_token_id": 0},  # a gated MLP

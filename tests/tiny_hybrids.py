@@ -11,10 +11,12 @@ import transformers
 
 from tests.tiny_hf import LM_SPECIALS, SHARED, WORDS, _tokenizer
 
-MAMBA2 = {"mamba_n_heads": 4, "mamba_d_head": 16, "mamba_n_groups": 1, "mamba_d_state": 8, "mamba_d_conv": 4,
-          "mamba_expand": 2, "mamba_chunk_size": 8}  # 4 heads x 16 = 2 x hidden_size
-DELTA_NET = {"head_dim": 8, "linear_key_head_dim": 8, "linear_value_head_dim": 8, "linear_num_key_heads": 2,
-             "linear_num_value_heads": 4, "layer_types": ["linear_attention", "full_attention"] * 2}
+MAMBA2: dict[str, object] = {"mamba_n_heads": 4, "mamba_d_head": 16,  # 4 heads x 16 = 2 x hidden_size
+                             "mamba_n_groups": 1, "mamba_d_state": 8, "mamba_d_conv": 4, "mamba_expand": 2,
+                             "mamba_chunk_size": 8}
+DELTA_NET: dict[str, object] = {"head_dim": 8, "linear_key_head_dim": 8, "linear_value_head_dim": 8,
+                                "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+                                "layer_types": ["linear_attention", "full_attention"] * 2}
 HYBRID_TYPES: dict[str, dict[str, object]] = {  # model type -> its config's settings beyond tiny_hf.SHARED
     "qwen3_next": DELTA_NET | {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
                                "shared_expert_intermediate_size": 32},  # gated delta-net, gated attention, experts

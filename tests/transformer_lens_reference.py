@@ -6,11 +6,9 @@ from __future__ import annotations
 import torch
 import transformers
 from transformer_lens import HookedEncoder, HookedTransformer, HookedTransformerConfig  # make installs 3.9
-from transformer_lens.pretrained.weight_conversions import (
-    convert_bert_weights,
-    convert_gpt2_weights,
-    convert_llama_weights,
-)
+from transformer_lens.pretrained.weight_conversions.bert import convert_bert_weights
+from transformer_lens.pretrained.weight_conversions.gpt2 import convert_gpt2_weights
+from transformer_lens.pretrained.weight_conversions.llama import convert_llama_weights
 
 
 def transformer_lens_config(family: str, c) -> HookedTransformerConfig:

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from attention_atlas.model.core.capture.hooks import editing
-from attention_atlas.model.core.capture.record import capture
+from attention_atlas.model.core.capture.record import Captured, capture
 from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.masks import causal_mask
 from attention_atlas.model.inspect import circuit_pass
@@ -37,12 +37,19 @@ def runner():
     return load_runner("toy-induction")
 
 
+def _arrays(found: dict[str, Captured]) -> dict[str, np.ndarray]:
+    """A toy model's captured values, every one an array (a toy computes its patterns: none is a PatternSource)."""
+    arrays = {name: value for name, value in found.items() if isinstance(value, np.ndarray)}
+    assert arrays.keys() == found.keys()
+    return arrays
+
+
 def _patterns(runner, text: str) -> dict[str, np.ndarray]:
     model = runner.toy.model
     ids = torch.tensor([runner.toy.encode_source(text)])
     _, found = capture(model, model.hook_points, ("decoder.*.attn.hook_pattern",),
                        lambda: model(ids, causal_mask(ids.shape[1])))
-    return {name: value[0] for name, value in found.items()}  # (heads, len, len) each
+    return {name: value[0] for name, value in _arrays(found).items()}  # (heads, len, len) each
 
 
 def _rank(circuit: Circuit, edge: str) -> int:
@@ -107,7 +114,7 @@ def test_hook_mlp_in_edits_the_mlps_input_alone(runner) -> None:
 
     def run(edits: dict) -> dict[str, np.ndarray]:
         with editing(edits, {}):
-            return capture(model, model.hook_points, hooks, lambda: model(ids, causal_mask(ids.shape[1])))[1]
+            return _arrays(capture(model, model.hook_points, hooks, lambda: model(ids, causal_mask(ids.shape[1])))[1])
 
     shift = torch.linspace(-1, 1, model.cfg.d_model)  # not constant: a LayerNorm removes a constant
     plain, edited = run({}), run({"decoder.0.hook_mlp_in": lambda x: x + shift})

@@ -10,7 +10,7 @@ import pytest
 import torch
 import transformers
 
-from attention_atlas.model.core.capture.record import capture
+from attention_atlas.model.core.capture.record import Captured, capture
 from attention_atlas.model.core.masks import additive_mask
 from attention_atlas.model.core.options import RunOptions
 from attention_atlas.model.core.trace.trace import Trace
@@ -243,12 +243,12 @@ def test_per_head_values_stay_with_the_thread_that_asked(runners) -> None:
     model, taps = runner.model, runner.taps
     batches = [torch.tensor([runner.tokenizer(text)["input_ids"]]) for text in (TEXT, "the cat sat", "a dog")]
 
-    def heads(ids: torch.Tensor) -> dict[str, np.ndarray]:
+    def heads(ids: torch.Tensor) -> dict[str, Captured]:
         return capture(model, taps, "*.attn.hook_z", lambda: model(input_ids=ids))[1]
 
     serial = [heads(ids) for ids in batches]
-    results: dict[tuple[int, int], dict[str, np.ndarray]] = {}
-    plain: list[dict[str, np.ndarray]] = []
+    results: dict[tuple[int, int], dict[str, Captured]] = {}
+    plain: list[dict[str, Captured]] = []
 
     def work(k: int) -> None:
         for r in range(5):

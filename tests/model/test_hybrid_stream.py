@@ -32,7 +32,8 @@ from tests.tiny_hybrids import ATTENTION_BLOCKS, HYBRID_TYPES, build_hybrid
 
 pytestmark = pytest.mark.slow  # ten models built and opened (about 12 s): make test runs it, make check does not
 TEXT = "the quick brown fox jumps over the lazy dog"
-GRANITE = {"residual_multiplier": 0.22, "embedding_multiplier": 12.0, "logits_scaling": 4.0}  # as Granite 3's configs
+GRANITE: dict[str, object] = {"residual_multiplier": 0.22, "embedding_multiplier": 12.0,
+                               "logits_scaling": 4.0}  # as Granite 3's configs
 SCALED_DENSE: dict[str, dict[str, object]] = {  # every block softmax attention, each adding its parts scaled
     "granite": GRANITE, "granitemoe": GRANITE | {"num_local_experts": 4, "num_experts_per_tok": 2}}
 HYBRIDS = list(HYBRID_TYPES)

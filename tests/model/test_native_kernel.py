@@ -189,7 +189,8 @@ def test_the_kernel_never_brings_a_second_openmp_runtime(monkeypatch) -> None:
     needed = set(native.OPENMP_RUNTIME.findall(with_openmp.read_bytes()))
     if not needed:
         pytest.skip("this compiler builds no OpenMP")
-    assert native.loaded_openmp_runtimes() >= {name.decode() for name in needed}  # torch's, under the same name
+    loaded = native.loaded_openmp_runtimes()  # None where the loaded libraries cannot be listed
+    assert loaded is not None and loaded >= {name.decode() for name in needed}  # torch's, under the same name
     assert native._joins_the_process(with_openmp) == with_openmp
     serial = native._built(openmp=False)
     assert not native.OPENMP_RUNTIME.findall(serial.read_bytes())

@@ -194,13 +194,15 @@ def test_an_encoder_decoder_is_patched_as_torch_hooks_on_its_modules_patch_it(tm
         parts = {"attn_out": lambda layer: (encoder[layer].layer[0].SelfAttention, False),
                  "mlp_out": lambda layer: (encoder[layer].layer[1].DenseReluDense, False),
                  "head_out": lambda layer: (encoder[layer].layer[0].SelfAttention.o, True)}
-        cross = [(block.layer[1].EncDecAttention.o, True) for block in decoder]
+        cross = [(block.layer[1].EncDecAttention.o, True)
+                 for block in decoder]  # pyright: ignore[reportGeneralTypeIssues] torch's __getattr__
     else:
         encoder, decoder = model.model.encoder.layers, model.model.decoder.layers
         parts = {"attn_out": lambda layer: (encoder[layer].self_attn, False),
                  "mlp_out": lambda layer: (encoder[layer].fc2, False),
                  "head_out": lambda layer: (encoder[layer].self_attn.out_proj, True)}
-        cross = [(layer.encoder_attn.out_proj, True) for layer in decoder]
+        cross = [(layer.encoder_attn.out_proj, True)
+                 for layer in decoder]  # pyright: ignore[reportGeneralTypeIssues] torch's __getattr__
     modules = {f"resid_pre.{layer}": (encoder[layer], True) for layer in range(len(encoder))}
     modules |= {f"{kind}.{layer}": part(layer) for kind, part in parts.items() for layer in range(len(encoder))}
     modules |= {f"cross_head_out.{layer}": module for layer, module in enumerate(cross)}

@@ -68,8 +68,10 @@ def test_a_logit_scaling_the_table_does_not_know_is_refused(tmp_path, monkeypatc
     model = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()  # the model's own, by transformers
     trace = runner.run(TEXT, options=RunOptions(hooks=("decoder.blocks.*",)))
     stream, logits = last_block_and_logits(model, trace.ids)
+    lm_head = model.get_output_embeddings()
+    assert lm_head is not None  # a causal LM's
     with torch.inference_mode():
-        plain = model.get_output_embeddings()(model.model.norm(stream))  # what the table's readout gives
+        plain = lm_head(model.model.norm(stream))  # what the table's readout gives
     np.testing.assert_allclose(logits.numpy(), plain.numpy() * factor, atol=1e-5)
     assert unembedding_for(runner) == sentence
     for refused in (lambda: logit_map(runner, [4]), lambda: logit_lens(trace, runner),

@@ -21,7 +21,7 @@ from tests.tiny_hf import LM_SPECIALS, SHARED, WORDS, _tokenizer
 from tests.tiny_hybrids import HYBRID_TYPES
 
 TEXT = "the quick brown fox jumps over the lazy dog"
-EXPERTS = {"num_local_experts": 4, "num_experts_per_tok": 2}
+EXPERTS: dict[str, object] = {"num_local_experts": 4, "num_experts_per_tok": 2}
 SCALED: dict[str, dict[str, object]] = {  # model type -> its config's settings beyond tiny_hf.SHARED
     "falcon_h1": HYBRID_TYPES["falcon_h1"] | {"lm_head_multiplier": 0.25},
     "granitemoehybrid": {"num_hidden_layers": 4} | HYBRID_TYPES["granitemoehybrid"] | {"logits_scaling": 4.0},
@@ -62,8 +62,10 @@ def test_the_readout_is_the_models_own(opened, tmp_path_factory, model_type: str
     model, runner = open_scaled(opened, model_type, tmp_path_factory.mktemp("scaled"))
     trace = runner.run(TEXT, options=RunOptions(hooks=("decoder.hook_resid_final",)))
     stream, logits = last_block_and_logits(model, trace.ids)
+    lm_head = model.get_output_embeddings()
+    assert lm_head is not None  # a causal LM's
     with torch.inference_mode():
-        plain = model.get_output_embeddings()(torch.from_numpy(trace.captured["decoder.hook_resid_final"]))
+        plain = lm_head(torch.from_numpy(trace.captured["decoder.hook_resid_final"]))
     assert head_scales(model.config) != (1.0, 1.0)
     assert not np.allclose(plain.numpy(), logits.numpy(), atol=1e-3)  # lm_head after the final norm alone
     np.testing.assert_allclose(unembedding_for(runner).readout(stream).numpy(), logits.numpy(), atol=1e-5)

@@ -38,7 +38,8 @@ def recurrence(mixer: torch.nn.Module, x_in: torch.Tensor) -> torch.Tensor:
     conv = torch.stack([(padded[:, t:t + kernel] * w["conv1d.weight"][:, 0]).sum(-1) for t in range(n)])
     conv = mixer.act(conv + w.get("conv1d.bias", 0.0))
     xs, b, c = conv.split([mixer.intermediate_size, groups * states, groups * states], dim=-1)
-    dt = F.softplus(dt + w["dt_bias"]).clamp(*mixer.time_step_limit)
+    low, high = mixer.time_step_limit  # pyright: ignore[reportGeneralTypeIssues] torch's __getattr__
+    dt = F.softplus(dt + w["dt_bias"]).clamp(low, high)
     a = -torch.exp(w["A_log"])
     xs = xs.view(n, heads, p)
     state = torch.zeros(heads, p, states, dtype=torch.float64)

@@ -65,6 +65,7 @@ def reference_rollout(layers: list[np.ndarray]) -> np.ndarray:
         a = 0.5 * p.astype(np.float64).mean(0) + 0.5 * np.eye(p.shape[-1])
         a /= a.sum(-1, keepdims=True)
         rolled = a if rolled is None else a @ rolled
+    assert rolled is not None, "no layers to roll out"
     return rolled
 
 
@@ -111,7 +112,7 @@ def test_a_kept_source_reduces_to_the_numbers_of_its_whole_patterns(smollm2_trac
     assert got.rollout_is_exact
     np.testing.assert_allclose(got.rollout, reference_rollout(layers), atol=1e-6)
     n = len(trace.tokens)  # causal: each layer's rollout factor kept as its lower triangle, half the bytes
-    assert all(flow.shape == (n * (n + 1) // 2,) for flow in got.layer_flows)
+    assert got.layer_flows is not None and all(flow.shape == (n * (n + 1) // 2,) for flow in got.layer_flows)
 
 
 def test_a_full_masks_rollout_factors_are_kept_whole() -> None:
@@ -120,7 +121,7 @@ def test_a_full_masks_rollout_factors_are_kept_whole() -> None:
     trace = runner.run("The cat sat on the mat.", options=RunOptions(hooks=("*.hook_pattern",)))
     got = summarise_site(trace, "encoder.attn", size=8)
     n = len(trace.tokens)
-    assert all(flow.shape == (n, n) for flow in got.layer_flows)
+    assert got.layer_flows is not None and all(flow.shape == (n, n) for flow in got.layer_flows)
     layers = [whole(trace, "encoder.attn", layer) for layer in range(trace.n_layers("encoder.attn"))]
     np.testing.assert_allclose(got.rollout, reference_rollout(layers), atol=1e-6)
 
@@ -131,7 +132,7 @@ def test_rollout_of_a_long_text_is_block_means_of_the_exact_one(smollm2_trace, m
     n = len(trace.tokens)
     monkeypatch.setattr("attention_atlas.model.core.attention.summary.ROLLOUT_SIZE", n // 4)
     got = summarise_site(trace, site, size=32)
-    assert not got.rollout_is_exact and got.rollout.shape == (n // 4, n // 4)
+    assert got.rollout is not None and not got.rollout_is_exact and got.rollout.shape == (n // 4, n // 4)
     np.testing.assert_allclose(got.rollout.sum(-1), 1.0, atol=1e-6)  # float32
     starts = got.rollout_starts
     exact = reference_rollout([whole(trace, site, layer) for layer in range(trace.n_layers(site))])
