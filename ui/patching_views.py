@@ -76,8 +76,9 @@ def patching_section(runner: Runner, shown: Trace, answer: str, wrong: str | Non
     sequence, both runs reading `shown`'s output where its run holds one (an encoder-decoder's, a toy GPT's)."""
     st.subheader("Activation patching")
     encoder_decoder = runner.facts.kind == "encoder-decoder"
+    read_at = "the text's last token" if position == -1 else "the position chosen above"
     st.caption("Each activation of the run on the text (clean) is put, one at a time, into the run on a corrupted "
-               "text, and the logit difference after the position chosen above is read: 0 = the corrupted run, 1 = "
+               f"text, and the logit difference after {read_at} is read: 0 = the corrupted run, 1 = "
                "the clean run. Where it comes back, that activation carries what tells the answer apart. This "
                "measures every path, not only the direct one; each patched activation is one run of the model."
                + (" The texts are sources: the encoder is patched, and each cross-attention head of the decoder; "

@@ -25,10 +25,11 @@ from typing import TypeVar
 
 import streamlit as st
 
-from attention_atlas.model.core.bounded_cache import ByteCache
+from attention_atlas.model.core.bounded_cache import ByteCache, nbytes
 from attention_atlas.model.core.capture.record import reporting_progress
 from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.trace.trace import Trace
+from attention_atlas.model.ndif.fetched import fetch_allowance
 from attention_atlas.model.ndif.status import following
 from attention_atlas.ui.run_scheduler import (
     STOPPED,
@@ -62,7 +63,12 @@ def budget_bytes() -> int:
 @st.cache_resource(max_entries=1, show_spinner=False)
 def shared_cache(budget: int) -> ByteCache:
     """One cache per server process (a new budget replaces it)."""
-    return ByteCache(budget)
+    return ByteCache(budget, size_of=counted_bytes)
+
+
+def counted_bytes(value: object) -> int:
+    """What a cached value may hold: its bytes, and for a run summarised on NDIF the layers it may yet fetch."""
+    return nbytes(value) + (fetch_allowance(value) if isinstance(value, Trace) else 0)
 
 
 def cached_trace(key: tuple, compute: Callable[[], Trace]) -> tuple[Trace, bool]:

@@ -2,8 +2,9 @@
 back its summary, and a view that opens a head of a layer fetches that layer's queries and keys then, in a request of
 its own (sent with the key of whoever opens it), under the run's edits. Each run keeps the last layers it fetched,
 KEPT_BYTES of them (at least one: a layer of Llama-3.1-70B at 2,048 tokens is 72 MiB of float32 queries and keys
-here, at 8,192 tokens 288 MiB): a cached trace's size is counted when it is cached, before any fetch, so what its
-fetches hold stays small beside it; what each fetch moved is added to the run's transfer (model/ndif/transfer.py).
+here, at 8,192 tokens 288 MiB). A cached trace is counted when it is cached, before any fetch, so the server's cache
+counts what its fetches may hold too (`fetch_allowance`); what each fetch moved is added to the run's transfer
+(model/ndif/transfer.py).
 
 `FetchedSource` is a PatternSource (model/core/attention/source.py) to every reader: its shape is known before the
 fetch, every other field is the fetched source's."""
@@ -17,6 +18,7 @@ from collections.abc import Callable
 import numpy as np
 
 from attention_atlas.model.core.attention.source import PatternSource
+from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.ndif.transfer import Ledger, Transfer
 
 KEPT_BYTES = 256 << 20  # a run's fetched layers kept here, at most (at least one)
@@ -26,8 +28,10 @@ class Fetcher:
     """One run's layers summarised on NDIF, fetched when first read and kept (the last `keep`), one fetch at a
     time."""
 
-    def __init__(self, fetch: Callable[[str], tuple[PatternSource, Transfer]], ledger: Ledger, keep: int) -> None:
+    def __init__(self, fetch: Callable[[str], tuple[PatternSource, Transfer]], ledger: Ledger, keep: int,
+                 layer_bytes: int) -> None:
         self._fetch, self._ledger, self._keep = fetch, ledger, keep
+        self.allowance = keep * layer_bytes  # the most its kept layers hold (layer_bytes: one layer's)
         self._kept: OrderedDict[str, PatternSource] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -50,6 +54,13 @@ class Fetcher:
     def kept(self, name: str) -> PatternSource | None:
         with self._lock:
             return self._kept.get(name)
+
+
+def fetch_allowance(trace: Trace) -> int:
+    """The most bytes the layers fetched for `trace` may hold at once (0 for a trace whose sources are all here)."""
+    fetchers = {id(source._fetcher): source._fetcher for source in trace.pattern_sources.values()
+                if isinstance(source, FetchedSource)}
+    return sum(fetcher.allowance for fetcher in fetchers.values())
 
 
 class FetchedSource(PatternSource):

@@ -127,7 +127,7 @@ class NDIFRunner:
         ledger = Ledger(answer.transfer)
         layer = wire_bytes(1, *hosted.shapes, len(sequence), number_bytes=4)  # one layer's, kept here
         fetcher = Fetcher(self._fetcher(chosen, sequence, options, allowed, trace.masks), ledger,
-                          max(1, KEPT_BYTES // layer))
+                          max(1, KEPT_BYTES // layer), layer)
         shape = (self.facts.n_heads, len(sequence), len(sequence))
         fetched = {name: FetchedSource(shape, name, fetcher) for name in chosen.fetched}
         trace = replace(trace, text=text, target=target, pattern_sources={**trace.pattern_sources, **fetched})

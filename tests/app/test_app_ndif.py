@@ -86,6 +86,7 @@ def test_the_attribution_pages_patching_runs_on_ndif(folder) -> None:
     at = on_ndif(folder)
     at.switch_page("app_pages/attribution.py").run()
     assert any("stay on NDIF" in info.value for info in at.info)  # the direct split, the graph, circuits
+    assert any("logit difference after the text's last token is read" in caption.value for caption in at.caption)
     at.text_input(key="attribution_answer").set_value(" cat").run()
     at.text_input(key="attribution_wrong").set_value(" mat").run()
     at.text_input(key="attribution_corrupted").set_value("the mat sat on the cat").run()

@@ -198,7 +198,8 @@ def test_a_run_keeps_the_layers_it_fetched_last_and_fetches_one_again_once_let_g
         return source, Transfer(10, 100, True)
 
     ledger = Ledger(Transfer(1, 2, True))
-    fetcher = Fetcher(fetch, ledger, keep=2)
+    fetcher = Fetcher(fetch, ledger, keep=2, layer_bytes=72)
+    assert fetcher.allowance == 144
     layers = {name: FetchedSource((2, 3, 3), name, fetcher) for name in "abc"}
     assert layers["a"].shape == (2, 3, 3) and layers["a"].arrays() == [] and asked == []
     for name in "abab":

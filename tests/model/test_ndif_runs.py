@@ -11,6 +11,7 @@ import pytest
 from attention_atlas.model.core.attention.summary import ROLLOUT_SIZE
 from attention_atlas.model.core.options import RunOptions
 from attention_atlas.model.hf.loading import load_hf_runner
+from attention_atlas.model.ndif.fetched import KEPT_BYTES, fetch_allowance
 from attention_atlas.model.ndif.opening import open_ndif
 from attention_atlas.model.ndif.status import following
 from attention_atlas.model.ndif.transfer import summary_bytes, transfer_of, wire_bytes
@@ -145,7 +146,11 @@ def test_the_apps_run_is_summarised_on_ndif_and_a_layer_comes_when_a_view_opens_
     logits = ndif_runner.facts.vocab_size * 4  # the next token's
     assert run.requests == 1 and 0 < run.received - summary_bytes(2, 4, n) - logits < 12_000  # no queries or keys
     assert ndif.pattern_source("decoder.attn", 1).arrays() == []  # not fetched yet
+    layer = wire_bytes(1, 4, 2, 8, n, number_bytes=4)
+    allowance, held = fetch_allowance(ndif), ndif.nbytes
+    assert allowance == KEPT_BYTES // layer * layer and fetch_allowance(local) == 0  # what the cache counts besides
     drawn = ndif.head_pattern("decoder.attn", 1, 2)  # a view opens head 2 of layer 1: its layer comes
+    assert 0 < ndif.nbytes - held <= allowance
     assert largest_difference(drawn, local.head_pattern("decoder.attn", 1, 2)) <= TOLERANCE
     whole = local_runner.run(text, None, RunOptions(hooks=("decoder.1.attn.hook_pattern",)))
     assert largest_difference(drawn, whole.head_pattern("decoder.attn", 1, 2)) > 1e-4  # fetched under the ablation
