@@ -202,7 +202,7 @@ def statistics(c: Choice) -> None:
     st.latex(r"H=-\frac1{n_q}\sum_i\sum_j A_{ij}\log_2 A_{ij},\qquad "
              r"d=\frac1{n_q}\sum_i\sum_j A_{ij}\,|i-j|")
     table = site_statistics(c.trace, c.site)  # (layers * heads) rows
-    measures = [name for name in table.columns if table[name].notna().any()]
+    measures = [name for name in table.columns if table[name].notna().to_numpy().any()]
     if len(measures) < len(table.columns):
         st.caption("Entropy H: how spread a head's attention is (0 = one key). To first token: the average share "
                    "of attention on the first key. Mean distance and the shares to the previous token and to itself "

@@ -177,6 +177,7 @@ def heads(training: LiveTraining, snapshot: Snapshot, site: str, score: Score | 
         best_words = f"the highest {score.name} score" if score else "layer 0 · head 0"
         choice = st.selectbox("Head", options, key="train_head", help="Or click a head in the grid below.",
                               format_func=lambda h: best_words if h == BEST else f"layer {h[0]} · head {h[1]}")
+        assert choice is not None  # a picker with a default (its first option) always holds a choice
         grid = thumbnail_grid(list(patterns), THUMBNAIL, training.probe_masks[site])
         thumbnails = thumbnail_figure(grid, THUMBNAIL)
         st.plotly_chart(thumbnails, key="train_grid", on_select="rerun", selection_mode="points",

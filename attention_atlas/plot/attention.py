@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
+from typing import Self
 
 import numpy as np
 import plotly.graph_objects as go
@@ -101,7 +102,7 @@ class HeadChoice:
     def where(self) -> str:
         return f"{self.label} · {self.trace.facts.layer_words(self.layer)}"
 
-    def windowed(self, first_row: int | None = None, first_col: int | None = None) -> HeadChoice:
+    def windowed(self, first_row: int | None = None, first_col: int | None = None) -> Self:
         """Long texts: a window of at most WINDOW x WINDOW cells. Rows from `first_row` (None: the last rows), keys
         from `first_col` (None: following the rows where queries and keys are one sequence, else the first keys)."""
         n_q, n_k, side = len(self.rows), len(self.cols), viz_heatmap.WINDOW  # read when called (tests shrink it)

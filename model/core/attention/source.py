@@ -90,10 +90,10 @@ class PatternSource:
     @property
     def shape(self) -> tuple[int, int, int]:
         """(heads, q_len, k_len) of the pattern."""
-        return (*self.query.shape[:2], self.key.shape[1])
+        return self.query.shape[0], self.query.shape[1], self.key.shape[1]
 
-    def arrays(self) -> list[np.ndarray]:
-        """The arrays held (the bias and the mask may be shared with other layers: count them once)."""
+    def arrays(self) -> list[Array]:
+        """The arrays held, tensors while a capture summarises (the bias and mask may be shared: count them once)."""
         kept = [a for a in (self.query, self.key) for a in (a.arrays() if isinstance(a, RowScaled) else (a,))]
         return [*kept, self.allowed, *(a for a in (self.bias, self.sinks) if a is not None)]
 

@@ -8,17 +8,17 @@ asks `Trace.pattern_source`); `Trace.save(..., dense=True)` writes such patterns
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, fields
 from difflib import get_close_matches
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import numpy as np
 import pandas as pd
 import torch
 
-from attention_atlas.model.core.attention.arrays import RowScaled
+from attention_atlas.model.core.attention.arrays import Array, RowScaled
 from attention_atlas.model.core.attention.source import ROW_BLOCK, PatternSource
 from attention_atlas.model.core.attention.summary import SiteSummary
 from attention_atlas.model.core.options import RunOptions
@@ -77,9 +77,11 @@ class Trace:
             if isinstance(array, np.ndarray):
                 array.flags.writeable = False
 
-    def _arrays(self) -> Iterator[np.ndarray]:
+    def _arrays(self) -> Iterator[Array]:
         """Every array the trace holds: hooks, kept pattern sources, outputs, masks, steps and summaries."""
-        yield from (*self.captured.values(), *self.outputs.values(), *self.masks.values())
+        yield from self.captured.values()
+        yield from cast("Iterable[np.ndarray]", self.outputs.values())  # arrays all (a TypedDict's values read object)
+        yield from self.masks.values()
         yield from (array for source in self.pattern_sources.values() for array in source.arrays())
         yield from (row for step in self.steps for row in step.attention.values())
         for summary in self.summaries.values():
