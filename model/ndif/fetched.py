@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from attention_atlas.model.core.attention.arrays import Array, Kept
 from attention_atlas.model.core.attention.source import PatternSource
 from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.ndif.transfer import Ledger, Transfer
@@ -74,14 +75,37 @@ class FetchedSource(PatternSource):
     def fetched(self) -> PatternSource:
         return self._fetcher.source(self._name)
 
-    query = property(lambda self: self.fetched().query)
-    key = property(lambda self: self.fetched().key)
-    scale = property(lambda self: self.fetched().scale)
-    allowed = property(lambda self: self.fetched().allowed)
-    bias = property(lambda self: self.fetched().bias)
-    softcap = property(lambda self: self.fetched().softcap)
-    sinks = property(lambda self: self.fetched().sinks)
-    device = property(lambda self: self.fetched().device)
+    @property
+    def query(self) -> Kept:
+        return self.fetched().query
+
+    @property
+    def key(self) -> Kept:
+        return self.fetched().key
+
+    @property
+    def scale(self) -> float:
+        return self.fetched().scale
+
+    @property
+    def allowed(self) -> Array:
+        return self.fetched().allowed
+
+    @property
+    def bias(self) -> Array | None:
+        return self.fetched().bias
+
+    @property
+    def softcap(self) -> float | None:
+        return self.fetched().softcap
+
+    @property
+    def sinks(self) -> Array | None:
+        return self.fetched().sinks
+
+    @property
+    def device(self) -> str:
+        return self.fetched().device
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -98,5 +122,7 @@ class FetchedSource(PatternSource):
     def __repr__(self) -> str:
         return f"FetchedSource({self._name!r}, shape={self._shape})"
 
-    __eq__ = object.__eq__  # not the dataclass's, which would compare (and fetch) every field
+    def __eq__(self, other: object) -> bool:  # not the dataclass's, which would compare (and fetch) every field
+        return self is other
+
     __hash__ = object.__hash__

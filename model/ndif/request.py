@@ -137,6 +137,8 @@ def _gradient(model: Any, ask: Ask, backend: Any) -> dict[str, Any]:
     block's source, and ships this one's); gradients are read in the backward pass's order."""
     import nnsight
 
+    if ask.gradient is None:
+        raise ValueError("a gradient request carries its sites, position and metric")
     sites, position, metric = ask.gradient
     with model.trace(torch.tensor([ask.ids]), backend=backend):
         remote.prepare_sites(model, sites)
