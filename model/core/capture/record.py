@@ -132,7 +132,8 @@ def capture(
     patterns = {name for name in wanted_points if name.endswith(PATTERN_SUFFIX)}  # the layers `report` counts
     scaled: list[bool] = []  # whether the sources are kept in 16 bits (`sixteen_bits`), decided at the first layer
 
-    def reported(blocks: Iterator[ReducedRows], q_len: int) -> Iterator[ReducedRows]:
+    def reported(blocks: Iterator[ReducedRows], q_len: int, report: Callable[[float, int], None]
+                 ) -> Iterator[ReducedRows]:
         """A layer's blocks, each reported as it is reduced: the layers passed, and this one's share of rows."""
         passed = len(patterns & store.keys())
         for block in blocks:
@@ -154,7 +155,7 @@ def capture(
                     summarisers[site.name] = SiteSummariser(source[0].shape, THUMBNAIL_SIZE, not site.is_cross,
                                                             queries)
                 rows = value.summary_rows(source, summarisers[site.name].layout, scratch)
-                summarisers[site.name].add_layer(rows if report is None else reported(rows, source.shape[-2]))
+                summarisers[site.name].add_layer(rows if report is None else reported(rows, source.shape[-2], report))
             if not scaled:  # from the first layer's size, as if every layer's were as large
                 scaled.append(sixteen_bits(4 * (source.query.numel() + source.key.numel()), len(patterns),
                                            value.query.dtype))

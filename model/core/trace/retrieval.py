@@ -51,11 +51,11 @@ def repeated_span(ids: Sequence[int]) -> Repeat | None:
     """The longest span of `ids` said twice without overlapping itself, at least MIN_SPAN long (the first such pair
     of places where several are as long); None where there is none. A binary search on the length, each length's
     spans compared by a rolling hash of their ids (a match confirmed id by id): O(n log n)."""
-    ids = np.asarray(ids, dtype=np.int64)
-    low, high, found = MIN_SPAN, len(ids) // 2, None
+    id_array = np.asarray(ids, dtype=np.int64)
+    low, high, found = MIN_SPAN, len(id_array) // 2, None
     while low <= high:
         length = (low + high) // 2
-        pair = _twice(ids, length)
+        pair = _twice(id_array, length)
         if pair is None:
             high = length - 1
         else:
@@ -90,14 +90,14 @@ def retrieval_scores(ids: Sequence[int], layers: int, heads: int,
     if repeat is None:
         return np.full((layers, heads), np.nan)
     queries, written = repeat.steps()
-    ids = np.asarray(ids)
+    id_array = np.asarray(ids)
     copied = np.zeros((layers, heads), np.int64)
     for layer in range(layers):
         for start in range(0, len(queries), ROWS):
             rows = queries[start : start + ROWS]
             top = np.asarray(rows_of(layer, rows)).argmax(-1)  # (heads, rows): each row's most attended key
             in_needle = (top >= repeat.first) & (top < repeat.first + repeat.length)
-            copied[layer] += (in_needle & (ids[top] == ids[written[start : start + ROWS]])).sum(-1)
+            copied[layer] += (in_needle & (id_array[top] == id_array[written[start : start + ROWS]])).sum(-1)
     return copied / len(queries)
 
 
