@@ -1,8 +1,8 @@
 # make run: set up .venv if needed and start the app on http://localhost:8501
 # make test: set up .venv with the dev tools and run the linter and every test
-# make check: the linter and the fast layers' tests (model, viz, contract: no Streamlit, no browser; not the slow ones
-# nor those that train a model),
-# while editing
+# make check: the linter, the type checker and the fast layers' tests (model, viz, contract: no Streamlit, no browser;
+# not the slow ones nor those that train a model), while editing
+# make types: the type checker alone (pyright at the level pyproject.toml sets: docs/architecture.md)
 # make test-gpu: the GPU layer (tests/gpu): runs on a CUDA GPU held to the CPU's; skipped, saying why, without one
 PYTHON ?= python3
 VENV ?= .venv
@@ -12,7 +12,7 @@ PORT ?= 8501
 # them (not xdist's, most tests first); the load test runs alone after them
 TEST_WORKERS ?= 2
 
-.PHONY: run test check test-gpu lint bench train screenshots
+.PHONY: run test check types test-gpu lint bench train screenshots
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -33,12 +33,23 @@ $(VENV)/.dev: $(VENV)/.runtime requirements-dev.txt requirements-reference.txt
 run: $(VENV)/.runtime
 	$(PY) -m attention_atlas --port $(PORT)
 
+# The type checker runs beside the load test (one server, mostly waiting on its sessions) and beside make check's tests:
+# its minute of one core is not added to either.
 test: $(VENV)/.dev lint
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not load"
-	$(PY) -m pytest -m load
+	$(call beside_types,$(PY) -m pytest -m load)
 
 check: $(VENV)/.dev lint
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not slow and not training" tests/model tests/viz tests/contract
+	$(call beside_types,$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not slow and not training" \
+		tests/model tests/viz tests/contract)
+
+types: $(VENV)/.dev
+	$(PYRIGHT)
+
+PYRIGHT := $(VENV)/bin/pyright
+# $(1), with the type checker running beside it; fails where either fails
+beside_types = $(PYRIGHT) > $(VENV)/pyright.log 2>&1 & types=$$!; $(1); tests=$$?; wait $$types; checked=$$?; \
+	cat $(VENV)/pyright.log; [ $$tests -eq 0 ] && [ $$checked -eq 0 ]
 
 # On a machine with a CUDA GPU (sized for under 8 minutes on an H100). The browser tests' plugin is not loaded: these tests need
 # no Chromium, and a GPU machine's image may lack Playwright. scripts/gpu_check.sh runs this and bench.gpu_capture as
@@ -71,6 +82,9 @@ bench: $(VENV)/.dev
 	$(PY) -m bench.patching
 	$(PY) -m bench.train_snapshots
 	$(PY) -m bench.trace_file
+	$(PY) -m bench.explain_pattern
+	$(PY) -m bench.circuit
+	$(PY) -m bench.ndif_transfer
 
 # The README's pictures (docs/images/), taken from the running app in the system Chromium at 1280 x 720.
 screenshots: $(VENV)/.dev
