@@ -88,5 +88,5 @@ def outside_window_pairs(length: int, width: int) -> tuple[tuple[int, int], ...]
 
 def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """bool (batch, 1, q, k), True = may attend -> 0 where allowed, the dtype's minimum elsewhere (what a Hugging Face
-    model adds to its scores)."""
-    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(~allowed, torch.finfo(dtype).min)
+    model adds to its scores). Filled in place: at 32,768 tokens a second float32 (q, k) copy was 4 GiB more."""
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(~allowed, torch.finfo(dtype).min)

@@ -4,7 +4,8 @@ head's 1-pixel diagonal stays lit in its block: a mean would fade it), each quer
 the columns that act as sinks (keys most rows give much of their attention: the first token, most often).
 
 `head_overview` reads the head a block of query rows at a time (ROWS_AT_ONCE), computing only that head from the
-trace's kept queries and keys: a 32,768-token head is never held whole."""
+trace's kept queries and keys: a 32,768-token head is never held whole; where the run kept each row's normaliser, from
+its scores alone (model/inspect/head_scores.py: no softmax over every cell)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import numpy as np
 from attention_atlas.model.core.attention.block_means import block_starts
 from attention_atlas.model.core.trace.sites import Site
 from attention_atlas.model.core.trace.trace import Trace
+from attention_atlas.model.inspect.head_scores import scored_overview
 
 ROWS_AT_ONCE = 512  # query rows of the head computed at once (512 x 32,768 float32: 64 MB)
 POOLED = 256  # blocks a side of the max-pooled matrix (a 1280 x 720 screen shows about 600 px of it)
@@ -41,16 +43,22 @@ class HeadOverview:
 
 def head_overview(trace: Trace, site: str, layer: int, head: int, pooled: int | None = None,
                   reach: int = REACH) -> HeadOverview:
-    """The head reduced, a block of ROWS_AT_ONCE query rows at a time, into `pooled` blocks a side (None: POOLED).
+    """The head reduced into `pooled` blocks a side (None: POOLED): from its scores and the run's row normalisers
+    where the trace has them (model/inspect/head_scores.py: the column means then exact where a sink can be, each
+    other key its thumbnail block's mean), else from its probabilities, a block of ROWS_AT_ONCE query rows at a time.
     The distance view is defined where queries and keys are one sequence (self-attention); else it is all NaN."""
     pooled = POOLED if pooled is None else pooled
     q_len, k_len = len(trace.query_tokens(site)), len(trace.key_tokens(site))
     row_starts, col_starts = block_starts(q_len, pooled), block_starts(k_len, pooled)
+    one_sequence = not Site.of(site).is_cross and q_len == k_len
+    scored = scored_overview(trace.pattern_source(site, layer), trace.summaries.get(site), layer, head, row_starts,
+                             col_starts, reach, one_sequence, SINK_SHARE)
+    if scored is not None:
+        return HeadOverview(scored[0], row_starts, col_starts, scored[1], scored[2])
     blocks = np.zeros((len(row_starts) - 1, len(col_starts) - 1), np.float32)
     by_distance = np.full((q_len, reach + 1), np.nan, np.float32)
     column_sums = np.zeros(k_len, np.float64)
     distances = np.arange(reach + 1)
-    one_sequence = not Site.of(site).is_cross and q_len == k_len
     row_block = np.searchsorted(row_starts, np.arange(q_len), side="right") - 1  # (q_len,) each row's block
     for start in range(0, q_len, ROWS_AT_ONCE):
         rows = np.arange(start, min(q_len, start + ROWS_AT_ONCE))

@@ -48,12 +48,14 @@ class ReducedRows:
     rollout: torch.Tensor | None  # (rows, b): the heads' sums over the rollout's column blocks, if the layout has one
     sees_ahead: bool  # the pattern is not causal: some row has attention on a key after its own position (one after
     # the block's last row, or where the mask tells); False: none after the block's last row
+    normalisers: torch.Tensor | None = None  # (heads, rows) each row's log2 normaliser in bits: p = 2^(score - it) for
+    # the keys it sees (scores in bits: Q K^T x scale x log2 e); None where the rows came as probabilities
 
 
 def reduce_rows(start: int, p: torch.Tensor, layout: RowLayout, entropy: torch.Tensor | None = None,
-                sees_ahead: bool | None = None) -> ReducedRows:
+                sees_ahead: bool | None = None, normalisers: torch.Tensor | None = None) -> ReducedRows:
     """Rows start.. from p (heads, rows, width <= k_len) float32 probabilities, keys from `width` on 0; entropy
-    (heads, rows) in bits if known; sees_ahead if known (else read from p)."""
+    (heads, rows) in bits if known; sees_ahead if known (else read from p); the rows' normalisers if known."""
     rows, width = p.shape[1:]
     last = start + rows - 1
     if entropy is None:
@@ -68,7 +70,7 @@ def reduce_rows(start: int, p: torch.Tensor, layout: RowLayout, entropy: torch.T
         sees_ahead = width > last + 1 and (bool(p[..., -1].any()) or bool(p[..., last + 1 :].any()))
     rollout = None if layout.rollout_starts is None else column_block_sums(p.sum(0), layout.rollout_starts)
     return ReducedRows(start, statistic_sums(start, each, target_sums(start, p, layout), layout),
-                       column_block_sums(p, layout.thumbnail_starts), rollout, sees_ahead)
+                       column_block_sums(p, layout.thumbnail_starts), rollout, sees_ahead, normalisers)
 
 
 def statistic_sums(start: int, each: torch.Tensor, targets: torch.Tensor | None, layout: RowLayout) -> torch.Tensor:

@@ -1,14 +1,13 @@
 """Attention patterns computed when asked, from what attention read: a pattern costs O(tokens x d_head) to keep.
 
-A fused attention kernel (sdpa, flash) never materialises its probabilities; asking a model for them forces
-the slow eager path and O(tokens²) memory per head. Instead the Hugging Face models run their fast attention
-and, where a capture asks for `hook_pattern`, keep what attention read: the queries and keys as it received
-them (rotated, in rotary models), its scale, any bias added to the scores (T5's relative positions) and the
-mask it applied. `PatternSource.pattern(...)` then computes softmax(Q K^T x scale + bias + M) (the scores
-soft-capped where the model caps them; a head's sink logit one more key, dropped after) for the heads and query rows a
-view asks for, exactly as eager attention does (float32: equal to eager's to 1e-5, tests/model/test_hf_heads.py).
-Arrays may keep a leading batch dimension until a Trace is made (`source[0]` takes one run of a batch).
-"""
+A fused attention kernel (sdpa, flash) never materialises its probabilities; asking a model for them forces the slow
+eager path and O(tokens²) memory per head. Instead the Hugging Face models run their fast attention and, where a
+capture asks for `hook_pattern`, keep what attention read: the queries and keys as it received them (rotated, in rotary
+models), its scale, any bias added to the scores (T5's relative positions) and the mask it applied.
+`PatternSource.pattern(...)` then computes softmax(Q K^T x scale + bias + M) (the scores soft-capped where the model
+caps them; a head's sink logit one more key, dropped after) for the heads and query rows a view asks for, exactly as
+eager attention does (float32: equal to eager's to 1e-5, tests/model/test_hf_heads.py). Arrays may keep a leading batch
+dimension until a Trace is made (`source[0]` takes one run of a batch)."""
 
 from __future__ import annotations
 
@@ -39,9 +38,8 @@ FREE_SHARE = 0.25  # nor more than this share of the memory the GPU has free whe
 WORKING_FLOATS = 4  # float32 (heads, rows, k_len) blocks' worth of memory the torch ops work in: the scores, the
 # probabilities, their bfloat16 copy for the matrix products, the reductions' temporaries
 EXP_FLOOR = -112.0  # scores in bits (x LOG2_E: exp2 took a quarter of exp's time on the CPU), less each row's
-# greatest, are raised to this before exp2: 2^-112 over a row's sum (at most 2^13 keys) stays above 2^-126, float32's
-# smallest normal number (exp2 of smaller ones took 4x as long). A key's probability then differs from eager's by under
-# 1e-33, except hidden keys', set to exactly 0.
+# greatest, are raised to this before exp2 (exp2 of numbers under -126, float32's smallest normal, took 4x as long): a
+# key's probability then differs from eager's by under 1e-33, except hidden keys', set to exactly 0.
 _TORCH = {np.dtype(np.float16): torch.float16, np.dtype(np.float32): torch.float32}
 
 
@@ -66,10 +64,9 @@ def kept_dtype(dtype: torch.dtype, device: torch.device) -> torch.dtype:
 
 @dataclass(frozen=True)
 class PatternSource:
-    """One layer's attention pattern, not yet computed: (heads, q_len, k_len) on demand, on `device`.
-
-    A trace keeps host numpy arrays; while a capture summarises its run (model/core/attention/summary.py) the arrays are
-    the capture's own tensors, still on the model's device. Either way the probabilities are computed on `device`."""
+    """One layer's attention pattern, not yet computed: (heads, q_len, k_len) on demand, on `device`. A trace keeps
+    host numpy arrays; while a capture summarises its run (model/core/attention/summary.py) the arrays are the
+    capture's own tensors, still on the model's device. Either way the probabilities are computed on `device`."""
 
     query: Kept  # (heads, q_len, d_head): what attention read (rotated in rotary models); float32, or bfloat16 on
     # a GPU while a bfloat16 model's capture summarises (`kept_dtype`); a long text's kept on the host as RowScaled
@@ -108,9 +105,8 @@ class PatternSource:
 
     def sink_shares(self, heads: Any = slice(None), rows: Any = slice(None)) -> np.ndarray:
         """(len(heads), len(rows)) float32: the share of each row its head's sink took, 1 less its sum (0: no sink)."""
-        if self.sinks is None:
-            return np.zeros(tuple(len(ids) for ids in self._ids(heads, rows)), np.float32)
-        return 1 - self.pattern(heads, rows, np.float32).sum(-1)
+        return np.zeros(tuple(len(ids) for ids in self._ids(heads, rows)), np.float32) if self.sinks is None else \
+            1 - self.pattern(heads, rows, np.float32).sum(-1)
 
     def shrunk(self, size: int, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
         """(heads, size, size) float32: query `rows` x key `cols` shrunk by block means (`viz.thumbnails.resample`'s
@@ -136,8 +132,8 @@ class PatternSource:
     def products_dtype(self) -> torch.dtype:
         """What a summary's Q K^T and P V run in: bfloat16 where the queries kept are (`kept_dtype`), else float32.
         The softmax and sums are float32 either way; the patterns a page reads are float32 products."""
-        bf16 = isinstance(self.query, torch.Tensor) and self.query.dtype == torch.bfloat16
-        return torch.bfloat16 if bf16 else torch.float32
+        return torch.bfloat16 if isinstance(self.query, torch.Tensor) and self.query.dtype == torch.bfloat16 \
+            else torch.float32
 
     def reduced_rows(self, layout: RowLayout, value: torch.Tensor | None = None, output: torch.Tensor | None = None,
                      scratch: Scratch | None = None) -> Iterator[ReducedRows]:
@@ -178,49 +174,51 @@ class PatternSource:
         for part, start, first, _, scores, allowed, query, keys in self._scores(
                 np.arange(heads), positions, scratch, torch.float32, PASS_BYTES, multiply=not makes_scores):
             n, width = scores.shape[1:]
-            if part.start == 0:  # the kernel's statistics row by row, and the rows' shares on their induction targets
+            if part.start == 0:  # the kernel's statistics and normalisers row by row, the shares on induction targets
                 reduced = {"thumbnail": torch.empty(heads, n, len(layout.thumbnail_starts) - 1),
-                           "statistics": torch.empty(heads, n, ROW_STATISTICS), "targets": torch.empty(heads)}
+                           "statistics": torch.empty(heads, n, ROW_STATISTICS), "targets": torch.empty(heads),
+                           "normalisers": torch.empty(heads, n)}
             rollout = None if layout.rollout_starts is None else torch.empty(n, len(layout.rollout_starts) - 1)
             into = (value[part.start // group : part.stop // group], output[part, start : start + n]) if writes \
                 else None
             native.run_kernel(kernel, scores, allowed, first, start, layout.positional, EXP_FLOOR,
                               layout.thumbnail_starts, reduced["thumbnail"][part], layout.rollout_starts, rollout,
                               reduced["statistics"][part], (query, keys) if makes_scores else None, into,
-                              None if sinks is None else sinks[part].contiguous())
+                              None if sinks is None else sinks[part].contiguous(), reduced["normalisers"][part])
             if rollout is not None:  # the heads' sums: this pass's heads added to the earlier passes'
                 reduced["rollout"] = rollout if part.start == 0 else reduced["rollout"].add_(rollout)
             if layout.targets is not None:  # read from the probabilities the kernel left in `scores`
                 reduced["targets"][part] = row_reduction.target_sums(start, scores, layout)
             whole = None if part.stop < heads else ReducedRows(  # after the block's last pass
                 start, row_reduction.statistic_sums(start, reduced["statistics"], reduced["targets"], layout),
-                reduced["thumbnail"], reduced.get("rollout"), row_reduction.sees_ahead(start, n, first, width))
+                reduced["thumbnail"], reduced.get("rollout"), row_reduction.sees_ahead(start, n, first, width),
+                reduced["normalisers"])
             yield part, start, None if writes else scores, whole
 
     def _torch_blocks(self, layout: RowLayout, scratch: Scratch, dtype: torch.dtype = torch.float32
                       ) -> Iterator[tuple[slice, int, torch.Tensor, ReducedRows]]:
         """`_native_blocks` made with torch ops, on `device`, Q K^T in `dtype`, every head in one pass."""
-        positions = np.arange(self.query.shape[1])
-        for start, first, p, shifted, total in self._blocks(np.arange(self.query.shape[0]), positions, scratch, dtype):
+        heads, positions = np.arange(len(self.query)), np.arange(self.query.shape[1])
+        for start, first, p, shifted, total, norm in self._blocks(heads, positions, scratch, dtype):
             # -sum p log2 p, log2 p = shifted - log2 Z: log2 Z x sum p (1 without a sink) - sum p shifted
             log_total = total.log2_() if self.sinks is None else total.log2_().mul_(p.sum(-1))
             entropy = log_total.sub_(shifted.mul_(p).sum(-1))  # (heads, rows)
             ahead = row_reduction.sees_ahead(start, p.shape[1], first, p.shape[2])
-            yield slice(0, len(p)), start, p, reduce_rows(start, p, layout, entropy, sees_ahead=ahead)
+            yield slice(0, len(p)), start, p, reduce_rows(start, p, layout, entropy, ahead, norm)
 
     def blocks(self, head_ids: np.ndarray, row_ids: np.ndarray) -> Iterator[tuple[int, torch.Tensor]]:
         """(offset in row_ids, float32 probabilities (heads, block, seen) on `device`) for blocks of query rows
         (`block_rows`): softmax(Q K^T x scale + bias + M), as eager computes it, for keys 0..seen-1; the keys after,
         hidden from every row of the block (a causal mask's future), not computed: exactly 0, as in eager. A block is
         scratch the next one overwrites: read or copy it before asking for the next."""
-        for start, _, p, _, _ in self._blocks(head_ids, row_ids, Scratch()):
+        for start, _, p, *_ in self._blocks(head_ids, row_ids, Scratch()):
             yield start, p
 
     def _blocks(self, head_ids: np.ndarray, row_ids: np.ndarray, scratch: Scratch, dtype: torch.dtype = torch.float32
-                ) -> Iterator[tuple[int, int, torch.Tensor, torch.Tensor, torch.Tensor]]:
+                ) -> Iterator[tuple[int, int, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]:
         """`blocks`, with the block's `first` (`_scores`), the scores (bits; Q K^T in `dtype`) less each row's greatest
-        or its head's sink (<= 0, floored at EXP_FLOOR), in `scratch`, and each row's sum of 2^scores (heads, rows), Z
-        (the sink's term added)."""
+        or its head's sink (<= 0, floored at EXP_FLOOR), in `scratch`, each row's sum of 2^scores (heads, rows), Z
+        (the sink's term added), and its log2 normaliser, greatest + log2 Z (NaN where a row sees no key)."""
         device = torch.device(self.device)
         sinks = sink_bits(self.sinks, head_ids, device)
         for _, start, first, every_row, scores, allowed, *_ in self._scores(head_ids, row_ids, scratch, dtype):
@@ -239,13 +237,15 @@ class PatternSource:
             if sinks is not None:  # the sink's 2^x joins each row's sum, its probability dropped
                 total += torch.exp2((sinks[:, None] - top[..., 0]).clamp_(min=EXP_FLOOR))
             p /= total[..., None]
+            norm = top[..., 0] + total.log2()  # (heads, block): p = 2^(score - norm) for every key seen
             if keep is not None:
-                if not every_row and sinks is None:  # a row that sees no key stays uniform (its scores all the
-                    # minimum), as in eager (a broadcast mask: a boolean index would wait for the device); with a sink,
-                    # the sink takes it all
-                    keep.masked_fill_(~as_tensor(allowed, device).any(-1, keepdim=True), 1.0)
+                if not every_row and sinks is None:  # a row that sees no key stays uniform, as in eager (a broadcast
+                    # mask: a boolean index would wait for the device); with a sink, the sink takes it all
+                    unseen = ~as_tensor(allowed, device).any(-1, keepdim=True)  # (block, 1)
+                    keep.masked_fill_(unseen, 1.0)
+                    norm.masked_fill_(unseen[:, 0], float("nan"))
                 p[..., first:end] *= keep  # a hidden key's probability exactly 0, as in eager attention
-            yield start, first, p, scores, total
+            yield start, first, p, scores, total, norm
 
     def _scores(self, head_ids: np.ndarray, row_ids: np.ndarray, scratch: Scratch, dtype: torch.dtype,
                 pass_bytes: int | None = None, multiply: bool = True

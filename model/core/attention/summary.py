@@ -61,15 +61,20 @@ class SiteSummary:
     # 0.5 I, rows summing to 1 (the rollout's factors), (b, b), or its lower triangle row by row where nothing lies
     # above it (a causal mask's: half the bytes); None for cross-attention
     rollout_starts: np.ndarray  # (b + 1,) int: block I of the rollout covers positions starts[I]..starts[I+1]-1
+    normalisers: np.ndarray | None = None  # (layers, heads, q_len) float32: each row's log2 normaliser in bits, so
+    # that p = 2^(score - it) for the keys a row sees (`ReducedRows.normalisers`: a view of one head reads the rows
+    # it draws from the kept queries and keys without their softmax, model/inspect/long_head.py); None where the
+    # patterns came as probabilities
 
     @property
     def nbytes(self) -> int:
         """Bytes held, the rollout counted before it is made."""
+        kept = self.thumbnails.nbytes + self.statistics.nbytes + self.rollout_starts.nbytes + \
+            (0 if self.normalisers is None else self.normalisers.nbytes)
         if self.layer_flows is None:
-            return self.thumbnails.nbytes + self.statistics.nbytes + self.rollout_starts.nbytes
+            return kept
         b = len(self.rollout_starts) - 1
-        flows = sum(flow.nbytes for flow in self.layer_flows)
-        return self.thumbnails.nbytes + self.statistics.nbytes + flows + 4 * b * b + self.rollout_starts.nbytes
+        return kept + sum(flow.nbytes for flow in self.layer_flows) + 4 * b * b
 
     def row_sums(self, q_len: int, k_len: int) -> np.ndarray:
         """(layers, heads) float64: each head's mean over its q_len queries of a row's sum over the k_len keys, from
@@ -159,6 +164,7 @@ class SiteSummariser:
         self.thumbnails: list[torch.Tensor] = []  # (heads, t_q, t_k) float32 a layer, where the rows are
         self.flows: list[torch.Tensor] = []  # each layer's (b, b), on the rows' device
         self.causal_shaped: list[bool] = []  # each layer's: no block saw ahead (`ReducedRows.sees_ahead`)
+        self.normalisers: list[torch.Tensor | None] = []  # each layer's (heads, q_len), where every block had them
 
     def add_layer(self, blocks: Iterator[ReducedRows]) -> None:
         """The next layer's pattern as blocks of consecutive query rows reduced by `self.layout`, covering every
@@ -168,13 +174,19 @@ class SiteSummariser:
         if summed is not None:
             summed.restart()
         causal_shaped = True  # no block saw ahead
+        norms, every = None, True  # the layer's rows' normalisers; whether every block came with its rows'
         for reduced in blocks:
+            every = every and reduced.normalisers is not None
+            if every:
+                norms = reduced.normalisers.new_empty(self.shape[:2]) if norms is None else norms
+                norms[:, reduced.start : reduced.start + reduced.normalisers.shape[1]] = reduced.normalisers
             thumbnail.add_column_sums(reduced.start, reduced.thumbnail)
             self.statistics.add(reduced.statistics)
             if summed is not None:
                 summed.add_column_sums(reduced.start, reduced.rollout)
                 causal_shaped = causal_shaped and not reduced.sees_ahead
         self.statistics.end_layer()
+        self.normalisers.append(norms if every else None)
         self.thumbnails.append(thumbnail.means())
         if summed is not None:
             self.flows.append(_flow(summed, self.shape[0]))
@@ -202,7 +214,8 @@ class SiteSummariser:
     def result(self) -> SiteSummary:
         """The summary on the host: what the layers left on the device (thumbnails, statistics, flows), a copy each."""
         flows = on_host(self._kept_flows()) if self.flows else None
-        return SiteSummary(np.stack(on_host(self.thumbnails)), self.statistics.result(), flows, self.starts)
+        norms = None if any(n is None for n in self.normalisers) else np.stack(on_host(self.normalisers))
+        return SiteSummary(np.stack(on_host(self.thumbnails)), self.statistics.result(), flows, self.starts, norms)
 
 
 def summarise(layers: Iterator[Iterator[ProbabilityBlock]], shape: tuple[int, int, int], size: int,

@@ -11,6 +11,7 @@ from dataclasses import replace
 import numpy as np
 
 from attention_atlas.model.core.attention.source import PatternSource
+from attention_atlas.model.core.trace.head_roles import ROWS, constant_diagonals
 from attention_atlas.model.core.trace.sites import Site
 
 
@@ -20,7 +21,7 @@ def compact(mask: np.ndarray) -> np.ndarray:
     diagonals[k_len - 1 + i - k]); any other mask contiguous (itself where it is). A reader that needs contiguous
     memory (a torch tensor, a C kernel) copies the rows it reads of a view (`as_tensor`, `np.ascontiguousarray`)."""
     q_len, k_len = mask.shape
-    if q_len < 2 or k_len < 2 or not np.array_equal(mask[1:, 1:], mask[:-1, :-1]):
+    if q_len < 2 or k_len < 2 or not constant_diagonals(mask):
         return np.ascontiguousarray(mask, dtype=np.bool_)
     diagonals = np.concatenate([mask[0, ::-1], mask[1:, 0]])  # (k_len + q_len - 1,): by i - k
     kept = np.ndarray(mask.shape, dtype=np.bool_, buffer=diagonals, offset=k_len - 1, strides=(1, -1))
@@ -41,7 +42,9 @@ def sharing_site_masks(sources: Mapping[str, PatternSource], masks: Mapping[str,
             return source
         pair = (_memory(source.allowed), _memory(mask))
         if pair not in equal:
-            equal[pair] = np.array_equal(mask, source.allowed)
+            equal[pair] = mask.shape == source.allowed.shape and all(
+                np.array_equal(mask[start : start + ROWS], source.allowed[start : start + ROWS])
+                for start in range(0, len(mask), ROWS))
         return replace(source, allowed=mask) if equal[pair] else source
 
     return {name: sharing(name, source) for name, source in sources.items()}

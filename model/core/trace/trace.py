@@ -85,7 +85,8 @@ class Trace:
         yield from (array for source in self.pattern_sources.values() for array in source.arrays())
         yield from (row for step in self.steps for row in step.attention.values())
         for summary in self.summaries.values():
-            yield from (summary.thumbnails, summary.statistics, summary.rollout_starts, *(summary.layer_flows or ()))
+            yield from (summary.thumbnails, summary.statistics, summary.rollout_starts, *(summary.layer_flows or ()),
+                        *(() if summary.normalisers is None else (summary.normalisers,)))
 
     def names(self) -> list[str]:
         """Every hook name this trace holds a value for (`trace[name]`), patterns kept as sources included."""

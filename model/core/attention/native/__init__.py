@@ -46,7 +46,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from attention_atlas.model.core.attention.native.guard import check_arguments
+from attention_atlas.model.core.attention.native.guard import check_arguments, check_scores
 from attention_atlas.model.core.cache_folder import cache_dir
 
 SOURCE = Path(__file__).with_name("attention_rows.c")
@@ -58,8 +58,9 @@ DISABLE = "ATTENTION_ATLAS_NO_NATIVE"  # set (to anything) to use the torch ops 
 _build_lock = threading.Lock()
 _log = logging.getLogger(__name__)
 _P, _I, _L, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_float
-_ARGUMENTS = (_P, _P, _L, _I, _I, _I, _I, _L, _I, _F, _P, _I, _P, _P, _I, _P, _P, _I, _P)
+_ARGUMENTS = (_P, _P, _L, _I, _I, _I, _I, _L, _I, _F, _P, _I, _P, _P, _I, _P, _P, _I, _P, _P)
 _QUERIES = (_P, _P, _L, _I, _I, _P, _L, _I, _P, _L)  # attention_rows_from_queries: before attention_rows's
+_SCORES = (_P, _P, _L, _I, _I, _I, _P, _I)  # query_scores
 OUT_OF_MEMORY = 1  # what the C functions return where a working buffer was not granted (0: done)
 
 
@@ -93,7 +94,8 @@ class UnfitProcessor(OSError):
 def loaded(library: Path) -> ctypes._CFuncPtr:
     """The `attention_rows` of a built library, ready to call (`run_kernel`); its `from_queries`: the library's
     `attention_rows_from_queries`, which makes a block's scores itself, or None where it cannot (no AVX-512); its
-    `library`: the file. UnfitProcessor, before any of its code runs, where the processor lacks what it used."""
+    `scores`: `query_scores` (`scores_of`), or None so; its `library`: the file. UnfitProcessor, before any of its
+    code runs, where the processor lacks what it used."""
     shared = ctypes.CDLL(str(library))
     checked = hasattr(shared, "built_for")  # (an older kernel's has no check, and returns nothing: kernel_ab)
     lacking = [name for name in built_for(shared) if not _processor_has(shared, name)] if checked else []
@@ -105,6 +107,9 @@ def loaded(library: Path) -> ctypes._CFuncPtr:
     function.from_queries = shared.attention_rows_from_queries if makes_scores else None
     if function.from_queries is not None:
         function.from_queries.argtypes, function.from_queries.restype = _QUERIES + _ARGUMENTS, status
+    function.scores = shared.query_scores if makes_scores and hasattr(shared, "query_scores") else None
+    if function.scores is not None:
+        function.scores.argtypes, function.scores.restype = _SCORES, status
     return function
 
 
@@ -212,7 +217,8 @@ def run_kernel(kernel: ctypes._CFuncPtr, scores: torch.Tensor, allowed: torch.Te
                query0: int, positional: bool, floor_bits: float, thumb_starts: np.ndarray, thumb: torch.Tensor,
                roll_starts: np.ndarray | None, roll: torch.Tensor | None, stats: torch.Tensor,
                queries: tuple[torch.Tensor, torch.Tensor] | None = None,
-               values: tuple[torch.Tensor, torch.Tensor] | None = None, sinks: torch.Tensor | None = None) -> None:
+               values: tuple[torch.Tensor, torch.Tensor] | None = None, sinks: torch.Tensor | None = None,
+               normalisers: torch.Tensor | None = None) -> None:
     """Call the kernel on one block: scores (heads, rows, width), the probabilities once it returns, allowed
     (rows, >= width) bool, thumb (heads, rows, len(thumb_starts) - 1), roll (rows, len(roll_starts) - 1) or None,
     stats (heads, rows, 5); every tensor float32, contiguous, on the CPU; starts int32, ending at width or after;
@@ -221,18 +227,21 @@ def run_kernel(kernel: ctypes._CFuncPtr, scores: torch.Tensor, allowed: torch.Te
     scores itself (query . keys of its group's key head) before it reduces them: `scores` is where they go; with
     `values` as well, (value (kv_heads, >= width, dv) contiguous, output (heads, rows, dv), its rows contiguous), it
     writes attention's output, the probabilities times the values of their group's value head, into `output`.
-    `sinks` (heads,) float32, contiguous, in bits: each head's sink logit, one more key of its rows (GPT-OSS)."""
+    `sinks` (heads,) float32, contiguous, in bits: each head's sink logit, one more key of its rows (GPT-OSS).
+    `normalisers` (heads, rows) float32, contiguous: where given, each row's log2 normaliser in bits is written there
+    (p = 2^(score - it) for the keys seen; NaN where a row sees none)."""
     if isinstance(allowed, np.ndarray | torch.Tensor):  # the kernel reads a row's keys one after another
         allowed = np.ascontiguousarray(allowed) if isinstance(allowed, np.ndarray) else allowed.contiguous()
     check_arguments(scores, allowed, first, query0, floor_bits, thumb_starts, thumb, roll_starts, roll, stats,
-                    getattr(kernel, "from_queries", None) is not None, queries, values, sinks)
+                    getattr(kernel, "from_queries", None) is not None, queries, values, sinks, normalisers)
     heads, rows, width = scores.shape
     row_stride = allowed.strides[0] if isinstance(allowed, np.ndarray) else allowed.stride(0)
     arguments = (scores.data_ptr(), _pointer(allowed), row_stride, heads, rows, width, int(first), int(query0),
                  int(positional), floor_bits, thumb_starts.ctypes.data, len(thumb_starts) - 1, thumb.data_ptr(),
                  None if roll_starts is None else roll_starts.ctypes.data,
                  0 if roll_starts is None else len(roll_starts) - 1, None if roll is None else roll.data_ptr(),
-                 stats.data_ptr(), torch.get_num_threads(), None if sinks is None else sinks.data_ptr())
+                 stats.data_ptr(), torch.get_num_threads(), None if sinks is None else sinks.data_ptr(),
+                 None if normalisers is None else normalisers.data_ptr())
     if queries is None:
         status = kernel(*arguments)
     else:
@@ -246,3 +255,16 @@ def run_kernel(kernel: ctypes._CFuncPtr, scores: torch.Tensor, allowed: torch.Te
     if status == OUT_OF_MEMORY:  # (an older kernel's None: kernel_ab; 2, no AVX-512, the guard rules out)
         raise MemoryError(f"The CPU kernel could not allocate its working memory for {heads} heads x {rows} rows x "
                           f"{width} keys.")
+
+
+def scores_of(kernel: ctypes._CFuncPtr, query: torch.Tensor, keys: torch.Tensor, width: int) -> torch.Tensor:
+    """(rows, width) float32: query (rows, d) . keys (d, >= width) for the first `width` keys, by the kernel's
+    product tile (`kernel.scores`, which must not be None): query float32 contiguous, keys float32 with each of its d
+    rows contiguous, both on the CPU (guard.check_scores)."""
+    check_scores(query, keys, width)
+    out = torch.empty(len(query), width)
+    status = kernel.scores(query.data_ptr(), keys.data_ptr(), keys.stride(0), query.shape[1], len(query), width,
+                           out.data_ptr(), torch.get_num_threads())
+    if status == OUT_OF_MEMORY:
+        raise MemoryError(f"The CPU kernel could not allocate its working memory for {len(query)} rows of scores.")
+    return out

@@ -12,7 +12,10 @@
  *   computed, and with positional = 0 (queries and keys not one sequence) the distance, previous and self 0;
  * - thumb[h, r, b] = the row's sum over the key columns thumb_starts[b] .. thumb_starts[b + 1] - 1;
  * - if roll is given, roll[r, b] = the heads' sums of the same over roll_starts (the heads' rows added first, then
- *   summed over the blocks once: a long text's rollout blocks hold a few keys each).
+ *   summed over the blocks once: a long text's rollout blocks hold a few keys each);
+ * - if norms is given, norms[h, r] = the row's log2 normaliser in bits, max s + log2(sum 2^(s - max s)) (the sink's
+ *   term in the sum), so that p[h, r, k] = 2^(s - norms[h, r]) for every key seen (but floored ones); NaN for a row
+ *   that sees no key (its uniform p is not of its scores).
  * Where `sinks` is given (heads,), in bits, head h's sink logit is one more key of each of its rows, as GPT-OSS's
  * eager attention has it: it joins the row's greatest score and its sum (max' = max(max, sink), sum' += 2^(sink -
  * max')), and its probability is dropped, so the row sums to 1 less the sink's share (the entropy is the keys').
@@ -195,12 +198,12 @@ static void column_sums(const float *restrict row, int width, const int32_t *res
 }
 
 static void softmax_row(float *restrict row, const uint8_t *restrict seen, const float *restrict distance,
-                        int width, int first, float floor_bits, float sink, float *restrict st) {
+                        int width, int first, float floor_bits, float sink, float *restrict st, float *norm) {
     /* row: the scores in, the probabilities out (each key's score read before its probability is written). As the
      * torch ops compute it: a hidden key's score is score - FLT_MAX, its 2^x counts in the row's sum (2^floor_bits
      * where any key is seen), and its probability is then 0. */
     float top = -INFINITY; /* the greatest score (hidden keys' included), NaN where any is NaN: torch's amax */
-    int any_seen = first > 0, any_nan = 0; /* the max and the NaN test apart: each loop a vector reduction */
+    int any_seen = first > 0, any_nan = 0, uniform = 0; /* the max and the NaN test apart: each a vector reduction */
     #pragma omp simd reduction(max:top) reduction(|:any_nan)
     for (int k = 0; k < first; k++) {
         float v = row[k];
@@ -222,7 +225,7 @@ static void softmax_row(float *restrict row, const uint8_t *restrict seen, const
             row[k] = 1.0f;
             far += distance[k];
         }
-        total = (float)width, bits = 0.0f;
+        total = (float)width, bits = 0.0f, uniform = 1;
     } else {
         for (int k = 0; k < first; k++) { /* keys every row sees */
             float x = row[k] - top;
@@ -251,6 +254,7 @@ static void softmax_row(float *restrict row, const uint8_t *restrict seen, const
     }
     float inv = 1.0f / total;
     for (int k = 0; k < width; k++) row[k] *= inv;
+    if (norm) *norm = uniform ? NAN : top + log2f(total);
     /* -sum p log2 p, with log2 p = x - log2 total, over keys whose p sum to keys / total (1 without a sink) */
     st[0] = (keys == total ? log2f(total) : log2f(total) * (keys * inv)) - bits * inv;
     st[1] = far * inv;
@@ -259,9 +263,10 @@ static void softmax_row(float *restrict row, const uint8_t *restrict seen, const
 static void reduce_row(float *restrict p, const uint8_t *restrict seen, const float *restrict distance, int width,
                        int first, int64_t i, int positional, float floor_bits, float sink,
                        const int32_t *thumb_starts, int thumb_blocks, int thumb_longest, float *restrict thumb,
-                       float *restrict st) {
-    /* one row of one head (query i): its softmax in place, its statistics and its thumbnail's column sums */
-    softmax_row(p, seen, distance, width, first, floor_bits, sink, st);
+                       float *restrict st, float *norm) {
+    /* one row of one head (query i): its softmax in place, its statistics, its normaliser (norm: where not NULL) and
+     * its thumbnail's column sums */
+    softmax_row(p, seen, distance, width, first, floor_bits, sink, st, norm);
     st[2] = p[0];
     st[3] = positional && i >= 1 && i - 1 < width ? p[i - 1] : 0.0f;
     st[4] = positional && i < width ? p[i] : 0.0f;
@@ -272,7 +277,7 @@ static void reduce_row(float *restrict p, const uint8_t *restrict seen, const fl
 int attention_rows(float *scores, const uint8_t *allowed, int64_t stride, int heads, int rows,
                    int width, int first, int64_t query0, int positional, float floor_bits,
                    const int32_t *thumb_starts, int thumb_blocks, float *thumb, const int32_t *roll_starts,
-                   int roll_blocks, float *roll, float *stats, int threads, const float *sinks) {
+                   int roll_blocks, float *roll, float *stats, int threads, const float *sinks, float *norms) {
     int thumb_longest = longest_block(thumb_starts, thumb_blocks);
     int roll_longest = roll ? longest_block(roll_starts, roll_blocks) : 0;
     int failed = 0; /* a thread's buffers were not granted */
@@ -295,7 +300,7 @@ int attention_rows(float *scores, const uint8_t *allowed, int64_t stride, int he
                 float *p = scores + row * width;
                 reduce_row(p, allowed + r * stride, distance, width, first, i, positional, floor_bits,
                            sinks ? sinks[h] : -INFINITY, thumb_starts, thumb_blocks, thumb_longest,
-                           thumb + row * thumb_blocks, stats + row * 5);
+                           thumb + row * thumb_blocks, stats + row * 5, norms ? norms + row : NULL);
                 if (roll)
                     for (int k = 0; k < width; k++) heads_sum[k] = h > 0 ? heads_sum[k] + p[k] : p[k];
             }
@@ -369,6 +374,36 @@ static void micro_values(const float *restrict p, int rows, int width, const flo
 }
 #endif
 
+int query_scores(const float *query, const float *keys, int64_t key_stride, int d, int rows, int width, float *out,
+                 int threads) {
+    /* out[r * width + k] = query[r, :] . keys[:, k] for r < rows, k < width (query (rows, d); keys (d, key_stride)),
+     * each sum as attention_rows_from_queries makes it, MICRO_ROWS rows at a time shared among `threads`: one head's
+     * scores alone (model/inspect/head_scores.py reads a long text's head so). CANNOT (nothing done) where
+     * makes_scores() is 0. */
+#if defined(__AVX512F__)
+    int failed = 0;
+    #pragma omp parallel num_threads(threads)
+    {
+        float *q = allocate(sizeof(float) * MICRO_ROWS * (int64_t)d); /* micro_scores's copy of its rows */
+        if (!q) {
+            #pragma omp atomic write
+            failed = 1;
+        }
+        #pragma omp for schedule(static) nowait
+        for (int r0 = 0; r0 < rows; r0 += MICRO_ROWS) {
+            if (!q) continue;
+            micro_scores(query + (int64_t)r0 * d, d, keys, key_stride, rows - r0 < MICRO_ROWS ? rows - r0 : MICRO_ROWS,
+                         width, q, out + (int64_t)r0 * width);
+        }
+        free(q);
+    }
+    return failed ? OUT_OF_MEMORY : DONE;
+#else
+    (void)query, (void)keys, (void)key_stride, (void)d, (void)rows, (void)width, (void)out, (void)threads;
+    return CANNOT;
+#endif
+}
+
 int makes_scores(void) { /* whether attention_rows_from_queries computes (built with AVX-512) */
 #if defined(__AVX512F__)
     return 1;
@@ -384,7 +419,7 @@ int attention_rows_from_queries(const float *query, const float *keys, int64_t k
                                  int width, int first, int64_t query0, int positional, float floor_bits,
                                  const int32_t *thumb_starts, int thumb_blocks, float *thumb,
                                  const int32_t *roll_starts, int roll_blocks, float *roll, float *stats,
-                                 int threads, const float *sinks) {
+                                 int threads, const float *sinks, float *norms) {
     /* attention_rows, the scores made here: scores[h, r, k] = query[h, r, :] . keys[h / group, :, k] for k < width
      * (query (heads, rows, d), in bits; keys (heads / group, d, key_stride)), TILE_ROWS rows of a head at a time,
      * each reduced while its scores are in the cache; and where `values` is given, attention's output from them:
@@ -419,7 +454,8 @@ int attention_rows_from_queries(const float *query, const float *keys, int64_t k
                     float *p = scores + (row + t) * width;
                     reduce_row(p, allowed + (r0 + t) * stride, distance + t * width, width, first, query0 + r0 + t,
                                positional, floor_bits, sinks ? sinks[h] : -INFINITY, thumb_starts, thumb_blocks,
-                               thumb_longest, thumb + (row + t) * thumb_blocks, stats + (row + t) * 5);
+                               thumb_longest, thumb + (row + t) * thumb_blocks, stats + (row + t) * 5,
+                               norms ? norms + row + t : NULL);
                     if (heads_sum)
                         for (int k = 0; k < width; k++)
                             heads_sum[t * width + k] = h > 0 ? heads_sum[t * width + k] + p[k] : p[k];
@@ -446,7 +482,7 @@ int attention_rows_from_queries(const float *query, const float *keys, int64_t k
     (void)output_stride, (void)scores, (void)allowed, (void)stride;
     (void)heads, (void)rows, (void)width, (void)first, (void)query0, (void)positional, (void)floor_bits;
     (void)thumb_starts, (void)thumb_blocks, (void)thumb, (void)roll_starts, (void)roll_blocks, (void)roll;
-    (void)stats, (void)threads, (void)sinks;
+    (void)stats, (void)threads, (void)sinks, (void)norms;
     return CANNOT;
 #endif
 }

@@ -17,7 +17,8 @@ def check_arguments(scores: torch.Tensor, allowed: torch.Tensor | np.ndarray, fi
                     floor_bits: float, thumb_starts: np.ndarray, thumb: torch.Tensor, roll_starts: np.ndarray | None,
                     roll: torch.Tensor | None, stats: torch.Tensor, makes_scores: bool,
                     queries: tuple[torch.Tensor, torch.Tensor] | None,
-                    values: tuple[torch.Tensor, torch.Tensor] | None, sinks: torch.Tensor | None = None) -> None:
+                    values: tuple[torch.Tensor, torch.Tensor] | None, sinks: torch.Tensor | None = None,
+                    normalisers: torch.Tensor | None = None) -> None:
     """ValueError where any argument of run_kernel (it says what each is) is not what the kernel reads and writes;
     `allowed` as the kernel gets it (contiguous), `makes_scores`: whether the kernel has `from_queries`."""
     _floats("the scores", scores, 3)
@@ -49,12 +50,24 @@ def check_arguments(scores: torch.Tensor, allowed: torch.Tensor | np.ndarray, fi
     if sinks is not None:
         _floats("the sink logits `sinks`", sinks, 1)
         _require(sinks.shape == (heads,), f"the sink logits `sinks` {tuple(sinks.shape)} are not one a head ({heads})")
+    if normalisers is not None:
+        _floats("the normalisers", normalisers, 2)
+        _require(normalisers.shape == (heads, rows),
+                 f"the normalisers {tuple(normalisers.shape)} are not one a row of each head ({heads}, {rows})")
     if queries is not None:
         _require(makes_scores, "this kernel makes no scores from queries (it was built without AVX-512)")
         _check_queries(*queries, heads, rows, width)
     if values is not None:
         _require(queries is not None, "`values` need `queries`: the kernel multiplies the scores it makes")
         _check_values(*values, queries[1], heads, rows, width)
+
+
+def check_scores(query: torch.Tensor, keys: torch.Tensor, width: int) -> None:
+    """ValueError where query_scores's arguments (native/__init__.py `scores_of`) are not what it reads: query (rows,
+    d) and keys (d, >= width), as one head's of attention_rows_from_queries."""
+    _floats("the queries", query, 2)
+    _require(_integer(width) and 1 <= width <= LARGEST, f"`width` ({width}) is no key count from 1 to {LARGEST}")
+    _check_queries(query[None], keys[None], 1, len(query), width)
 
 
 def _check_queries(query: torch.Tensor, keys: torch.Tensor, heads: int, rows: int, width: int) -> None:
