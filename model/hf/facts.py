@@ -19,21 +19,22 @@ from attention_atlas.model.hf.nope import nope_words, qk_norm_words
 from attention_atlas.model.hf.placement import device_words
 from attention_atlas.model.hf.taps import Family
 
-LONGEST_INPUT = 8192  # tokens at most, whatever the model allows (T5 has no position limit of its own)
+LONGEST_INPUT = 32768  # tokens at most, whatever the model allows (T5 has no position limit of its own)
 SOURCE_BYTES_LIMIT = 1 << 30  # 1 GiB: the most a run may keep to compute its attention patterns from
 
 
-def source_bytes(config: Any, family: Family, length: int, number_bytes: int = 4) -> int:
+def source_bytes(config: Any, family: Family, length: int, number_bytes: int = 4, whole_masks: bool = True) -> int:
     """Bytes a run of `length` tokens keeps to compute every attention pattern from (model/core/attention/source.py
-    PatternSource), a source and a target of `length` tokens each for an encoder-decoder (an upper bound).
+    PatternSource), a source and a target of `length` tokens each for an encoder-decoder (an upper bound; with
+    `whole_masks` False, each mask counted as a run without padding or hidden pairs keeps it).
 
     Per attention site (encoder self, decoder self, decoder cross) and layer, `number_bytes` a number (4: float32;
     2: a model running in bfloat16 or float16, whose queries and keys are kept in it):
       query (heads, L, d_head) and key (kv_heads, L, d_head): O(L x d), the part that grows with the model;
     per site, shared by its layers:
       the mask (L, L) bool at most (a mask without padding or hidden pairs is kept as its 2L - 1 diagonals:
-      model/core/trace/kept_masks.py), and in T5 the position bias (heads, L, L) float32 (cross-attention's is
-      zeros): O(L²); in DeBERTa each layer's own position bias.
+      model/core/trace/kept_masks.py; `whole_masks` False counts those), and in T5 the position bias (heads, L, L)
+      float32 (cross-attention's is zeros): O(L²); in DeBERTa each layer's own position bias.
     """
     per_token = per_pair = 0  # bytes that grow with L, and with L²
     for stack, count in family.layer_counts.items():
@@ -41,19 +42,22 @@ def source_bytes(config: Any, family: Family, length: int, number_bytes: int = 4
         sites = 2 if stack == "decoder" and family.kind == "encoder-decoder" else 1  # self, and cross
         per_token += sites * count(config) * (sizes.n_heads + sizes.n_kv_heads) * sizes.d_head * number_bytes
         biases = (count(config) if family.bias_per_layer else 1) if family.position_bias else 0
-        per_pair += sites * (1 + sizes.n_heads * 4 * biases)
+        per_pair += sites * (whole_masks + sizes.n_heads * 4 * biases)
+        per_token += sites * 2 * (not whole_masks)  # (the 2L - 1 diagonals: 2L, a bound)
     return length * per_token + length**2 * per_pair
 
 
 def longest_input(config: Any, family: Family, byte_limit: int = SOURCE_BYTES_LIMIT, number_bytes: int = 4) -> int:
     """The most tokens a run reads: the model's own position limit (none, as in T5: LONGEST_INPUT), at most
-    LONGEST_INPUT, and only as many as keep `source_bytes` (`number_bytes` a number) within `byte_limit`. SmolLM2:
-    8,192 tokens (784 MiB); MiniLM: its own 512; a tiny T5 (tests/tiny_hf.py): 4,573, where its three (4, L, L)
-    biases fill the limit."""
+    LONGEST_INPUT, and only as many as keep `source_bytes` (`number_bytes` a number, each mask as a run without padding
+    keeps it: its diagonals) within `byte_limit`. SmolLM2: 8,192 tokens (784 MiB); MiniLM: its own 512; a tiny T5
+    (tests/tiny_hf.py): 4,713, where its three (4, L, L) biases fill the limit; 4 layers of SmolLM2's shape with
+    32,768 positions: all of them (384 MiB; a run past 256 MiB of float32 queries and keys keeps them in 16 bits,
+    model/core/capture/host_copies.py)."""
     ceiling = min(adapter_of(config.model_type).position_limit(config) or LONGEST_INPUT, LONGEST_INPUT)
     lengths = range(1, ceiling + 1)  # source_bytes grows with the length: the last that fits, by bisection
     fitting = bisect.bisect_right(lengths, byte_limit,
-                                  key=lambda length: source_bytes(config, family, length, number_bytes))
+                                  key=lambda length: source_bytes(config, family, length, number_bytes, False))
     return max(1, fitting)
 
 

@@ -1,5 +1,6 @@
-"""The longest text a Hugging Face model reads (model/hf/facts.py): its own position limit, at most 8,192 tokens,
-and only as long as what a run keeps to compute its attention patterns from fits in SOURCE_BYTES_LIMIT."""
+"""The longest text a Hugging Face model reads (model/hf/facts.py): its own position limit, at most 32,768 tokens,
+and only as long as what a run keeps to compute its attention patterns from fits in SOURCE_BYTES_LIMIT (its mask kept
+as a run without padding keeps it: its diagonals)."""
 
 from __future__ import annotations
 
@@ -39,9 +40,12 @@ def test_a_tiny_t5_without_a_position_limit_stops_where_its_position_biases_fill
     # each site's (L, L) bool mask and (4, L, L) float32 bias: 3 x (1 + 16) bytes a pair of tokens
     per_token, per_pair = 3 * 2 * 8 * 8 * 4, 3 * (1 + 16)
     assert source_bytes(config, T5, 100) == 100 * per_token + 100**2 * per_pair
+    # the longest input counts each mask as its 2L diagonals, a run without padding's: 3 x 2 bytes a token more
+    assert source_bytes(config, T5, 100, whole_masks=False) == 100 * (per_token + 6) + 100**2 * (per_pair - 3)
     length = longest_input(config, T5)
-    assert length == 4573 < LONGEST_INPUT
-    assert source_bytes(config, T5, length) <= SOURCE_BYTES_LIMIT < source_bytes(config, T5, length + 1)
+    assert length == 4713 < LONGEST_INPUT
+    assert source_bytes(config, T5, length, whole_masks=False) <= SOURCE_BYTES_LIMIT < \
+        source_bytes(config, T5, length + 1, whole_masks=False)
 
 
 def test_a_wide_model_reads_fewer_tokens_than_its_own_limit() -> None:
@@ -51,7 +55,16 @@ def test_a_wide_model_reads_fewer_tokens_than_its_own_limit() -> None:
     assert longest_input(wide, DECODER) == 1023
     assert longest_input(wide, DECODER, byte_limit=GIB // 2) == 511
     # run in bfloat16 or float16, its queries and keys are kept in 2 bytes: twice the tokens, less the mask's share
-    assert longest_input(wide, DECODER, number_bytes=2) == 2040
+    assert longest_input(wide, DECODER, number_bytes=2) == 2047
+
+
+def test_a_random_4_layer_smollm2_shape_reads_32768_tokens() -> None:
+    """bench/long_32k.py's model: 4 x 12 heads x 64 x 4 bytes a token, 384 MiB at 32,768 tokens, and its mask's
+    diagonals (a whole (L, L) mask of bools alone would be the whole 1 GiB)."""
+    config = transformers.LlamaConfig(hidden_size=576, num_hidden_layers=4, num_attention_heads=9,
+                                      num_key_value_heads=3, max_position_embeddings=32768)
+    assert longest_input(config, DECODER) == 32768 == LONGEST_INPUT
+    assert source_bytes(config, DECODER, 32768, whole_masks=False) == 32768 * (4 * 12 * 64 * 4 + 2)
 
 
 @pytest.mark.parametrize("family", tiny_hf.FAMILIES)
