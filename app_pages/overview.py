@@ -3,7 +3,6 @@ the text, the tokens it saw, and the model itself."""
 
 from __future__ import annotations
 
-import io
 import weakref
 from functools import partial
 
@@ -15,9 +14,10 @@ from attention_atlas.model.core.trace.trace import Trace
 from attention_atlas.model.inspect.score_words import PREVIOUS_TOKEN
 from attention_atlas.ui.downloads import downloads, figure_label, file_name, matrix_table, whole_csv
 from attention_atlas.ui.messages import literal, show_error
+from attention_atlas.ui.ndif_choice import typed_key
 from attention_atlas.ui.page import current_request, current_trace
 from attention_atlas.ui.pickers import choose_head, opening_head, site_label
-from attention_atlas.ui.trace_files import choose_model, file_trace, open_trace_file, upload_limit
+from attention_atlas.ui.trace_files import choose_model, file_trace, open_trace_file, trace_bytes, upload_limit
 from attention_atlas.viz.heatmap import SMALL_WINDOW, attention_heatmap, similarity_heatmap
 from attention_atlas.viz.outputs import forced_table, model_card, next_token_bars, percent, token_table
 from attention_atlas.viz.tokens import visible_token
@@ -135,7 +135,8 @@ def trace_file_section(trace: Trace) -> None:
     `trace.save(path)` in Python, on any machine): it opens as a choice of the sidebar's model list."""
     with st.expander("Trace files: save this run, or open a saved one", icon=":material/file_open:"):
         held = weakref.ref(trace)  # the button's maker outlives the run: it must not keep the trace (ui/downloads.py)
-        st.download_button("Download this run (.npz)", data=lambda: trace_bytes(held), key="overview_trace_download",
+        st.download_button("Download this run (.npz)", data=partial(trace_bytes, held, typed_key()),
+                           key="overview_trace_download",
                            file_name=file_name(trace.facts.model_id, "trace", "npz"), mime="application/octet-stream",
                            on_click="ignore", icon=":material/download:",
                            help="Every hook this run recorded, its tokens, text, masks and output, in numpy's .npz "
@@ -158,16 +159,6 @@ def trace_file_section(trace: Trace) -> None:
         st.button(f"Show {upload.name}", key="overview_trace_open", on_click=choose_model,
                   args=(opened[upload.file_id],), icon=":material/open_in_new:")
         st.caption("It is listed in the sidebar's model list for this session.")
-
-
-def trace_bytes(held: weakref.ref) -> bytes:
-    """The run's trace file, made when the button is clicked (the trace still held by the server's cache)."""
-    trace = held()
-    if trace is None:
-        raise RuntimeError("the run was let go of by the server's memory budget before its download; run it again")
-    buffer = io.BytesIO()
-    trace.save(buffer)
-    return buffer.getvalue()
 
 
 def page() -> None:

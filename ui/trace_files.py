@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +21,7 @@ import streamlit as st
 
 from attention_atlas.model.core.errors import UserError
 from attention_atlas.model.core.trace.trace import Trace
+from attention_atlas.model.ndif.status import using_key
 from attention_atlas.ui.messages import literal
 from attention_atlas.ui.trace_cache import budget_bytes, file_cached
 from attention_atlas.ui.url_state import TRACE_FILE_VARIABLE
@@ -151,3 +153,15 @@ def describe(trace: Trace) -> str:
 
 def shortened(text: str, most: int = 80) -> str:
     return text if len(text) <= most else text[: most - 1] + "…"
+
+
+def trace_bytes(held: weakref.ref, ndif_key: str | None) -> bytes:
+    """The run's trace file, made when the button is clicked (the trace still held by the server's cache); a run
+    summarised on NDIF fetches its layers there with the key this session typed (`ndif_key`; None: the server's)."""
+    trace = held()
+    if trace is None:
+        raise RuntimeError("the run was let go of by the server's memory budget before its download; run it again")
+    buffer = io.BytesIO()
+    with using_key(ndif_key):
+        trace.save(buffer)
+    return buffer.getvalue()

@@ -151,3 +151,27 @@ def test_ndifs_words_are_the_runs_progress_and_a_wait_nobody_watches_stops(monke
     assert drawn == [(0, 0, "NDIF: queued (3 s)")]
     with pytest.raises(run_scheduler.RunAbandoned):
         run_scheduler.RunProgress(lambda: True).tell("NDIF: queued (4 s)")
+
+
+def test_a_downloaded_run_sends_its_fetches_with_the_key_its_session_typed(monkeypatch) -> None:
+    """The download's maker runs outside the run's thread: the layers a run summarised on NDIF fetches for its file go
+    with the key the session typed, and the thread holds no key after it."""
+    import io
+    import weakref
+
+    from attention_atlas.model.ndif.status import KEY_VARIABLE, api_key
+    from attention_atlas.ui.trace_files import trace_bytes
+
+    monkeypatch.delenv(KEY_VARIABLE, raising=False)
+    sent: list[str | None] = []
+
+    class Fetching:
+        """Stands for a trace whose saving fetches a layer from NDIF (reads the key that fetch would send)."""
+
+        def save(self, buffer: io.BytesIO) -> None:
+            sent.append(api_key())
+            buffer.write(b"npz")
+
+    trace = Fetching()
+    assert trace_bytes(weakref.ref(trace), "typed key") == b"npz" and sent == ["typed key"]
+    assert api_key() is None
