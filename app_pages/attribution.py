@@ -22,7 +22,7 @@ from attention_atlas.ui.downloads import constant, downloads, figure_label, file
 from attention_atlas.ui.messages import literal, show_error
 from attention_atlas.ui.ndif_patching import ndif_patching
 from attention_atlas.ui.page import PAGES, current_runner, current_trace, trace_with, weights_here
-from attention_atlas.ui.patching_views import patching_section
+from attention_atlas.ui.patching_views import answer_boxes, patching_section
 from attention_atlas.ui.pickers import clicked_head
 from attention_atlas.ui.runs import readable_failures
 from attention_atlas.ui.trace_cache import per_trace
@@ -65,16 +65,8 @@ def choose_position(tokens: list[str]) -> int:
 
 def choose_answers(runner: Runner, trace: Trace, position: int) -> tuple[str, str | None]:
     """The answer and the wrong answer, each one token: as typed, else the model's two likeliest."""
-    (first, p_first), (second, p_second) = likeliest(runner, trace, position, 2)
-    left, right = st.columns(2)
-    answer = left.text_input("Answer (one token)", key="attribution_answer",
-                             placeholder=f"{first!r}: the likeliest ({p_first:.1%})",
-                             help="Usually with its leading space: ' Mary'. Empty: the model's likeliest token.")
-    wrong = right.text_input("Wrong answer (one token)", key="attribution_wrong",
-                             placeholder=f"{second!r}: the second likeliest ({p_second:.1%})",
-                             help="Its logit is subtracted: what tells the answer apart from it. Empty: the "
-                                  "second likeliest token; a single space alone: no wrong answer.")
-    return answer or first, (None if wrong == " " else wrong or second)
+    first, second = likeliest(runner, trace, position, 2)
+    return answer_boxes(first, second, no_wrong=True)
 
 
 def measure_name(found: Attribution) -> str:

@@ -60,6 +60,20 @@ def corruptions(text: str, answer: str, wrong: str) -> dict[str, tuple[str, str]
     return {kind: offer for kind, offer in offered.items() if offer[1] != text}
 
 
+def answer_boxes(first: tuple[str, float], second: tuple[str, float], no_wrong: bool) -> tuple[str, str | None]:
+    """The answer and the wrong answer, each one token: as typed, else the likeliest (`first`: token and probability)
+    and the second likeliest; with `no_wrong`, a single space typed as the wrong answer means none."""
+    left, right = st.columns(2)
+    answer = left.text_input("Answer (one token)", key="attribution_answer",
+                             placeholder=f"{first[0]!r}: the likeliest ({first[1]:.1%})",
+                             help="Usually with its leading space: ' Mary'. Empty: the model's likeliest token.")
+    wrong = right.text_input("Wrong answer (one token)", key="attribution_wrong",
+                             placeholder=f"{second[0]!r}: the second likeliest ({second[1]:.1%})",
+                             help="Its logit is subtracted: what tells the answer apart from it. Empty: the second "
+                                  "likeliest token" + ("; a single space alone: no wrong answer." if no_wrong else "."))
+    return answer or first[0], (None if no_wrong and wrong == " " else wrong or second[0])
+
+
 def choose_corrupted(text: str, answer: str, wrong: str) -> str:
     """The corrupted text: typed, or one of `corruptions` put in the box by its button."""
     offered = corruptions(text, answer, wrong)
