@@ -1,38 +1,33 @@
-"""A long text on SmolLM2 (CPU) in a real browser, view by view: `python -m bench.browser_long`.
+"""Long texts in a real browser, view by view: `python -m bench.browser_long`.
 
-Starts the app (app_browser.server.serve_app) and Debian's Chromium (Playwright) at 1280 × 720 (a projector), chooses
-SmolLM2 in the sidebar and types a text of about BENCH_TOKENS tokens (default 8,192; counted with the model's own
-tokenizer), timed from filling the box to the Overview settled: the app idle, nothing stale, every plotly figure
-of the main area drawn (bench.browser_attention.settle) — "run + Overview". Then, PASSES times (cold: the views'
-summaries are computed then and kept with the trace; warm: both caches may hit), each view timed from the click
-to its figures drawn, the figure with the view's title among them:
-- Attention (sidebar link): the page opens on its "Model view" tab, the layers × heads thumbnails;
-- the "One head" tab: one head through the 512 × 512 window;
-- the "Rollout" tab: beyond 512 tokens, the rollout on 512 blocks;
-- the "Head statistics" tab: its table and the layers × heads heatmap of entropy;
-- (the "Model view" tab, not timed, so that the next pass's Attention opens on it: the page remembers its tab)
-- Overview (sidebar link): its head heatmap (the last 512 × 512 cells).
-
+Starts the app (app_browser.server.serve_app) and Debian's Chromium (Playwright) at 1280 × 720 (a projector). Each case
+(BENCH_CASES, default "smollm2:8192,random4:32768"): SmolLM2 chosen in the sidebar, or bench/long_32k.py's random
+4-layer model of SmolLM2's shape (32,768 positions) typed into the custom model's folder box, and a text of about that
+many tokens (the model's own tokenizer: English for SmolLM2, numbers for the random model, a digit a token so that
+32,768 tokens fit the text box's 60,000 characters), timed from filling the box to the Overview settled: the app
+idle, nothing stale, every plotly figure of the main area drawn (bench.browser_attention.settle) — "run + Overview";
+a screenshot of the run under way (its progress bar and Stop button) a few seconds in. Then, PASSES times (cold: the
+views' reductions are computed then and kept with the trace; warm: the caches may hit), each view timed from the click
+to its figures drawn, the figure with the view's title among them (bench/browser_long_views.py `views`):
+- Attention (sidebar link): the Model view tab, the layers × heads thumbnails, and below them the role grid;
+- a head chosen: the model's strongest previous-token head (its roles on the text's first 1,024 tokens, computed in
+  this process), the head whose line the zoom and the distance view should show;
+- the One head tab: the whole head max-pooled (the zoom) above its 512 × 512 window;
+- by distance back; sinks apart; then the head most on the first token, its sink apart;
+- Rollout; Head statistics; Overview.
 Per view: seconds; the longest main-thread task of the page that started in that window (a PerformanceObserver for
-'longtask' entries, installed before the page loads: nothing else runs on that thread while one lasts, so the
-page cannot scroll, hover or take a click), and how many tasks over 50 ms; MB (10^6 bytes) received over the
-websocket (Streamlit's ForwardMsg protobufs); the CPU seconds that the Streamlit server and the browser (Chromium
-+ Playwright's driver) used meanwhile, which tells where the wait goes. A screenshot of each view (the 1280 × 720
-viewport as the view opens, and scrolled to its figure) is saved under a temp folder.
+'longtask' entries, installed before the page loads: nothing else runs on that thread while one lasts), and how many
+tasks over 50 ms; MB (10^6 bytes) received over the websocket; the CPU seconds of the Streamlit server and of the
+browser meanwhile. Screenshots (the viewport as the view opens, and scrolled to its figure) under SHOTS, named
+long8k-<view>.png and long32k-<view>.png for the views a person must see (the role grid, the zoom, the distance view, a
+sink apart, the run under way).
 
-Targets: every view after the run < 3 s; no main-thread task > 1 s (the run included). The run itself has no
-time target here (bench/long_capture.py measures the capture).
-
-SmolLM2 reads up to 8,192 tokens (model/hf/facts.py longest_input) and the text box holds 60,000 characters
-(ui/url_state.py MAX_TEXT_CHARS). The tokens the app ran are read back from the Overview and printed beside those
-typed.
+Targets: every view after the run < 3 s; no main-thread task > 1 s (the run included). The run itself has no time
+target here (bench/long_32k.py measures it against the sdpa forward).
 """
 
 from __future__ import annotations
 
-import os
-import re
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,31 +35,20 @@ from pathlib import Path
 
 from playwright.sync_api import Page, sync_playwright
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
-from transformers import AutoTokenizer
 from transformers.utils import logging as transformers_logging
 
 from app_browser.page import CHROMIUM, CHROMIUM_ARGS, IDLE, figure
-from attention_atlas.model.core.attention.row_reduction import STATISTICS
 from attention_atlas.ui.url_state import MAX_TEXT_CHARS
-from bench.browser_attention import (
-    LOGS,
-    Frames,
-    app_server,
-    choose_model,
-    cpu_split,
-    nav,
-    set_text,
-    settle,
-    text_of,
-    tokenizer_folder,
-)
+from bench.browser_attention import LOGS, Frames, app_server, cpu_split, settle
+from bench.browser_long_views import CASES, RANDOM, case_text, heads_to_draw, open_model, reset, slug, views
 
-MODEL = "smollm2"
-TOKENS = int(os.environ.get("BENCH_TOKENS", 8192))
 PASSES = ("cold", "warm")
 TARGET_S, TARGET_TASK_MS = 3.0, 1000.0
 VIEW_TIMEOUT_MS = 120_000
+RUN_TIMEOUT_MS = 1_800_000  # a 32,768-token run on a loaded 2-core CPU: minutes
+RUN_SHOT_AFTER_MS = 6_000  # the screenshot of the run under way (its progress bar, drawn after a second)
 VIEWPORT = {"width": 1280, "height": 720}
+SHOTS = Path("/tmp/shots")
 
 # Every main-thread task over 50 ms, as {start, duration} in the page's performance.now() milliseconds. Streamlit
 # moves between pages without loading a document, so the list lasts the whole visit.
@@ -83,32 +67,11 @@ LONGTASKS_JS = """(() => {
 SCROLL_BACK_JS = "() => document.querySelectorAll('*').forEach((el) => { if (el.scrollTop) el.scrollTop = 0; })"
 
 
-@dataclass(frozen=True)
-class View:
-    name: str
-    open: Callable[[Page], None]  # the click
-    attention: bool  # on the Attention page (it has tabs)
-    title: str  # part of the title of a figure that the view draws
-
-
-def tab(name: str) -> Callable[[Page], None]:
-    return lambda page: page.get_by_role("tab", name=name).click()
-
-
-VIEWS = (
-    View("Attention · Model view", lambda page: nav(page, "Attention"), True, "layers × heads"),
-    View("One head", tab("One head"), True, "· head"),
-    View("Rollout", tab("Rollout"), True, "rollout ·"),
-    View("Head statistics", tab("Head statistics"), True, STATISTICS[0]),
-    View("Overview", lambda page: nav(page, "Overview"), False, "· head"),
-)
-
-
 @dataclass
 class Timing:
     view: str
     passed: str  # "cold", "warm", or "" for the run
-    seconds: float | None  # None: not settled within VIEW_TIMEOUT_MS
+    seconds: float | None  # None: not settled within its timeout
     tasks: list[float] | None  # durations (ms) of the long tasks that started in the window; None: not observed
     megabytes: float
     server_cpu: float
@@ -136,10 +99,10 @@ class Timing:
         return failures
 
 
-def timed(page: Page, frames: Frames, shots: Path, name: str, passed: str, act: Callable[[], int], title: str,
+def timed(page: Page, frames: Frames, shot: Path, name: str, passed: str, act: Callable[[], int], title: str,
           target_s: float | None) -> Timing:
     """Run `act` (a click and the wait for its view, returning the number of figures), measure it, and take the
-    screenshots (after the measures): the viewport, and the viewport scrolled to the figure titled `title`."""
+    screenshots (after the measures): the viewport `shot`, and the viewport scrolled to the figure titled `title`."""
     first = len(frames.received)
     server_before, browser_before = cpu_split()
     page_start = page.evaluate("performance.now()")
@@ -155,35 +118,56 @@ def timed(page: Page, frames: Frames, shots: Path, name: str, passed: str, act: 
     tasks = None if entries is None else [e["duration"] for e in entries if page_start <= e["start"] <= page_end]
     received = sum(len(payload) for _, payload in frames.received[first:]) / 1e6
     errors = page.get_by_test_id("stMain").get_by_test_id("stException").count()
-    slug = re.sub(r"\W+", "-", f"{passed} {name}".strip().lower()).strip("-")
-    screenshot = shots / f"{slug}.png"
-    page.screenshot(path=str(screenshot))  # what the person sees on arrival
+    page.screenshot(path=str(shot))  # what the person sees on arrival
     drawn = figure(page, title)
     if figures and drawn.count():  # and the view's figure, scrolled into view (it may start below the fold)
         drawn.first.scroll_into_view_if_needed()
-        page.screenshot(path=str(shots / f"{slug}-figure.png"))
+        page.screenshot(path=str(shot.with_name(f"{shot.stem}-figure.png")))
         page.evaluate(SCROLL_BACK_JS)
     return Timing(name, passed, seconds, tasks, received, server_after - server_before,
-                  browser_after - browser_before, figures, errors, screenshot, target_s)
+                  browser_after - browser_before, figures, errors, shot, target_s)
 
 
-def typed(page: Page, text: str) -> int:
-    """Fill the box, press Enter, wait for the Overview settled; the number of figures."""
-    set_text(page, text)
-    return settle(page, attention=False)
+def typed(page: Page, text: str, shot: Path) -> int:
+    """Fill the box, press Enter, take the screenshot of the run under way, wait for the Overview settled; the number
+    of figures."""
+    box = page.get_by_test_id("stSidebar").get_by_label("Text", exact=True)
+    box.fill(text)
+    box.press("Enter")
+    page.wait_for_timeout(RUN_SHOT_AFTER_MS)
+    page.screenshot(path=str(shot))
+    return settle(page, attention=False, timeout_ms=RUN_TIMEOUT_MS)
 
 
-def app_tokens(page: Page) -> str:
-    """The text's length as the Overview says it, beyond 512 tokens ("… of 2,048 × 2,048.")."""
-    caption = page.get_by_test_id("stMain").get_by_text(re.compile(r"of [\d,]+ × [\d,]+\."))
-    if not caption.count():
-        return "? (no window caption on the Overview)"
-    return re.search(r"of ([\d,]+) × ", caption.first.inner_text()).group(1)
+def run_case(page: Page, frames: Frames, model: str, tokens: int) -> tuple[str, int, int, list[Timing]]:
+    """One case: (what it ran, tokens typed, characters, the timings)."""
+    from bench.long_32k import model_folder
+
+    folder = model_folder() if model == RANDOM else None
+    prefix = f"long{tokens // 1024}k"
+    open_model(page, model, folder)  # loads the model (SmolLM2's first load converts its weights): not timed
+    text, count, where = case_text(model, tokens, folder)
+    line, sink = heads_to_draw(where, text)
+    timings = [timed(page, frames, SHOTS / f"{prefix}-run.png", "run + Overview", "",
+                     lambda: typed(page, text, SHOTS / f"{prefix}-run-under-way.png"), "· head", None)]
+    for passed in PASSES:
+        for view in views(line, sink):
+            def act(view=view) -> int:
+                view.open(page)
+                return settle(page, view.attention, view.title, timeout_ms=VIEW_TIMEOUT_MS)
+            name = view.shot if view.shot and passed == PASSES[0] else f"{passed}-{slug(view.name)}"
+            timings.append(timed(page, frames, SHOTS / f"{prefix}-{name}.png", view.name, passed, act,
+                                 view.figure or view.title, TARGET_S))
+        reset(page)
+    label = f"{model} ({folder})" if folder else model
+    return f"{label}, line head L{line[0]}H{line[1]}, sink head L{sink[0]}H{sink[1]}", count, len(text), timings
 
 
-def run(url: str, shots: Path) -> tuple[int, int, str, list[Timing], list[str]]:
-    """The benchmark: the tokens typed, the characters, the tokens the app ran, the timings, console errors."""
-    with sync_playwright() as playwright:
+def main() -> None:
+    transformers_logging.set_verbosity_error()
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    results = []
+    with app_server() as url, sync_playwright() as playwright:
         chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
             page = chromium.new_context(viewport=VIEWPORT).new_page()
@@ -194,52 +178,27 @@ def run(url: str, shots: Path) -> tuple[int, int, str, list[Timing], list[str]]:
             page.add_init_script(LONGTASKS_JS)
             page.goto(url)
             page.wait_for_selector(IDLE, timeout=60_000)
-            choose_model(page, MODEL)  # loads the model (the first load converts its weights): not timed
-            settle(page, attention=False)
-            text, tokens = text_of(AutoTokenizer.from_pretrained(str(tokenizer_folder(MODEL))), TOKENS)
-            timings = [timed(page, frames, shots, "run + Overview", "", lambda: typed(page, text),
-                             "· head", None)]
-            ran = app_tokens(page)
-            for passed in PASSES:
-                for view in VIEWS:
-                    def act(view: View = view) -> int:
-                        view.open(page)
-                        return settle(page, view.attention, view.title, timeout_ms=VIEW_TIMEOUT_MS)
-                    timings.append(timed(page, frames, shots, view.name, passed, act, view.title, TARGET_S))
-                    if view.name == "Head statistics":  # so that the next pass's Attention opens on Model view
-                        tab("Model view")(page)
-                        settle(page, attention=True, title="layers × heads", timeout_ms=VIEW_TIMEOUT_MS)
-            return tokens, len(text), ran, timings, console
+            results = [run_case(page, frames, model, tokens) for model, tokens in CASES]
         finally:
             chromium.close()
-
-
-def main() -> None:
-    transformers_logging.set_verbosity_error()  # text_of tries texts over the limit on purpose
-    shots = Path(tempfile.mkdtemp(prefix="bench-browser-long-"))
-    with app_server() as url:
-        tokens, chars, ran, timings, console = run(url, shots)
-
-    print(f"log of the app: {LOGS / 'streamlit.log'}")
-    print(f"{MODEL}: {tokens:,} tokens typed ({chars:,} characters; the box takes {MAX_TEXT_CHARS:,}), "
-          f"{ran} in the app's run; viewport {VIEWPORT['width']} × {VIEWPORT['height']}\n")
-    print(f"{'view':<24}{'pass':>6}{'s':>8}{'longest task ms':>17}{'tasks':>7}{'MB':>8}{'cpu server':>11}"
-          f"{'cpu browser':>12}{'figures':>9}  result")
-    for t in timings:
-        seconds = "timeout" if t.seconds is None else f"{t.seconds:.2f}"
-        longest = "n/a" if t.longest_ms is None else f"{t.longest_ms:.0f}"
-        count = "n/a" if t.tasks is None else str(len(t.tasks))
-        result = "FAIL (" + ", ".join(t.failures) + ")" if t.failures else "PASS"
-        print(f"{t.view:<24}{t.passed:>6}{seconds:>8}{longest:>17}{count:>7}{t.megabytes:>8.2f}{t.server_cpu:>11.2f}"
-              f"{t.browser_cpu:>12.2f}{t.figures:>9}  {result}")
+    print(f"log of the app: {LOGS / 'streamlit.log'}; viewport {VIEWPORT['width']} × {VIEWPORT['height']}; "
+          f"the text box takes {MAX_TEXT_CHARS:,} characters")
+    for what, tokens, chars, timings in results:
+        print(f"\n{what}: {tokens:,} tokens typed ({chars:,} characters)")
+        print(f"{'view':<28}{'pass':>6}{'s':>8}{'longest task ms':>17}{'tasks':>7}{'MB':>8}{'cpu server':>11}"
+              f"{'cpu browser':>12}{'figures':>9}  result")
+        for t in timings:
+            seconds = "timeout" if t.seconds is None else f"{t.seconds:.2f}"
+            longest = "n/a" if t.longest_ms is None else f"{t.longest_ms:.0f}"
+            count = "n/a" if t.tasks is None else str(len(t.tasks))
+            result = "FAIL (" + ", ".join(t.failures) + ")" if t.failures else "PASS"
+            print(f"{t.view:<28}{t.passed:>6}{seconds:>8}{longest:>17}{count:>7}{t.megabytes:>8.2f}"
+                  f"{t.server_cpu:>11.2f}{t.browser_cpu:>12.2f}{t.figures:>9}  {result}  {t.screenshot.name}")
     print(f"\ntargets: each view after the run < {TARGET_S:g} s; no main-thread task > {TARGET_TASK_MS:,.0f} ms "
-          "(tasks: how many over 50 ms started in the view's window)")
+          f"(tasks: how many over 50 ms started in the view's window); screenshots in {SHOTS} (-figure: scrolled to "
+          "the view's figure)")
     if console:
         print(f"\n{len(console)} console error(s) in the browser, the first: {console[0][:300]}")
-    print(f"\nscreenshots (1280 × 720; -figure: scrolled to the view's figure), in {shots}:")
-    for t in timings:
-        figure = t.screenshot.with_name(f"{t.screenshot.stem}-figure.png")
-        print(f"  {t.screenshot.name:<34}{figure.name if figure.exists() else ''}")
 
 
 if __name__ == "__main__":

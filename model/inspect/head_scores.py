@@ -13,6 +13,7 @@ else it returns None and long_head.py reads the head's probabilities. Equal to t
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import pairwise
 
 import numpy as np
 import torch
@@ -24,7 +25,7 @@ from attention_atlas.model.core.attention.sinks import LOG2_E
 from attention_atlas.model.core.attention.source import PatternSource
 from attention_atlas.model.core.attention.summary import SiteSummary
 
-ROWS_AT_ONCE = 512  # query rows scored at once (512 x 32,768 float32: 64 MB, and as much for the blocks' maxima)
+ROWS_AT_ONCE = 512  # query rows scored at once, in whole blocks of the pooled view (512 x 32,768 float32: 64 MB)
 
 
 def scored_overview(source: PatternSource | None, summary: SiteSummary | None, layer: int, head: int,
@@ -47,28 +48,27 @@ def scored_overview(source: PatternSource | None, summary: SiteSummary | None, l
     product = (lambda rows, end: native.scores_of(kernel, query[rows], by_key, end)) if kernel and kernel.scores else \
         (lambda rows, end: query[rows] @ by_key[:, :end])  # (rows, end): the native kernel's product tile, or a BLAS
     candidates, means = _sink_candidates(summary.thumbnails[layer, head], q_len, k_len, sink_share)
-    row_block = torch.from_numpy(np.searchsorted(row_starts, np.arange(q_len), side="right") - 1)
     pooled = torch.zeros(len(row_starts) - 1, len(col_starts) - 1)
     by_distance = torch.full((q_len, reach + 1), float("nan"))
     sums = torch.zeros(len(candidates), dtype=torch.float64)
     distances = torch.arange(reach + 1)
     band = _offset_band(source.allowed)
-    for start in range(0, q_len, ROWS_AT_ONCE):
-        rows = slice(start, min(q_len, start + ROWS_AT_ONCE))
+    each = max(1, ROWS_AT_ONCE // int(np.diff(row_starts).max()))  # whole row blocks a chunk of rows
+    for first in range(0, len(row_starts) - 1, each):
+        blocks = row_starts[first : first + each + 1]  # the chunk's row blocks' starts, then its end
+        rows = slice(int(blocks[0]), int(blocks[-1]))
         end, hide = _masking(source.allowed, rows, band)  # keys from `end` on hidden from every row: not scored
-        scores = hide(product(rows, end))  # (rows, end) bits, -inf where hidden
+        bits = hide(product(rows, end)).sub_(norms[rows, None])  # (rows, end): log2 p, -inf where hidden
+        block_max = torch.stack([bits[a - rows.start : b - rows.start].amax(0) for a, b in pairwise(blocks)])
         scored = int(np.searchsorted(col_starts[:-1], end))  # the column blocks that hold a key scored
-        weights = torch.zeros(scores.shape[0], pooled.shape[1])  # (rows, blocks): each block's largest weight
-        top = np.maximum.reduceat(scores.numpy(), col_starts[:scored], axis=1)  # (rows, scored): its greatest score
-        weights[:, :scored] = torch.exp2(torch.from_numpy(top) - norms[rows, None])
-        pooled.scatter_reduce_(0, row_block[rows, None].expand_as(weights), weights, "amax")
+        top = np.maximum.reduceat(block_max.numpy(), col_starts[:scored], axis=1)  # (row blocks, scored)
+        pooled[first : first + len(blocks) - 1, :scored] = torch.exp2(torch.from_numpy(top))
         if one_sequence:
             keys = torch.arange(rows.start, rows.stop)[:, None] - distances  # (rows, reach + 1)
-            behind = torch.exp2(scores.gather(1, keys.clamp(0, end - 1)) - norms[rows, None])
-            behind = torch.where(keys < end, behind, 0.0)  # (a key not scored: hidden from every row)
-            by_distance[rows] = torch.where(keys >= 0, behind, float("nan"))
+            behind = torch.where(keys < end, torch.exp2(bits.gather(1, keys.clamp(0, end - 1))), 0.0)  # (keys not
+            by_distance[rows] = torch.where(keys >= 0, behind, float("nan"))  # scored: hidden from every row)
         within = candidates[candidates < end]
-        sums[: len(within)] += torch.exp2(scores[:, within] - norms[rows, None]).sum(0, dtype=torch.float64)
+        sums[: len(within)] += torch.exp2(bits[:, within]).sum(0, dtype=torch.float64)
     means[candidates] = (sums / q_len).float()
     return pooled.numpy(), by_distance.numpy(), means.numpy()
 
