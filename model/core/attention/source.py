@@ -125,8 +125,7 @@ class PatternSource:
 
     def _ids(self, heads: Any, rows: Any) -> tuple[np.ndarray, np.ndarray]:
         """Head and query-row indices of a selection (a slice, a list or one index)."""
-        head_ids = np.atleast_1d(np.arange(self.query.shape[0])[heads])
-        return head_ids, np.atleast_1d(np.arange(self.query.shape[1])[rows])
+        return np.atleast_1d(np.arange(self.query.shape[0])[heads]), np.atleast_1d(np.arange(self.query.shape[1])[rows])
 
     @property
     def products_dtype(self) -> torch.dtype:
@@ -273,6 +272,7 @@ class PatternSource:
         mask = as_tensor(self.allowed[selected], torch.device("cpu") if on_host_already else device)
         every_key_seen = device.type != "cuda" and scratch.every_key_seen(mask)  # (a GPU's blocks are larger anyway)
         step = block_rows(device.type, len(head_ids), key.shape[-1], scratch.free_bytes(device), every_key_seen)
+        step = step if multiply else native.even_tiles(step, 4 * len(head_ids) * key.shape[-1], BLOCK_BYTES)
         spans = scratch.spans(mask, step) if len(row_ids) else []
         for (first, end, every_row), start in zip(spans, range(0, len(row_ids), step), strict=True):
             block = row_ids[start : start + step]
