@@ -69,6 +69,7 @@ bench: $(VENV)/.dev
 	$(PY) -m bench.gpu_profile
 	$(PY) -m bench.spread_capture
 	$(PY) -m bench.long_capture
+	$(PY) -m bench.long_32k
 	$(PY) -m bench.smollm2_load
 	$(PY) -m bench.app_rerun
 	$(PY) -m bench.tour_steps
