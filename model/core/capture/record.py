@@ -155,7 +155,8 @@ def capture(
                     summarisers[site.name] = SiteSummariser(source[0].shape, THUMBNAIL_SIZE, not site.is_cross,
                                                             queries)
                 rows = value.summary_rows(source, summarisers[site.name].layout, scratch)
-                summarisers[site.name].add_layer(rows if report is None else reported(rows, source.shape[-2], report))
+                q_len = value.query.size(-2)  # (batch, heads, q_len, d_head)
+                summarisers[site.name].add_layer(rows if report is None else reported(rows, q_len, report))
             if not scaled:  # from the first layer's size, as if every layer's were as large
                 scaled.append(sixteen_bits(4 * (source.query.numel() + source.key.numel()), len(patterns),
                                            value.query.dtype))
