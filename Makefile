@@ -1,7 +1,7 @@
 # make run: set up .venv if needed and start the app on http://localhost:8501
 # make test: set up .venv with the dev tools and run the linter and every test
-# make check: the linter, the type checker and the fast layers' tests (model, viz, contract: no Streamlit, no browser;
-# not the slow ones nor those that train a model), while editing
+# make check: the linter, the type checker on the Python files changed since the last commit, and the fast layers'
+# tests (model, viz, contract: no Streamlit, no browser; not the slow ones nor those that train a model), while editing
 # make types: the type checker alone (pyright at the level pyproject.toml sets: docs/architecture.md)
 # make test-gpu: the GPU layer (tests/gpu): runs on a CUDA GPU held to the CPU's; skipped, saying why, without one
 PYTHON ?= python3
@@ -33,22 +33,26 @@ $(VENV)/.dev: $(VENV)/.runtime requirements-dev.txt requirements-reference.txt
 run: $(VENV)/.runtime
 	$(PY) -m attention_atlas --port $(PORT)
 
-# The type checker runs beside the load test (one server, mostly waiting on its sessions) and beside make check's tests:
-# its minute of one core is not added to either.
+# The type checker runs beside the load test (one server, mostly waiting on its sessions): its minute of one core is
+# not added to the suite's time. make check types only what changed (every file: a minute of one core, beside its tests
+# it would take make check past its 60 s).
 test: $(VENV)/.dev lint
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not load"
-	$(call beside_types,$(PY) -m pytest -m load)
+	$(call beside_types,$(PYRIGHT),$(PY) -m pytest -m load)
 
 check: $(VENV)/.dev lint
-	$(call beside_types,$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not slow and not training" \
-		tests/model tests/viz tests/contract)
+	$(call beside_types,$(PYRIGHT_CHANGED),$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile \
+		-m "not slow and not training" tests/model tests/viz tests/contract)
 
 types: $(VENV)/.dev
 	$(PYRIGHT)
 
 PYRIGHT := $(VENV)/bin/pyright
-# $(1), with the type checker running beside it; fails where either fails
-beside_types = $(PYRIGHT) > $(VENV)/pyright.log 2>&1 & types=$$!; $(1); tests=$$?; wait $$types; checked=$$?; \
+# the Python files changed since the last commit (new ones too), typed; none changed: nothing to type
+PYRIGHT_CHANGED := files=$$( (git diff --name-only --diff-filter=d HEAD -- '*.py'; \
+	git ls-files --others --exclude-standard -- '*.py') | sort -u); [ -z "$$files" ] || $(PYRIGHT) $$files
+# $(2), with $(1) (the type checker) running beside it; fails where either fails
+beside_types = ($(1)) > $(VENV)/pyright.log 2>&1 & types=$$!; $(2); tests=$$?; wait $$types; checked=$$?; \
 	cat $(VENV)/pyright.log; [ $$tests -eq 0 ] && [ $$checked -eq 0 ]
 
 # On a machine with a CUDA GPU (sized for under 8 minutes on an H100). The browser tests' plugin is not loaded: these tests need
