@@ -10,10 +10,10 @@ a screenshot of the run under way (its progress bar and Stop button) a few secon
 views' reductions are computed then and kept with the trace; warm: the caches may hit), each view timed from the click
 to its figures drawn, the figure with the view's title among them (bench/browser_long_views.py `views`):
 - Attention (sidebar link): the Model view tab, the layers × heads thumbnails, and below them the role grid;
-- a head chosen: the model's strongest previous-token head (its roles on the text's first 1,024 tokens, computed in
-  this process), the head whose line the zoom and the distance view should show;
+- a head chosen (its layer, then its number: two views): the model's strongest previous-token head (its roles on the
+  text's first 1,024 tokens, computed in this process), the head whose line the zoom and the distance view should show;
 - the One head tab: the whole head max-pooled (the zoom) above its 512 × 512 window;
-- by distance back; sinks apart; then the head most on the first token, its sink apart;
+- by distance back; sinks apart; then the head most on the first token (its layer, its number), its sink apart;
 - Rollout; Head statistics; Overview.
 Per view: seconds; the longest main-thread task of the page that started in that window (a PerformanceObserver for
 'longtask' entries, installed before the page loads: nothing else runs on that thread while one lasts), and how many
@@ -46,7 +46,7 @@ PASSES = ("cold", "warm")
 TARGET_S, TARGET_TASK_MS = 3.0, 1000.0
 VIEW_TIMEOUT_MS = 120_000
 RUN_TIMEOUT_MS = 1_800_000  # a 32,768-token run on a loaded 2-core CPU: minutes
-RUN_SHOT_AFTER_MS = 6_000  # the screenshot of the run under way (its progress bar, drawn after a second)
+RUN_SHOT_AFTER_MS = 15_000  # the screenshot of the run under way (its bar, drawn from the first layer's first rows)
 VIEWPORT = {"width": 1280, "height": 720}
 SHOTS = Path("/tmp/shots")
 

@@ -40,14 +40,12 @@ def draw_as(name: str) -> Callable[[Page], None]:
     return lambda page: page.get_by_test_id("stMain").get_by_role("radio", name=name, exact=True).click()
 
 
-def choose_head(layer: int, head: int) -> Callable[[Page], None]:
-    """Pick the layer and the head in the Attention page's pickers (each a rerun)."""
+def choose(label: str, value: int) -> Callable[[Page], None]:
+    """Pick `value` in the Attention page's "Layer" or "Head" picker (a rerun: each its own view)."""
     def pick(page: Page) -> None:
-        for label, value in (("Layer", layer), ("Head", head)):
-            page.get_by_test_id("stMain").get_by_label(label, exact=True).first.click()
-            page.keyboard.type(str(value))  # the list shows a few options at a time: typing keeps the ones that match
-            page.get_by_role("option", name=str(value), exact=True).click()
-            page.wait_for_selector(IDLE, timeout=LOAD_TIMEOUT_MS)
+        page.get_by_test_id("stMain").get_by_label(label, exact=True).first.click()
+        page.keyboard.type(str(value))  # the list shows a few options at a time: typing keeps the ones that match
+        page.get_by_role("option", name=str(value), exact=True).click()
     return pick
 
 
@@ -57,11 +55,13 @@ def views(line: tuple[int, int], sink: tuple[int, int]) -> tuple[View, ...]:
     return (
         View("Attention · Model view", lambda page: nav(page, "Attention"), True, "layers × heads"),
         View("role grid (same page)", lambda page: None, True, "every head by its role", "role-grid"),
-        View(f"L{line[0]}H{line[1]} chosen", choose_head(*line), True, "layers × heads"),
+        View(f"layer {line[0]} chosen", choose("Layer", line[0]), True, "layers × heads"),
+        View(f"head {line[1]} chosen", choose("Head", line[1]), True, "layers × heads"),
         View("One head: zoom", tab("One head"), True, "max-pooled", "zoom"),
         View("by distance back", draw_as("by distance back"), True, "by distance back", "distance"),
         View("sinks apart", draw_as("sinks apart"), True, "max-pooled"),
-        View(f"L{sink[0]}H{sink[1]} sinks apart", choose_head(*sink), True, "max-pooled", "sink-apart",
+        View(f"layer {sink[0]}, sinks apart", choose("Layer", sink[0]), True, "max-pooled"),
+        View(f"head {sink[1]}, sinks apart", choose("Head", sink[1]), True, "max-pooled", "sink-apart",
              "the sink apart"),  # (a head without a sink says so in words)
         View("Rollout", tab("Rollout"), True, "rollout ·"),
         View("Head statistics", tab("Head statistics"), True, STATISTICS[0]),
