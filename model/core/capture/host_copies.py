@@ -14,7 +14,7 @@ _NOT_IN_NUMPY = (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2)
 SIXTEEN_BITS = (torch.bfloat16, torch.float16)  # a model computing in one of these: its sources kept in it
 FULL_PRECISION_BYTES = 256 << 20  # a float32 run whose queries and keys would take more than this keeps them in 16
 # bits (RowScaled: within 4e-4 of eager's patterns on SmolLM2, float16 5.8e-3, bfloat16 4.4e-2): a tenth of the trace
-# cache's default budget. SmolLM2 keeps float32 up to 2,730 tokens; a 4-layer model of its shape at 32,768 tokens
+# cache's default budget. SmolLM2 keeps float32 up to 2,912 tokens; a 4-layer model of its shape at 32,768 tokens
 # (384 MiB in float32) keeps 16 bits.
 
 
